@@ -1,0 +1,210 @@
+package conformance
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tidemark-io/tidemark/engine"
+)
+
+// envChild carries a child-process spec. A test binary (or the tidemark
+// binary) started with it set runs the child workload instead of its tests,
+// so kill-9 cases can crash a real process that holds a real engine.
+const envChild = "TIDEMARK_CONFORMANCE_CHILD"
+
+type childSpec struct {
+	Mode   string            `json:"mode"`
+	Engine string            `json:"engine"`
+	Dir    string            `json:"dir"`
+	Params map[string]string `json:"params,omitempty"`
+}
+
+// MaybeRunChild runs the child workload and exits when this process was
+// started as a conformance child; otherwise it returns at once. Call it
+// first thing in TestMain of every package that runs the suite, and in the
+// tidemark main.
+func MaybeRunChild() {
+	raw := os.Getenv(envChild)
+	if raw == "" {
+		return
+	}
+	var spec childSpec
+	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
+		fmt.Fprintf(os.Stderr, "conformance child: bad spec: %v\n", err)
+		os.Exit(2)
+	}
+	var err error
+	switch spec.Mode {
+	case "commits":
+		err = childCommits(spec)
+	default:
+		err = runChildMode(spec)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "conformance child %s: %v\n", spec.Mode, err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// childModes lets other suites add child workloads.
+var childModes = map[string]func(childSpec) error{}
+
+func runChildMode(spec childSpec) error {
+	f, ok := childModes[spec.Mode]
+	if !ok {
+		return fmt.Errorf("unknown mode %q", spec.Mode)
+	}
+	return f(spec)
+}
+
+// childCommits streams synced commits from 8 goroutines and prints the id
+// of each after its handle completed; it runs until killed (or a minute).
+func childCommits(spec childSpec) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e, err := engine.Open(ctx, spec.Engine, engine.Options{Dir: spec.Dir, Params: spec.Params})
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	var out sync.Mutex
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ctx.Err() == nil; i++ {
+				id := fmt.Sprintf("%d/%d", w, i)
+				_, err := engine.Commit(ctx, e, new(engine.Batch).Put([]byte("k/"+id), []byte(id)).Append([]byte(id)))
+				if err != nil {
+					return
+				}
+				out.Lock()
+				os.Stdout.WriteString(id + "\n")
+				out.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// child is a running child process.
+type child struct {
+	cmd    *exec.Cmd
+	lines  *bufio.Scanner
+	stderr *strings.Builder
+}
+
+func startChild(t T, spec childSpec) *child {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatalf("executable: %v", err)
+	}
+	raw, _ := json.Marshal(spec)
+	cmd := exec.Command(exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), envChild+"="+string(raw))
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatalf("pipe: %v", err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &lockedWriter{w: &stderr}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start child: %v", err)
+	}
+	c := &child{cmd: cmd, lines: bufio.NewScanner(stdout), stderr: &stderr}
+	t.Cleanup(func() { c.kill() })
+	return c
+}
+
+// kill ends the child with SIGKILL and reaps it.
+func (c *child) kill() {
+	if c.cmd.ProcessState == nil {
+		_ = c.cmd.Process.Kill()
+		_, _ = io.Copy(io.Discard, c.cmd.Stdout.(io.Reader))
+		_ = c.cmd.Wait()
+	}
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// caseSigkill kills a child process with SIGKILL in the middle of a stream
+// of synced commits and checks every commit it reported complete survived.
+func caseSigkill(t T, tg Target) {
+	dir := t.TempDir()
+	c := startChild(t, childSpec{Mode: "commits", Engine: tg.Engine, Dir: dir, Params: tg.Params})
+	lines := make(chan string, 1024)
+	go func() {
+		defer close(lines)
+		for c.lines.Scan() {
+			lines <- c.lines.Text()
+		}
+	}()
+	var done []string
+	deadline := time.After(60 * time.Second)
+collect:
+	for len(done) < 500 {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				break collect
+			}
+			done = append(done, l)
+		case <-deadline:
+			break collect
+		}
+	}
+	if len(done) < 50 {
+		c.kill()
+		t.Fatalf("child completed only %d commits before stopping (does TestMain call conformance.MaybeRunChild?); stderr: %s", len(done), c.stderr.String())
+	}
+	if err := c.cmd.Process.Kill(); err != nil {
+		t.Fatalf("kill child: %v", err)
+	}
+	// Lines still in the pipe were printed after their commit completed.
+	for l := range lines {
+		done = append(done, l)
+	}
+	_ = c.cmd.Wait()
+
+	e := tg.Open(t, dir)
+	inLog := map[string]bool{}
+	es := scanAll(t, e, 0, false)
+	if err := checkLogOrder(e.Granularity(), es); err != nil {
+		t.Fatalf("log after crash: %v", err)
+	}
+	for _, en := range es {
+		inLog[string(en.Value)] = true
+	}
+	for _, id := range done {
+		if !inLog[id] {
+			t.Fatalf("commit %s completed before the kill but its log entry is gone (%d completed, %d in log)", id, len(done), len(es))
+		}
+		wantValue(t, e, "k/"+id, id)
+	}
+	r := commit(t, e, new(engine.Batch).Append([]byte("after-crash")))
+	if n := len(es); n > 0 && r.Keys[0] <= es[n-1].Key {
+		t.Fatalf("key after crash %d not above the last recovered key %d", r.Keys[0], es[n-1].Key)
+	}
+	t.Logf("%d completed commits survived SIGKILL (%d entries in the log)", len(done), len(es))
+}

@@ -1,0 +1,64 @@
+package engine
+
+import (
+	"context"
+	"sync/atomic"
+)
+
+// Handle is the completion of one submitted commit. It completes exactly
+// once, with the commit's Result or its error.
+type Handle struct {
+	done chan struct{}
+	res  Result
+	err  error
+	set  atomic.Bool
+}
+
+// NewHandle returns a pending handle and the function that completes it.
+// Only the first call of complete counts. Backends call it; nothing else
+// should.
+func NewHandle() (*Handle, func(Result, error)) {
+	h := &Handle{done: make(chan struct{})}
+	return h, h.complete
+}
+
+// Completed returns a handle that is already complete.
+func Completed(res Result, err error) *Handle {
+	h, complete := NewHandle()
+	complete(res, err)
+	return h
+}
+
+func (h *Handle) complete(res Result, err error) {
+	if !h.set.CompareAndSwap(false, true) {
+		return
+	}
+	h.res, h.err = res, err
+	close(h.done)
+}
+
+// Done is closed when the commit completed.
+func (h *Handle) Done() <-chan struct{} { return h.done }
+
+// Result returns the outcome; valid only after Done is closed.
+func (h *Handle) Result() (Result, error) {
+	<-h.done
+	return h.res, h.err
+}
+
+// Err returns the commit's error; valid only after Done is closed.
+func (h *Handle) Err() error {
+	<-h.done
+	return h.err
+}
+
+// Wait blocks until the commit completes or ctx ends. A ctx error does not
+// mean the commit failed: it may still complete.
+func (h *Handle) Wait(ctx context.Context) (Result, error) {
+	select {
+	case <-h.done:
+		return h.res, h.err
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+}

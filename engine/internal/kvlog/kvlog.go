@@ -1,0 +1,113 @@
+// Package kvlog is the on-disk layout the key-value backends (Pebble,
+// Badger, LMDB) share: user data, the change log and engine metadata in
+// three prefixes of one ordered keyspace. Log keys are big-endian so byte
+// order is log order.
+package kvlog
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/tidemark-io/tidemark/engine"
+)
+
+// Prefixes of the three keyspaces.
+const (
+	DataPrefix = 'd'
+	LogPrefix  = 'l'
+	MetaPrefix = 'm'
+)
+
+// MetaFloor holds the truncation floor (8 bytes, big-endian).
+var MetaFloor = []byte{MetaPrefix, 'f', 'l', 'o', 'o', 'r'}
+
+// DataKey returns the stored form of a user key.
+func DataKey(dst, key []byte) []byte {
+	dst = append(dst[:0], DataPrefix)
+	return append(dst, key...)
+}
+
+// DataUpper returns the stored upper bound for a user upper bound (nil
+// means the end of the data keyspace).
+func DataUpper(upper []byte) []byte {
+	if upper == nil {
+		return []byte{DataPrefix + 1}
+	}
+	return DataKey(nil, upper)
+}
+
+// LogKeyLen is the length of a stored log key: prefix, key, index.
+const LogKeyLen = 1 + 8 + 4
+
+// LogKey returns the stored key of entry index of log key k.
+func LogKey(k engine.LogKey, index uint32) []byte {
+	b := make([]byte, LogKeyLen)
+	b[0] = LogPrefix
+	binary.BigEndian.PutUint64(b[1:], uint64(k))
+	binary.BigEndian.PutUint32(b[9:], index)
+	return b
+}
+
+// LogSeek returns the first stored key at or after log key k.
+func LogSeek(k engine.LogKey) []byte { return LogKey(k, 0)[:9] }
+
+// LogUpper is the exclusive upper bound of the log keyspace.
+var LogUpper = []byte{LogPrefix + 1}
+
+// LogValue returns the stored value of an entry: the number of entries that
+// share its key (uvarint) followed by the payload.
+func LogValue(count uint32, payload []byte) []byte {
+	b := make([]byte, 0, binary.MaxVarintLen32+len(payload))
+	b = binary.AppendUvarint(b, uint64(count))
+	return append(b, payload...)
+}
+
+// DecodeEntry decodes a stored log key and value into an entry whose Value
+// is a copy.
+func DecodeEntry(key, value []byte) (engine.Entry, error) {
+	if len(key) != LogKeyLen || key[0] != LogPrefix {
+		return engine.Entry{}, fmt.Errorf("%w: log key %x", engine.ErrCorrupt, key)
+	}
+	count, n := binary.Uvarint(value)
+	if n <= 0 || count == 0 || count > 1<<32-1 {
+		return engine.Entry{}, fmt.Errorf("%w: log entry header at %x", engine.ErrCorrupt, key)
+	}
+	e := engine.Entry{
+		Key:   engine.LogKey(binary.BigEndian.Uint64(key[1:])),
+		Index: binary.BigEndian.Uint32(key[9:]),
+		Count: uint32(count),
+		Value: append([]byte(nil), value[n:]...),
+	}
+	if e.Index >= e.Count {
+		return engine.Entry{}, fmt.Errorf("%w: log entry index %d of %d at %x", engine.ErrCorrupt, e.Index, e.Count, key)
+	}
+	return e, nil
+}
+
+// EncodeFloor and DecodeFloor store the truncation floor.
+func EncodeFloor(k engine.LogKey) []byte { return binary.BigEndian.AppendUint64(nil, uint64(k)) }
+
+// DecodeFloor decodes a stored truncation floor.
+func DecodeFloor(b []byte) (engine.LogKey, error) {
+	if len(b) != 8 {
+		return 0, fmt.Errorf("%w: truncation floor of %d bytes", engine.ErrCorrupt, len(b))
+	}
+	return engine.LogKey(binary.BigEndian.Uint64(b)), nil
+}
+
+// ScanStart returns the first log key a scan from (from, exclusive) wants.
+func ScanStart(from engine.LogKey, exclusive bool) engine.LogKey {
+	if exclusive {
+		return from + 1
+	}
+	return from
+}
+
+// CheckFloor reports ErrLogTruncated when a scan starting at start would
+// miss entries below floor.
+func CheckFloor(start, floor engine.LogKey) error {
+	if floor > 0 && start < floor {
+		return fmt.Errorf("%w: scan starts at %d, retained log starts at %d", engine.ErrLogTruncated, start, floor)
+	}
+	return nil
+}

@@ -1,0 +1,447 @@
+// Package pebble is Tidemark's embedded default engine, on
+// github.com/cockroachdb/pebble/v2. Importing it registers the engine as
+// "pebble".
+//
+// Log keys are per transaction: every entry of one commit carries the same
+// hybrid-logical-clock timestamp, assigned under the commit lock so that key
+// order, Pebble sequence-number order and visibility order agree.
+//
+// Durability: with SyncAlways a commit is applied through Pebble's commit
+// pipeline without waiting (ApplyNoSyncWait) and its handle completes after
+// the WAL sync that covers it, so concurrent submitters share fsyncs (group
+// commit); handles complete in commit order. SyncInterval applies without
+// sync and syncs the WAL every interval; SyncNone never syncs explicitly.
+// A commit is visible to readers as soon as it is applied, before its sync.
+package pebble
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
+)
+
+// Name is the registered engine name.
+const Name = "pebble"
+
+func init() {
+	engine.Register(Name, engine.Driver{
+		Open:        open,
+		Granularity: engine.PerTransaction,
+		Params: []engine.Param{
+			{Name: "cache_mb", Default: "64", Doc: "block cache size in MiB"},
+			{Name: "memtable_mb", Default: "64", Doc: "memtable size in MiB"},
+		},
+		Doc: "embedded LSM (cockroachdb/pebble v2); one log key per transaction; group commit through Pebble's commit pipeline",
+	})
+}
+
+// pendingCommit is an applied commit waiting for its WAL sync.
+type pendingCommit struct {
+	batch    *pebble.Batch
+	complete func(engine.Result, error)
+	res      engine.Result
+}
+
+// db is the engine. mu orders commits: a key is assigned and its batch
+// applied under mu, so log-key order is Pebble's sequence order. rw guards
+// the Pebble handle against reads racing Close.
+type db struct {
+	pdb   *pebble.DB
+	opts  engine.Options
+	hlc   *engine.HLC
+	cache *pebble.Cache
+	log   *slog.Logger
+
+	mu      sync.Mutex
+	closed  bool
+	pending chan pendingCommit // SyncAlways only; completed in order
+
+	rw      sync.RWMutex
+	rclosed bool
+	readers map[*snapshot]struct{}
+	floor   engine.LogKey // under rw
+
+	notifier  engine.Notifier
+	completer sync.WaitGroup
+	stop      chan struct{}
+}
+
+func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
+	if opts.Dir == "" {
+		return nil, fmt.Errorf("%w: pebble needs a data directory (Options.Dir)", engine.ErrInvalidOption)
+	}
+	cacheMB, err := intParam(opts, "cache_mb", 64)
+	if err != nil {
+		return nil, err
+	}
+	memMB, err := intParam(opts, "memtable_mb", 64)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("pebble: create %s: %w", opts.Dir, err)
+	}
+	cache := pebble.NewCache(int64(cacheMB) << 20)
+	popts := &pebble.Options{
+		Cache:        cache,
+		MemTableSize: uint64(memMB) << 20,
+		Logger:       slogLogger{opts.Log().With("engine", Name)},
+	}
+	pdb, err := pebble.Open(opts.Dir, popts)
+	if err != nil {
+		cache.Unref()
+		return nil, fmt.Errorf("pebble: open %s: %w", opts.Dir, err)
+	}
+	d := &db{
+		pdb:     pdb,
+		opts:    opts,
+		cache:   cache,
+		log:     opts.Log().With("engine", Name),
+		readers: map[*snapshot]struct{}{},
+		stop:    make(chan struct{}),
+	}
+	top, floor, err := d.recoverKeys()
+	if err != nil {
+		_ = pdb.Close()
+		cache.Unref()
+		return nil, err
+	}
+	d.floor = floor
+	// Never reissue a key at or below one on disk, whatever the clock says.
+	d.hlc = engine.NewHLC(opts.Clock, max(top, floor))
+	switch opts.Sync {
+	case engine.SyncAlways:
+		d.pending = make(chan pendingCommit, 4096)
+		d.completer.Add(1)
+		go d.complete()
+	case engine.SyncInterval:
+		d.completer.Add(1)
+		go d.syncEvery(opts.Interval())
+	}
+	return d, nil
+}
+
+// recoverKeys returns the highest log key on disk and the truncation floor.
+func (d *db) recoverKeys() (top, floor engine.LogKey, err error) {
+	if v, closer, gerr := d.pdb.Get(kvlog.MetaFloor); gerr == nil {
+		floor, err = kvlog.DecodeFloor(v)
+		closer.Close()
+		if err != nil {
+			return 0, 0, err
+		}
+	} else if !errors.Is(gerr, pebble.ErrNotFound) {
+		return 0, 0, fmt.Errorf("pebble: read truncation floor: %w", gerr)
+	}
+	it, err := d.pdb.NewIter(&pebble.IterOptions{LowerBound: []byte{kvlog.LogPrefix}, UpperBound: kvlog.LogUpper})
+	if err != nil {
+		return 0, 0, fmt.Errorf("pebble: recover log keys: %w", err)
+	}
+	defer it.Close()
+	if it.Last() {
+		e, err := kvlog.DecodeEntry(it.Key(), it.Value())
+		if err != nil {
+			return 0, 0, err
+		}
+		top = e.Key
+	}
+	return top, floor, it.Error()
+}
+
+func (d *db) Name() string                    { return Name }
+func (d *db) Granularity() engine.Granularity { return engine.PerTransaction }
+
+func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error) {
+	if err := b.Validate(); err != nil {
+		return nil, fmt.Errorf("pebble: submit: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("pebble: submit: %w", err)
+	}
+	pb := d.pdb.NewBatch()
+	for i := range b.Ops {
+		op := &b.Ops[i]
+		k := kvlog.DataKey(make([]byte, 0, len(op.Key)+1), op.Key)
+		if op.Kind == engine.OpPut {
+			_ = pb.Set(k, op.Value, nil)
+		} else {
+			_ = pb.Delete(k, nil)
+		}
+	}
+
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		_ = pb.Close()
+		return nil, fmt.Errorf("pebble: submit: %w", engine.ErrClosed)
+	}
+	if err := d.checkLocked(b.Checks); err != nil {
+		d.mu.Unlock()
+		_ = pb.Close()
+		return engine.Completed(engine.Result{}, err), nil
+	}
+	var res engine.Result
+	if n := len(b.Log); n > 0 {
+		k := d.hlc.Next()
+		res.Keys = make([]engine.LogKey, n)
+		for i, entry := range b.Log {
+			res.Keys[i] = k
+			_ = pb.Set(kvlog.LogKey(k, uint32(i)), kvlog.LogValue(uint32(n), entry), nil)
+		}
+	}
+	if d.opts.Sync != engine.SyncAlways {
+		err := d.pdb.Apply(pb, pebble.NoSync)
+		d.mu.Unlock()
+		_ = pb.Close()
+		if err != nil {
+			return engine.Completed(engine.Result{}, fmt.Errorf("pebble: apply: %w", err)), nil
+		}
+		d.notifier.Notify()
+		return engine.Completed(res, nil), nil
+	}
+	if err := d.pdb.ApplyNoSyncWait(pb, pebble.Sync); err != nil {
+		d.mu.Unlock()
+		_ = pb.Close()
+		return engine.Completed(engine.Result{}, fmt.Errorf("pebble: apply: %w", err)), nil
+	}
+	h, complete := engine.NewHandle()
+	// Queued under mu so the completer sees commits in apply order.
+	d.pending <- pendingCommit{batch: pb, complete: complete, res: res}
+	d.mu.Unlock()
+	return h, nil
+}
+
+// checkLocked evaluates a batch's checks against the latest applied state;
+// mu is held, so no commit can land between the check and the apply.
+func (d *db) checkLocked(checks []engine.Check) error {
+	var key []byte
+	for i := range checks {
+		c := &checks[i]
+		key = kvlog.DataKey(key, c.Key)
+		v, closer, err := d.pdb.Get(key)
+		switch {
+		case errors.Is(err, pebble.ErrNotFound):
+			if !c.Absent {
+				return fmt.Errorf("pebble: %w: key %q is absent", engine.ErrConflict, c.Key)
+			}
+		case err != nil:
+			return fmt.Errorf("pebble: check %q: %w", c.Key, err)
+		default:
+			ok := !c.Absent && bytes.Equal(v, c.Value)
+			closer.Close()
+			if !ok {
+				return fmt.Errorf("pebble: %w: key %q holds another value", engine.ErrConflict, c.Key)
+			}
+		}
+	}
+	return nil
+}
+
+// complete waits for each applied commit's sync, in apply order. Syncs are
+// sequential in the WAL, so waiting in order costs nothing and makes
+// completion order equal commit order.
+func (d *db) complete() {
+	defer d.completer.Done()
+	for p := range d.pending {
+		err := p.batch.SyncWait()
+		_ = p.batch.Close()
+		if err != nil {
+			p.complete(engine.Result{}, fmt.Errorf("pebble: sync: %w", err))
+			continue
+		}
+		p.complete(p.res, nil)
+		if len(p.res.Keys) > 0 && len(d.pending) == 0 {
+			d.notifier.Notify()
+		}
+	}
+	d.notifier.Notify()
+}
+
+func (d *db) syncEvery(every time.Duration) {
+	defer d.completer.Done()
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-d.stop:
+			return
+		case <-t.C:
+			if err := d.pdb.LogData(nil, pebble.Sync); err != nil {
+				d.log.Error("periodic WAL sync failed", "err", err)
+			}
+		}
+	}
+}
+
+func (d *db) Watch(ctx context.Context) <-chan struct{} { return d.notifier.Subscribe(ctx) }
+
+func (d *db) ScanLog(ctx context.Context, from engine.LogKey, exclusive bool, fn func(engine.Entry) bool) error {
+	start := kvlog.ScanStart(from, exclusive)
+	if exclusive && from == ^engine.LogKey(0) {
+		return nil
+	}
+	seek := kvlog.LogSeek(start)
+	first := true
+	// Read in pages without holding the lock while fn runs, so fn may call
+	// back into the engine.
+	for {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("pebble: scan log: %w", err)
+		}
+		page, next, err := d.readLogPage(seek, start, first)
+		if err != nil {
+			return err
+		}
+		first = false
+		for _, e := range page {
+			if !fn(e) {
+				return nil
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		seek = next
+	}
+}
+
+const scanPage = 256
+
+func (d *db) readLogPage(seek []byte, start engine.LogKey, checkFloor bool) ([]engine.Entry, []byte, error) {
+	d.rw.RLock()
+	defer d.rw.RUnlock()
+	if d.rclosed {
+		return nil, nil, fmt.Errorf("pebble: scan log: %w", engine.ErrClosed)
+	}
+	if checkFloor {
+		if err := kvlog.CheckFloor(start, d.floor); err != nil {
+			return nil, nil, err
+		}
+	}
+	it, err := d.pdb.NewIter(&pebble.IterOptions{LowerBound: seek, UpperBound: kvlog.LogUpper})
+	if err != nil {
+		return nil, nil, fmt.Errorf("pebble: scan log: %w", err)
+	}
+	defer it.Close()
+	page := make([]engine.Entry, 0, 16)
+	for ok := it.First(); ok; ok = it.Next() {
+		if len(page) == scanPage {
+			return page, append([]byte(nil), it.Key()...), nil
+		}
+		e, err := kvlog.DecodeEntry(it.Key(), it.Value())
+		if err != nil {
+			return nil, nil, err
+		}
+		page = append(page, e)
+	}
+	if err := it.Error(); err != nil {
+		return nil, nil, fmt.Errorf("pebble: scan log: %w", err)
+	}
+	return page, nil, nil
+}
+
+func (d *db) Truncate(ctx context.Context, below engine.LogKey) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("pebble: truncate: %w", err)
+	}
+	d.rw.Lock()
+	defer d.rw.Unlock()
+	if d.rclosed {
+		return fmt.Errorf("pebble: truncate: %w", engine.ErrClosed)
+	}
+	if below <= d.floor {
+		return nil
+	}
+	b := d.pdb.NewBatch()
+	defer b.Close()
+	_ = b.DeleteRange(kvlog.LogSeek(0), kvlog.LogSeek(below), nil)
+	_ = b.Set(kvlog.MetaFloor, kvlog.EncodeFloor(below), nil)
+	if err := d.pdb.Apply(b, pebble.Sync); err != nil {
+		return fmt.Errorf("pebble: truncate: %w", err)
+	}
+	d.floor = below
+	return nil
+}
+
+func (d *db) LogStats(ctx context.Context) (engine.LogStats, error) {
+	d.rw.RLock()
+	defer d.rw.RUnlock()
+	if d.rclosed {
+		return engine.LogStats{}, fmt.Errorf("pebble: log stats: %w", engine.ErrClosed)
+	}
+	st := engine.LogStats{Floor: d.floor}
+	it, err := d.pdb.NewIter(&pebble.IterOptions{LowerBound: []byte{kvlog.LogPrefix}, UpperBound: kvlog.LogUpper, KeyTypes: pebble.IterKeyTypePointsOnly})
+	if err != nil {
+		return st, fmt.Errorf("pebble: log stats: %w", err)
+	}
+	defer it.Close()
+	for ok := it.First(); ok; ok = it.Next() {
+		if st.Entries%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return st, fmt.Errorf("pebble: log stats: %w", err)
+			}
+		}
+		e, err := kvlog.DecodeEntry(it.Key(), it.Value())
+		if err != nil {
+			return st, err
+		}
+		if st.Entries == 0 {
+			st.First = e.Key
+		}
+		st.Last = e.Key
+		st.Entries++
+		st.Bytes += uint64(len(it.Key()) + len(it.Value()))
+	}
+	return st, it.Error()
+}
+
+func (d *db) Snapshot(ctx context.Context) (engine.Snapshot, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("pebble: snapshot: %w", err)
+	}
+	d.rw.Lock()
+	defer d.rw.Unlock()
+	if d.rclosed {
+		return nil, fmt.Errorf("pebble: snapshot: %w", engine.ErrClosed)
+	}
+	s := &snapshot{d: d, snap: d.pdb.NewSnapshot(), iters: map[*iterator]struct{}{}}
+	d.readers[s] = struct{}{}
+	return s, nil
+}
+
+func (d *db) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return fmt.Errorf("pebble: close: %w", engine.ErrClosed)
+	}
+	d.closed = true
+	if d.pending != nil {
+		close(d.pending)
+	}
+	close(d.stop)
+	d.mu.Unlock()
+	d.completer.Wait()
+	d.notifier.Close()
+
+	d.rw.Lock()
+	defer d.rw.Unlock()
+	d.rclosed = true
+	for s := range d.readers {
+		s.closeLocked()
+	}
+	err := d.pdb.Close()
+	d.cache.Unref()
+	if err != nil {
+		return fmt.Errorf("pebble: close: %w", err)
+	}
+	return nil
+}

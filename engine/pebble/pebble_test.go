@@ -1,0 +1,18 @@
+package pebble_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/tidemark-io/tidemark/conformance"
+	_ "github.com/tidemark-io/tidemark/engine/pebble"
+)
+
+func TestMain(m *testing.M) {
+	conformance.MaybeRunChild()
+	os.Exit(m.Run())
+}
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, conformance.Target{Engine: "pebble"})
+}

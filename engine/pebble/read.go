@@ -1,0 +1,169 @@
+package pebble
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
+)
+
+// snapshot wraps a Pebble snapshot. Every call holds the engine's read lock
+// so Close never pulls the Pebble handle from under it; after Close, calls
+// return ErrClosed instead of reaching Pebble.
+type snapshot struct {
+	d      *db
+	snap   *pebble.Snapshot
+	iters  map[*iterator]struct{}
+	closed bool
+}
+
+func (s *snapshot) Get(ctx context.Context, key []byte) ([]byte, error) {
+	if err := engine.ValidKey(key); err != nil {
+		return nil, fmt.Errorf("pebble: get: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("pebble: get: %w", err)
+	}
+	s.d.rw.RLock()
+	defer s.d.rw.RUnlock()
+	if s.closed {
+		return nil, fmt.Errorf("pebble: get: %w", engine.ErrClosed)
+	}
+	v, closer, err := s.snap.Get(kvlog.DataKey(nil, key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, fmt.Errorf("pebble: get %q: %w", key, engine.ErrNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pebble: get %q: %w", key, err)
+	}
+	out := append([]byte(nil), v...)
+	closer.Close()
+	return out, nil
+}
+
+func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (engine.Iterator, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("pebble: iter: %w", err)
+	}
+	s.d.rw.Lock()
+	defer s.d.rw.Unlock()
+	if s.closed {
+		return nil, fmt.Errorf("pebble: iter: %w", engine.ErrClosed)
+	}
+	it, err := s.snap.NewIter(&pebble.IterOptions{
+		LowerBound: kvlog.DataKey(nil, lower),
+		UpperBound: kvlog.DataUpper(upper),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("pebble: iter: %w", err)
+	}
+	w := &iterator{s: s, it: it}
+	s.iters[w] = struct{}{}
+	return w, nil
+}
+
+func (s *snapshot) Close() error {
+	s.d.rw.Lock()
+	defer s.d.rw.Unlock()
+	if s.closed {
+		return nil
+	}
+	delete(s.d.readers, s)
+	return s.closeLocked()
+}
+
+// closeLocked closes the snapshot and its iterators; rw is write-locked.
+func (s *snapshot) closeLocked() error {
+	s.closed = true
+	for it := range s.iters {
+		it.closeLocked()
+	}
+	return s.snap.Close()
+}
+
+type iterator struct {
+	s       *snapshot
+	it      *pebble.Iterator
+	started bool
+	closed  bool
+	err     error
+}
+
+func (w *iterator) Next() bool {
+	w.s.d.rw.RLock()
+	defer w.s.d.rw.RUnlock()
+	if w.closed {
+		if w.err == nil {
+			w.err = fmt.Errorf("pebble: iter: %w", engine.ErrClosed)
+		}
+		return false
+	}
+	if !w.started {
+		w.started = true
+		return w.it.First()
+	}
+	return w.it.Next()
+}
+
+func (w *iterator) Key() []byte   { return w.it.Key()[1:] }
+func (w *iterator) Value() []byte { return w.it.Value() }
+
+func (w *iterator) Err() error {
+	if w.err != nil {
+		return w.err
+	}
+	w.s.d.rw.RLock()
+	defer w.s.d.rw.RUnlock()
+	if w.closed {
+		return nil
+	}
+	return w.it.Error()
+}
+
+func (w *iterator) Close() error {
+	w.s.d.rw.Lock()
+	defer w.s.d.rw.Unlock()
+	if w.closed {
+		return nil
+	}
+	delete(w.s.iters, w)
+	return w.closeLocked()
+}
+
+func (w *iterator) closeLocked() error {
+	w.closed = true
+	return w.it.Close()
+}
+
+func intParam(opts engine.Options, name string, def int) (int, error) {
+	s, ok := opts.Params[name]
+	if !ok || s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%w: pebble parameter %s=%q: want a positive integer", engine.ErrInvalidOption, name, s)
+	}
+	return n, nil
+}
+
+// slogLogger routes Pebble's logs to slog; Pebble's info chatter goes to
+// debug level.
+type slogLogger struct{ l *slog.Logger }
+
+func (l slogLogger) Infof(format string, args ...any) {
+	l.l.Debug(fmt.Sprintf(format, args...))
+}
+func (l slogLogger) Errorf(format string, args ...any) {
+	l.l.Error(fmt.Sprintf(format, args...))
+}
+func (l slogLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	l.l.Error(msg)
+	panic("pebble: fatal: " + msg)
+}
