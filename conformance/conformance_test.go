@@ -1,0 +1,23 @@
+package conformance_test
+
+import (
+	"os"
+	"testing"
+
+	"github.com/tidemark-io/tidemark/conformance"
+	"github.com/tidemark-io/tidemark/engine"
+
+	// Every engine built into this binary runs the whole suite.
+	_ "github.com/tidemark-io/tidemark/engine/pebble"
+)
+
+func TestMain(m *testing.M) {
+	conformance.MaybeRunChild()
+	os.Exit(m.Run())
+}
+
+func TestConformance(t *testing.T) {
+	for _, name := range engine.Drivers() {
+		conformance.Run(t, conformance.Target{Engine: name})
+	}
+}
