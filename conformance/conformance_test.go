@@ -21,3 +21,11 @@ func TestConformance(t *testing.T) {
 		conformance.Run(t, conformance.Target{Engine: name})
 	}
 }
+
+// BenchmarkCommits measures synced commits on every engine in one run,
+// beside a raw fdatasync loop on the same disk.
+func BenchmarkCommits(b *testing.B) {
+	for _, name := range engine.Drivers() {
+		conformance.BenchmarkCommits(b, conformance.Target{Engine: name})
+	}
+}

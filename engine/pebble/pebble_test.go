@@ -16,3 +16,7 @@ func TestMain(m *testing.M) {
 func TestConformance(t *testing.T) {
 	conformance.Run(t, conformance.Target{Engine: "pebble"})
 }
+
+func BenchmarkCommits(b *testing.B) {
+	conformance.BenchmarkCommits(b, conformance.Target{Engine: "pebble"})
+}

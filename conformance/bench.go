@@ -1,0 +1,157 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tidemark-io/tidemark/engine"
+)
+
+// CommitLoad is one point of the commit benchmark.
+type CommitLoad struct {
+	Submitters int // concurrent goroutines, each waiting for its own commit
+	Writes     int // puts per commit, each with one log entry
+}
+
+// CommitLoads are the points the commit benchmark measures.
+var CommitLoads = []CommitLoad{
+	{1, 1}, {16, 1}, {64, 1},
+	{1, 1000}, {16, 1000}, {64, 1000},
+}
+
+// CommitStats is what one commit-benchmark point measured.
+type CommitStats struct {
+	Commits  int
+	Elapsed  time.Duration
+	P50, P99 time.Duration
+}
+
+// PerSecond is the commit rate.
+func (s CommitStats) PerSecond() float64 {
+	if s.Elapsed <= 0 {
+		return 0
+	}
+	return float64(s.Commits) / s.Elapsed.Seconds()
+}
+
+// RunCommits drives n synced commits of load at e from load.Submitters
+// goroutines (each waits for its commit before the next, as a client would)
+// and returns the rate and completion latencies. Values are 64 bytes.
+func RunCommits(e engine.Engine, load CommitLoad, n int) (CommitStats, error) {
+	val := make([]byte, 64)
+	for i := range val {
+		val[i] = byte('a' + i%26)
+	}
+	var next atomic.Int64
+	lat := make([][]time.Duration, load.Submitters)
+	errs := make(chan error, load.Submitters)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for s := 0; s < load.Submitters; s++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			keys := make([][]byte, load.Writes)
+			for j := range keys {
+				keys[j] = []byte(fmt.Sprintf("bench/%03d/%04d", s, j))
+			}
+			for next.Add(1) <= int64(n) {
+				b := &engine.Batch{Ops: make([]engine.Op, 0, load.Writes), Log: make([][]byte, 0, load.Writes)}
+				for _, k := range keys {
+					b.Put(k, val).Append(val)
+				}
+				t0 := time.Now()
+				if _, err := engine.Commit(context.Background(), e, b); err != nil {
+					errs <- err
+					return
+				}
+				lat[s] = append(lat[s], time.Since(t0))
+			}
+		}()
+	}
+	wg.Wait()
+	st := CommitStats{Elapsed: time.Since(start)}
+	close(errs)
+	if err := <-errs; err != nil {
+		return st, err
+	}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	st.Commits = len(all)
+	if len(all) > 0 {
+		st.P50 = all[len(all)/2]
+		st.P99 = all[min(len(all)-1, len(all)*99/100)]
+	}
+	return st, nil
+}
+
+// FsyncRate measures a raw append-and-fdatasync loop of 64-byte records in
+// dir for about d and returns syncs per second: the floor any synced engine
+// is measured against on the same disk.
+func FsyncRate(dir string, d time.Duration) (float64, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "fsync-probe"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	rec := make([]byte, 64)
+	n := 0
+	start := time.Now()
+	for time.Since(start) < d {
+		if _, err := f.Write(rec); err != nil {
+			return 0, err
+		}
+		if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+			return 0, err
+		}
+		n++
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+// BenchmarkCommits runs the commit benchmark for tg as sub-benchmarks
+// submitters=S/writes=W, reporting commits/s, p50/p99 completion latency and
+// the ratio to a raw fdatasync loop measured on the same disk in the same
+// run (x_fsync: 1.0 means one commit per fsync).
+func BenchmarkCommits(b *testing.B, tg Target) {
+	dir := b.TempDir()
+	fsync, err := FsyncRate(dir, 500*time.Millisecond)
+	if err != nil {
+		b.Fatalf("fsync probe: %v", err)
+	}
+	b.Run("raw_fdatasync", func(b *testing.B) {
+		r, err := FsyncRate(dir, 300*time.Millisecond)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(r, "syncs/s")
+	})
+	for _, load := range CommitLoads {
+		b.Run(fmt.Sprintf("%s/submitters=%d/writes=%d", tg.Engine, load.Submitters, load.Writes), func(b *testing.B) {
+			e, err := tg.TryOpen(b.Context(), b.TempDir())
+			if err != nil {
+				b.Fatalf("open: %v", err)
+			}
+			defer e.Close()
+			b.ResetTimer()
+			st, err := RunCommits(e, load, max(b.N, load.Submitters))
+			b.StopTimer()
+			if err != nil {
+				b.Fatalf("commits: %v", err)
+			}
+			b.ReportMetric(st.PerSecond(), "commits/s")
+			b.ReportMetric(st.PerSecond()*float64(load.Writes), "writes/s")
+			b.ReportMetric(float64(st.P99.Microseconds())/1000, "p99_ms")
+			b.ReportMetric(st.PerSecond()/fsync, "x_fsync")
+		})
+	}
+}
