@@ -1,0 +1,44 @@
+# Tidemark. `make run` starts the broker on the embedded default engine
+# (Pebble in ./data, MQTT on 127.0.0.1:1883); `make test` runs every test.
+
+GO        ?= go
+BIN       ?= bin/tidemark
+# Packages run under the race detector in `make test` (those whose suites fit
+# the time budget with it on); the rest run without it.
+RACE_PKGS ?= ./engine/... ./table/... ./mqtt/...
+FUZZTIME  ?= 30s
+
+.PHONY: build run test test-race test-all bench fuzz lint conformance clean
+
+build:
+	$(GO) build -o $(BIN) ./cmd/tidemark
+
+run:
+	$(GO) run ./cmd/tidemark serve
+
+test:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout 14m $(RACE_PKGS)
+	$(GO) test -count=1 -timeout 14m $$($(GO) list ./... | grep -v -e /engine -e /table -e /mqtt)
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 2s ./conformance/
+
+conformance: build
+	$(BIN) conformance
+
+fuzz:
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg 2>/dev/null | grep '^Fuzz'); do \
+	    echo "fuzz $$pkg $$f"; $(GO) test $$pkg -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; \
+	  done; \
+	done
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo 'gofmt needed'; exit 1)
+	$(GO) vet ./...
+	CGO_ENABLED=0 $(GO) build ./...
+	$(GO) build -tags nolmdb ./...
+
+clean:
+	rm -rf bin

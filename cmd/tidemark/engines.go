@@ -1,0 +1,73 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"github.com/tidemark-io/tidemark/engine"
+
+	// The engines compiled into the binary register themselves.
+	_ "github.com/tidemark-io/tidemark/engine/pebble"
+)
+
+// engineFlags are the engine options every command that opens an engine
+// takes, in one place.
+type engineFlags struct {
+	name         string
+	data         string
+	sync         string
+	syncInterval time.Duration
+	natsURL      string
+	replicas     int
+	params       []string
+}
+
+func (f *engineFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.name, "engine", envOr("TIDEMARK_ENGINE", "pebble"), "storage engine: "+strings.Join(engine.Drivers(), ", ")+" (env TIDEMARK_ENGINE)")
+	fs.StringVar(&f.data, "data", envOr("TIDEMARK_DATA", "./data"), "data directory (env TIDEMARK_DATA)")
+	fs.StringVar(&f.sync, "sync", envOr("TIDEMARK_SYNC", "always"), "durability: always, interval or none (env TIDEMARK_SYNC)")
+	fs.DurationVar(&f.syncInterval, "sync-interval", engine.DefaultSyncInterval, "sync period for --sync interval")
+	fs.StringVar(&f.natsURL, "nats-url", envOr("TIDEMARK_NATS_URL", ""), "jetstream engine: NATS server or cluster URL; empty starts an embedded server (env TIDEMARK_NATS_URL)")
+	fs.IntVar(&f.replicas, "replicas", 1, "jetstream engine: stream replicas (1, or 3 on a cluster)")
+	fs.StringSliceVar(&f.params, "engine-param", nil, "engine-specific parameter name=value (repeatable)")
+}
+
+// options validates the flags and returns engine options, naming the flag
+// and the allowed values on error.
+func (f *engineFlags) options() (engine.Options, error) {
+	if _, err := engine.Lookup(f.name); err != nil {
+		return engine.Options{}, fmt.Errorf("--engine %q: %w", f.name, err)
+	}
+	mode, err := engine.ParseSyncMode(f.sync)
+	if err != nil {
+		return engine.Options{}, fmt.Errorf("--sync: %w", err)
+	}
+	if f.syncInterval <= 0 {
+		return engine.Options{}, fmt.Errorf("--sync-interval %v: must be positive", f.syncInterval)
+	}
+	if f.data == "" {
+		return engine.Options{}, fmt.Errorf("--data: a data directory is required")
+	}
+	params := map[string]string{}
+	for _, p := range f.params {
+		k, v, ok := strings.Cut(p, "=")
+		if !ok || k == "" {
+			return engine.Options{}, fmt.Errorf("--engine-param %q: want name=value", p)
+		}
+		params[k] = v
+	}
+	if f.name == "jetstream" {
+		if f.natsURL != "" {
+			params["url"] = f.natsURL
+		}
+		if f.replicas != 1 {
+			params["replicas"] = strconv.Itoa(f.replicas)
+		}
+	} else if f.natsURL != "" || f.replicas != 1 {
+		return engine.Options{}, fmt.Errorf("--nats-url and --replicas apply only to --engine jetstream (got --engine %s)", f.name)
+	}
+	return engine.Options{Dir: f.data, Sync: mode, SyncInterval: f.syncInterval, Params: params}, nil
+}
