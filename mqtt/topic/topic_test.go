@@ -1,0 +1,130 @@
+package topic
+
+import "testing"
+
+func TestMatch(t *testing.T) {
+	cases := []struct {
+		filter, name string
+		want         bool
+	}{
+		{"sport/tennis/player1/#", "sport/tennis/player1", true},
+		{"sport/tennis/player1/#", "sport/tennis/player1/ranking", true},
+		{"sport/tennis/player1/#", "sport/tennis/player1/score/wimbledon", true},
+		{"sport/#", "sport", true},
+		{"#", "sport/tennis", true},
+		{"#", "/", true},
+		{"sport/tennis/+", "sport/tennis/player1", true},
+		{"sport/tennis/+", "sport/tennis/player1/ranking", false},
+		{"sport/+", "sport", false},
+		{"sport/+", "sport/", true},
+		{"+/+", "/finance", true},
+		{"/+", "/finance", true},
+		{"+", "/finance", false},
+		{"+", "finance", true},
+		{"a/b", "a/b", true},
+		{"a/b", "a/b/c", false},
+		{"a/b/c", "a/b", false},
+		{"a//b", "a//b", true},
+		{"a/+/b", "a//b", true},
+		{"#", "$SYS/uptime", false},
+		{"+/monitor/Clients", "$SYS/monitor/Clients", false},
+		{"$SYS/#", "$SYS/monitor/Clients", true},
+		{"$SYS/monitor/+", "$SYS/monitor/Clients", true},
+		{"Sport", "sport", false},
+	}
+	for _, c := range cases {
+		if got := Match(c.filter, c.name); got != c.want {
+			t.Errorf("Match(%q, %q) = %v, want %v", c.filter, c.name, got, c.want)
+		}
+	}
+}
+
+func TestValidFilter(t *testing.T) {
+	valid := []string{"#", "+", "a/#", "a/+/b", "+/+", "/", "a//b", "$share/g/a"}
+	invalid := []string{"", "a#", "a/#/b", "a/b#", "a+", "a/+b", "#/a", "a/#/#", "a\x00b"}
+	for _, f := range valid {
+		if !ValidFilter(f) {
+			t.Errorf("ValidFilter(%q) = false", f)
+		}
+	}
+	for _, f := range invalid {
+		if ValidFilter(f) {
+			t.Errorf("ValidFilter(%q) = true", f)
+		}
+	}
+	if ValidName("a/+") || ValidName("a/#") || ValidName("") || !ValidName("a/b") || !ValidName("/") {
+		t.Error("ValidName wrong")
+	}
+}
+
+func TestParseShared(t *testing.T) {
+	s, ok, err := ParseShared("$share/g1/a/+/c")
+	if !ok || err != nil || s.Group != "g1" || s.Filter != "a/+/c" {
+		t.Fatalf("ParseShared = %+v %v %v", s, ok, err)
+	}
+	for _, bad := range []string{"$share/", "$share//a", "$share/g", "$share/g+/a", "$share/g/a#", "$share"} {
+		if _, ok, err := ParseShared(bad); !ok || err == nil {
+			t.Errorf("ParseShared(%q): ok=%v err=%v, want a malformed shared filter", bad, ok, err)
+		}
+	}
+	if _, ok, _ := ParseShared("a/b"); ok {
+		t.Error("a/b parsed as shared")
+	}
+}
+
+func TestIndexMatchesLikeMatch(t *testing.T) {
+	filters := []string{"#", "+", "a/#", "a/+", "a/b", "+/b", "a/+/c", "$SYS/#", "+/+/+", "a", "/#", "a//c"}
+	names := []string{"a", "a/b", "a/b/c", "b/b", "$SYS/x", "$SYS", "/", "a//c", "x/y/z", ""}
+	var ix Index
+	for i, f := range filters {
+		ix.Add(Subscription{Client: f, Filter: f, QoS: byte(i % 3)})
+	}
+	for _, n := range names {
+		got := map[string]bool{}
+		ix.Match(n, func(s Subscription) {
+			if got[s.Client] {
+				t.Errorf("%q: %q matched twice", n, s.Client)
+			}
+			got[s.Client] = true
+		})
+		for _, f := range filters {
+			if want := Match(f, n); want != got[f] {
+				t.Errorf("index match of %q against %q = %v, Match says %v", n, f, got[f], want)
+			}
+		}
+	}
+}
+
+func TestIndexSharedRotatesAndRemoves(t *testing.T) {
+	var ix Index
+	for _, c := range []string{"c1", "c2", "c3"} {
+		ix.Add(Subscription{Client: c, Group: "g", Filter: "s/+"})
+	}
+	ix.Add(Subscription{Client: "plain", Filter: "s/#"})
+	counts := map[string]int{}
+	for i := 0; i < 30; i++ {
+		n := 0
+		ix.Match("s/1", func(s Subscription) {
+			counts[s.Client]++
+			n++
+		})
+		if n != 2 {
+			t.Fatalf("delivery %d reached %d subscriptions, want 2 (one plain, one of the group)", i, n)
+		}
+	}
+	if counts["plain"] != 30 || counts["c1"] != 10 || counts["c2"] != 10 || counts["c3"] != 10 {
+		t.Fatalf("uneven shared rotation: %v", counts)
+	}
+	if replaced := ix.Add(Subscription{Client: "c1", Group: "g", Filter: "s/+", QoS: 2}); !replaced {
+		t.Fatal("re-subscribing did not replace")
+	}
+	if !ix.Remove("c1", "g", "s/+") || ix.Remove("c1", "g", "s/+") {
+		t.Fatal("remove reported wrongly")
+	}
+	ix.RemoveClient("c2")
+	ix.RemoveClient("c3")
+	ix.RemoveClient("plain")
+	if len(ix.root.children) != 0 {
+		t.Fatalf("index not pruned: %v", ix.root.children)
+	}
+}
