@@ -1,0 +1,253 @@
+package badger
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
+)
+
+const (
+	// scanPage is how many entries ScanLog reads per read transaction.
+	scanPage = 256
+	// truncateBatch is how many log keys one truncation transaction
+	// deletes, keeping each far below Badger's transaction limits.
+	truncateBatch = 4096
+	// maxTruncate is the highest key Truncate accepts: truncating raises
+	// the clock to below, and the clock must keep room to count on.
+	maxTruncate = engine.LogKey(math.MaxUint64 >> 1)
+)
+
+var logPrefix = []byte{kvlog.LogPrefix}
+
+// logKeyOf decodes the log key of a stored log key.
+func logKeyOf(stored []byte) (engine.LogKey, error) {
+	if len(stored) != kvlog.LogKeyLen || stored[0] != kvlog.LogPrefix {
+		return 0, fmt.Errorf("%w: log key %x", engine.ErrCorrupt, stored)
+	}
+	return engine.LogKey(binary.BigEndian.Uint64(stored[1:])), nil
+}
+
+func (d *db) ScanLog(ctx context.Context, from engine.LogKey, exclusive bool, fn func(engine.Entry) bool) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("badger: scan log: %w", err)
+	}
+	if exclusive && from == ^engine.LogKey(0) {
+		return d.alive("scan log")
+	}
+	start := kvlog.ScanStart(from, exclusive)
+	seek := kvlog.LogSeek(start)
+	first := true
+	// Read in pages, each in its own read transaction, without holding a
+	// lock while fn runs, so fn may call back into the engine.
+	for {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("badger: scan log: %w", err)
+		}
+		page, next, err := d.readLogPage(seek, start, first)
+		if err != nil {
+			return err
+		}
+		first = false
+		for _, e := range page {
+			if !fn(e) {
+				return nil
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		seek = next
+	}
+}
+
+// alive reports ErrClosed once the engine closed.
+func (d *db) alive(what string) error {
+	d.rw.RLock()
+	defer d.rw.RUnlock()
+	if d.rclosed {
+		return fmt.Errorf("badger: %s: %w", what, engine.ErrClosed)
+	}
+	return nil
+}
+
+// readLogPage reads up to scanPage entries from seek and returns them with
+// the stored key to continue from (nil at the end of the log).
+func (d *db) readLogPage(seek []byte, start engine.LogKey, checkFloor bool) ([]engine.Entry, []byte, error) {
+	d.rw.RLock()
+	defer d.rw.RUnlock()
+	if d.rclosed {
+		return nil, nil, fmt.Errorf("badger: scan log: %w", engine.ErrClosed)
+	}
+	if checkFloor {
+		if err := kvlog.CheckFloor(start, engine.LogKey(d.floor.Load())); err != nil {
+			return nil, nil, err
+		}
+	}
+	txn := d.bdb.NewTransaction(false)
+	defer txn.Discard()
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: logPrefix})
+	defer it.Close()
+	page := make([]engine.Entry, 0, 16)
+	for it.Seek(seek); it.Valid(); it.Next() {
+		item := it.Item()
+		if len(page) == scanPage {
+			return page, item.KeyCopy(nil), nil
+		}
+		var e engine.Entry
+		var derr error
+		if err := item.Value(func(v []byte) error {
+			e, derr = kvlog.DecodeEntry(item.Key(), v)
+			return nil
+		}); err != nil {
+			return nil, nil, fmt.Errorf("badger: scan log: %w", err)
+		}
+		if derr != nil {
+			return nil, nil, derr
+		}
+		page = append(page, e)
+	}
+	return page, nil, nil
+}
+
+// Truncate raises the persisted floor to below, then deletes the log
+// entries under it in bounded transactions. Raising the floor first means
+// a crash part-way never exposes a log with a silent hole: scans below the
+// floor fail with ErrLogTruncated, and the next open finishes the deletes.
+func (d *db) Truncate(ctx context.Context, below engine.LogKey) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("badger: truncate: %w", err)
+	}
+	if err := d.alive("truncate"); err != nil {
+		return err
+	}
+	if below > maxTruncate {
+		return fmt.Errorf("%w: truncate below %d: above the highest key the engine can issue", engine.ErrInvalidOption, below)
+	}
+	d.truncateMu.Lock()
+	defer d.truncateMu.Unlock()
+	if below <= engine.LogKey(d.floor.Load()) {
+		return nil
+	}
+	// Later commits get keys at or above below, and the group being
+	// committed now, which may hold keys under it, lands before the
+	// deletes start.
+	d.hlc.Observe(below - 1)
+	d.groupMu.Lock()
+	d.groupMu.Unlock()
+
+	if err := d.setFloor(below); err != nil {
+		return err
+	}
+	return d.deleteLogBelow(ctx, below)
+}
+
+func (d *db) setFloor(below engine.LogKey) error {
+	d.rw.RLock()
+	defer d.rw.RUnlock()
+	if d.rclosed {
+		return fmt.Errorf("badger: truncate: %w", engine.ErrClosed)
+	}
+	txn := d.bdb.NewTransaction(true)
+	defer txn.Discard()
+	if err := txn.Set(kvlog.MetaFloor, kvlog.EncodeFloor(below)); err != nil {
+		return fmt.Errorf("badger: truncate: %w", err)
+	}
+	if err := txn.Commit(); err != nil {
+		return fmt.Errorf("badger: truncate: %w", err)
+	}
+	d.floor.Store(uint64(below))
+	return nil
+}
+
+// deleteLogBelow deletes every log entry with a key below below.
+func (d *db) deleteLogBelow(ctx context.Context, below engine.LogKey) error {
+	if below == 0 {
+		return nil
+	}
+	upper := kvlog.LogSeek(below)
+	for {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("badger: truncate: %w", err)
+		}
+		done, err := d.deleteLogBatch(upper)
+		if err != nil || done {
+			return err
+		}
+	}
+}
+
+// deleteLogBatch deletes up to truncateBatch log keys below upper and
+// reports whether none are left.
+func (d *db) deleteLogBatch(upper []byte) (bool, error) {
+	d.rw.RLock()
+	defer d.rw.RUnlock()
+	if d.rclosed {
+		return false, fmt.Errorf("badger: truncate: %w", engine.ErrClosed)
+	}
+	var keys [][]byte
+	rtxn := d.bdb.NewTransaction(false)
+	it := rtxn.NewIterator(badger.IteratorOptions{Prefix: logPrefix})
+	for it.Rewind(); it.Valid() && len(keys) < truncateBatch; it.Next() {
+		k := it.Item().Key()
+		if bytes.Compare(k, upper) >= 0 {
+			break
+		}
+		keys = append(keys, it.Item().KeyCopy(nil))
+	}
+	it.Close()
+	rtxn.Discard()
+	if len(keys) == 0 {
+		return true, nil
+	}
+	txn := d.bdb.NewTransaction(true)
+	defer txn.Discard()
+	for _, k := range keys {
+		if err := txn.Delete(k); err != nil {
+			return false, fmt.Errorf("badger: truncate: %w", err)
+		}
+	}
+	if err := txn.Commit(); err != nil {
+		return false, fmt.Errorf("badger: truncate: %w", err)
+	}
+	return len(keys) < truncateBatch, nil
+}
+
+// LogStats counts the retained log from the floor up. Bytes is Badger's
+// estimate of the stored keys and values, value-log values included.
+func (d *db) LogStats(ctx context.Context) (engine.LogStats, error) {
+	d.rw.RLock()
+	defer d.rw.RUnlock()
+	if d.rclosed {
+		return engine.LogStats{}, fmt.Errorf("badger: log stats: %w", engine.ErrClosed)
+	}
+	st := engine.LogStats{Floor: engine.LogKey(d.floor.Load())}
+	txn := d.bdb.NewTransaction(false)
+	defer txn.Discard()
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: logPrefix})
+	defer it.Close()
+	for it.Seek(kvlog.LogSeek(st.Floor)); it.Valid(); it.Next() {
+		if st.Entries%4096 == 0 {
+			if err := ctx.Err(); err != nil {
+				return st, fmt.Errorf("badger: log stats: %w", err)
+			}
+		}
+		item := it.Item()
+		k, err := logKeyOf(item.Key())
+		if err != nil {
+			return st, err
+		}
+		if st.Entries == 0 {
+			st.First = k
+		}
+		st.Last = k
+		st.Entries++
+		st.Bytes += uint64(item.EstimatedSize())
+	}
+	return st, nil
+}

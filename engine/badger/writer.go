@@ -1,0 +1,283 @@
+package badger
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
+)
+
+// pending is a submitted commit on its way through the writer. Submit
+// prepares the stored keys and values so the writer only assigns the log
+// key, checks and writes.
+type pending struct {
+	b        *engine.Batch
+	complete func(engine.Result, error)
+	data     [][]byte // stored key of each op
+	checks   [][]byte // stored key of each check
+	logVals  [][]byte // stored value of each log entry
+	size     int64    // Badger's size estimate of the commit's entries
+	count    int64    // number of Badger entries
+
+	res engine.Result
+	err error // set when the commit fails on its own (conflict, too big)
+}
+
+func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error) {
+	if err := b.Validate(); err != nil {
+		return nil, fmt.Errorf("badger: submit: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("badger: submit: %w", err)
+	}
+	p := d.prepare(b)
+	h, complete := engine.NewHandle()
+	p.complete = complete
+
+	d.gate.RLock()
+	defer d.gate.RUnlock()
+	if d.closed {
+		return nil, fmt.Errorf("badger: submit: %w", engine.ErrClosed)
+	}
+	select {
+	case d.queue <- p:
+		return h, nil
+	default:
+	}
+	// The queue is full: wait for room, or give up when ctx ends. Close
+	// waits for this send, which the writer's draining makes finite.
+	select {
+	case d.queue <- p:
+		return h, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("badger: submit: %w", ctx.Err())
+	}
+}
+
+func (d *db) prepare(b *engine.Batch) *pending {
+	p := &pending{b: b, data: make([][]byte, len(b.Ops)), checks: make([][]byte, len(b.Checks))}
+	for i := range b.Ops {
+		op := &b.Ops[i]
+		p.data[i] = kvlog.DataKey(make([]byte, 0, len(op.Key)+1), op.Key)
+		p.size += d.lim.entrySize(len(p.data[i]), len(op.Value))
+	}
+	for i := range b.Checks {
+		p.checks[i] = kvlog.DataKey(nil, b.Checks[i].Key)
+	}
+	if n := len(b.Log); n > 0 {
+		p.logVals = make([][]byte, n)
+		for i, e := range b.Log {
+			p.logVals[i] = kvlog.LogValue(uint32(n), e)
+			p.size += d.lim.entrySize(kvlog.LogKeyLen, len(p.logVals[i]))
+		}
+	}
+	p.count = int64(len(b.Ops) + len(b.Log))
+	return p
+}
+
+// writer drains the queue: it takes every commit waiting and commits them
+// as a group, until Close closes the queue and it is empty.
+func (d *db) writer() {
+	defer close(d.writerDone)
+	group := make([]*pending, 0, queueLen)
+	for p := range d.queue {
+		group = append(group[:0], p)
+	drain:
+		for len(group) < queueLen {
+			select {
+			case q, ok := <-d.queue:
+				if !ok {
+					break drain
+				}
+				group = append(group, q)
+			default:
+				break drain
+			}
+		}
+		d.commitGroup(group)
+		clear(group)
+	}
+}
+
+// commitGroup commits group in as few Badger transactions as its size
+// allows, completing handles in order as each transaction becomes durable.
+func (d *db) commitGroup(group []*pending) {
+	d.groupMu.Lock()
+	defer d.groupMu.Unlock()
+	for len(group) > 0 {
+		n, logged := d.commitSome(group)
+		if logged {
+			d.notifier.Notify()
+		}
+		group = group[n:]
+	}
+}
+
+// commitSome packs a prefix of group (at least one commit) into one Badger
+// transaction, commits it, completes the prefix's handles in order and
+// returns the prefix length and whether it appended log entries.
+func (d *db) commitSome(group []*pending) (n int, logged bool) {
+	txn := d.bdb.NewTransaction(true)
+	defer func() { txn.Discard() }()
+	size, count := int64(0), int64(1)
+	var failed *pending // a commit that broke off the group with an error of its own
+	for n < len(group) {
+		p := group[n]
+		if n > 0 && (size+p.size >= d.lim.size || count+p.count >= d.lim.count) {
+			break
+		}
+		err := d.apply(txn, p)
+		if err == nil {
+			size, count = size+p.size, count+p.count
+			n++
+			continue
+		}
+		// p's writes are partly in txn and Badger cannot take them back:
+		// rebuild the transaction from the commits before p.
+		txn.Discard()
+		if n == 0 {
+			if errors.Is(err, badger.ErrTxnTooBig) {
+				err = fmt.Errorf("badger: %w: the commit does not fit one Badger transaction (%v)", engine.ErrBatchTooLarge, err)
+			} else {
+				err = fmt.Errorf("badger: apply: %w", err)
+			}
+			p.complete(engine.Result{}, err)
+			return 1, false
+		}
+		p.res, p.err = engine.Result{}, nil
+		if !errors.Is(err, badger.ErrTxnTooBig) {
+			failed = p
+			failed.err = fmt.Errorf("badger: apply: %w", err)
+		}
+		// Otherwise the estimate let p in but Badger did not: p goes first
+		// in the next transaction and is checked again there.
+		txn = d.bdb.NewTransaction(true)
+		if rerr := d.replay(txn, group[:n]); rerr != nil {
+			d.fail(group[:n], rerr)
+			return d.completeFailed(n, failed), false
+		}
+		break
+	}
+	if err := txn.Commit(); err != nil {
+		d.fail(group[:n], fmt.Errorf("badger: commit: %w", err))
+		return d.completeFailed(n, failed), false
+	}
+	for _, p := range group[:n] {
+		if p.err != nil {
+			p.complete(engine.Result{}, p.err)
+			continue
+		}
+		p.complete(p.res, nil)
+		logged = logged || len(p.res.Keys) > 0
+	}
+	return d.completeFailed(n, failed), logged
+}
+
+// completeFailed completes the commit that broke off a group with an error
+// of its own, if any, after the n before it, and returns how many commits
+// of the group are done.
+func (d *db) completeFailed(n int, failed *pending) int {
+	if failed == nil {
+		return n
+	}
+	failed.complete(engine.Result{}, failed.err)
+	return n + 1
+}
+
+// fail completes every commit of ps with err.
+func (d *db) fail(ps []*pending, err error) {
+	for _, p := range ps {
+		p.complete(engine.Result{}, err)
+	}
+}
+
+// apply evaluates p's checks against txn (which holds the earlier commits
+// of the group) and, when they hold, assigns p's log key and writes p into
+// txn. A failed check or read is p's own outcome, recorded in p.err with
+// nothing written; the returned error means a write failed part-way.
+func (d *db) apply(txn *badger.Txn, p *pending) error {
+	for i := range p.b.Checks {
+		if err := check(txn, p.checks[i], &p.b.Checks[i]); err != nil {
+			p.err = err
+			return nil
+		}
+	}
+	if n := len(p.b.Log); n > 0 {
+		k := d.hlc.Next()
+		p.res.Keys = make([]engine.LogKey, n)
+		for i := range p.res.Keys {
+			p.res.Keys[i] = k
+		}
+	}
+	return write(txn, p)
+}
+
+// replay writes again the commits of ps whose checks held, after a
+// transaction had to be rebuilt; their checks and keys stand.
+func (d *db) replay(txn *badger.Txn, ps []*pending) error {
+	for _, p := range ps {
+		if p.err != nil {
+			continue
+		}
+		if err := write(txn, p); err != nil {
+			return fmt.Errorf("badger: rebuild transaction: %w", err)
+		}
+	}
+	return nil
+}
+
+func write(txn *badger.Txn, p *pending) error {
+	for i := range p.b.Ops {
+		op := &p.b.Ops[i]
+		var err error
+		if op.Kind == engine.OpPut {
+			err = txn.Set(p.data[i], op.Value)
+		} else {
+			err = txn.Delete(p.data[i])
+		}
+		if err != nil {
+			return err
+		}
+	}
+	if len(p.logVals) > 0 {
+		k := p.res.Keys[0]
+		for i, v := range p.logVals {
+			if err := txn.Set(kvlog.LogKey(k, uint32(i)), v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// check evaluates one check against txn.
+func check(txn *badger.Txn, key []byte, c *engine.Check) error {
+	item, err := txn.Get(key)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		if c.Absent {
+			return nil
+		}
+		return fmt.Errorf("badger: %w: key %q is absent", engine.ErrConflict, c.Key)
+	}
+	if err != nil {
+		return fmt.Errorf("badger: check %q: %w", c.Key, err)
+	}
+	if c.Absent {
+		return fmt.Errorf("badger: %w: key %q is present", engine.ErrConflict, c.Key)
+	}
+	equal := false
+	if err := item.Value(func(v []byte) error {
+		equal = bytes.Equal(v, c.Value)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("badger: check %q: %w", c.Key, err)
+	}
+	if !equal {
+		return fmt.Errorf("badger: %w: key %q holds another value", engine.ErrConflict, c.Key)
+	}
+	return nil
+}
