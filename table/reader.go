@@ -1,0 +1,328 @@
+package table
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"strings"
+
+	"github.com/tidemark-io/tidemark/engine"
+)
+
+// SubscribeOptions selects what a subscription or follower reads and from
+// where.
+type SubscribeOptions struct {
+	// Table is the table to read; empty reads every table.
+	Table string
+	// ID restricts the scope to one record; Prefix to the ids that start
+	// with it. At most one of them may be set, and only with Table.
+	ID, Prefix string
+	// Start is where to resume: entries Start covers are not delivered
+	// (resume is exclusive). The zero Cursor starts at the beginning of
+	// the retained log; db.Head() starts at the present.
+	Start Cursor
+	// Inclusive also delivers the entries carrying Start.Key.
+	Inclusive bool
+	// IncludeSuperseded delivers every version in log order. When false
+	// (the "latest state" mode), a put or delete is delivered only if it
+	// is still the record's current version; skipped entries still count
+	// as handled. Durable consumers that must see every write (MQTT QoS >=
+	// 1 sessions) set it.
+	IncludeSuperseded bool
+	// Composite lets the cursor and checkpoint stop inside a log key
+	// (Cursor.Next > 0), so a resume re-sends nothing already handled even
+	// when a transaction was cut short on an engine whose commits share
+	// one key. When false the cursor moves only to complete keys, and a
+	// resume re-sends the handled part of the last partial transaction.
+	Composite bool
+	// YieldEvery is how many entries the reader reads between yields
+	// (default 100). At a yield it lets other goroutines run, re-opens its
+	// engine scan (so truncation and new commits are seen) and stops if
+	// the subscription was closed.
+	YieldEvery int
+	// Buffer is the number of delivered but unreceived events a
+	// Subscription holds before the reader waits for the consumer
+	// (default 100). Follow ignores it.
+	Buffer int
+	// Filter, when set, drops events it returns false for; dropped events
+	// count as handled.
+	Filter func(Event) bool
+	// Hooks observe the reader; they exist for fault injection and
+	// instrumentation and run on the reader's goroutine.
+	Hooks Hooks
+}
+
+// Hooks are called by a subscription's reader at its stop points. A hook
+// may close the subscription; the reader then stops at that point, as it
+// would for a close that happened to land there.
+type Hooks struct {
+	// Yield is called at each yield with the number of entries read so
+	// far, before the reader checks whether it was stopped.
+	Yield func(read uint64)
+	// Blocked is called when a delivery must wait because the consumer's
+	// buffer is full, before the reader waits.
+	Blocked func()
+	// Live is called each time the reader has read every entry of the log
+	// and starts waiting for new ones.
+	Live func()
+}
+
+// Event is one delivered change-log entry.
+type Event struct {
+	Table, ID string
+	Op        Op
+	// Value is the written value or message payload; it is shared with
+	// other subscribers and must not be modified.
+	Value   []byte
+	Version Version
+	// Key, Index and Count place the entry in the log: entry Index of the
+	// Count entries that carry Key.
+	Key          engine.LogKey
+	Index, Count uint32
+
+	sub *Subscription
+	seq uint64
+}
+
+// Cursor returns the position just after e: a resume from it starts with
+// the entry after e.
+func (e Event) Cursor() Cursor {
+	if e.Index+1 >= e.Count {
+		return Cursor{Key: e.Key}
+	}
+	return Cursor{Key: e.Key, Next: e.Index + 1}
+}
+
+func (o *SubscribeOptions) normalize() error {
+	if o.YieldEvery <= 0 {
+		o.YieldEvery = 100
+	}
+	if o.Buffer <= 0 {
+		o.Buffer = 100
+	}
+	if o.Table == "" {
+		if o.ID != "" || o.Prefix != "" {
+			return fmt.Errorf("%w: an id or prefix scope needs a table: %w", ErrInvalidName, engine.ErrInvalidOption)
+		}
+		return nil
+	}
+	if o.ID != "" && o.Prefix != "" {
+		return fmt.Errorf("table: subscribe: set ID or Prefix, not both: %w", engine.ErrInvalidOption)
+	}
+	if o.ID != "" {
+		return validID(o.Table, o.ID)
+	}
+	return validTable(o.Table)
+}
+
+// errStopped ends a reader whose context ended.
+var errStopped = errors.New("table: reader stopped")
+
+// reader is the one replay-and-follow loop behind Subscribe and Follow.
+//
+// Cursor rule: cur is the handled frontier. It moves to key K only after
+// the entry with K's last index was read and every entry of the table
+// carrying K was delivered or deliberately skipped (out of scope, filtered,
+// superseded, a mark); other tables' entries alone never move it. In
+// Composite mode it also moves inside K, right after each handled entry.
+// Every early return (failed delivery, stop at a yield, stop while waiting
+// for the consumer, cancelled context, error) leaves cur where it was, so a
+// resume from cur never skips an entry that was not handled.
+type reader struct {
+	db *DB
+	o  SubscribeOptions
+
+	pos        pos    // last entry read
+	cur        Cursor // handled frontier
+	keyIn      bool   // an in-table entry carries pos.key
+	sinceYield int
+	read       uint64
+	snap       engine.Snapshot
+
+	advanced func(Cursor) // called when cur moves
+}
+
+func newReader(db *DB, o SubscribeOptions) *reader {
+	r := &reader{db: db, o: o, cur: o.Start, pos: o.Start.pos()}
+	if o.Inclusive && o.Start.Key > 0 {
+		r.cur = Cursor{Key: o.Start.Key - 1}
+		r.pos = r.cur.pos()
+	}
+	return r
+}
+
+// run reads until ctx ends or deliver fails; it returns errStopped when
+// ctx ended, deliver's error, or the error that made it stop.
+func (r *reader) run(ctx context.Context, deliver func(Event) error) error {
+	defer r.closeSnap()
+	for {
+		if ctx.Err() != nil {
+			return errStopped
+		}
+		limit := r.o.YieldEvery - r.sinceYield
+		batch, covered, changed := r.db.tail.after(r.pos, limit)
+		if !covered {
+			var err error
+			batch, err = scanFrom(ctx, r.db.e, r.pos, limit)
+			switch {
+			case ctx.Err() != nil:
+				return errStopped
+			case errors.Is(err, engine.ErrLogTruncated):
+				return fmt.Errorf("%w: resume from %s: %w", ErrHistoryUnavailable, r.pos.cursor(), err)
+			case err != nil:
+				return fmt.Errorf("table: read log after %s: %w", r.pos.cursor(), err)
+			}
+			if len(batch) == 0 && r.db.tail.isDead() {
+				return ErrClosed
+			}
+		}
+		if len(batch) == 0 {
+			if h := r.o.Hooks.Live; h != nil {
+				h()
+			}
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				return errStopped
+			}
+			continue
+		}
+		if err := r.process(ctx, batch, deliver); err != nil {
+			return err
+		}
+	}
+}
+
+func (r *reader) process(ctx context.Context, batch []*logEntry, deliver func(Event) error) error {
+	defer r.closeSnap()
+	for _, e := range batch {
+		if err := r.handle(ctx, e, deliver); err != nil {
+			return err
+		}
+		r.read++
+		if r.sinceYield++; r.sinceYield >= r.o.YieldEvery {
+			r.sinceYield = 0
+			if h := r.o.Hooks.Yield; h != nil {
+				h(r.read)
+			}
+			runtime.Gosched()
+			if ctx.Err() != nil {
+				return errStopped
+			}
+		}
+	}
+	return nil
+}
+
+// handle processes one entry; pos and cur move only when it was handled.
+func (r *reader) handle(ctx context.Context, e *logEntry, deliver func(Event) error) error {
+	if e.err != nil {
+		return e.err
+	}
+	if e.pos.key != r.pos.key {
+		r.keyIn = false
+	}
+	in := r.o.Table == "" || e.table == r.o.Table
+	if in {
+		if err := r.offer(ctx, e, deliver); err != nil {
+			return err
+		}
+	}
+	r.pos = e.pos
+	if !in {
+		if e.last() && r.keyIn && !r.o.Composite {
+			r.move(Cursor{Key: e.pos.key})
+		}
+		return nil
+	}
+	r.keyIn = true
+	switch {
+	case r.o.Composite:
+		r.move(e.pos.cursorAfter(e.count))
+	case e.last():
+		r.move(Cursor{Key: e.pos.key})
+	}
+	return nil
+}
+
+// offer delivers an in-table entry unless it is out of scope, filtered or
+// superseded.
+func (r *reader) offer(ctx context.Context, e *logEntry, deliver func(Event) error) error {
+	switch e.op {
+	case OpReload:
+		return fmt.Errorf("%w: rows of table %q were bulk-loaded without history at log key %d", ErrHistoryUnavailable, e.table, e.pos.key)
+	case OpMark:
+		return nil
+	}
+	if r.o.ID != "" && e.id != r.o.ID || r.o.Prefix != "" && !strings.HasPrefix(e.id, r.o.Prefix) {
+		return nil
+	}
+	ev := Event{Table: e.table, ID: e.id, Op: e.op, Value: e.value, Version: e.version, Key: e.pos.key, Index: e.pos.idx, Count: e.count}
+	if r.o.Filter != nil && !r.o.Filter(ev) {
+		return nil
+	}
+	if !r.o.IncludeSuperseded && (e.op == OpPut || e.op == OpDelete) {
+		cur, ok, err := r.current(ctx, e)
+		if err != nil {
+			return err
+		}
+		if ok {
+			if cur.Version != e.version {
+				return nil
+			}
+			ev.Value = cur.Value
+		}
+	}
+	return deliver(ev)
+}
+
+// current reads the record e wrote from a snapshot taken after e was
+// read, so it reflects e or a later write.
+func (r *reader) current(ctx context.Context, e *logEntry) (Record, bool, error) {
+	if r.snap == nil {
+		s, err := r.db.e.Snapshot(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return Record{}, false, errStopped
+			}
+			return Record{}, false, fmt.Errorf("table: read current version: %w", err)
+		}
+		r.snap = s
+	}
+	b, err := r.snap.Get(ctx, dataKey(kindRecord, e.table, e.id))
+	switch {
+	case errors.Is(err, engine.ErrNotFound):
+		return Record{}, false, nil
+	case err != nil:
+		if ctx.Err() != nil {
+			return Record{}, false, errStopped
+		}
+		return Record{}, false, fmt.Errorf("table: read current version of %s/%q: %w", e.table, e.id, err)
+	}
+	rec, err := decodeRecord(e.table, e.id, b)
+	return rec, err == nil, err
+}
+
+func (r *reader) closeSnap() {
+	if r.snap != nil {
+		_ = r.snap.Close()
+		r.snap = nil
+	}
+}
+
+func (r *reader) move(c Cursor) {
+	r.cur = c
+	if r.advanced != nil {
+		r.advanced(c)
+	}
+}
+
+// cursorAfter is the cursor just after the entry at p of a key with count
+// entries.
+func (p pos) cursorAfter(count uint32) Cursor {
+	if p.idx+1 >= count {
+		return Cursor{Key: p.key}
+	}
+	return Cursor{Key: p.key, Next: p.idx + 1}
+}

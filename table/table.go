@@ -1,0 +1,336 @@
+// Package table is Tidemark's record layer: named tables of versioned
+// records over any engine, atomic transactions across tables, and a change
+// log that subscribers replay and follow.
+//
+// Every write appends one entry (table, id, version, op, value) to the
+// engine's change log in the same atomic commit as the record change, so
+// the log is the complete history of the records. Subscribe replays that
+// log from a Cursor and then follows it live, with no gap and no duplicate
+// at the switch. The cursor a subscription reports never passes an entry it
+// did not hand over: it moves to a log key only once every entry of the
+// subscribed table carrying that key was delivered or deliberately skipped,
+// so a resume after any early stop re-sends at most the partial
+// transaction and never loses one. The checkpoint a durable consumer
+// persists is stronger still: it moves only over acknowledged events.
+//
+// The layer never branches on which engine it runs on; where engines
+// differ (one log key per transaction or per record) it relies only on
+// engine.Entry's Index and Count to know when a key is complete.
+package table
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/tidemark-io/tidemark/engine"
+)
+
+// Sentinel errors of the table layer. Errors wrap one of them, and where
+// the cause is an engine condition, the engine sentinel as well.
+var (
+	// ErrNotFound reports a record that does not exist or is deleted. It
+	// also wraps engine.ErrNotFound.
+	ErrNotFound = errors.New("table: record not found")
+	// ErrInvalidName reports a table name or id the layer cannot store:
+	// empty, too long for the engine's key limit (see MaxIDLen), or a
+	// table name with a NUL byte.
+	ErrInvalidName = errors.New("table: invalid table name or id")
+	// ErrHistoryUnavailable reports a subscription that cannot deliver the
+	// history it was asked for without loss: the log was truncated above
+	// its start (wrapping engine.ErrLogTruncated), or rows were bulk-loaded
+	// without history inside the range.
+	ErrHistoryUnavailable = errors.New("table: history unavailable")
+	// ErrTxDone reports use of a transaction after Submit or Commit.
+	ErrTxDone = errors.New("table: transaction already submitted")
+	// ErrBadCursor reports a cursor encoding that does not decode.
+	ErrBadCursor = errors.New("table: bad cursor")
+	// ErrClosed reports use of a closed DB; it wraps engine.ErrClosed.
+	ErrClosed = fmt.Errorf("table: closed: %w", engine.ErrClosed)
+)
+
+// Version is a record's logical write time: a hybrid-logical-clock
+// timestamp assigned to the writing transaction. Versions a DB assigns
+// increase with the order of its commits, also across restarts; they are
+// not log keys.
+type Version uint64
+
+// Time returns the wall time the version was issued at, to the
+// millisecond.
+func (v Version) Time() time.Time { return engine.LogKey(v).Time() }
+
+// Op is the kind of a change-log entry.
+type Op uint8
+
+const (
+	// OpPut sets a record's value.
+	OpPut Op = iota + 1
+	// OpDelete deletes a record, leaving a tombstone with its version.
+	OpDelete
+	// OpMessage is a message published under an id without changing the
+	// record (the MQTT message log is made of these).
+	OpMessage
+	// OpReload marks rows of the table written by Tx.Load without
+	// history; a subscription whose range holds one fails with
+	// ErrHistoryUnavailable instead of silently missing them.
+	OpReload
+	// OpMark is a control entry: it occupies a log position and changes no
+	// record; subscribers skip it.
+	OpMark
+)
+
+func (o Op) String() string {
+	switch o {
+	case OpPut:
+		return "put"
+	case OpDelete:
+		return "delete"
+	case OpMessage:
+		return "message"
+	case OpReload:
+		return "reload"
+	case OpMark:
+		return "mark"
+	}
+	return fmt.Sprintf("Op(%d)", uint8(o))
+}
+
+// Record is the current state of one id in one table.
+type Record struct {
+	Table, ID string
+	// Value is nil for a deleted record.
+	Value []byte
+	// Version is the version of the write that produced this state.
+	Version Version
+	// Deleted marks a tombstone.
+	Deleted bool
+}
+
+// Options configures Open.
+type Options struct {
+	// Clock is the wall clock versions derive from; time.Now when nil.
+	Clock func() time.Time
+	// Logger receives the layer's logs; slog.Default() when nil.
+	Logger *slog.Logger
+	// TailWindow is the number of recent log entries kept decoded in memory
+	// for live subscribers (default 4096). A subscriber further behind
+	// reads the engine's log instead.
+	TailWindow int
+}
+
+// DB is a set of tables over one engine. It does not own the engine:
+// Close stops the DB, the caller closes the engine. All methods are safe
+// for concurrent use.
+type DB struct {
+	e   engine.Engine
+	log *slog.Logger
+	hlc *engine.HLC
+
+	// mu orders version assignment with engine submission, so a record's
+	// versions increase in log order.
+	mu     sync.Mutex
+	closed bool
+
+	tail   *tail
+	ctx    context.Context // ends when the DB closes
+	cancel context.CancelFunc
+	subs   sync.WaitGroup
+}
+
+// Open opens the tables stored in e. It finds the log head and the highest
+// version written so far, and seeds the version clock above both, so
+// versions stay monotonic across restarts even when the clock went back.
+func Open(ctx context.Context, e engine.Engine, opts Options) (*DB, error) {
+	if e == nil {
+		return nil, fmt.Errorf("table: open: nil engine: %w", engine.ErrInvalidOption)
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	window := opts.TailWindow
+	if window <= 0 {
+		window = 4096
+	}
+	var maxVer Version
+	var hint engine.LogKey
+	v, err := engine.Get(ctx, e, metaHead)
+	switch {
+	case err == nil:
+		if maxVer, hint, err = decodeHead(v); err != nil {
+			return nil, err
+		}
+	case !errors.Is(err, engine.ErrNotFound):
+		return nil, fmt.Errorf("table: open: %w", err)
+	}
+	head, err := findHead(ctx, e, hint)
+	if err != nil {
+		return nil, fmt.Errorf("table: open: %w", err)
+	}
+	db := &DB{e: e, log: logger.With("layer", "table")}
+	db.hlc = engine.NewHLC(opts.Clock, engine.LogKey(max(uint64(maxVer), uint64(head.key))))
+	tctx, cancel := context.WithCancel(context.Background())
+	db.ctx, db.cancel = tctx, cancel
+	db.tail = newTail(db, head, window)
+	go db.tail.run(tctx)
+	return db, nil
+}
+
+// findHead returns the position of the last entry in the log, scanning
+// forward from hint (a key known to be at or below the head).
+func findHead(ctx context.Context, e engine.Engine, hint engine.LogKey) (pos, error) {
+	head := pos{key: hint, idx: wholeKey}
+	scan := func(from engine.LogKey) error {
+		return e.ScanLog(ctx, from, false, func(en engine.Entry) bool {
+			head = pos{key: en.Key, idx: en.Index}
+			if en.Last() {
+				head.idx = wholeKey
+			}
+			return true
+		})
+	}
+	err := scan(hint)
+	if errors.Is(err, engine.ErrLogTruncated) {
+		st, serr := e.LogStats(ctx)
+		if serr != nil {
+			return pos{}, serr
+		}
+		head = pos{key: st.Floor, idx: wholeKey}
+		err = scan(st.Floor)
+	}
+	return head, err
+}
+
+// Engine returns the engine the DB stores in.
+func (db *DB) Engine() engine.Engine { return db.e }
+
+// Close stops every subscription and follower of the DB and waits for
+// them. It does not close the engine.
+func (db *DB) Close() error {
+	db.mu.Lock()
+	if db.closed {
+		db.mu.Unlock()
+		return ErrClosed
+	}
+	db.closed = true
+	db.mu.Unlock()
+	db.cancel()
+	<-db.tail.stopped
+	db.subs.Wait()
+	return nil
+}
+
+// Get returns the record table/id. A record never written, or deleted,
+// yields an error wrapping ErrNotFound; for a deleted record the returned
+// Record still carries the tombstone's version with Deleted set.
+func (db *DB) Get(ctx context.Context, table, id string) (Record, error) {
+	if err := validID(table, id); err != nil {
+		return Record{}, err
+	}
+	b, err := engine.Get(ctx, db.e, dataKey(kindRecord, table, id))
+	if errors.Is(err, engine.ErrNotFound) {
+		return Record{Table: table, ID: id}, fmt.Errorf("%w: %s/%q: %w", ErrNotFound, table, id, err)
+	}
+	if err != nil {
+		return Record{}, fmt.Errorf("table: get %s/%q: %w", table, id, err)
+	}
+	r, err := decodeRecord(table, id, b)
+	if err != nil {
+		return Record{}, err
+	}
+	if r.Deleted {
+		return r, fmt.Errorf("%w: %s/%q deleted at version %d: %w", ErrNotFound, table, id, r.Version, engine.ErrNotFound)
+	}
+	return r, nil
+}
+
+// Range calls fn for each live record of table whose id starts with
+// idPrefix, in id byte order, from one consistent snapshot, until fn
+// returns false. Deleted records are skipped.
+func (db *DB) Range(ctx context.Context, table, idPrefix string, fn func(Record) bool) error {
+	if err := validTable(table); err != nil {
+		return err
+	}
+	snap, err := db.e.Snapshot(ctx)
+	if err != nil {
+		return fmt.Errorf("table: range %s: %w", table, err)
+	}
+	defer snap.Close()
+	lower, upper := prefixBounds(table, idPrefix)
+	it, err := snap.Iter(ctx, lower, upper)
+	if err != nil {
+		return fmt.Errorf("table: range %s: %w", table, err)
+	}
+	defer it.Close()
+	skip := keyOverhead + len(table) - 1
+	for n := 0; it.Next(); n++ {
+		if n%256 == 255 {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("table: range %s: %w", table, err)
+			}
+		}
+		k := it.Key()
+		if len(k) < skip+1 {
+			return fmt.Errorf("table: range %s: key %x: %w", table, k, engine.ErrCorrupt)
+		}
+		r, err := decodeRecord(table, string(k[skip+1:]), it.Value())
+		if err != nil {
+			return err
+		}
+		if r.Deleted {
+			continue
+		}
+		if !fn(r) {
+			return nil
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("table: range %s: %w", table, err)
+	}
+	return nil
+}
+
+// Head returns the cursor at the current end of the log: a subscription
+// started from it delivers exactly the entries committed after Head
+// returned (and any whose commit was not yet visible). A durable consumer
+// that subscribes for the first time persists Head before acknowledging
+// the subscription.
+func (db *DB) Head(ctx context.Context) (Cursor, error) {
+	from := db.tail.headPos()
+	p, err := findHead(ctx, db.e, from.key)
+	if err != nil {
+		return Cursor{}, fmt.Errorf("table: head: %w", err)
+	}
+	if p.less(from) {
+		p = from
+	}
+	return p.cursor(), nil
+}
+
+// LogStats describes the retained change log.
+func (db *DB) LogStats(ctx context.Context) (engine.LogStats, error) {
+	st, err := db.e.LogStats(ctx)
+	if err != nil {
+		return st, fmt.Errorf("table: log stats: %w", err)
+	}
+	return st, nil
+}
+
+// TruncateBelow removes the log entries that c covers entirely, keeping
+// everything a resume from c still needs. Call it with the lowest
+// checkpoint of all durable consumers; a consumer whose checkpoint is
+// below the truncation then fails with ErrHistoryUnavailable instead of
+// missing entries.
+func (db *DB) TruncateBelow(ctx context.Context, c Cursor) error {
+	below := c.Key
+	if c.Next == 0 {
+		below++
+	}
+	if err := db.e.Truncate(ctx, below); err != nil {
+		return fmt.Errorf("table: truncate below %s: %w", c, err)
+	}
+	return nil
+}

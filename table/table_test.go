@@ -1,0 +1,153 @@
+package table_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidemark-io/tidemark/engine"
+	_ "github.com/tidemark-io/tidemark/engine/pebble"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// engineName is the engine the unit tests run on; every engine runs the
+// layer's cross-engine cases in the conformance suite.
+func engineName() string {
+	if n := os.Getenv("TIDEMARK_TABLE_ENGINE"); n != "" {
+		return n
+	}
+	return "pebble"
+}
+
+func openDB(t testing.TB, mods ...func(*engine.Options)) (*table.DB, engine.Engine) {
+	t.Helper()
+	opts := engine.Options{Dir: t.TempDir(), Sync: engine.SyncNone}
+	for _, m := range mods {
+		m(&opts)
+	}
+	e, err := engine.Open(context.Background(), engineName(), opts)
+	if err != nil {
+		t.Fatalf("open engine: %v", err)
+	}
+	db, err := table.Open(context.Background(), e, table.Options{Clock: opts.Clock})
+	if err != nil {
+		t.Fatalf("open table db: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = db.Close()
+		_ = e.Close()
+	})
+	return db, e
+}
+
+func put(t testing.TB, db *table.DB, tbl string, kv ...string) table.Version {
+	t.Helper()
+	tx := db.Begin()
+	for i := 0; i+1 < len(kv); i += 2 {
+		if err := tx.Put(tbl, kv[i], []byte(kv[i+1])); err != nil {
+			t.Fatalf("put: %v", err)
+		}
+	}
+	if err := tx.Commit(context.Background()); err != nil {
+		t.Fatalf("commit: %v", err)
+	}
+	return tx.Version()
+}
+
+func recv(t testing.TB, s *table.Subscription, n int) []table.Event {
+	t.Helper()
+	var out []table.Event
+	timeout := time.After(10 * time.Second)
+	for len(out) < n {
+		select {
+		case ev, ok := <-s.Events():
+			if !ok {
+				t.Fatalf("subscription ended after %d of %d events: %v", len(out), n, s.Err())
+			}
+			out = append(out, ev)
+		case <-timeout:
+			t.Fatalf("timed out after %d of %d events", len(out), n)
+		}
+	}
+	return out
+}
+
+func ids(evs []table.Event) string {
+	var b []string
+	for _, e := range evs {
+		b = append(b, e.ID)
+	}
+	return strings.Join(b, ",")
+}
+
+func TestGetRangeDelete(t *testing.T) {
+	db, _ := openDB(t)
+	ctx := context.Background()
+	v1 := put(t, db, "t", "a", "1", "b", "2", "c", "3")
+	put(t, db, "u", "a", "x")
+	r, err := db.Get(ctx, "t", "b")
+	if err != nil || string(r.Value) != "2" || r.Version != v1 {
+		t.Fatalf("get b = %+v, %v", r, err)
+	}
+	tx := db.Begin()
+	_ = tx.Delete("t", "b")
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err = db.Get(ctx, "t", "b")
+	if !errors.Is(err, table.ErrNotFound) || !errors.Is(err, engine.ErrNotFound) || !r.Deleted || r.Version <= v1 {
+		t.Fatalf("get deleted b = %+v, %v", r, err)
+	}
+	var got []string
+	if err := db.Range(ctx, "t", "", func(r table.Record) bool { got = append(got, r.ID+"="+string(r.Value)); return true }); err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != "[a=1 c=3]" {
+		t.Fatalf("range = %v", got)
+	}
+}
+
+func TestSubscribeReplayLiveAck(t *testing.T) {
+	db, _ := openDB(t)
+	ctx := context.Background()
+	put(t, db, "t", "a", "1", "b", "2")
+	put(t, db, "u", "z", "1")
+	put(t, db, "t", "c", "3")
+	s, err := db.Subscribe(ctx, table.SubscribeOptions{Table: "t", IncludeSuperseded: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	evs := recv(t, s, 3)
+	if ids(evs) != "a,b,c" {
+		t.Fatalf("replay = %s", ids(evs))
+	}
+	put(t, db, "t", "d", "4")
+	evs = append(evs, recv(t, s, 1)...)
+	if evs[3].ID != "d" {
+		t.Fatalf("live = %s", evs[3].ID)
+	}
+	if c := s.Checkpoint(); c != (table.Cursor{}) {
+		t.Fatalf("checkpoint before acks = %v", c)
+	}
+	_ = s.Ack(evs[0])
+	if c := s.Checkpoint(); c != (table.Cursor{}) {
+		t.Fatalf("checkpoint after acking half a transaction = %v", c)
+	}
+	_ = s.Ack(evs[1])
+	if c := s.Checkpoint(); c.Key != evs[1].Key {
+		t.Fatalf("checkpoint after acking the transaction = %v, want %d", c, evs[1].Key)
+	}
+	_ = s.Ack(evs[3])
+	if c := s.Checkpoint(); c.Key != evs[1].Key {
+		t.Fatalf("checkpoint with c unacked = %v", c)
+	}
+	_ = s.Ack(evs[2])
+	if c := s.Checkpoint(); c.Key != evs[3].Key {
+		t.Fatalf("checkpoint after all acks = %v, want %d", c, evs[3].Key)
+	}
+}

@@ -1,0 +1,179 @@
+package table
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/tidemark-io/tidemark/engine"
+)
+
+// tail is the DB's one follower of the engine's log. It reads each new
+// entry once, decodes it, and keeps the most recent window of entries in
+// memory; every subscription and follower that has caught up reads from
+// that window instead of scanning the engine, so a thousand live
+// subscribers cost one log scan, not a thousand.
+//
+// The window is contiguous: it holds every entry after floor up to head,
+// in log order. A reader positioned at or after floor therefore finds all
+// entries after its position in the window, which is what makes the
+// switch from replay to live free of gaps and duplicates: there is no
+// listener to register and no side buffer to reconcile, only one ordered
+// sequence read from two places.
+type tail struct {
+	db     *DB
+	window int
+
+	mu      sync.RWMutex
+	entries []*logEntry
+	floor   pos // position just before entries[0]
+	head    pos // position of the last entry read
+	changed chan struct{}
+	dead    bool
+
+	stopped chan struct{}
+}
+
+func newTail(db *DB, head pos, window int) *tail {
+	return &tail{db: db, window: window, floor: head, head: head, changed: make(chan struct{}), stopped: make(chan struct{})}
+}
+
+func (t *tail) isDead() bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.dead
+}
+
+func (t *tail) headPos() pos {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.head
+}
+
+// after returns up to max window entries after p. covered is false when
+// the window does not reach back to p (or the tail stopped): the reader
+// must scan the engine. changed is closed when new entries arrive.
+func (t *tail) after(p pos, max int) (batch []*logEntry, covered bool, changed <-chan struct{}) {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	if t.dead || p.less(t.floor) {
+		return nil, false, t.changed
+	}
+	i := sort.Search(len(t.entries), func(i int) bool { return p.less(t.entries[i].pos) })
+	j := min(len(t.entries), i+max)
+	// Entries are appended past len and the slice is replaced when
+	// trimmed, so this sub-slice is never written again.
+	return t.entries[i:j:j], true, t.changed
+}
+
+func (t *tail) publish(batch []*logEntry) {
+	if len(batch) == 0 {
+		return
+	}
+	t.mu.Lock()
+	t.entries = append(t.entries, batch...)
+	t.head = batch[len(batch)-1].pos
+	if batch[len(batch)-1].last() {
+		t.head.idx = wholeKey
+	}
+	if n := len(t.entries); n > 2*t.window {
+		keep := make([]*logEntry, t.window, 2*t.window)
+		copy(keep, t.entries[n-t.window:])
+		t.floor = t.entries[n-t.window-1].pos
+		t.entries = keep
+	}
+	close(t.changed)
+	t.changed = make(chan struct{})
+	t.mu.Unlock()
+}
+
+// reset empties the window at p, after the log was truncated past the
+// tail: readers before p then scan and see the truncation themselves.
+func (t *tail) reset(p pos) {
+	t.mu.Lock()
+	t.entries = nil
+	t.floor, t.head = p, p
+	close(t.changed)
+	t.changed = make(chan struct{})
+	t.mu.Unlock()
+}
+
+func (t *tail) stop() {
+	t.mu.Lock()
+	t.dead = true
+	close(t.changed)
+	t.changed = make(chan struct{})
+	t.mu.Unlock()
+}
+
+func (t *tail) run(ctx context.Context) {
+	defer close(t.stopped)
+	defer t.stop()
+	watch := t.db.e.Watch(ctx)
+	backoff := 10 * time.Millisecond
+	for {
+		err := t.readAll(ctx)
+		switch {
+		case err == nil:
+			backoff = 10 * time.Millisecond
+		case ctx.Err() != nil || errors.Is(err, engine.ErrClosed):
+			return
+		case errors.Is(err, engine.ErrLogTruncated):
+			st, serr := t.db.e.LogStats(ctx)
+			if serr == nil {
+				t.db.log.Warn("log truncated past the live tail; readers behind it will fail", "floor", st.Floor)
+				t.reset(pos{key: st.Floor, idx: wholeKey})
+				continue
+			}
+			err = serr
+			fallthrough
+		default:
+			t.db.log.Error("reading the change log failed; retrying", "err", err, "backoff", backoff)
+			select {
+			case <-time.After(backoff):
+			case <-ctx.Done():
+				return
+			}
+			backoff = min(2*backoff, time.Second)
+			continue
+		}
+		select {
+		case _, ok := <-watch:
+			if !ok {
+				return
+			}
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// readAll reads every entry after head and publishes it in batches.
+func (t *tail) readAll(ctx context.Context) error {
+	for {
+		batch, err := scanFrom(ctx, t.db.e, t.headPos(), 512)
+		if err != nil {
+			return err
+		}
+		if len(batch) == 0 {
+			return nil
+		}
+		t.publish(batch)
+	}
+}
+
+// scanFrom reads up to max entries after p from the engine's log.
+func scanFrom(ctx context.Context, e engine.Engine, p pos, max int) ([]*logEntry, error) {
+	var out []*logEntry
+	exclusive := p.idx == wholeKey
+	err := e.ScanLog(ctx, p.key, exclusive, func(en engine.Entry) bool {
+		if !exclusive && en.Key == p.key && en.Index <= p.idx {
+			return true
+		}
+		out = append(out, decodeEntry(en))
+		return len(out) < max
+	})
+	return out, err
+}
