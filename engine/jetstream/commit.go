@@ -1,0 +1,378 @@
+package jetstream
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
+	"github.com/tidemark-io/tidemark/engine"
+)
+
+// JetStream API error codes the committer acts on.
+const (
+	errCodeWrongLastSeq         = 10071 // an expected last subject sequence did not hold
+	errCodeWrongLastSeqConstant = 10164 // the subject was busy in another batch
+	errCodeBatchIncomplete      = 10176
+	errCodeBatchTooLarge        = 10199
+	errCodeTooManyInflight      = 10210
+)
+
+// msgOverhead bounds the subject and headers of one message.
+const msgOverhead = 2048
+
+// pending is one submitted commit.
+type pending struct {
+	b        *engine.Batch
+	complete func(engine.Result, error)
+	msgs     int // most messages the commit can need
+	bytes    int
+	res      engine.Result
+	err      error
+	done     bool
+}
+
+func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error) {
+	if err := b.Validate(); err != nil {
+		return nil, fmt.Errorf("jetstream: submit: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("jetstream: submit: %w", err)
+	}
+	size := 0
+	for i := range b.Ops {
+		if n := len(b.Ops[i].Value) + msgOverhead; n > d.maxMessage {
+			return nil, fmt.Errorf("jetstream: submit: op %d: %w: the server takes messages of %d bytes", i, engine.ErrValueTooLarge, d.maxMessage)
+		}
+		size += len(b.Ops[i].Value) + msgOverhead
+	}
+	for i, e := range b.Log {
+		if n := len(e) + msgOverhead; n > d.maxMessage {
+			return nil, fmt.Errorf("jetstream: submit: log entry %d: %w: the server takes messages of %d bytes", i, engine.ErrValueTooLarge, d.maxMessage)
+		}
+		size += len(e) + msgOverhead
+	}
+	p := &pending{b: b, msgs: b.Len(), bytes: size}
+	h, complete := engine.NewHandle()
+	p.complete = complete
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil, fmt.Errorf("jetstream: submit: %w", engine.ErrClosed)
+	}
+	d.queue = append(d.queue, p)
+	d.mu.Unlock()
+	d.signal()
+	return h, nil
+}
+
+func (d *db) signal() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// maxGroupBytes bounds the payload of one gathered batch; a single larger
+// commit still goes alone.
+const maxGroupBytes = 48 << 20
+
+// committer is the only publisher of commits: it takes every queued commit
+// that fits one atomic batch, publishes it, and completes the handles in
+// submission order before it takes the next group, so log keys follow
+// submission order even when a group must be retried.
+func (d *db) committer() {
+	defer close(d.committerDone)
+	for {
+		d.mu.Lock()
+		if len(d.queue) == 0 {
+			closed := d.closed
+			d.mu.Unlock()
+			if closed {
+				return
+			}
+			<-d.wake
+			continue
+		}
+		n, msgs, size := 0, 0, 0
+		for _, p := range d.queue {
+			if n > 0 && (msgs+p.msgs > d.maxBatch || size+p.bytes > maxGroupBytes) {
+				break
+			}
+			n++
+			msgs += p.msgs
+			size += p.bytes
+		}
+		group := d.queue[:n:n]
+		d.queue = d.queue[n:]
+		d.mu.Unlock()
+		d.commitGroup(group)
+	}
+}
+
+// commitGroup publishes group as one atomic batch (or several, when the
+// server's batch limit turns out lower) and completes every handle.
+func (d *db) commitGroup(group []*pending) {
+	d.view.beginInflight()
+	d.publishGroup(group, 0)
+	for _, p := range group {
+		if p.err != nil {
+			p.complete(engine.Result{}, p.err)
+		} else {
+			p.complete(p.res, nil)
+		}
+	}
+	if d.view.endInflight() {
+		d.notifier.Notify()
+	}
+}
+
+// publishGroup settles every commit of group: it sets res or err on each.
+// attempt counts server-side conflicts the local index did not predict.
+func (d *db) publishGroup(group []*pending, attempt int) {
+	live := group[:0:0]
+	for _, p := range group {
+		if !p.done {
+			live = append(live, p)
+		}
+	}
+	if len(live) == 0 {
+		return
+	}
+	if total := sumMsgs(live); total > d.maxBatch {
+		if len(live) == 1 {
+			settle(live[0], engine.Result{}, fmt.Errorf("jetstream: commit: %w: %d messages, the server takes %d per atomic batch", engine.ErrBatchTooLarge, total, d.maxBatch))
+			return
+		}
+		half := len(live) / 2
+		d.publishGroup(live[:half], 0)
+		d.publishGroup(live[half:], 0)
+		return
+	}
+	ix, _, closed := d.view.state()
+	if closed {
+		for _, p := range live {
+			settle(p, engine.Result{}, fmt.Errorf("jetstream: commit: %w", engine.ErrClosed))
+		}
+		return
+	}
+	pl := d.plan(live, ix)
+	if len(pl.msgs) == 0 {
+		for _, p := range pl.commits {
+			settle(p, engine.Result{}, nil)
+		}
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	ack, err := jetstreamext.PublishMsgBatch(ctx, d.js, pl.msgs, jetstreamext.BatchFlowControl{AckFirst: false})
+	if err == nil && ack.BatchSize != uint64(len(pl.msgs)) {
+		err = fmt.Errorf("jetstream: batch acknowledged %d messages of %d", ack.BatchSize, len(pl.msgs))
+	}
+	if err != nil {
+		d.publishFailed(ctx, live, pl, attempt, err)
+		return
+	}
+	first := ack.Sequence - uint64(len(pl.msgs)) + 1
+	if err := d.waitApplied(ctx, ack.Sequence); err != nil {
+		// The batch is durable; only this node's index lags. Say so and
+		// complete: the consumer applies it when it can.
+		d.log.Warn("committed batch not yet in the local index", "seq", ack.Sequence, "err", err)
+	}
+	for i, p := range pl.commits {
+		keys := make([]engine.LogKey, len(p.b.Log))
+		for j := range keys {
+			keys[j] = engine.LogKey(first + uint64(pl.logAt[i]+j))
+		}
+		settle(p, engine.Result{Keys: keys}, nil)
+	}
+}
+
+func (d *db) publishFailed(ctx context.Context, live []*pending, pl plan, attempt int, err error) {
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) {
+		for _, p := range live {
+			settle(p, engine.Result{}, fmt.Errorf("jetstream: publish batch: %w", err))
+		}
+		return
+	}
+	switch apiErr.ErrorCode {
+	case errCodeWrongLastSeq, errCodeWrongLastSeqConstant:
+		// Another node changed a checked key. Nothing applied: catch up
+		// and decide again, so only commits whose checks fail now get
+		// ErrConflict. After a few surprises, go one commit at a time so
+		// the conflict is pinned on the commit that caused it.
+		if err := d.catchUp(ctx); err != nil {
+			d.log.Warn("catching up after a conflict", "err", err)
+		}
+		if len(live) == 1 && attempt >= 3 {
+			settle(live[0], engine.Result{}, fmt.Errorf("jetstream: commit: %w: %s", engine.ErrConflict, apiErr.Description))
+			return
+		}
+		if attempt >= 3 {
+			for _, p := range live {
+				d.publishGroup([]*pending{p}, 0)
+			}
+			return
+		}
+		if apiErr.ErrorCode == errCodeWrongLastSeqConstant {
+			time.Sleep(time.Duration(attempt+1) * 5 * time.Millisecond)
+		}
+		d.publishGroup(live, attempt+1)
+	case errCodeBatchTooLarge:
+		if limit := parseLimit(apiErr.Description); limit > 0 && limit < d.maxBatch {
+			d.log.Info("server limits atomic batches", "messages", limit)
+			d.maxBatch = limit
+		} else if d.maxBatch > 1 {
+			d.maxBatch /= 2
+		}
+		d.publishGroup(live, attempt)
+	case errCodeTooManyInflight, errCodeBatchIncomplete:
+		if attempt >= 5 {
+			for _, p := range live {
+				settle(p, engine.Result{}, fmt.Errorf("jetstream: publish batch: %w", err))
+			}
+			return
+		}
+		time.Sleep(time.Duration(attempt+1) * 20 * time.Millisecond)
+		d.publishGroup(live, attempt+1)
+	default:
+		for _, p := range live {
+			settle(p, engine.Result{}, fmt.Errorf("jetstream: publish batch: %w", err))
+		}
+	}
+}
+
+var limitRE = regexp.MustCompile(`(\d+)\s*$`)
+
+func parseLimit(desc string) int {
+	m := limitRE.FindStringSubmatch(desc)
+	if m == nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(m[1])
+	return n
+}
+
+func settle(p *pending, res engine.Result, err error) {
+	p.res, p.err, p.done = res, err, true
+}
+
+func sumMsgs(ps []*pending) int {
+	n := 0
+	for _, p := range ps {
+		n += p.msgs
+	}
+	return n
+}
+
+// plan is one atomic batch: the data messages (the last write of each key,
+// carrying the key's expected sequence when a commit checked it), carriers
+// for expectations on keys nobody in the batch writes, then each commit's
+// log entries in submission order.
+type plan struct {
+	msgs    []*nats.Msg
+	commits []*pending // commits in the batch, in order
+	logAt   []int      // index in msgs of each commit's first log entry
+}
+
+type overlayEntry struct {
+	val     []byte
+	deleted bool
+}
+
+// plan evaluates each commit's checks against ix plus the writes of the
+// commits before it in the group; a commit whose check fails is settled
+// with ErrConflict and left out. A check on a key an earlier commit of the
+// group wrote needs no expectation: the batch is atomic, so that write is
+// what the commit will see.
+func (d *db) plan(group []*pending, ix index) plan {
+	overlay := map[string]overlayEntry{}
+	var written []string
+	expect := map[string]uint64{}
+	var expectOrder []string
+	var pl plan
+	for _, p := range group {
+		var mine []string
+		ok := true
+		for _, c := range p.b.Checks {
+			k := string(c.Key)
+			var cur []byte
+			present := false
+			if ov, in := overlay[k]; in {
+				cur, present = ov.val, !ov.deleted
+			} else {
+				v, found := ix.get(k)
+				cur, present = v.val, found && !v.deleted
+				if _, had := expect[k]; !had {
+					expect[k] = v.seq
+					mine = append(mine, k)
+				}
+			}
+			if c.Absent == present || (!c.Absent && !bytes.Equal(cur, c.Value)) {
+				what := "is absent"
+				if present {
+					what = "holds another value"
+				}
+				ok = false
+				for _, k := range mine {
+					delete(expect, k)
+				}
+				settle(p, engine.Result{}, fmt.Errorf("jetstream: %w: key %q %s", engine.ErrConflict, c.Key, what))
+				break
+			}
+		}
+		if !ok {
+			continue
+		}
+		expectOrder = append(expectOrder, mine...)
+		for _, op := range p.b.Ops {
+			k := string(op.Key)
+			if _, in := overlay[k]; !in {
+				written = append(written, k)
+			}
+			overlay[k] = overlayEntry{val: op.Value, deleted: op.Kind == engine.OpDelete}
+		}
+		pl.commits = append(pl.commits, p)
+	}
+	for _, k := range written {
+		ov := overlay[k]
+		m := &nats.Msg{Subject: d.dataSubject([]byte(k)), Header: nats.Header{}}
+		if ov.deleted {
+			m.Header.Set(hdrOp, "del")
+		} else {
+			m.Data = ov.val
+		}
+		if seq, ok := expect[k]; ok {
+			m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(seq, 10))
+			delete(expect, k)
+		}
+		pl.msgs = append(pl.msgs, m)
+	}
+	for _, k := range expectOrder {
+		seq, ok := expect[k]
+		if !ok {
+			continue
+		}
+		m := &nats.Msg{Subject: d.checkSubj, Header: nats.Header{}}
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, strconv.FormatUint(seq, 10))
+		m.Header.Set(jetstream.ExpectedLastSubjSeqSubjHeader, d.dataSubject([]byte(k)))
+		pl.msgs = append(pl.msgs, m)
+	}
+	for _, p := range pl.commits {
+		pl.logAt = append(pl.logAt, len(pl.msgs))
+		for _, e := range p.b.Log {
+			pl.msgs = append(pl.msgs, &nats.Msg{Subject: d.logSubj, Header: nats.Header{}, Data: e})
+		}
+	}
+	if n := len(pl.msgs); n > 0 {
+		pl.msgs[n-1].Header.Set(hdrEnd, "1")
+	}
+	return pl
+}

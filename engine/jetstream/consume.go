@@ -1,0 +1,227 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/tidemark-io/tidemark/engine"
+)
+
+// view is the engine's picture of the stream, built by the index consumer.
+// Readers and the committer take the published fields under mu; the work
+// fields belong to the consumer's callback goroutine, which publishes them
+// only at batch boundaries so nobody sees part of a commit.
+type view struct {
+	mu       sync.Mutex
+	ix       index
+	applied  uint64        // highest stream sequence in ix
+	floor    uint64        // truncation floor
+	floorSeq uint64        // sequence of the latest floor message
+	logTop   uint64        // highest log entry sequence seen
+	changed  chan struct{} // closed and replaced at each publish
+	caught   chan struct{} // closed once the consumer reached the stream's end
+	isCaught bool
+	closed   bool
+	// inflight is set while the committer awaits a batch of its own:
+	// the committer then signals Watch itself, after completing the
+	// handles, so a watcher never hears of a commit before its handle.
+	inflight      bool
+	pendingNotify bool
+
+	work                    index
+	workSeq, workLogTop     uint64
+	workFloor, workFloorSeq uint64
+	workLog                 bool
+}
+
+func (v *view) init() {
+	v.ix = newIndex()
+	v.work = v.ix
+	v.changed = make(chan struct{})
+	v.caught = make(chan struct{})
+}
+
+func (v *view) close() {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.closed = true
+	close(v.changed)
+	v.changed = make(chan struct{})
+}
+
+// state returns the published index and its sequence.
+func (v *view) state() (index, uint64, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.ix, v.applied, v.closed
+}
+
+func (v *view) floorNow() (floor, floorSeq, logTop uint64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.floor, v.floorSeq, v.logTop
+}
+
+// raiseFloor records a floor this engine just persisted, before the
+// consumer delivers its message.
+func (v *view) raiseFloor(f uint64) {
+	v.mu.Lock()
+	v.floor = max(v.floor, f)
+	v.mu.Unlock()
+}
+
+func (d *db) startConsumer(ctx context.Context) error {
+	info, err := d.st.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("jetstream: stream info: %w", err)
+	}
+	cons, err := d.st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{d.name + ".>"},
+		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	})
+	if err != nil {
+		return fmt.Errorf("jetstream: index consumer: %w", err)
+	}
+	cc, err := cons.Consume(d.onMsg, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+		d.log.Debug("index consumer", "err", err)
+	}))
+	if err != nil {
+		return fmt.Errorf("jetstream: index consumer: %w", err)
+	}
+	d.consumer = cc
+	v := &d.view
+	if info.State.Msgs == 0 {
+		return nil
+	}
+	for {
+		v.mu.Lock()
+		done := v.isCaught || v.applied >= info.State.LastSeq
+		ch := v.changed
+		v.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("jetstream: loading index: %w", ctx.Err())
+		}
+	}
+}
+
+// onMsg applies one stream message to the work index and publishes at the
+// end of each commit batch, or when nothing more is pending.
+func (d *db) onMsg(m jetstream.Msg) {
+	md, err := m.Metadata()
+	if err != nil {
+		d.log.Error("index consumer: message without metadata", "err", err)
+		return
+	}
+	v := &d.view
+	seq := md.Sequence.Stream
+	subj := m.Subject()
+	h := m.Headers()
+	switch {
+	case strings.HasPrefix(subj, d.dataPrefix):
+		key, err := hex.DecodeString(subj[len(d.dataPrefix):])
+		if err != nil || len(key) == 0 {
+			d.log.Error("index consumer: undecodable data subject", "subject", subj, "seq", seq)
+			break
+		}
+		v.work = v.work.with(string(key), version{seq: seq, val: m.Data(), deleted: h.Get(hdrOp) == "del"})
+	case subj == d.logSubj:
+		v.workLog = true
+		v.workLogTop = seq
+	case subj == d.floorSubj:
+		f, err := strconv.ParseUint(string(m.Data()), 10, 64)
+		if err != nil {
+			d.log.Error("index consumer: undecodable truncation floor", "seq", seq, "err", err)
+			break
+		}
+		v.workFloor = max(v.workFloor, f)
+		v.workFloorSeq = seq
+	}
+	v.workSeq = seq
+	if h.Get(hdrEnd) == "" && h.Get("Nats-Batch-Id") != "" && md.NumPending > 0 {
+		return
+	}
+	v.mu.Lock()
+	v.ix = v.work
+	v.applied = v.workSeq
+	v.floor = max(v.floor, v.workFloor)
+	v.floorSeq = max(v.floorSeq, v.workFloorSeq)
+	v.logTop = max(v.logTop, v.workLogTop)
+	notify := v.workLog && !v.inflight
+	if v.workLog && v.inflight {
+		v.pendingNotify = true
+	}
+	v.workLog = false
+	if md.NumPending == 0 && !v.isCaught {
+		v.isCaught = true
+		close(v.caught)
+	}
+	close(v.changed)
+	v.changed = make(chan struct{})
+	v.mu.Unlock()
+	if notify {
+		d.notifier.Notify()
+	}
+}
+
+// waitApplied blocks until the index includes stream sequence seq.
+func (d *db) waitApplied(ctx context.Context, seq uint64) error {
+	v := &d.view
+	for {
+		v.mu.Lock()
+		ok, closed, ch := v.applied >= seq, v.closed, v.changed
+		v.mu.Unlock()
+		if ok {
+			return nil
+		}
+		if closed {
+			return engine.ErrClosed
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// catchUp waits until the index includes everything the stream held when
+// it was called.
+func (d *db) catchUp(ctx context.Context) error {
+	info, err := d.st.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("jetstream: stream info: %w", err)
+	}
+	if info.State.Msgs == 0 {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return d.waitApplied(wctx, info.State.LastSeq)
+}
+
+// beginInflight and endInflight bracket a batch of the committer's own.
+func (v *view) beginInflight() {
+	v.mu.Lock()
+	v.inflight = true
+	v.mu.Unlock()
+}
+
+func (v *view) endInflight() (notify bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.inflight = false
+	notify = v.pendingNotify
+	v.pendingNotify = false
+	return notify
+}

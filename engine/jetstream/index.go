@@ -1,0 +1,116 @@
+package jetstream
+
+import "hash/maphash"
+
+// version is the latest message of one data subject: the value it stored
+// (or a delete marker) and its stream sequence, which a commit that checks
+// the key sends as its expected last subject sequence.
+type version struct {
+	seq     uint64
+	val     []byte
+	deleted bool
+}
+
+// node is a node of an immutable treap keyed by user key. Updates copy the
+// path they change and leave every older root intact, so a snapshot is a
+// root pointer: readers never lock and never see a later commit.
+type node struct {
+	key         string
+	v           version
+	prio        uint64
+	left, right *node
+}
+
+// index is an ordered map from key to version built from immutable treap
+// roots. The zero value is empty.
+type index struct {
+	root *node
+	seed maphash.Seed
+}
+
+func newIndex() index { return index{seed: maphash.MakeSeed()} }
+
+// with returns the index with key set to v; ix itself is unchanged.
+func (ix index) with(key string, v version) index {
+	ix.root = insert(ix.root, key, v, maphash.String(ix.seed, key))
+	return ix
+}
+
+func insert(n *node, key string, v version, prio uint64) *node {
+	if n == nil {
+		return &node{key: key, v: v, prio: prio}
+	}
+	c := *n
+	switch {
+	case key == n.key:
+		c.v = v
+	case key < n.key:
+		c.left = insert(n.left, key, v, prio)
+		if c.left.prio > c.prio {
+			// c.left is a fresh copy, so rotating through it mutates
+			// nothing another root shares.
+			l := c.left
+			c.left = l.right
+			l.right = &c
+			return l
+		}
+	default:
+		c.right = insert(n.right, key, v, prio)
+		if c.right.prio > c.prio {
+			r := c.right
+			c.right = r.left
+			r.left = &c
+			return r
+		}
+	}
+	return &c
+}
+
+// get returns the version stored under key.
+func (ix index) get(key string) (version, bool) {
+	n := ix.root
+	for n != nil {
+		switch {
+		case key == n.key:
+			return n.v, true
+		case key < n.key:
+			n = n.left
+		default:
+			n = n.right
+		}
+	}
+	return version{}, false
+}
+
+// cursor walks an index in key order from a lower bound.
+type cursor struct {
+	stack []*node
+}
+
+// seek positions the cursor at the first key >= lower.
+func (ix index) seek(lower string) *cursor {
+	c := &cursor{}
+	n := ix.root
+	for n != nil {
+		if n.key >= lower {
+			c.stack = append(c.stack, n)
+			n = n.left
+		} else {
+			n = n.right
+		}
+	}
+	return c
+}
+
+// next returns the next node, or nil at the end.
+func (c *cursor) next() *node {
+	if len(c.stack) == 0 {
+		return nil
+	}
+	n := c.stack[len(c.stack)-1]
+	c.stack = c.stack[:len(c.stack)-1]
+	for m := n.right; m != nil; m = m.left {
+		c.stack = append(c.stack, m)
+	}
+	return n
+}

@@ -1,0 +1,299 @@
+// Package jetstream is Tidemark's scale-out engine, on NATS JetStream
+// (github.com/nats-io/nats.go and its jetstream package). Importing it
+// registers the engine as "jetstream". Many Tidemark nodes can share one
+// stream on one NATS cluster; each sees the others' commits.
+//
+// # Server
+//
+// With no "url" parameter the engine starts an embedded nats-server
+// (github.com/nats-io/nats-server/v2) with JetStream, storing under
+// Options.Dir/nats, listening only on 127.0.0.1 on a random port, and shuts
+// it down on Close. With "url" it connects to that server or cluster
+// (comma-separated URLs) and leaves it running.
+//
+// Parameters (Options.Params):
+//
+//   - url: NATS server URL(s); empty (the default) starts the embedded server.
+//   - stream: the stream name, also the subject prefix, so several Tidemark
+//     deployments can share one cluster; letters, digits, '-' and '_';
+//     default "tidemark".
+//   - replicas: stream replicas, 1 by default; use 3 on a cluster.
+//   - max_batch: the most messages one atomic batch may carry; by default
+//     the limit the engine configures on the embedded server (16384), or
+//     the nats-server default (1000) with "url". A server that reports a
+//     lower limit lowers it at run time.
+//
+// # Layout
+//
+// Everything lives in one stream with subjects "<stream>.>": a put or
+// delete of key K is a message on "<stream>.d.<hex(K)>" (lowercase hex
+// keeps byte order), log entries are messages on "<stream>.l", the
+// truncation floor is the last message on "<stream>.f", and "<stream>.c"
+// carries expectations on keys a commit checks but does not write.
+//
+// # Commits
+//
+// Log keys are per record: each entry's key is its stream sequence, so keys
+// never go backwards, not across restarts nor after the whole log was
+// truncated (stream sequences are never reused, and the floor message stays
+// above every purged entry). Submitted commits queue in order; one
+// committer gathers every queued commit (up to max_batch messages) into one
+// atomic batch publish (the stream allows atomic publish; the batch
+// applies entirely or not at all) and completes their handles, in
+// submission order, once the batch is acknowledged and applied to the
+// local index. Gathering is what makes it fast: an atomic batch costs about
+// three fsyncs whatever its size. Within a batch only the last write of a
+// key is sent. Expect and ExpectAbsent are checked against the index and
+// sent as the key's expected last subject sequence, so the server rejects
+// the batch if another node changed the key in the meantime; the engine
+// then catches up with the stream, fails the commits whose checks no
+// longer hold with engine.ErrConflict and publishes the rest again.
+//
+// # Durability
+//
+// Handles complete after the server acknowledged the batch. On the
+// embedded server, SyncAlways runs the server with sync always: each batch
+// is fsynced before its acknowledgement, so an acknowledged commit survives
+// an operating-system crash. SyncInterval sets the server's sync interval
+// to Options.Interval(): an operating-system crash can lose that much
+// acknowledged work, a process crash nothing. SyncNone keeps the server
+// default (a sync every two minutes): an operating-system crash can lose
+// minutes of acknowledged commits, a process crash nothing. With "url" the
+// sync mode is ignored: durability is the cluster's setting (sync_interval
+// on each server). On an R3 stream an acknowledgement means a majority of
+// the replicas stored the batch, so a commit survives the loss of any one
+// server, and an operating-system crash of one server even without sync
+// always.
+//
+// # Reads
+//
+// JetStream has no ordered key index, so each engine keeps one in memory:
+// an ordered consumer over the whole stream (the last message per subject
+// on open, then every new message) applies each batch, whole, to an
+// immutable ordered map. A Snapshot is a root of that map: it sees a prefix
+// of the stream, never part of a batch, including every commit this engine
+// completed before it was taken and the other nodes' commits this engine
+// had received by then. The index holds every live key and value in
+// memory. ScanLog reads the log subject straight from the stream with
+// batched direct gets; Watch fires once the index has applied new log
+// entries, after this engine's handles for them completed, and for other
+// nodes' commits as they arrive.
+package jetstream
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/tidemark-io/tidemark/engine"
+)
+
+// Name is the registered engine name.
+const Name = "jetstream"
+
+func init() {
+	engine.Register(Name, engine.Driver{
+		Open:        open,
+		Granularity: engine.PerRecord,
+		Params: []engine.Param{
+			{Name: "url", Default: "", Doc: "NATS server URL(s), comma-separated; empty starts an embedded server on 127.0.0.1 storing under Options.Dir"},
+			{Name: "stream", Default: "tidemark", Doc: "stream name and subject prefix; letters, digits, '-' and '_'"},
+			{Name: "replicas", Default: "1", Doc: "stream replicas (use 3 on a cluster)"},
+			{Name: "max_batch", Default: "16384 embedded, 1000 with url", Doc: "most messages per atomic batch; lowered when the server reports a smaller limit"},
+		},
+		Doc: "NATS JetStream (embedded server or a cluster); one log key per record (the stream sequence); atomic batch publish with group commit",
+	})
+}
+
+// Header names the engine stores on its messages.
+const (
+	hdrOp  = "Tidemark-Op"  // "del" on a delete marker
+	hdrEnd = "Tidemark-End" // on the last message of each commit batch
+)
+
+// opTimeout bounds one request to the server.
+const opTimeout = 30 * time.Second
+
+var streamName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// db is the engine.
+type db struct {
+	opts engine.Options
+	log  *slog.Logger
+	srv  *server.Server // nil with an external server
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	st   jetstream.Stream
+	name string
+
+	dataPrefix, logSubj, floorSubj, checkSubj string
+
+	maxBatch   int // messages per atomic batch; committer only
+	maxMessage int // largest message payload the connection allows
+
+	// Submission queue, drained in order by the committer.
+	mu     sync.Mutex
+	closed bool
+	queue  []*pending
+	wake   chan struct{}
+
+	view     view // the index and what the consumer applied
+	consumer jetstream.ConsumeContext
+	notifier engine.Notifier
+
+	committerDone chan struct{}
+}
+
+func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
+	url := strings.TrimSpace(opts.Params["url"])
+	name := opts.Params["stream"]
+	if name == "" {
+		name = "tidemark"
+	}
+	if !streamName.MatchString(name) {
+		return nil, fmt.Errorf("%w: jetstream parameter stream=%q: use 1-64 letters, digits, '-' or '_'", engine.ErrInvalidOption, name)
+	}
+	replicas, err := intParam(opts, "replicas", 1)
+	if err != nil {
+		return nil, err
+	}
+	if replicas > 5 {
+		return nil, fmt.Errorf("%w: jetstream parameter replicas=%d: at most 5", engine.ErrInvalidOption, replicas)
+	}
+	defBatch := embeddedMaxBatch
+	if url != "" {
+		defBatch = externalMaxBatch
+	}
+	maxBatch, err := intParam(opts, "max_batch", defBatch)
+	if err != nil {
+		return nil, err
+	}
+	if url == "" && opts.Dir == "" {
+		return nil, fmt.Errorf("%w: jetstream needs a data directory (Options.Dir) for its embedded server", engine.ErrInvalidOption)
+	}
+	d := &db{
+		opts:          opts,
+		log:           opts.Log().With("engine", Name),
+		name:          name,
+		dataPrefix:    name + ".d.",
+		logSubj:       name + ".l",
+		floorSubj:     name + ".f",
+		checkSubj:     name + ".c",
+		maxBatch:      maxBatch,
+		wake:          make(chan struct{}, 1),
+		committerDone: make(chan struct{}),
+	}
+	d.view.init()
+	if url == "" {
+		if d.srv, err = startEmbedded(opts, d.log); err != nil {
+			return nil, err
+		}
+		url = d.srv.ClientURL()
+	}
+	if err := d.connect(ctx, url, replicas); err != nil {
+		d.shutdownTransport()
+		return nil, err
+	}
+	go d.committer()
+	return d, nil
+}
+
+// connect dials the server, creates or updates the stream and starts the
+// index consumer, returning once the index caught up with the stream.
+func (d *db) connect(ctx context.Context, url string, replicas int) error {
+	nc, err := nats.Connect(url,
+		nats.Name("tidemark-"+d.name),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(100*time.Millisecond),
+	)
+	if err != nil {
+		return fmt.Errorf("jetstream: connect %s: %w", url, err)
+	}
+	d.nc = nc
+	d.maxMessage = int(nc.MaxPayload())
+	if d.js, err = jetstream.New(nc, jetstream.WithDefaultTimeout(opTimeout)); err != nil {
+		return fmt.Errorf("jetstream: %w", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	d.st, err = d.js.CreateOrUpdateStream(cctx, jetstream.StreamConfig{
+		Name:               d.name,
+		Description:        "Tidemark engine: data, change log and truncation floor",
+		Subjects:           []string{d.name + ".>"},
+		Storage:            jetstream.FileStorage,
+		Replicas:           replicas,
+		Retention:          jetstream.LimitsPolicy,
+		Discard:            jetstream.DiscardOld,
+		AllowDirect:        true,
+		AllowAtomicPublish: true,
+	})
+	if err != nil {
+		return fmt.Errorf("jetstream: create stream %s: %w", d.name, err)
+	}
+	return d.startConsumer(cctx)
+}
+
+func (d *db) Name() string                    { return Name }
+func (d *db) Granularity() engine.Granularity { return engine.PerRecord }
+func (d *db) Watch(ctx context.Context) <-chan struct{} {
+	return d.notifier.Subscribe(ctx)
+}
+
+// Close completes every submitted commit, then stops the consumer, the
+// connection and the embedded server.
+func (d *db) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return fmt.Errorf("jetstream: close: %w", engine.ErrClosed)
+	}
+	d.closed = true
+	d.mu.Unlock()
+	d.signal()
+	<-d.committerDone
+	d.view.close()
+	d.notifier.Close()
+	d.shutdownTransport()
+	return nil
+}
+
+func (d *db) shutdownTransport() {
+	if d.consumer != nil {
+		d.consumer.Stop()
+	}
+	if d.nc != nil {
+		d.nc.Close()
+	}
+	stopEmbedded(d.srv)
+}
+
+func (d *db) isClosed() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.closed
+}
+
+func (d *db) dataSubject(key []byte) string {
+	return d.dataPrefix + hex.EncodeToString(key)
+}
+
+func intParam(opts engine.Options, name string, def int) (int, error) {
+	s, ok := opts.Params[name]
+	if !ok || s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%w: jetstream parameter %s=%q: want a positive integer", engine.ErrInvalidOption, name, s)
+	}
+	return n, nil
+}

@@ -1,0 +1,78 @@
+package jetstream
+
+import (
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/tidemark-io/tidemark/engine"
+)
+
+// Limits the embedded server is started with. maxPayload leaves room for
+// a value of engine.MaxValueSize plus subject and headers in one message;
+// embeddedMaxBatch lets one commit of engine.MaxBatchEntries entries (plus
+// check carriers) go out as one atomic batch.
+const (
+	maxPayload       = 8 << 20
+	embeddedMaxBatch = 2 * engine.MaxBatchEntries
+	// externalMaxBatch is the server default for an atomic batch; an
+	// external server with a lower limit is discovered from its error.
+	externalMaxBatch = 1000
+)
+
+// startEmbedded starts a JetStream-enabled nats-server that listens only on
+// 127.0.0.1 (random port) and stores under dir. Its fsync policy follows
+// the engine's sync mode (see the package doc).
+func startEmbedded(opts engine.Options, log *slog.Logger) (*server.Server, error) {
+	sopts := &server.Options{
+		ServerName: "tidemark-embedded",
+		Host:       "127.0.0.1",
+		Port:       server.RANDOM_PORT,
+		NoSigs:     true,
+		JetStream:  true,
+		StoreDir:   filepath.Join(opts.Dir, "nats"),
+		MaxPayload: maxPayload,
+	}
+	sopts.JetStreamLimits.MaxBatchSize = embeddedMaxBatch
+	switch opts.Sync {
+	case engine.SyncAlways:
+		sopts.SyncAlways = true
+	case engine.SyncInterval:
+		sopts.SyncInterval = opts.Interval()
+	}
+	s, err := server.NewServer(sopts)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: embedded server: %w", err)
+	}
+	s.SetLoggerV2(serverLogger{log.With("component", "nats-server")}, false, false, false)
+	s.Start()
+	if !s.ReadyForConnections(30 * time.Second) {
+		s.Shutdown()
+		s.WaitForShutdown()
+		return nil, fmt.Errorf("jetstream: embedded server in %s did not become ready", sopts.StoreDir)
+	}
+	return s, nil
+}
+
+// stopEmbedded shuts the server down and waits until its store is closed.
+func stopEmbedded(s *server.Server) {
+	if s == nil {
+		return
+	}
+	s.Shutdown()
+	s.WaitForShutdown()
+}
+
+// serverLogger routes nats-server logs to slog. The server's notices are
+// routine start/stop chatter, so they go to debug level; Fatalf is only
+// logged: the engine reports failures through its errors, never by exiting.
+type serverLogger struct{ l *slog.Logger }
+
+func (l serverLogger) Noticef(format string, v ...any) { l.l.Debug(fmt.Sprintf(format, v...)) }
+func (l serverLogger) Warnf(format string, v ...any)   { l.l.Warn(fmt.Sprintf(format, v...)) }
+func (l serverLogger) Fatalf(format string, v ...any)  { l.l.Error(fmt.Sprintf(format, v...)) }
+func (l serverLogger) Errorf(format string, v ...any)  { l.l.Error(fmt.Sprintf(format, v...)) }
+func (l serverLogger) Debugf(format string, v ...any)  {}
+func (l serverLogger) Tracef(format string, v ...any)  {}
