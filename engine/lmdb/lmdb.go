@@ -1,0 +1,346 @@
+//go:build cgo && !nolmdb
+
+package lmdb
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+
+	"github.com/PowerDNS/lmdb-go/lmdb"
+	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
+)
+
+const (
+	defaultMapSizeMB  = 1024
+	defaultMaxReaders = 1024
+	maxReaders        = 1 << 16
+	// queueLen bounds the commits waiting for the writer; a full queue
+	// makes Submit wait, which is the back-pressure.
+	queueLen = 4096
+)
+
+func init() {
+	engine.Register(Name, engine.Driver{
+		Open:        open,
+		Granularity: engine.PerRecord,
+		Params: []engine.Param{
+			{Name: "map_size_mb", Default: strconv.Itoa(defaultMapSizeMB),
+				Doc: "initial LMDB map size in MiB; the map doubles whenever it fills, so this only sets where growth starts"},
+			{Name: "max_readers", Default: strconv.Itoa(defaultMaxReaders),
+				Doc: "LMDB reader-table slots: the most read transactions (open snapshots plus in-flight scans) at once; more wait for a slot"},
+		},
+		Doc: "embedded B+tree (LMDB via PowerDNS/lmdb-go, cgo); one log key per record; one writer goroutine groups waiting commits into one transaction",
+	})
+}
+
+// db is the engine.
+//
+// Writes: Submit queues jobs under mu (read-locked, so Close can wait out
+// senders); the writer goroutine owns every write transaction.
+//
+// Reads: rw is held shared by every LMDB call made outside the writer and
+// exclusively while the map is resized or the environment closed, so no
+// read runs against a map that is moving or gone.
+type db struct {
+	env  *lmdb.Env
+	dbi  lmdb.DBI
+	opts engine.Options
+	log  *slog.Logger
+	hlc  *engine.HLC
+	lock *dirLock
+
+	mu         sync.RWMutex
+	closed     bool
+	queue      chan *job
+	writerDone chan struct{}
+
+	rw      sync.RWMutex
+	rclosed bool
+	done    chan struct{} // closed by Close; wakes reader-slot waiters
+	slots   chan struct{} // one token per free reader slot
+	regMu   sync.Mutex
+	snaps   map[*snapshot]struct{}
+
+	notifier engine.Notifier
+}
+
+func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
+	if opts.Dir == "" {
+		return nil, fmt.Errorf("%w: lmdb needs a data directory (Options.Dir)", engine.ErrInvalidOption)
+	}
+	mapMB, err := intParam(opts, "map_size_mb", defaultMapSizeMB)
+	if err != nil {
+		return nil, err
+	}
+	readers, err := intParam(opts, "max_readers", defaultMaxReaders)
+	if err != nil {
+		return nil, err
+	}
+	if readers > maxReaders {
+		return nil, fmt.Errorf("%w: lmdb parameter max_readers=%d: the limit is %d", engine.ErrInvalidOption, readers, maxReaders)
+	}
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
+		return nil, fmt.Errorf("lmdb: create %s: %w", opts.Dir, err)
+	}
+	lock, err := lockDir(opts.Dir)
+	if err != nil {
+		return nil, err
+	}
+	env, err := openEnv(opts, int64(mapMB)<<20, readers)
+	if err != nil {
+		lock.release()
+		return nil, err
+	}
+	d := &db{
+		env:        env,
+		opts:       opts,
+		log:        opts.Log().With("engine", Name),
+		lock:       lock,
+		queue:      make(chan *job, queueLen),
+		writerDone: make(chan struct{}),
+		done:       make(chan struct{}),
+		slots:      make(chan struct{}, readers),
+		snaps:      map[*snapshot]struct{}{},
+	}
+	for range readers {
+		d.slots <- struct{}{}
+	}
+	if n, err := env.ReaderCheck(); err != nil {
+		d.log.Warn("reader table check failed", "err", err)
+	} else if n > 0 {
+		d.log.Info("released reader slots of dead processes", "slots", n)
+	}
+	top, floor, stale, err := d.recover(ctx)
+	if err != nil {
+		_ = env.Close()
+		lock.release()
+		return nil, err
+	}
+	// Never reissue a key at or below one on disk, whatever the clock says.
+	d.hlc = engine.NewHLC(opts.Clock, max(top, floor))
+	go d.writer()
+	if stale {
+		// A truncation was cut short (crash or cancelled context): finish
+		// removing the entries below the floor.
+		if err := d.Truncate(ctx, floor); err != nil {
+			_ = d.Close()
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+func openEnv(opts engine.Options, mapSize int64, readers int) (*lmdb.Env, error) {
+	env, err := lmdb.NewEnv()
+	if err != nil {
+		return nil, fmt.Errorf("lmdb: create environment: %w", err)
+	}
+	var flags uint
+	if opts.Sync != engine.SyncAlways {
+		flags |= lmdb.NoSync
+	}
+	if err := env.SetMapSize(mapSize); err != nil {
+		_ = env.Close()
+		return nil, fmt.Errorf("lmdb: map size %d: %w", mapSize, err)
+	}
+	if err := env.SetMaxReaders(readers); err != nil {
+		_ = env.Close()
+		return nil, fmt.Errorf("lmdb: max readers %d: %w", readers, err)
+	}
+	if err := env.Open(opts.Dir, flags, 0o644); err != nil {
+		_ = env.Close()
+		return nil, fmt.Errorf("lmdb: open %s: %w", opts.Dir, err)
+	}
+	return env, nil
+}
+
+// recover opens the main database and returns the highest log key on disk,
+// the truncation floor, and whether entries below the floor are left over.
+func (d *db) recover(ctx context.Context) (top, floor engine.LogKey, stale bool, err error) {
+	err = d.env.View(func(txn *lmdb.Txn) error {
+		dbi, err := txn.OpenRoot(0)
+		if err != nil {
+			return fmt.Errorf("lmdb: open main database: %w", err)
+		}
+		d.dbi = dbi
+		if floor, err = readFloor(txn, dbi); err != nil {
+			return err
+		}
+		cur, err := txn.OpenCursor(dbi)
+		if err != nil {
+			return fmt.Errorf("lmdb: recover log keys: %w", err)
+		}
+		defer cur.Close()
+		// The highest log key is the last key before the log's upper bound.
+		var k, v []byte
+		if _, _, err = cur.Get(kvlog.LogUpper, nil, lmdb.SetRange); err == nil {
+			k, v, err = cur.Get(nil, nil, lmdb.Prev)
+		} else if lmdb.IsNotFound(err) {
+			k, v, err = cur.Get(nil, nil, lmdb.Last)
+		}
+		switch {
+		case lmdb.IsNotFound(err):
+			return nil
+		case err != nil:
+			return fmt.Errorf("lmdb: recover log keys: %w", err)
+		case len(k) == 0 || k[0] != kvlog.LogPrefix:
+			return nil
+		}
+		e, err := kvlog.DecodeEntry(k, v)
+		if err != nil {
+			return err
+		}
+		top = e.Key
+		k, _, err = cur.Get([]byte{kvlog.LogPrefix}, nil, lmdb.SetRange)
+		if err != nil {
+			return fmt.Errorf("lmdb: recover log keys: %w", err)
+		}
+		if first, ok := logKeyOf(k); ok && first < floor {
+			stale = true
+		}
+		return nil
+	})
+	if err == nil {
+		err = ctx.Err()
+	}
+	return top, floor, stale, err
+}
+
+// logKeyOf returns the log key of a stored log key.
+func logKeyOf(k []byte) (engine.LogKey, bool) {
+	if len(k) != kvlog.LogKeyLen || k[0] != kvlog.LogPrefix {
+		return 0, false
+	}
+	return engine.LogKey(binary.BigEndian.Uint64(k[1:])), true
+}
+
+// readFloor reads the persisted truncation floor; zero when none was set.
+func readFloor(txn *lmdb.Txn, dbi lmdb.DBI) (engine.LogKey, error) {
+	v, err := txn.Get(dbi, kvlog.MetaFloor)
+	if lmdb.IsNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("lmdb: read truncation floor: %w", err)
+	}
+	return kvlog.DecodeFloor(v)
+}
+
+func (d *db) Name() string                    { return Name }
+func (d *db) Granularity() engine.Granularity { return engine.PerRecord }
+
+func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error) {
+	if err := b.Validate(); err != nil {
+		return nil, fmt.Errorf("lmdb: submit: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("lmdb: submit: %w", err)
+	}
+	j := newCommitJob(b)
+	h, complete := engine.NewHandle()
+	j.complete = complete
+	if err := d.enqueue(ctx, j); err != nil {
+		return nil, fmt.Errorf("lmdb: submit: %w", err)
+	}
+	return h, nil
+}
+
+// enqueue hands j to the writer, waiting for room while ctx allows.
+func (d *db) enqueue(ctx context.Context, j *job) error {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.closed {
+		return engine.ErrClosed
+	}
+	select {
+	case d.queue <- j:
+		return nil
+	default:
+	}
+	select {
+	case d.queue <- j:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (d *db) Watch(ctx context.Context) <-chan struct{} { return d.notifier.Subscribe(ctx) }
+
+func (d *db) Truncate(ctx context.Context, below engine.LogKey) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("lmdb: truncate: %w", err)
+	}
+	// Each round is one bounded write transaction, so a long truncation
+	// never holds the writer for long and commits interleave with it.
+	for {
+		j := &job{trunc: true, below: below, tdone: make(chan struct{})}
+		if err := d.enqueue(ctx, j); err != nil {
+			return fmt.Errorf("lmdb: truncate: %w", err)
+		}
+		select {
+		case <-j.tdone:
+		case <-ctx.Done():
+			return fmt.Errorf("lmdb: truncate: %w", ctx.Err())
+		}
+		if j.err != nil {
+			return fmt.Errorf("lmdb: truncate: %w", j.err)
+		}
+		if !j.more {
+			return nil
+		}
+	}
+}
+
+func (d *db) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return fmt.Errorf("lmdb: close: %w", engine.ErrClosed)
+	}
+	d.closed = true
+	close(d.queue)
+	d.mu.Unlock()
+	<-d.writerDone
+	d.notifier.Close()
+
+	d.rw.Lock()
+	d.rclosed = true
+	close(d.done)
+	d.regMu.Lock()
+	for s := range d.snaps {
+		s.abortLocked()
+	}
+	d.snaps = nil
+	d.regMu.Unlock()
+	err := d.env.Close()
+	d.rw.Unlock()
+	d.lock.release()
+	if err != nil {
+		return fmt.Errorf("lmdb: close: %w", err)
+	}
+	return nil
+}
+
+func intParam(opts engine.Options, name string, def int) (int, error) {
+	s, ok := opts.Params[name]
+	if !ok || s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 || n > 1<<30 {
+		return 0, fmt.Errorf("%w: lmdb parameter %s=%q: want a positive integer", engine.ErrInvalidOption, name, s)
+	}
+	return n, nil
+}
+
+// isConflict reports a failed check; everything else a job can fail with
+// comes from LMDB.
+func isConflict(err error) bool { return errors.Is(err, engine.ErrConflict) }

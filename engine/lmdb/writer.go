@@ -1,0 +1,384 @@
+//go:build cgo && !nolmdb
+
+package lmdb
+
+import (
+	"bytes"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/PowerDNS/lmdb-go/lmdb"
+	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
+)
+
+const (
+	// A group is bounded so one transaction's dirty pages stay far below
+	// LMDB's per-transaction limit (about 128Ki pages) and one slow group
+	// never delays the commits behind it for long.
+	maxGroupCommits = 1024
+	maxGroupBytes   = 64 << 20
+	// jobOverhead approximates the per-entry page cost of a commit.
+	jobOverhead = 64
+	// truncChunk bounds the log keys one truncation transaction removes.
+	truncChunk = 4096
+	// maxGrowths bounds how often one group may grow the map before it
+	// fails: doubling 40 times is past any address space.
+	maxGrowths = 40
+)
+
+type op struct {
+	del        bool
+	key, value []byte
+}
+
+type check struct {
+	key, value []byte
+	absent     bool
+}
+
+// job is one unit of work for the writer: a commit, or one bounded round
+// of a truncation.
+type job struct {
+	ops      []op
+	checks   []check
+	log      [][]byte
+	size     int
+	complete func(engine.Result, error)
+
+	trunc bool
+	below engine.LogKey
+	tdone chan struct{} // closed when the round finished
+	more  bool          // the round stopped at truncChunk keys
+
+	// Outcome of the latest attempt.
+	res engine.Result
+	err error
+	// failed marks an error found while the job was half applied: the
+	// group is retried without it.
+	failed bool
+}
+
+// newCommitJob converts b to stored keys off the writer's thread, so the
+// one writer spends its time in LMDB.
+func newCommitJob(b *engine.Batch) *job {
+	n := 0
+	for i := range b.Ops {
+		n += 1 + len(b.Ops[i].Key)
+	}
+	for i := range b.Checks {
+		n += 1 + len(b.Checks[i].Key)
+	}
+	buf := make([]byte, 0, n)
+	stored := func(k []byte) []byte {
+		start := len(buf)
+		buf = append(buf, kvlog.DataPrefix)
+		buf = append(buf, k...)
+		return buf[start:len(buf):len(buf)]
+	}
+	j := &job{ops: make([]op, len(b.Ops)), checks: make([]check, len(b.Checks)), log: b.Log}
+	for i := range b.Ops {
+		o := &b.Ops[i]
+		j.ops[i] = op{del: o.Kind == engine.OpDelete, key: stored(o.Key), value: o.Value}
+		j.size += jobOverhead + len(o.Key) + len(o.Value)
+	}
+	for i := range b.Checks {
+		c := &b.Checks[i]
+		j.checks[i] = check{key: stored(c.Key), value: c.Value, absent: c.Absent}
+	}
+	for _, e := range b.Log {
+		j.size += jobOverhead + len(e)
+	}
+	return j
+}
+
+// writer owns every write transaction. LMDB ties a write transaction to
+// the OS thread that began it, so the goroutine stays locked to its thread
+// for its whole life.
+func (d *db) writer() {
+	runtime.LockOSThread()
+	defer close(d.writerDone)
+	var tick <-chan time.Time
+	if d.opts.Sync == engine.SyncInterval {
+		t := time.NewTicker(d.opts.Interval())
+		defer t.Stop()
+		tick = t.C
+	}
+	group := make([]*job, 0, maxGroupCommits)
+	var carry *job
+	for {
+		first := carry
+		carry = nil
+		if first == nil {
+			select {
+			case j, ok := <-d.queue:
+				if !ok {
+					if d.opts.Sync == engine.SyncInterval {
+						d.sync()
+					}
+					return
+				}
+				first = j
+			case <-tick:
+				d.sync()
+				continue
+			}
+		}
+		// Everything that queued up while the previous group synced joins
+		// this one: that is the group commit.
+		group = append(group[:0], first)
+		size := first.size
+	fill:
+		for len(group) < maxGroupCommits {
+			select {
+			case j, ok := <-d.queue:
+				if !ok {
+					break fill
+				}
+				if size+j.size > maxGroupBytes {
+					carry = j
+					break fill
+				}
+				group = append(group, j)
+				size += j.size
+			default:
+				break fill
+			}
+		}
+		for rest := group; len(rest) > 0; {
+			rest = rest[d.commitGroup(rest):]
+		}
+		clear(group)
+	}
+}
+
+func (d *db) sync() {
+	if err := d.env.Sync(true); err != nil {
+		d.log.Error("periodic sync failed", "err", err)
+	}
+}
+
+// attempt is what one try at a group's transaction asks for next.
+type attempt uint8
+
+const (
+	attemptDone   attempt = iota // committed, or failed for good
+	attemptRetry                 // a job failed half applied; retry without it
+	attemptShrink                // the transaction filled; retry a prefix
+	attemptGrow                  // the map filled; grow it and retry
+)
+
+// commitGroup applies a prefix of group (all of it unless it does not fit
+// one transaction) in one write transaction, completes those jobs in order
+// and returns how many it took.
+func (d *db) commitGroup(group []*job) int {
+	n, growths := len(group), 0
+	for {
+		next, cut, err := d.tryGroup(group[:n])
+		switch next {
+		case attemptRetry:
+			continue
+		case attemptShrink:
+			n = cut
+			continue
+		case attemptGrow:
+			growths++
+			if growths > maxGrowths {
+				err = fmt.Errorf("lmdb: map still full after %d growths: %w", maxGrowths, err)
+			} else if err = d.grow(groupSize(group[:n])); err == nil {
+				continue
+			}
+		}
+		d.finish(group[:n], err)
+		return n
+	}
+}
+
+// tryGroup runs group in one write transaction. It returns attemptDone
+// with the error that fails every job (nil when the transaction
+// committed), or what to do next; cut is the prefix to keep on
+// attemptShrink.
+func (d *db) tryGroup(group []*job) (next attempt, cut int, err error) {
+	txn, err := d.env.BeginTxn(nil, 0)
+	if err != nil {
+		return attemptDone, 0, fmt.Errorf("lmdb: begin write transaction: %w", err)
+	}
+	// Values read for checks are only compared, never kept.
+	txn.RawRead = true
+	for i, j := range group {
+		if j.failed {
+			continue
+		}
+		j.res, j.err, j.more = engine.Result{}, nil, false
+		err := d.apply(txn, j)
+		switch {
+		case err == nil:
+		case isConflict(err):
+			// Checks run before any write, so the job left nothing behind.
+			j.err = err
+		case lmdb.IsMapFull(err):
+			txn.Abort()
+			return attemptGrow, 0, err
+		case lmdb.IsErrno(err, lmdb.TxnFull) && i > 0:
+			txn.Abort()
+			return attemptShrink, i, nil
+		default:
+			txn.Abort()
+			j.err, j.failed = fmt.Errorf("lmdb: apply: %w", err), true
+			return attemptRetry, 0, nil
+		}
+	}
+	if err := txn.Commit(); err != nil {
+		if lmdb.IsMapFull(err) {
+			return attemptGrow, 0, err
+		}
+		return attemptDone, 0, fmt.Errorf("lmdb: commit: %w", err)
+	}
+	return attemptDone, 0, nil
+}
+
+// apply writes one job into txn. A commit's checks are all evaluated
+// before its first write, so a conflict leaves txn as it was.
+func (d *db) apply(txn *lmdb.Txn, j *job) error {
+	if j.trunc {
+		return d.applyTruncate(txn, j)
+	}
+	for i := range j.checks {
+		c := &j.checks[i]
+		v, err := txn.Get(d.dbi, c.key)
+		switch {
+		case lmdb.IsNotFound(err):
+			if !c.absent {
+				return fmt.Errorf("lmdb: %w: key %q is absent", engine.ErrConflict, c.key[1:])
+			}
+		case err != nil:
+			return err
+		case c.absent:
+			return fmt.Errorf("lmdb: %w: key %q is present", engine.ErrConflict, c.key[1:])
+		case !bytes.Equal(v, c.value):
+			return fmt.Errorf("lmdb: %w: key %q holds another value", engine.ErrConflict, c.key[1:])
+		}
+	}
+	for i := range j.ops {
+		o := &j.ops[i]
+		if o.del {
+			if err := txn.Del(d.dbi, o.key, nil); err != nil && !lmdb.IsNotFound(err) {
+				return err
+			}
+		} else if err := txn.Put(d.dbi, o.key, o.value, 0); err != nil {
+			return err
+		}
+	}
+	if n := len(j.log); n > 0 {
+		first := d.hlc.NextN(n)
+		keys := make([]engine.LogKey, n)
+		for i, e := range j.log {
+			keys[i] = first + engine.LogKey(i)
+			if err := txn.Put(d.dbi, kvlog.LogKey(keys[i], 0), kvlog.LogValue(1, e), 0); err != nil {
+				return err
+			}
+		}
+		j.res.Keys = keys
+	}
+	return nil
+}
+
+// applyTruncate raises the floor to j.below (if higher) and removes up to
+// truncChunk log keys below the floor. The floor goes first, so a
+// truncation cut short hides what it left; Open finishes it.
+func (d *db) applyTruncate(txn *lmdb.Txn, j *job) error {
+	floor, err := readFloor(txn, d.dbi)
+	if err != nil {
+		return err
+	}
+	below := max(j.below, floor)
+	if below == 0 {
+		return nil
+	}
+	cur, err := txn.OpenCursor(d.dbi)
+	if err != nil {
+		return err
+	}
+	limit := kvlog.LogSeek(below)
+	var keys [][]byte
+	k, _, err := cur.Get(kvlog.LogSeek(0), nil, lmdb.SetRange)
+	for err == nil && bytes.Compare(k, limit) < 0 {
+		if len(keys) == truncChunk {
+			j.more = true
+			break
+		}
+		keys = append(keys, bytes.Clone(k))
+		k, _, err = cur.Get(nil, nil, lmdb.Next)
+	}
+	cur.Close()
+	if err != nil && !lmdb.IsNotFound(err) {
+		return err
+	}
+	if j.below > floor {
+		if err := txn.Put(d.dbi, kvlog.MetaFloor, kvlog.EncodeFloor(j.below), 0); err != nil {
+			return err
+		}
+	}
+	for _, k := range keys {
+		if err := txn.Del(d.dbi, k, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finish completes jobs in order: with groupErr when the transaction
+// failed, else with each job's own outcome.
+func (d *db) finish(jobs []*job, groupErr error) {
+	logged := false
+	for _, j := range jobs {
+		err := j.err
+		if groupErr != nil && !j.failed {
+			err = groupErr
+		}
+		if j.trunc {
+			j.err = err
+			close(j.tdone)
+			continue
+		}
+		if err != nil {
+			j.complete(engine.Result{}, err)
+			continue
+		}
+		logged = logged || len(j.res.Keys) > 0
+		j.complete(j.res, nil)
+	}
+	if logged {
+		d.notifier.Notify()
+	}
+}
+
+// grow enlarges the map to at least double, and enough for need more
+// bytes. It runs on the writer between transactions, holding rw so no read
+// touches the map while LMDB moves it.
+func (d *db) grow(need int) error {
+	info, err := d.env.Info()
+	if err != nil {
+		return fmt.Errorf("lmdb: grow map: %w", err)
+	}
+	const mib = 1 << 20
+	size := max(2*info.MapSize, info.MapSize+2*int64(need))
+	size = (size + mib - 1) / mib * mib
+	d.rw.Lock()
+	err = d.env.SetMapSize(size)
+	d.rw.Unlock()
+	if err != nil {
+		return fmt.Errorf("lmdb: grow map from %d to %d bytes: %w", info.MapSize, size, err)
+	}
+	d.log.Info("grew the LMDB map", "from_bytes", info.MapSize, "to_bytes", size)
+	return nil
+}
+
+func groupSize(group []*job) int {
+	n := 0
+	for _, j := range group {
+		n += j.size
+	}
+	return n
+}
