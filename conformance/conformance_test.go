@@ -9,6 +9,7 @@ import (
 
 	// Every engine built into this binary runs the whole suite.
 	_ "github.com/tidemark-io/tidemark/engine/jetstream"
+	_ "github.com/tidemark-io/tidemark/engine/lmdb"
 	_ "github.com/tidemark-io/tidemark/engine/pebble"
 )
 
