@@ -138,6 +138,7 @@ type db struct {
 	queue  chan *pending
 
 	groupMu    sync.Mutex
+	txns       atomic.Uint64 // Badger transactions the writer committed
 	truncateMu sync.Mutex
 	floor      atomic.Uint64
 
