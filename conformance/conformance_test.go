@@ -8,6 +8,7 @@ import (
 	"github.com/tidemark-io/tidemark/engine"
 
 	// Every engine built into this binary runs the whole suite.
+	_ "github.com/tidemark-io/tidemark/engine/badger"
 	_ "github.com/tidemark-io/tidemark/engine/jetstream"
 	_ "github.com/tidemark-io/tidemark/engine/lmdb"
 	_ "github.com/tidemark-io/tidemark/engine/pebble"
