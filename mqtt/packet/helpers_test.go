@@ -343,3 +343,8 @@ func allProps(ctx propCtx) Properties {
 	p.AddUser("k", "v2") // repeated key, order kept
 	return p
 }
+
+// equalPackets compares two packets in canonical form.
+func equalPackets(a, b Packet) bool {
+	return reflect.DeepEqual(canon(a), canon(b))
+}
