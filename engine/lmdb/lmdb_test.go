@@ -101,10 +101,39 @@ func TestMapGrows(t *testing.T) {
 			}
 		}()
 	}
-	// Readers run through the resizes.
+	// Readers run through the resizes: short snapshots, and one held open
+	// and iterated again and again.
 	stop := make(chan struct{})
 	var readers sync.WaitGroup
-	for range 2 {
+	held, err := e.Snapshot(ctx)
+	if err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	defer held.Close()
+	reads := map[string]func() error{
+		"get": func() error {
+			if v, err := engine.Get(ctx, e, []byte("before/03")); err != nil || string(v) != "before/03" {
+				return fmt.Errorf("concurrent get = %q, %v", v, err)
+			}
+			return nil
+		},
+		"iterate": func() error {
+			it, err := held.Iter(ctx, []byte("before/"), []byte("before0"))
+			if err != nil {
+				return err
+			}
+			defer it.Close()
+			n := 0
+			for it.Next() {
+				n++
+			}
+			if it.Err() != nil || n != 10 {
+				return fmt.Errorf("held snapshot iterated %d keys, err %v; want 10", n, it.Err())
+			}
+			return nil
+		},
+	}
+	for _, read := range reads {
 		readers.Add(1)
 		go func() {
 			defer readers.Done()
@@ -114,8 +143,8 @@ func TestMapGrows(t *testing.T) {
 					return
 				default:
 				}
-				if v, err := engine.Get(ctx, e, []byte("before/03")); err != nil || string(v) != "before/03" {
-					errs <- fmt.Errorf("concurrent get = %q, %v", v, err)
+				if err := read(); err != nil {
+					errs <- err
 					return
 				}
 			}
@@ -128,6 +157,8 @@ func TestMapGrows(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
+	// The data file never outgrows the map, so a file this size means the
+	// map grew from 1 MiB.
 	if size := dataFileSize(t, dir); size < 16<<20 {
 		t.Fatalf("data file is %d bytes after writing 20 MiB: the writes did not land", size)
 	}
@@ -225,3 +256,159 @@ func TestReaderSlotsWait(t *testing.T) {
 }
 
 func errorsIsDeadline(err error) bool { return errors.Is(err, context.DeadlineExceeded) }
+
+// TestGroupChecksSeeEarlierCommits submits commits back to back without
+// waiting, so the writer groups them: each check sees the commits queued
+// ahead of it, and a failing one changes nothing for its neighbours.
+func TestGroupChecksSeeEarlierCommits(t *testing.T) {
+	e := openLMDB(t, t.TempDir(), nil)
+	ctx := t.Context()
+	for round := range 50 {
+		x, y := fmt.Sprintf("x%d", round), fmt.Sprintf("y%d", round)
+		batches := []*engine.Batch{
+			new(engine.Batch).ExpectAbsent([]byte(x)).Put([]byte(x), []byte("1")).Append([]byte("a")),
+			new(engine.Batch).ExpectAbsent([]byte(x)).Put([]byte(x), []byte("lost")).Append([]byte("b")),
+			new(engine.Batch).Expect([]byte(x), []byte("1")).Put([]byte(y), []byte("2")).Append([]byte("c")),
+		}
+		var hs []*engine.Handle
+		for _, b := range batches {
+			h, err := e.Submit(ctx, b)
+			if err != nil {
+				t.Fatalf("submit: %v", err)
+			}
+			hs = append(hs, h)
+		}
+		ra, errA := hs[0].Wait(ctx)
+		_, errB := hs[1].Wait(ctx)
+		rc, errC := hs[2].Wait(ctx)
+		if errA != nil || !errors.Is(errB, engine.ErrConflict) || errC != nil {
+			t.Fatalf("round %d: errors %v, %v, %v; want nil, conflict, nil", round, errA, errB, errC)
+		}
+		if rc.Keys[0] <= ra.Keys[0] {
+			t.Fatalf("round %d: key %d of the third commit not above %d", round, rc.Keys[0], ra.Keys[0])
+		}
+		for k, want := range map[string]string{x: "1", y: "2"} {
+			if v, err := engine.Get(ctx, e, []byte(k)); err != nil || string(v) != want {
+				t.Fatalf("round %d: get %s = %q, %v; want %q", round, k, v, err, want)
+			}
+		}
+	}
+	var vals []string
+	if err := e.ScanLog(ctx, 0, false, func(en engine.Entry) bool {
+		vals = append(vals, string(en.Value))
+		return true
+	}); err != nil {
+		t.Fatalf("scan: %v", err)
+	}
+	if len(vals) != 100 {
+		t.Fatalf("log has %d entries, want 100 (the conflicting commits must append nothing)", len(vals))
+	}
+	for _, v := range vals {
+		if v == "b" {
+			t.Fatalf("a conflicting commit's log entry is in the log")
+		}
+	}
+}
+
+// TestTruncateInRounds truncates more entries than one truncation
+// transaction removes and checks the floor, the stats and the scans.
+func TestTruncateInRounds(t *testing.T) {
+	dir := t.TempDir()
+	e := openLMDB(t, dir, nil)
+	ctx := t.Context()
+	var keys []engine.LogKey
+	for range 12 {
+		b := new(engine.Batch)
+		for range 1000 {
+			b.Append([]byte("entry"))
+		}
+		res, err := engine.Commit(ctx, e, b)
+		if err != nil {
+			t.Fatalf("commit: %v", err)
+		}
+		keys = append(keys, res.Keys...)
+	}
+	below := keys[11000]
+	if err := e.Truncate(ctx, below); err != nil {
+		t.Fatalf("truncate: %v", err)
+	}
+	check := func(e engine.Engine) {
+		t.Helper()
+		st, err := e.LogStats(ctx)
+		if err != nil {
+			t.Fatalf("log stats: %v", err)
+		}
+		if st.Entries != 1000 || st.First != below || st.Last != keys[len(keys)-1] || st.Floor != below {
+			t.Fatalf("log stats = %+v; want 1000 entries from %d to %d, floor %d", st, below, keys[len(keys)-1], below)
+		}
+		if err := e.ScanLog(ctx, keys[10999], false, func(engine.Entry) bool { return true }); !errors.Is(err, engine.ErrLogTruncated) {
+			t.Fatalf("scan below the floor: %v, want ErrLogTruncated", err)
+		}
+		n := 0
+		if err := e.ScanLog(ctx, below, false, func(en engine.Entry) bool {
+			if en.Key != keys[11000+n] || en.Index != 0 || en.Count != 1 {
+				t.Fatalf("entry %d = key %d index %d count %d; want key %d index 0 count 1", n, en.Key, en.Index, en.Count, keys[11000+n])
+			}
+			n++
+			return true
+		}); err != nil || n != 1000 {
+			t.Fatalf("scan from the floor: %d entries, err %v; want 1000", n, err)
+		}
+	}
+	check(e)
+	if err := e.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	check(openLMDB(t, dir, nil))
+}
+
+// TestSyncModes commits under each sync mode from concurrent submitters,
+// closes, and finds every completed commit after reopening.
+func TestSyncModes(t *testing.T) {
+	for _, mode := range []engine.SyncMode{engine.SyncAlways, engine.SyncInterval, engine.SyncNone} {
+		t.Run(mode.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			ctx := t.Context()
+			e, err := engine.Open(ctx, "lmdb", engine.Options{Dir: dir, Sync: mode, SyncInterval: 5 * time.Millisecond})
+			if err != nil {
+				t.Fatalf("open: %v", err)
+			}
+			t.Cleanup(func() { _ = e.Close() })
+			var wg sync.WaitGroup
+			errs := make(chan error, 8)
+			for w := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range 50 {
+						k := fmt.Sprintf("%d/%d", w, i)
+						if _, err := engine.Commit(ctx, e, new(engine.Batch).Put([]byte(k), []byte(k)).Append([]byte(k))); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatalf("commit: %v", err)
+			}
+			if err := e.Close(); err != nil {
+				t.Fatalf("close: %v", err)
+			}
+			e2 := openLMDB(t, dir, nil)
+			for w := range 8 {
+				for i := range 50 {
+					k := fmt.Sprintf("%d/%d", w, i)
+					if v, err := engine.Get(ctx, e2, []byte(k)); err != nil || string(v) != k {
+						t.Fatalf("get %s after reopen = %q, %v", k, v, err)
+					}
+				}
+			}
+			if st, err := e2.LogStats(ctx); err != nil || st.Entries != 400 {
+				t.Fatalf("log stats after reopen = %+v, %v; want 400 entries", st, err)
+			}
+		})
+	}
+}
