@@ -71,7 +71,8 @@
 // between calls), so a snapshot taken before a resize still reads its view
 // after it, and a caller that holds a snapshot while waiting for a commit
 // cannot deadlock the writer. The file itself grows only as pages are
-// written.
+// written. On reopen the map starts at map_size_mb or the size of the data
+// already stored, whichever is larger.
 //
 // # Readers
 //
