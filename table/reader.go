@@ -53,19 +53,21 @@ type SubscribeOptions struct {
 	Hooks Hooks
 }
 
-// Hooks are called by a subscription's reader at its stop points. A hook
-// may close the subscription; the reader then stops at that point, as it
-// would for a close that happened to land there.
+// Hooks are called by a reader at its stop points, on the reader's
+// goroutine. A hook that returns false stops the reader right there, as a
+// Close landing at that point would: the cursor stays where the cursor
+// rule left it. A nil hook continues.
 type Hooks struct {
 	// Yield is called at each yield with the number of entries read so
-	// far, before the reader checks whether it was stopped.
-	Yield func(read uint64)
+	// far.
+	Yield func(read uint64) bool
 	// Blocked is called when a delivery must wait because the consumer's
 	// buffer is full, before the reader waits.
-	Blocked func()
-	// Live is called each time the reader has read every entry of the log
-	// and starts waiting for new ones.
-	Live func()
+	Blocked func() bool
+	// Live is called when the reader has read every entry of the log and
+	// is about to wait for new ones: at the end of the replay, and again
+	// whenever it fell behind the tail's window and caught up.
+	Live func() bool
 }
 
 // Event is one delivered change-log entry.
@@ -116,8 +118,12 @@ func (o *SubscribeOptions) normalize() error {
 	return validTable(o.Table)
 }
 
-// errStopped ends a reader whose context ended.
-var errStopped = errors.New("table: reader stopped")
+// errStopped ends a reader whose context ended; errHookStop one that a
+// hook stopped.
+var (
+	errStopped  = errors.New("table: reader stopped")
+	errHookStop = errors.New("table: reader stopped by a hook")
+)
 
 // reader is the one replay-and-follow loop behind Subscribe and Follow.
 //
@@ -136,6 +142,7 @@ type reader struct {
 	pos        pos    // last entry read
 	cur        Cursor // handled frontier
 	keyIn      bool   // an in-table entry carries pos.key
+	live       bool   // caught up with the log; the tail's window suffices
 	sinceYield int
 	read       uint64
 	snap       engine.Snapshot
@@ -162,7 +169,10 @@ func (r *reader) run(ctx context.Context, deliver func(Event) error) error {
 		}
 		limit := r.o.YieldEvery - r.sinceYield
 		batch, covered, changed := r.db.tail.after(r.pos, limit)
-		if !covered {
+		if !covered || (len(batch) == 0 && !r.live) {
+			// Replaying, or about to go live: the engine's log is the
+			// truth, the tail may lag it. Once live, the tail's window
+			// is enough, so a thousand live readers cost no engine scans.
 			var err error
 			batch, err = scanFrom(ctx, r.db.e, r.pos, limit)
 			switch {
@@ -176,10 +186,14 @@ func (r *reader) run(ctx context.Context, deliver func(Event) error) error {
 			if len(batch) == 0 && r.db.tail.isDead() {
 				return ErrClosed
 			}
+			r.live = false
 		}
 		if len(batch) == 0 {
-			if h := r.o.Hooks.Live; h != nil {
-				h()
+			if !r.live {
+				r.live = true
+				if h := r.o.Hooks.Live; h != nil && !h() {
+					return errHookStop
+				}
 			}
 			select {
 			case <-changed:
@@ -203,8 +217,8 @@ func (r *reader) process(ctx context.Context, batch []*logEntry, deliver func(Ev
 		r.read++
 		if r.sinceYield++; r.sinceYield >= r.o.YieldEvery {
 			r.sinceYield = 0
-			if h := r.o.Hooks.Yield; h != nil {
-				h(r.read)
+			if h := r.o.Hooks.Yield; h != nil && !h(r.read) {
+				return errHookStop
 			}
 			runtime.Gosched()
 			if ctx.Err() != nil {

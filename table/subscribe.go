@@ -64,7 +64,9 @@ func (db *DB) Subscribe(ctx context.Context, o SubscribeOptions) (*Subscription,
 	go func() {
 		defer db.subs.Done()
 		err := r.run(rctx, func(ev Event) error { return s.deliver(rctx, ev) })
-		if errors.Is(err, errStopped) {
+		if errors.Is(err, errHookStop) {
+			err = nil
+		} else if errors.Is(err, errStopped) {
 			switch {
 			case s.closing.Load():
 				err = nil
@@ -109,8 +111,11 @@ func (s *Subscription) deliver(ctx context.Context, ev Event) error {
 		return nil
 	default:
 	}
-	if h := s.hooks.Blocked; h != nil {
-		h()
+	if h := s.hooks.Blocked; h != nil && !h() {
+		s.mu.Lock()
+		s.pending = s.pending[:len(s.pending)-1]
+		s.mu.Unlock()
+		return errHookStop
 	}
 	select {
 	case s.events <- ev:
@@ -227,7 +232,7 @@ func (s *Subscription) Err() error {
 
 // Follow runs the replay-and-follow loop of Subscribe on the calling
 // goroutine, calling fn for each event in log order, until ctx ends or fn
-// returns an error. It returns the handled frontier (never past an event
+// returns an error, or a hook stops it. It returns the handled frontier (never past an event
 // fn did not return nil for) and fn's error, ctx's error, or a read error.
 //
 // Follow is the cheap way to fan one log out to many consumers: once
@@ -249,7 +254,9 @@ func (db *DB) Follow(ctx context.Context, o SubscribeOptions, fn func(Event) err
 	defer cancel()
 	r := newReader(db, o)
 	err = r.run(rctx, fn)
-	if errors.Is(err, errStopped) {
+	if errors.Is(err, errHookStop) {
+		err = nil
+	} else if errors.Is(err, errStopped) {
 		if err = ctx.Err(); err == nil {
 			err = ErrClosed
 		}
