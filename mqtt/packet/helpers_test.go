@@ -5,14 +5,20 @@ import (
 	"errors"
 	"io"
 	"reflect"
-	"testing"
 )
 
 // Shared test helpers: encoding, decoding through every entry point,
 // canonical forms for comparison, and the 3.1.1 view of a 5.0 packet.
 
+// failer is what the helpers need of a test: both *testing.T and
+// *rapid.T provide it.
+type failer interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}
+
 // encode appends p for v and checks that Size agreed.
-func encode(tb testing.TB, p Packet, v Version) []byte {
+func encode(tb failer, p Packet, v Version) []byte {
 	tb.Helper()
 	b, err := p.Append(nil, v)
 	if err != nil {
@@ -37,7 +43,7 @@ func readerVersion(t Type, v Version) Version {
 // decodeOne decodes b, which must hold exactly one packet, through a Reader
 // over a plain io.Reader, a Reader over a bufio-like ByteReader, and
 // Decode, and checks that all three agree and consumed exactly b.
-func decodeOne(tb testing.TB, b []byte, v Version) Packet {
+func decodeOne(tb failer, b []byte, v Version) Packet {
 	tb.Helper()
 	t := Type(b[0] >> 4)
 	rv := readerVersion(t, v)
@@ -231,7 +237,7 @@ func downgrade(p Packet, v Version) Packet {
 }
 
 // wantCodecError fails unless err is a *Error wrapping sentinel with code.
-func wantCodecError(tb testing.TB, err error, sentinel error, code ReasonCode) {
+func wantCodecError(tb failer, err error, sentinel error, code ReasonCode) {
 	tb.Helper()
 	if err == nil {
 		tb.Fatalf("no error; want %v", sentinel)

@@ -105,25 +105,7 @@ func TestRoundTripSamples(t *testing.T) {
 func TestEveryPropertyCovered(t *testing.T) {
 	seen := map[PropertyID]bool{}
 	for _, p := range samples() {
-		var props []*Properties
-		switch p := p.(type) {
-		case *Connect:
-			props = append(props, &p.Properties)
-			if p.Will != nil {
-				props = append(props, &p.Will.Properties)
-			}
-		case *Connack:
-			props = append(props, &p.Properties)
-		case *Publish:
-			props = append(props, &p.Properties)
-		case *Subscribe:
-			props = append(props, &p.Properties)
-		case *Disconnect:
-			props = append(props, &p.Properties)
-		case *Auth:
-			props = append(props, &p.Properties)
-		}
-		for _, pp := range props {
+		for _, pp := range propertiesOf(p) {
 			for id := range propNames {
 				if pp.Has(id) {
 					seen[id] = true
