@@ -1,0 +1,362 @@
+package mqtt
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/packet"
+)
+
+// errTakenOver ends a connection whose client id connected again.
+var errTakenOver = errors.New("mqtt: session taken over")
+
+// conn is one client connection. The read loop owns the inbound QoS 2
+// exchange map and the alias table; the ack loop owns the order of
+// acknowledgements; writes from any goroutine go through write.
+type conn struct {
+	b   *Broker
+	nc  net.Conn
+	rd  *packet.Reader
+	log *slog.Logger
+
+	wmu      sync.Mutex
+	bw       *bufio.Writer
+	w        *packet.Writer
+	nwriters atomic.Int32
+
+	version   packet.Version
+	client    string
+	keepAlive time.Duration
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	acks    chan ackEntry
+	ackDone chan struct{}
+	// inQoS1 counts QoS 1 PUBLISHes whose PUBACK is not sent yet.
+	inQoS1 atomic.Int32
+
+	exchanges map[uint16]*exchange
+	copies    int
+	copyBytes int
+	// pendingQoS2 counts inbound QoS 2 exchanges not yet released.
+	pendingQoS2 int
+	last      *engine.Handle // the latest commit this connection submitted
+	aliases   map[uint16]string
+
+	rec       sessionRecord
+	expiry    uint32
+	will      *Message
+	willDelay uint32
+	sendWill  bool
+
+	out *outbound
+
+	failOnce   sync.Once
+	failErr    error
+	takenOver  atomic.Bool
+	done       chan struct{}
+	registered bool
+}
+
+// exchange is the read loop's view of one inbound QoS 2 packet id.
+type exchange struct {
+	released bool
+	msg      *Message // first accepted copy; nil past the copy caps
+	size     int
+	version  uint64 // the staging commit's table version
+	h        *engine.Handle
+}
+
+// Copy caps per connection (the store stays the source of truth past them).
+const (
+	maxCopies    = 1024
+	maxCopyBytes = 4 << 20
+)
+
+// ackEntry is one acknowledgement in a connection's FIFO: it is sent once
+// h (if any) completed, after after (if any) judged the outcome; then then
+// runs.
+type ackEntry struct {
+	pkt   packet.Packet
+	h     *engine.Handle
+	after func(error) error
+	then  func()
+	qos1  bool
+}
+
+func newConn(b *Broker, nc net.Conn) *conn {
+	ctx, cancel := context.WithCancel(b.ctx)
+	bw := bufio.NewWriterSize(nc, 32<<10)
+	c := &conn{
+		b: b, nc: nc, log: b.log.With("remote", nc.RemoteAddr().String()),
+		rd: packet.NewReader(bufio.NewReaderSize(nc, 32<<10), b.opts.MaxPacketSize),
+		bw: bw, w: packet.NewWriter(bw, packet.V311),
+		ctx: ctx, cancel: cancel,
+		acks:      make(chan ackEntry, 2*b.opts.ReceiveMaximum+16),
+		ackDone:   make(chan struct{}),
+		exchanges: map[uint16]*exchange{},
+		done:      make(chan struct{}),
+	}
+	return c
+}
+
+// write sends p, flushing when no other writer is waiting behind it.
+func (c *conn) write(p packet.Packet) error {
+	c.nwriters.Add(1)
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	err := c.w.WritePacket(p)
+	if c.nwriters.Add(-1) == 0 {
+		_ = c.nc.SetWriteDeadline(time.Now().Add(c.b.opts.StoreTimeout))
+		if ferr := c.bw.Flush(); err == nil {
+			err = ferr
+		}
+	}
+	if err != nil && !errors.Is(err, packet.ErrPacketTooLarge) {
+		c.fail(fmt.Errorf("write: %w", err))
+	}
+	return err
+}
+
+// fail ends the connection without a DISCONNECT.
+func (c *conn) fail(err error) {
+	c.failOnce.Do(func() {
+		c.failErr = err
+		c.cancel()
+		_ = c.nc.Close()
+	})
+}
+
+// disconnect ends the connection, telling a 5.0 client why.
+func (c *conn) disconnect(rc packet.ReasonCode, why string) {
+	if c.version == packet.V5 {
+		d := &packet.Disconnect{ReasonCode: rc}
+		if why != "" {
+			d.Properties.SetReasonString(why)
+		}
+		_ = c.write(d)
+	}
+	c.fail(fmt.Errorf("disconnected: %s (%v)", why, rc))
+}
+
+// shutdown ends the connection as the broker stops.
+func (c *conn) shutdown() {
+	c.disconnect(packet.ServerShuttingDown, "server shutting down")
+	<-c.done
+}
+
+// takeover ends the connection because its client id connected again, and
+// waits until its session state is persisted.
+func (c *conn) takeover() {
+	c.takenOver.Store(true)
+	c.disconnect(packet.SessionTakenOver, "session taken over")
+	<-c.done
+}
+
+func (c *conn) serve() {
+	defer close(c.done)
+	defer c.cancel()
+	_ = c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	p, err := c.rd.ReadPacket()
+	if err != nil {
+		c.rejectConnect(err)
+		_ = c.nc.Close()
+		return
+	}
+	cp, ok := p.(*packet.Connect)
+	if !ok {
+		_ = c.nc.Close()
+		return
+	}
+	if !c.connect(cp) {
+		_ = c.nc.Close()
+		return
+	}
+	go c.ackLoop()
+	c.readLoop()
+	c.teardown()
+}
+
+// rejectConnect answers a CONNECT that failed to decode, where the protocol
+// allows an answer.
+func (c *conn) rejectConnect(err error) {
+	var pe *packet.Error
+	if !errors.As(err, &pe) || pe.Type != packet.TypeConnect {
+		return
+	}
+	v := pe.Version
+	if v != packet.V5 {
+		v = packet.V311
+		if _, ok := packet.ConnackReturnCode311(pe.Code); !ok {
+			return
+		}
+	}
+	c.w.SetVersion(v)
+	_ = c.write(&packet.Connack{ReasonCode: pe.Code})
+}
+
+func (c *conn) readLoop() {
+	for {
+		if c.keepAlive > 0 {
+			_ = c.nc.SetReadDeadline(time.Now().Add(time.Duration(float64(c.keepAlive) * c.b.opts.KeepAliveGrace)))
+		} else {
+			_ = c.nc.SetReadDeadline(time.Time{})
+		}
+		p, err := c.rd.ReadPacket()
+		if err != nil {
+			c.readError(err)
+			return
+		}
+		if !c.handle(p) {
+			return
+		}
+		if c.ctx.Err() != nil {
+			return
+		}
+	}
+}
+
+func (c *conn) readError(err error) {
+	if c.ctx.Err() != nil {
+		return
+	}
+	var ne net.Error
+	switch {
+	case errors.Is(err, io.EOF):
+		c.fail(err)
+	case errors.As(err, &ne) && ne.Timeout():
+		c.disconnect(packet.KeepAliveTimeout, "keep alive timeout")
+	default:
+		if rc, ok := packet.ReasonCodeOf(err); ok {
+			c.log.Debug("bad packet", "client", c.client, "err", err)
+			c.disconnect(rc, err.Error())
+			return
+		}
+		c.fail(err)
+	}
+}
+
+// handle dispatches one packet; false ends the read loop.
+func (c *conn) handle(p packet.Packet) bool {
+	switch p := p.(type) {
+	case *packet.Publish:
+		return c.handlePublish(p)
+	case *packet.Pubrel:
+		return c.handlePubrel(p)
+	case *packet.Puback:
+		c.out.puback(p.PacketID)
+	case *packet.Pubrec:
+		return c.out.pubrec(p)
+	case *packet.Pubcomp:
+		c.out.pubcomp(p.PacketID)
+	case *packet.Subscribe:
+		return c.handleSubscribe(p)
+	case *packet.Unsubscribe:
+		return c.handleUnsubscribe(p)
+	case *packet.Pingreq:
+		return c.write(&packet.Pingresp{}) == nil
+	case *packet.Disconnect:
+		c.handleDisconnect(p)
+		return false
+	case *packet.Connect:
+		c.disconnect(packet.ProtocolError, "second CONNECT") // [MQTT-3.1.0-2]
+		return false
+	default:
+		c.disconnect(packet.ProtocolError, fmt.Sprintf("unexpected %v", p.Type()))
+		return false
+	}
+	return true
+}
+
+func (c *conn) handleDisconnect(p *packet.Disconnect) {
+	if c.version == packet.V5 {
+		if p.Properties.Has(packet.PropSessionExpiry) {
+			if c.expiry == 0 && p.Properties.SessionExpiry != 0 {
+				c.disconnect(packet.ProtocolError, "session expiry set on DISCONNECT after 0 on CONNECT") // [MQTT-3.14.2-2]
+				return
+			}
+			c.expiry = c.capExpiry(p.Properties.SessionExpiry)
+		}
+		c.sendWill = p.ReasonCode == packet.DisconnectWithWillMessage
+	} else {
+		c.sendWill = false
+	}
+	c.fail(io.EOF)
+}
+
+// push queues an acknowledgement, blocking while the FIFO is full (back-
+// pressure on the read loop). False means the connection is ending.
+func (c *conn) push(e ackEntry) bool {
+	select {
+	case c.acks <- e:
+		return true
+	case <-c.ctx.Done():
+		return false
+	}
+}
+
+// ackLoop sends acknowledgements in FIFO order as their commits complete.
+// A failed or timed-out commit stops it and the connection: nothing behind
+// it is acknowledged, and the client re-sends after reconnecting.
+func (c *conn) ackLoop() {
+	defer close(c.ackDone)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		var e ackEntry
+		select {
+		case e = <-c.acks:
+		case <-c.ctx.Done():
+			return
+		}
+		var err error
+		if e.h != nil {
+			select {
+			case <-e.h.Done():
+			default:
+				timer.Reset(c.b.opts.StoreTimeout)
+				select {
+				case <-e.h.Done():
+				case <-c.ctx.Done():
+					return
+				case <-timer.C:
+					c.fail(fmt.Errorf("store did not complete in %v; the client will re-send", c.b.opts.StoreTimeout))
+					return
+				}
+			}
+			_, err = e.h.Result()
+		}
+		if e.after != nil {
+			err = e.after(err)
+		}
+		if err != nil {
+			c.log.Warn("store failed; closing the connection", "client", c.client, "err", err)
+			c.fail(err)
+			return
+		}
+		if c.ctx.Err() != nil {
+			return
+		}
+		if e.pkt != nil {
+			if c.write(e.pkt) != nil {
+				return
+			}
+		}
+		if e.qos1 {
+			c.inQoS1.Add(-1)
+		}
+		if e.then != nil {
+			e.then()
+		}
+	}
+}

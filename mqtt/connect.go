@@ -1,0 +1,227 @@
+package mqtt
+
+import (
+	"time"
+
+	"github.com/tidemark-io/tidemark/mqtt/packet"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// connect handles the CONNECT: session takeover, clean start or resume,
+// CONNACK, then the outbound side. False means the connection is refused.
+func (c *conn) connect(cp *packet.Connect) bool {
+	c.version = cp.Version
+	c.w.SetVersion(cp.Version)
+	ctx := c.ctx
+	refuse := func(rc packet.ReasonCode) bool {
+		_ = c.write(&packet.Connack{ReasonCode: rc})
+		return false
+	}
+	props := &cp.Properties
+	if c.version == packet.V5 && props.Has(packet.PropAuthMethod) {
+		return refuse(packet.BadAuthenticationMethod) // no enhanced authentication
+	}
+	c.client = cp.ClientID
+	assigned := false
+	if c.client == "" {
+		if c.version == packet.V311 && !cp.CleanStart {
+			return refuse(packet.ClientIdentifierNotValid) // [MQTT-3.1.3-8]
+		}
+		c.client, assigned = assignClientID(), true
+	}
+	c.log = c.log.With("client", c.client)
+	c.keepAlive = time.Duration(cp.KeepAlive) * time.Second
+	switch {
+	case c.version == packet.V311 && cp.CleanStart:
+		c.expiry = 0
+	case c.version == packet.V311:
+		c.expiry = neverExpires
+	default:
+		c.expiry = c.capExpiry(props.SessionExpiry)
+	}
+	if cp.Will != nil {
+		c.will = willMessage(c.client, cp.Will)
+		c.willDelay = cp.Will.Properties.WillDelay
+		c.sendWill = true
+	}
+	if c.version == packet.V5 && props.Has(packet.PropMaximumPacketSize) {
+		c.w.SetMaxPacketSize(int(props.MaximumPacketSize))
+	}
+	window := 65535
+	if c.version == packet.V5 && props.Has(packet.PropReceiveMaximum) {
+		window = int(props.ReceiveMaximum)
+	}
+
+	if old := c.b.register(c); old != nil {
+		old.takeover()
+	}
+	c.registered = true
+	c.b.cancelWill(c.client)
+
+	present := false
+	if cp.CleanStart {
+		if err := c.b.discardSession(ctx, c.client); err != nil {
+			c.log.Error("discard session", "err", err)
+			return refuse(packet.ServerUnavailable)
+		}
+	} else {
+		rec, _, ok, err := c.b.loadSession(ctx, c.client)
+		if err != nil {
+			c.log.Error("load session", "err", err)
+			return refuse(packet.ServerUnavailable)
+		}
+		if ok {
+			present = true
+			c.rec = rec
+		}
+	}
+	if !present {
+		head, err := c.b.db.Head(ctx)
+		if err != nil {
+			return refuse(packet.ServerUnavailable)
+		}
+		// A new session receives what is published after its CONNACK.
+		c.rec = sessionRecord{Checkpoint: head, SentHigh: head}
+	}
+	c.rec.Version = c.version
+	c.rec.Expiry = c.expiry
+	c.rec.Online = true
+	c.rec.DisconnectedAt = 0
+	c.rec.Will = nil
+	if c.will != nil {
+		enc, _ := c.will.MarshalBinary()
+		c.rec.Will = &willRecord{Msg: enc, Delay: c.willDelay}
+	}
+	tx := c.b.db.Begin()
+	if err := putSession(tx, c.client, &c.rec); err != nil {
+		return refuse(packet.ServerUnavailable)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		c.log.Error("persist session", "err", err)
+		return refuse(packet.ServerUnavailable)
+	}
+
+	out, err := newOutbound(c, window)
+	if err != nil {
+		c.log.Error("restore session", "err", err)
+		return refuse(packet.ServerUnavailable)
+	}
+	c.out = out
+	ack := &packet.Connack{SessionPresent: present}
+	if c.version == packet.V5 {
+		ap := &ack.Properties
+		ap.SetReceiveMaximum(uint16(c.b.opts.ReceiveMaximum))
+		ap.SetMaximumPacketSize(uint32(c.b.opts.MaxPacketSize))
+		ap.SetTopicAliasMaximum(uint16(c.b.opts.TopicAliasMaximum))
+		ap.SetRetainAvailable(1)
+		ap.SetWildcardSubAvailable(1)
+		ap.SetSubIDAvailable(1)
+		ap.SetSharedSubAvailable(1)
+		if assigned {
+			ap.SetAssignedClientID(c.client)
+		}
+		if props.Has(packet.PropSessionExpiry) && c.expiry != props.SessionExpiry {
+			ap.SetSessionExpiry(c.expiry)
+		}
+	}
+	if c.write(ack) != nil {
+		return false
+	}
+	for _, s := range c.rec.Subs {
+		c.b.index.Add(s.sub(c.client))
+	}
+	c.out.start()
+	c.log.Debug("connected", "version", c.version.String(), "clean", cp.CleanStart, "present", present)
+	return true
+}
+
+func (c *conn) capExpiry(v uint32) uint32 {
+	if m := c.b.opts.MaxSessionExpiry; m > 0 && v != neverExpires && time.Duration(v)*time.Second > m {
+		return uint32(m / time.Second)
+	}
+	if m := c.b.opts.MaxSessionExpiry; m > 0 && v == neverExpires {
+		return uint32(m / time.Second)
+	}
+	return v
+}
+
+// register makes c the connection of its client id and returns the one it
+// replaces.
+func (b *Broker) register(c *conn) *conn {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	old := b.conns[c.client]
+	b.conns[c.client] = c
+	return old
+}
+
+// teardown runs after the read loop ends: it stops the pipelines, persists
+// the session (or discards it), and publishes the will when due.
+func (c *conn) teardown() {
+	c.fail(errClosedConn)
+	<-c.ackDone
+	c.out.stop()
+	ctx := c.b.ctx
+	if ctx.Err() != nil {
+		// The broker is closing: persist with a fresh context.
+		var cancel func()
+		ctx, cancel = contextWithTimeout(5 * time.Second)
+		defer cancel()
+	}
+	b := c.b
+	b.mu.Lock()
+	current := b.conns[c.client] == c
+	if current {
+		delete(b.conns, c.client)
+	}
+	b.mu.Unlock()
+	if current {
+		b.index.RemoveClient(c.client)
+	}
+	if c.expiry == 0 {
+		if err := b.discardSession(ctx, c.client); err != nil {
+			c.log.Warn("discard session", "err", err)
+		}
+	} else {
+		c.rec.Online = false
+		c.rec.DisconnectedAt = time.Now().UnixMilli()
+		c.rec.Expiry = c.expiry
+		c.rec.Will = nil
+		if err := c.out.persist(ctx, true); err != nil {
+			c.log.Warn("persist session", "err", err)
+		}
+	}
+	if c.will != nil && c.sendWill && !c.takenOver.Load() && b.ctx.Err() == nil {
+		delay := c.willDelay
+		if c.expiry < delay {
+			delay = c.expiry
+		}
+		b.scheduleWill(c.client, c.will, time.Duration(delay)*time.Second)
+	}
+	c.log.Debug("disconnected", "err", c.failErr)
+}
+
+// willMessage converts a CONNECT's will into a message.
+func willMessage(client string, w *packet.Will) *Message {
+	m := &Message{Topic: w.Topic, Payload: append([]byte{}, w.Payload...), QoS: byte(w.QoS), Retain: w.Retain, From: client}
+	setMessageProps(m, &w.Properties, time.Now())
+	return m
+}
+
+// setMessageProps copies the 5.0 message properties of a PUBLISH or will.
+func setMessageProps(m *Message, p *packet.Properties, now time.Time) {
+	if p.Has(packet.PropPayloadFormat) {
+		m.HasFormat, m.PayloadFormat = true, p.PayloadFormat
+	}
+	if p.Has(packet.PropMessageExpiry) {
+		m.Expires = now.Add(time.Duration(p.MessageExpiry) * time.Second)
+	}
+	m.ContentType = p.ContentType
+	m.ResponseTopic = p.ResponseTopic
+	m.CorrelationData = cloneOrNil(p.CorrelationData)
+	for _, u := range p.User {
+		m.UserProps = append(m.UserProps, UserProperty{Key: u.Key, Value: u.Value})
+	}
+}
+
+var _ = table.Cursor{}

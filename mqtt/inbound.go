@@ -1,0 +1,327 @@
+package mqtt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/packet"
+	"github.com/tidemark-io/tidemark/mqtt/topic"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+var errClosedConn = errors.New("mqtt: connection closed")
+
+func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}
+
+// handlePublish takes an inbound PUBLISH. The read loop never waits for the
+// store: QoS 1 and 2 commits are submitted and their acknowledgements
+// queued in the connection's FIFO.
+func (c *conn) handlePublish(p *packet.Publish) bool {
+	defer p.Release()
+	name := p.Topic
+	if c.version == packet.V5 && p.Properties.Has(packet.PropTopicAlias) {
+		alias := p.Properties.TopicAlias
+		if alias == 0 || int(alias) > c.b.opts.TopicAliasMaximum {
+			c.disconnect(packet.TopicAliasInvalid, "topic alias out of range") // [MQTT-3.3.2-9]
+			return false
+		}
+		if name != "" {
+			if c.aliases == nil {
+				c.aliases = map[uint16]string{}
+			}
+			c.aliases[alias] = name
+		} else if name = c.aliases[alias]; name == "" {
+			c.disconnect(packet.ProtocolError, "unknown topic alias")
+			return false
+		}
+	}
+	if !topic.ValidName(name) {
+		c.disconnect(packet.TopicNameInvalid, "invalid topic name")
+		return false
+	}
+	if p.QoS > 0 && c.version == packet.V5 && int(c.inQoS1.Load())+c.pendingExchanges() >= c.b.opts.ReceiveMaximum {
+		c.disconnect(packet.ReceiveMaximumExceeded, "receive maximum exceeded") // [MQTT-3.3.4-7]
+		return false
+	}
+	m := &Message{Topic: name, Payload: append([]byte{}, p.Payload...), QoS: byte(p.QoS), Retain: p.Retain, From: c.client}
+	setMessageProps(m, &p.Properties, time.Now())
+	switch p.QoS {
+	case packet.QoS0:
+		c.b.publishQoS0(c.ctx, m)
+		return true
+	case packet.QoS1:
+		tx := c.b.db.Begin()
+		if err := addMessage(tx, m); err != nil {
+			c.disconnect(packet.UnspecifiedError, err.Error())
+			return false
+		}
+		h, err := c.submit(tx)
+		if err != nil {
+			return false
+		}
+		c.inQoS1.Add(1)
+		return c.push(ackEntry{pkt: &packet.Puback{PacketID: p.PacketID}, h: h, qos1: true})
+	default:
+		return c.publishQoS2(p, m)
+	}
+}
+
+func (c *conn) pendingExchanges() int { return c.pendingQoS2 }
+
+// submit starts a commit and remembers it as the connection's latest.
+func (c *conn) submit(tx *table.Tx) (*engine.Handle, error) {
+	h, err := tx.Submit(c.ctx)
+	if err != nil {
+		c.log.Warn("submit failed", "err", err)
+		c.disconnect(packet.UnspecifiedError, "store unavailable")
+		return nil, err
+	}
+	c.last = h
+	return h, nil
+}
+
+// publishQoS2 stages a QoS 2 message (first write wins) and queues PUBREC
+// for when the staging is durable.
+func (c *conn) publishQoS2(p *packet.Publish, m *Message) bool {
+	pi := p.PacketID
+	ex := c.exchanges[pi]
+	if ex != nil && !ex.released {
+		// A re-sent PUBLISH of a pending exchange: no second store, which
+		// could land after the release and leave a stray copy; still owed
+		// its PUBREC.
+		return c.push(ackEntry{pkt: &packet.Pubrec{PacketID: pi}})
+	}
+	if ex != nil {
+		delete(c.exchanges, pi) // a new publication on a released id
+	}
+	enc, err := m.MarshalBinary()
+	if err != nil {
+		c.disconnect(packet.UnspecifiedError, err.Error())
+		return false
+	}
+	id := slotID(c.client, pi)
+	tx := c.b.db.Begin()
+	tx.ExpectAbsent(tableStaged, id)
+	tx.Put(tableStaged, id, enc)
+	h, err := c.submit(tx)
+	if err != nil {
+		return false
+	}
+	c.pendingQoS2++
+	// A DUP PUBLISH the connection does not know may repeat one staged by
+	// an earlier connection with other bytes: keep no copy, so the PUBREL
+	// loads whichever bytes won.
+	if !p.Dup {
+		ex = &exchange{version: uint64(tx.Version()), h: h}
+		if c.copies < maxCopies && c.copyBytes+len(enc) <= maxCopyBytes {
+			ex.msg, ex.size = m, len(enc)
+			c.copies++
+			c.copyBytes += len(enc)
+		}
+		c.exchanges[pi] = ex
+	}
+	return c.push(ackEntry{pkt: &packet.Pubrec{PacketID: pi}, h: h, after: func(err error) error {
+		if errors.Is(err, engine.ErrConflict) {
+			return nil // already staged: a duplicate, still owed its PUBREC
+		}
+		return err
+	}})
+}
+
+// handlePubrel releases a staged QoS 2 message.
+func (c *conn) handlePubrel(p *packet.Pubrel) bool {
+	pi := p.PacketID
+	ex := c.exchanges[pi]
+	if ex != nil && ex.released {
+		// Released already; never consult the store again for it.
+		return c.push(ackEntry{pkt: &packet.Pubcomp{PacketID: pi}})
+	}
+	if ex != nil && ex.msg != nil {
+		<-ex.h.Done()
+		if ex.h.Err() == nil {
+			return c.release(pi, ex.msg, table.Version(ex.version))
+		}
+	}
+	// Not known here (a new connection, or past the copy caps): the store
+	// is the source of truth. Wait for this connection's earlier commits so
+	// the read sees them.
+	if c.last != nil {
+		select {
+		case <-c.last.Done():
+		case <-c.ctx.Done():
+			return false
+		}
+	}
+	id := slotID(c.client, pi)
+	rec, err := c.b.db.Get(c.ctx, tableStaged, id)
+	if errors.Is(err, table.ErrNotFound) {
+		c.forget(pi)
+		comp := &packet.Pubcomp{PacketID: pi}
+		if c.version == packet.V5 {
+			comp.ReasonCode = packet.PacketIdentifierNotFound
+		}
+		return c.push(ackEntry{pkt: comp})
+	}
+	if err != nil {
+		c.disconnect(packet.UnspecifiedError, "store unavailable")
+		return false
+	}
+	var m Message
+	if err := m.UnmarshalBinary(rec.Value); err != nil {
+		// Discard the corrupt copy so the PUBREL the client retries
+		// converges to a clean PUBCOMP; fail this connection without one.
+		tx := c.b.db.Begin()
+		tx.Delete(tableStaged, id)
+		if cerr := tx.Commit(c.ctx); cerr != nil {
+			c.log.Warn("discard corrupt staged message", "err", cerr)
+		}
+		c.log.Warn("corrupt staged message discarded", "packet_id", pi, "err", err)
+		c.disconnect(packet.UnspecifiedError, "corrupt staged message")
+		return false
+	}
+	return c.release(pi, &m, rec.Version)
+}
+
+// release appends the staged message to the log and deletes the staged
+// copy in one commit, conditional on the copy still being the one staged
+// at version: of two releases racing (a retried PUBREL here or on another
+// node), exactly one delivers.
+func (c *conn) release(pi uint16, m *Message, version table.Version) bool {
+	id := slotID(c.client, pi)
+	tx := c.b.db.Begin()
+	tx.ExpectVersion(tableStaged, id, version)
+	tx.Delete(tableStaged, id)
+	if err := addMessage(tx, m); err != nil {
+		c.disconnect(packet.UnspecifiedError, err.Error())
+		return false
+	}
+	h, err := c.submit(tx)
+	if err != nil {
+		return false
+	}
+	c.forget(pi)
+	c.exchanges[pi] = &exchange{released: true}
+	return c.push(ackEntry{pkt: &packet.Pubcomp{PacketID: pi}, h: h, after: func(err error) error {
+		if errors.Is(err, engine.ErrConflict) {
+			return nil // released by an earlier PUBREL: deliver nothing more
+		}
+		return err
+	}})
+}
+
+// forget drops the copy held for pi; the exchange no longer counts
+// against the receive maximum.
+func (c *conn) forget(pi uint16) {
+	if c.pendingQoS2 > 0 {
+		c.pendingQoS2--
+	}
+	if ex := c.exchanges[pi]; ex != nil && ex.msg != nil {
+		c.copies--
+		c.copyBytes -= ex.size
+	}
+	delete(c.exchanges, pi)
+}
+
+// addMessage appends a QoS 1/2 message to the log, and updates the
+// retained store when the message is retained, in tx.
+func addMessage(tx *table.Tx, m *Message) error {
+	enc, err := m.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	if err := tx.Message(tableMsgs, m.Topic, enc); err != nil {
+		return err
+	}
+	return addRetained(tx, m, enc)
+}
+
+func addRetained(tx *table.Tx, m *Message, enc []byte) error {
+	if !m.Retain {
+		return nil
+	}
+	if len(m.Payload) == 0 {
+		return tx.Delete(tableRetained, m.Topic) // [MQTT-3.3.1-6]
+	}
+	return tx.Put(tableRetained, m.Topic, enc)
+}
+
+// publishQoS0 routes a QoS 0 message to online subscribers in memory; a
+// retained one also updates the retained store.
+func (b *Broker) publishQoS0(ctx context.Context, m *Message) {
+	if m.Retain {
+		enc, err := m.MarshalBinary()
+		if err == nil {
+			tx := b.db.Begin()
+			if err = addRetained(tx, m, enc); err == nil {
+				_, err = tx.Submit(ctx)
+			}
+		}
+		if err != nil {
+			b.log.Warn("retain failed", "topic", m.Topic, "err", err)
+		}
+	}
+	b.fanout(m, false)
+}
+
+// fanout delivers m to the online sessions whose subscriptions match:
+// plain subscriptions only for QoS 0 messages (QoS 1/2 ones reach them
+// through the log), and one member of each shared group (sharedOnly).
+func (b *Broker) fanout(m *Message, sharedOnly bool) {
+	type target struct {
+		qos byte
+		ids []uint32
+		rap bool
+	}
+	targets := map[string]*target{}
+	b.index.Match(m.Topic, func(s topic.Subscription) {
+		if (sharedOnly && s.Group == "") || (s.NoLocal && s.Client == m.From) {
+			return
+		}
+		t := targets[s.Client]
+		if t == nil {
+			t = &target{}
+			targets[s.Client] = t
+		}
+		t.qos = max(t.qos, min(s.QoS, m.QoS))
+		if s.ID != 0 {
+			t.ids = append(t.ids, s.ID)
+		}
+		t.rap = t.rap || s.RetainAsPublished
+	})
+	if len(targets) == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for client, t := range targets {
+		c := b.conns[client]
+		if c == nil || c.out == nil {
+			continue
+		}
+		c.out.offer(direct{msg: m, qos: t.qos, ids: t.ids, retain: m.Retain && t.rap})
+	}
+}
+
+// publishServer publishes a message the broker originates (a will).
+func (b *Broker) publishServer(ctx context.Context, m *Message) error {
+	if m.Expired(time.Now()) {
+		return nil
+	}
+	if m.QoS == 0 {
+		b.publishQoS0(ctx, m)
+		return nil
+	}
+	tx := b.db.Begin()
+	if err := addMessage(tx, m); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("mqtt: publish will: %w", err)
+	}
+	return nil
+}

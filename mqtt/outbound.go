@@ -1,0 +1,514 @@
+package mqtt
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/tidemark-io/tidemark/mqtt/packet"
+	"github.com/tidemark-io/tidemark/mqtt/topic"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// outbound is a session's sending side: a table subscription over the
+// message log from the session's checkpoint (so an offline session catches
+// up by replay), plus a queue of in-memory deliveries (QoS 0 publications,
+// shared subscriptions, retained messages). QoS 2 deliveries are recorded
+// in tableOut before their PUBLISH, and after PUBREC before their PUBREL,
+// so a reconnect or restart re-sends PUBREL, never the PUBLISH again.
+type outbound struct {
+	c      *conn
+	window int
+
+	mu       sync.Mutex
+	subs     []topic.Subscription // the session's subscriptions
+	inflight map[uint16]*outMsg
+	resumed  map[table.Cursor]*outMsg // restored QoS 2 state awaiting its log event
+	done     map[table.Cursor]bool    // QoS 2 completed above the checkpoint
+	nextPI   uint16
+	sentHigh table.Cursor // the furthest log position ever sent
+	freed    chan struct{}
+
+	sub       *table.Subscription
+	direct    chan direct
+	persisted table.Cursor
+	stopped   chan struct{}
+}
+
+type outMsg struct {
+	pi    uint16
+	qos   byte
+	ev    table.Event
+	hasEv bool
+	pos   table.Cursor
+	msg   *Message
+	rec   bool // a tableOut record exists
+	state byte // outSent or outPubrec
+}
+
+const (
+	outSent   = 1
+	outPubrec = 2
+)
+
+// outRecord is the stored form of an outbound QoS 2 message in flight.
+type outRecord struct {
+	PI    uint16       `json:"pi"`
+	State byte         `json:"state"`
+	Pos   table.Cursor `json:"pos"`
+	Msg   []byte       `json:"msg"`
+}
+
+// direct is an in-memory delivery.
+type direct struct {
+	msg    *Message
+	qos    byte
+	ids    []uint32
+	retain bool
+}
+
+func newOutbound(c *conn, window int) (*outbound, error) {
+	o := &outbound{
+		c: c, window: window,
+		inflight: map[uint16]*outMsg{}, resumed: map[table.Cursor]*outMsg{}, done: map[table.Cursor]bool{},
+		freed: make(chan struct{}, 1), direct: make(chan direct, 1024), stopped: make(chan struct{}),
+		persisted: c.rec.Checkpoint, nextPI: c.rec.NextPI, sentHigh: c.rec.SentHigh,
+	}
+	for _, s := range c.rec.Subs {
+		o.subs = append(o.subs, s.sub(c.client))
+	}
+	ctx := c.ctx
+	db := c.b.db
+	err := db.Range(ctx, tableOut, c.client+slotSep, func(r table.Record) bool {
+		var or outRecord
+		if r.Deleted || json.Unmarshal(r.Value, &or) != nil {
+			return true
+		}
+		var m Message
+		if m.UnmarshalBinary(or.Msg) != nil {
+			return true
+		}
+		om := &outMsg{pi: or.PI, qos: 2, pos: or.Pos, msg: &m, rec: true, state: or.State}
+		o.inflight[or.PI] = om
+		o.resumed[or.Pos] = om
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	err = db.Range(ctx, tableDone, c.client+slotSep, func(r table.Record) bool {
+		var cur table.Cursor
+		if !r.Deleted && cur.UnmarshalText([]byte(r.ID[len(c.client)+1:])) == nil {
+			o.done[cur] = true
+		}
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// start re-sends the restored QoS 2 state and starts the sender.
+func (o *outbound) start() {
+	c := o.c
+	for pi, om := range o.inflight {
+		if om.state == outPubrec {
+			_ = c.write(&packet.Pubrel{PacketID: pi})
+		} else {
+			_ = c.write(o.publishPacket(om.msg, pi, 2, nil, om.msg.Retain, true))
+		}
+	}
+	sub, err := c.b.db.Subscribe(c.ctx, table.SubscribeOptions{
+		Table: tableMsgs, Start: c.rec.Checkpoint, IncludeSuperseded: true, Composite: true,
+		Filter: func(ev table.Event) bool { return o.wants(ev.ID) },
+	})
+	if err != nil {
+		c.log.Error("subscribe to the message log", "err", err)
+		c.fail(err)
+		close(o.stopped)
+		return
+	}
+	o.sub = sub
+	go o.run()
+}
+
+// wants reports whether any plain subscription of the session matches.
+func (o *outbound) wants(name string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, s := range o.subs {
+		if s.Group == "" && topic.Match(s.Filter, name) {
+			return true
+		}
+	}
+	return false
+}
+
+func (o *outbound) run() {
+	defer close(o.stopped)
+	c := o.c
+	tick := time.NewTicker(c.b.opts.CheckpointEvery)
+	defer tick.Stop()
+	for {
+		if !o.waitWindow() {
+			return
+		}
+		select {
+		case ev, ok := <-o.sub.Events():
+			if !ok {
+				if err := o.sub.Err(); err != nil && c.ctx.Err() == nil {
+					c.log.Warn("session replay ended", "err", err)
+					c.disconnect(packet.UnspecifiedError, "session replay failed")
+				}
+				return
+			}
+			o.deliverEvent(ev)
+		case d := <-o.direct:
+			o.deliverDirect(d)
+		case <-tick.C:
+			if err := o.persist(c.ctx, false); err != nil && c.ctx.Err() == nil {
+				c.log.Warn("persist checkpoint", "err", err)
+			}
+		case <-c.ctx.Done():
+			return
+		}
+	}
+}
+
+// waitWindow blocks while the client's receive maximum is reached.
+func (o *outbound) waitWindow() bool {
+	for {
+		o.mu.Lock()
+		n := len(o.inflight)
+		o.mu.Unlock()
+		if n < o.window {
+			return true
+		}
+		select {
+		case <-o.freed:
+		case <-o.c.ctx.Done():
+			return false
+		}
+	}
+}
+
+// deliverEvent sends one message from the log, or acknowledges it at once
+// when nothing is owed to the client.
+func (o *outbound) deliverEvent(ev table.Event) {
+	pos := ev.Cursor()
+	o.mu.Lock()
+	if om := o.resumed[pos]; om != nil {
+		delete(o.resumed, pos)
+		om.ev, om.hasEv = ev, true
+		o.mu.Unlock()
+		return
+	}
+	if o.done[pos] {
+		o.mu.Unlock()
+		_ = o.sub.Ack(ev)
+		return
+	}
+	var m Message
+	if err := m.UnmarshalBinary(ev.Value); err != nil {
+		o.mu.Unlock()
+		o.c.log.Warn("undecodable message in the log skipped", "key", ev.Key, "err", err)
+		_ = o.sub.Ack(ev)
+		return
+	}
+	qos, ids, rap, ok := o.match(&m)
+	o.mu.Unlock()
+	if !ok || m.Expired(time.Now()) {
+		_ = o.sub.Ack(ev)
+		return
+	}
+	o.mu.Lock()
+	// Sent before (by an earlier connection): a re-send carries DUP.
+	dup := !o.sentHigh.Less(pos)
+	if o.sentHigh.Less(pos) {
+		o.sentHigh = pos
+	}
+	o.mu.Unlock()
+	o.send(&m, qos, ids, m.Retain && rap, dup, ev, true)
+}
+
+// match returns the delivery QoS, subscription identifiers and retain-as-
+// published of the session's plain subscriptions matching m; o.mu held.
+func (o *outbound) match(m *Message) (qos byte, ids []uint32, rap, ok bool) {
+	for _, s := range o.subs {
+		if s.Group != "" || !topic.Match(s.Filter, m.Topic) || (s.NoLocal && m.From == o.c.client) {
+			continue
+		}
+		ok = true
+		qos = max(qos, min(s.QoS, m.QoS))
+		if s.ID != 0 {
+			ids = append(ids, s.ID)
+		}
+		rap = rap || s.RetainAsPublished
+	}
+	return qos, ids, rap, ok
+}
+
+func (o *outbound) deliverDirect(d direct) {
+	if d.msg.Expired(time.Now()) {
+		return
+	}
+	o.send(d.msg, d.qos, d.ids, d.retain, false, table.Event{}, false)
+}
+
+// send writes one PUBLISH; QoS 1/2 ones enter the in-flight window.
+func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev table.Event, hasEv bool) {
+	c := o.c
+	if qos == 0 {
+		err := c.write(o.publishPacket(m, 0, 0, ids, retain, false))
+		if hasEv && (err == nil || errors.Is(err, packet.ErrPacketTooLarge)) {
+			_ = o.sub.Ack(ev)
+		}
+		return
+	}
+	o.mu.Lock()
+	pi := o.allocPI()
+	om := &outMsg{pi: pi, qos: qos, ev: ev, hasEv: hasEv, pos: ev.Cursor(), msg: m, state: outSent}
+	o.inflight[pi] = om
+	o.mu.Unlock()
+	if qos == 2 && hasEv {
+		// Durable before the PUBLISH: a restart re-sends it with this id.
+		if err := o.putRecord(om); err != nil {
+			c.log.Warn("record outbound QoS 2", "err", err)
+			c.fail(err)
+			return
+		}
+	}
+	if err := c.write(o.publishPacket(m, pi, qos, ids, retain, dup)); errors.Is(err, packet.ErrPacketTooLarge) {
+		// Too large for the client: dropped, as if acknowledged [MQTT-3.1.2-25].
+		o.complete(pi)
+	}
+}
+
+func (o *outbound) allocPI() uint16 {
+	for {
+		o.nextPI++
+		if o.nextPI == 0 {
+			o.nextPI = 1
+		}
+		if o.inflight[o.nextPI] == nil {
+			return o.nextPI
+		}
+	}
+}
+
+func (o *outbound) publishPacket(m *Message, pi uint16, qos byte, ids []uint32, retain, dup bool) *packet.Publish {
+	p := &packet.Publish{Topic: m.Topic, PacketID: pi, QoS: packet.QoS(qos), Retain: retain, Dup: dup && qos > 0, Payload: m.Payload}
+	if o.c.version == packet.V5 {
+		pp := &p.Properties
+		if m.HasFormat {
+			pp.SetPayloadFormat(m.PayloadFormat)
+		}
+		if !m.Expires.IsZero() {
+			left := time.Until(m.Expires)
+			pp.SetMessageExpiry(uint32(max(left.Round(time.Second), time.Second) / time.Second))
+		}
+		if m.ContentType != "" {
+			pp.SetContentType(m.ContentType)
+		}
+		if m.ResponseTopic != "" {
+			pp.SetResponseTopic(m.ResponseTopic)
+		}
+		if m.CorrelationData != nil {
+			pp.SetCorrelationData(m.CorrelationData)
+		}
+		for _, u := range m.UserProps {
+			pp.AddUser(u.Key, u.Value)
+		}
+		for _, id := range ids {
+			pp.AddSubscriptionID(id)
+		}
+	}
+	return p
+}
+
+func (o *outbound) putRecord(om *outMsg) error {
+	enc, err := om.msg.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	v, err := json.Marshal(outRecord{PI: om.pi, State: om.state, Pos: om.pos, Msg: enc})
+	if err != nil {
+		return err
+	}
+	tx := o.c.b.db.Begin()
+	tx.Put(tableOut, slotID(o.c.client, om.pi), v)
+	om.rec = true
+	return tx.Commit(o.c.ctx)
+}
+
+func (o *outbound) puback(pi uint16) {
+	o.mu.Lock()
+	om := o.inflight[pi]
+	if om == nil || om.qos != 1 {
+		o.mu.Unlock()
+		return
+	}
+	o.mu.Unlock()
+	o.complete(pi)
+}
+
+// complete ends an exchange and acknowledges its log event.
+func (o *outbound) complete(pi uint16) {
+	o.mu.Lock()
+	om := o.inflight[pi]
+	delete(o.inflight, pi)
+	o.mu.Unlock()
+	if om != nil && om.hasEv && o.sub != nil {
+		_ = o.sub.Ack(om.ev)
+	}
+	select {
+	case o.freed <- struct{}{}:
+	default:
+	}
+}
+
+// pubrec records the PUBREC durably, then sends PUBREL through the
+// connection's ack FIFO.
+func (o *outbound) pubrec(p *packet.Pubrec) bool {
+	c := o.c
+	o.mu.Lock()
+	om := o.inflight[p.PacketID]
+	o.mu.Unlock()
+	if om == nil || om.qos != 2 {
+		rel := &packet.Pubrel{PacketID: p.PacketID}
+		if c.version == packet.V5 {
+			rel.ReasonCode = packet.PacketIdentifierNotFound
+		}
+		return c.push(ackEntry{pkt: rel})
+	}
+	if p.ReasonCode.IsError() {
+		o.finishQoS2(om) // the client refused it: the exchange ends [MQTT-4.3.3-4 in 5.0]
+		return true
+	}
+	om.state = outPubrec
+	if !om.rec {
+		return c.push(ackEntry{pkt: &packet.Pubrel{PacketID: p.PacketID}})
+	}
+	enc, _ := om.msg.MarshalBinary()
+	v, _ := json.Marshal(outRecord{PI: om.pi, State: outPubrec, Pos: om.pos, Msg: enc})
+	tx := c.b.db.Begin()
+	tx.Put(tableOut, slotID(c.client, om.pi), v)
+	h, err := c.submit(tx)
+	if err != nil {
+		return false
+	}
+	return c.push(ackEntry{pkt: &packet.Pubrel{PacketID: p.PacketID}, h: h})
+}
+
+func (o *outbound) pubcomp(pi uint16) {
+	o.mu.Lock()
+	om := o.inflight[pi]
+	o.mu.Unlock()
+	if om == nil || om.qos != 2 || om.state != outPubrec {
+		return
+	}
+	o.finishQoS2(om)
+}
+
+// finishQoS2 deletes the outbound record and marks the message done above
+// the checkpoint in one commit, then completes the exchange.
+func (o *outbound) finishQoS2(om *outMsg) {
+	c := o.c
+	if !om.rec {
+		o.complete(om.pi)
+		return
+	}
+	tx := c.b.db.Begin()
+	tx.Delete(tableOut, slotID(c.client, om.pi))
+	tx.Put(tableDone, c.client+slotSep+om.pos.String(), nil)
+	h, err := tx.Submit(c.ctx)
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	o.mu.Lock()
+	o.done[om.pos] = true
+	o.mu.Unlock()
+	go func() {
+		if _, err := h.Wait(c.ctx); err == nil {
+			o.complete(om.pi)
+		}
+	}()
+}
+
+// offer queues an in-memory delivery; a full queue drops it (the
+// subscriber is too slow for at-most-once traffic).
+func (o *outbound) offer(d direct) {
+	select {
+	case o.direct <- d:
+	default:
+		o.c.log.Debug("slow subscriber: in-memory delivery dropped", "topic", d.msg.Topic)
+	}
+}
+
+// persist writes the session record with the acknowledged checkpoint and
+// drops completion marks it covers. final waits for the commit.
+func (o *outbound) persist(ctx context.Context, final bool) error {
+	if o.sub == nil {
+		return nil
+	}
+	if !final && o.sub.Checkpoint() == o.persisted {
+		return nil
+	}
+	tx, err := o.sessionTx()
+	if err != nil {
+		return err
+	}
+	h, err := tx.Submit(ctx)
+	if err != nil {
+		return err
+	}
+	if final {
+		_, err = h.Wait(ctx)
+	}
+	return err
+}
+
+// sessionTx returns a transaction writing the session record as it stands:
+// subscriptions, acknowledged checkpoint, completion marks it covers.
+func (o *outbound) sessionTx() (*table.Tx, error) {
+	c := o.c
+	var cp table.Cursor
+	if o.sub != nil {
+		cp = o.sub.Checkpoint()
+	} else {
+		cp = c.rec.Checkpoint
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	c.rec.Checkpoint = cp
+	c.rec.NextPI = o.nextPI
+	c.rec.SentHigh = o.sentHigh
+	c.rec.Subs = c.rec.Subs[:0]
+	for _, s := range o.subs {
+		c.rec.Subs = append(c.rec.Subs, recordOf(s))
+	}
+	tx := c.b.db.Begin()
+	for pos := range o.done {
+		if !cp.Less(pos) {
+			tx.Delete(tableDone, c.client+slotSep+pos.String())
+			delete(o.done, pos)
+		}
+	}
+	if err := putSession(tx, c.client, &c.rec); err != nil {
+		return nil, err
+	}
+	o.persisted = cp
+	return tx, nil
+}
+
+// stop ends the sender and the subscription.
+func (o *outbound) stop() {
+	if o.sub != nil {
+		_ = o.sub.Close()
+	}
+	<-o.stopped
+}

@@ -1,0 +1,152 @@
+package mqtt
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tidemark-io/tidemark/mqtt/packet"
+	"github.com/tidemark-io/tidemark/mqtt/topic"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// neverExpires is the 5.0 session expiry that means "never".
+const neverExpires = 0xFFFFFFFF
+
+// sessionRecord is what the broker persists per client id.
+type sessionRecord struct {
+	Version packet.Version `json:"v"`
+	// Expiry is the session expiry interval in seconds (neverExpires for
+	// 3.1.1 persistent sessions).
+	Expiry uint32 `json:"expiry"`
+	// Online is set while a connection holds the session; a session found
+	// online at startup belonged to a broker that crashed.
+	Online bool `json:"online,omitempty"`
+	// DisconnectedAt is when the session went offline (Unix ms).
+	DisconnectedAt int64          `json:"disc,omitempty"`
+	Subs           []subRecord    `json:"subs,omitempty"`
+	Checkpoint     table.Cursor   `json:"cp"`
+	SentHigh       table.Cursor   `json:"sent"`
+	Will           *willRecord    `json:"will,omitempty"`
+	NextPI         uint16         `json:"pi,omitempty"`
+}
+
+type subRecord struct {
+	Filter string `json:"f"`
+	Group  string `json:"g,omitempty"`
+	QoS    byte   `json:"q"`
+	NL     bool   `json:"nl,omitempty"`
+	RAP    bool   `json:"rap,omitempty"`
+	RH     byte   `json:"rh,omitempty"`
+	ID     uint32 `json:"id,omitempty"`
+}
+
+func (s subRecord) sub(client string) topic.Subscription {
+	return topic.Subscription{Client: client, Filter: s.Filter, Group: s.Group, QoS: s.QoS,
+		NoLocal: s.NL, RetainAsPublished: s.RAP, RetainHandling: s.RH, ID: s.ID}
+}
+
+func recordOf(s topic.Subscription) subRecord {
+	return subRecord{Filter: s.Filter, Group: s.Group, QoS: s.QoS, NL: s.NoLocal, RAP: s.RetainAsPublished, RH: s.RetainHandling, ID: s.ID}
+}
+
+type willRecord struct {
+	Msg   []byte `json:"msg"` // Message stored form
+	Delay uint32 `json:"delay,omitempty"`
+}
+
+// loadSession reads the session record of client; ok is false when none.
+func (b *Broker) loadSession(ctx context.Context, client string) (sessionRecord, table.Version, bool, error) {
+	rec, err := b.db.Get(ctx, tableSessions, client)
+	if errors.Is(err, table.ErrNotFound) {
+		return sessionRecord{}, 0, false, nil
+	}
+	if err != nil {
+		return sessionRecord{}, 0, false, err
+	}
+	var s sessionRecord
+	if err := json.Unmarshal(rec.Value, &s); err != nil {
+		return sessionRecord{}, 0, false, fmt.Errorf("mqtt: session %q: %w", client, err)
+	}
+	return s, rec.Version, true, nil
+}
+
+// putSession adds the session record to tx.
+func putSession(tx *table.Tx, client string, s *sessionRecord) error {
+	v, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	return tx.Put(tableSessions, client, v)
+}
+
+// discardSession deletes every piece of state of client: the session
+// record, staged inbound QoS 2 messages, outbound QoS 2 state and completion
+// marks. Used for clean start and session expiry.
+func (b *Broker) discardSession(ctx context.Context, client string) error {
+	tx := b.db.Begin()
+	n := 0
+	if _, err := b.db.Get(ctx, tableSessions, client); err == nil {
+		tx.Delete(tableSessions, client)
+		n++
+	}
+	for _, t := range []string{tableStaged, tableOut, tableDone} {
+		err := b.db.Range(ctx, t, client+slotSep, func(r table.Record) bool {
+			if !r.Deleted {
+				tx.Delete(t, r.ID)
+				n++
+			}
+			return true
+		})
+		if err != nil {
+			return err
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	return tx.Commit(ctx)
+}
+
+// expireSessions deletes offline sessions whose expiry interval passed.
+func (b *Broker) expireSessions() {
+	defer b.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now().UnixMilli()
+		var expired []string
+		_ = b.db.Range(b.ctx, tableSessions, "", func(r table.Record) bool {
+			if r.Deleted {
+				return true
+			}
+			var s sessionRecord
+			if json.Unmarshal(r.Value, &s) != nil || s.Online || s.Expiry == neverExpires {
+				return true
+			}
+			if s.DisconnectedAt > 0 && now >= s.DisconnectedAt+int64(s.Expiry)*1000 {
+				expired = append(expired, r.ID)
+			}
+			return true
+		})
+		for _, id := range expired {
+			b.mu.Lock()
+			_, online := b.conns[id]
+			b.mu.Unlock()
+			if online {
+				continue
+			}
+			if err := b.discardSession(b.ctx, id); err != nil && b.ctx.Err() == nil {
+				b.log.Warn("session expiry failed", "client", id, "err", err)
+			}
+		}
+	}
+}
+
