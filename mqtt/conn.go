@@ -50,8 +50,8 @@ type conn struct {
 	copyBytes int
 	// pendingQoS2 counts inbound QoS 2 exchanges not yet released.
 	pendingQoS2 int
-	last      *engine.Handle // the latest commit this connection submitted
-	aliases   map[uint16]string
+	last        *engine.Handle // the latest commit this connection submitted
+	aliases     map[uint16]string
 
 	rec       sessionRecord
 	expiry    uint32

@@ -25,12 +25,12 @@ type sessionRecord struct {
 	// online at startup belonged to a broker that crashed.
 	Online bool `json:"online,omitempty"`
 	// DisconnectedAt is when the session went offline (Unix ms).
-	DisconnectedAt int64          `json:"disc,omitempty"`
-	Subs           []subRecord    `json:"subs,omitempty"`
-	Checkpoint     table.Cursor   `json:"cp"`
-	SentHigh       table.Cursor   `json:"sent"`
-	Will           *willRecord    `json:"will,omitempty"`
-	NextPI         uint16         `json:"pi,omitempty"`
+	DisconnectedAt int64        `json:"disc,omitempty"`
+	Subs           []subRecord  `json:"subs,omitempty"`
+	Checkpoint     table.Cursor `json:"cp"`
+	SentHigh       table.Cursor `json:"sent"`
+	Will           *willRecord  `json:"will,omitempty"`
+	NextPI         uint16       `json:"pi,omitempty"`
 }
 
 type subRecord struct {
@@ -149,4 +149,3 @@ func (b *Broker) expireSessions() {
 		}
 	}
 }
-
