@@ -10,6 +10,9 @@ import (
 	"github.com/tidemark-io/tidemark/engine"
 
 	// The engines compiled into the binary register themselves.
+	_ "github.com/tidemark-io/tidemark/engine/badger"
+	_ "github.com/tidemark-io/tidemark/engine/jetstream"
+	_ "github.com/tidemark-io/tidemark/engine/lmdb"
 	_ "github.com/tidemark-io/tidemark/engine/pebble"
 )
 
