@@ -1,0 +1,124 @@
+// Package mqtttest starts real Tidemark brokers on real engines for tests:
+// in this process (Start) or in a child process that a test can kill with
+// SIGKILL (see conformance for the child side).
+package mqtttest
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// TB is the part of testing.TB the helpers use (conformance.T has it).
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+	TempDir() string
+}
+
+var _ TB = (testing.TB)(nil)
+
+// Server is a broker over an engine in a data directory, listening on a
+// loopback port. Stop and Start keep the directory and the port, so a test
+// can restart the broker and reconnect to the same address.
+type Server struct {
+	Engine string
+	Dir    string
+	Params map[string]string
+	Opts   mqtt.Options
+	Addr   string
+
+	e      engine.Engine
+	db     *table.DB
+	b      *mqtt.Broker
+	ln     net.Listener
+	served chan error
+}
+
+// Start starts a broker on engine name in a fresh directory. It is stopped
+// when the test ends.
+func Start(t TB, name string, params map[string]string, opts mqtt.Options) *Server {
+	t.Helper()
+	s := &Server{Engine: name, Dir: t.TempDir(), Params: params, Opts: opts}
+	if err := s.Start(); err != nil {
+		t.Fatalf("start broker on %s: %v", name, err)
+	}
+	t.Cleanup(func() { _ = s.Stop() })
+	return s
+}
+
+// Start (re)starts the broker on the server's directory and address.
+func (s *Server) Start() error {
+	ctx := context.Background()
+	e, err := engine.Open(ctx, s.Engine, engine.Options{Dir: s.Dir, Params: s.Params})
+	if err != nil {
+		return err
+	}
+	db, err := table.Open(ctx, e, table.Options{})
+	if err != nil {
+		e.Close()
+		return err
+	}
+	b, err := mqtt.New(db, s.Opts)
+	if err != nil {
+		db.Close()
+		e.Close()
+		return err
+	}
+	addr := s.Addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	var ln net.Listener
+	for i := 0; ; i++ {
+		ln, err = net.Listen("tcp", addr)
+		if err == nil || i > 50 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond) // the old listener's port is being released
+	}
+	if err != nil {
+		b.Close()
+		db.Close()
+		e.Close()
+		return err
+	}
+	s.Addr = ln.Addr().String()
+	s.e, s.db, s.b, s.ln = e, db, b, ln
+	s.served = make(chan error, 1)
+	go func() { s.served <- b.Serve(ln) }()
+	return nil
+}
+
+// Stop stops the broker cleanly and closes its engine.
+func (s *Server) Stop() error {
+	if s.b == nil {
+		return nil
+	}
+	err := s.b.Close()
+	<-s.served
+	err = errors.Join(err, s.db.Close(), s.e.Close())
+	s.b, s.db, s.e = nil, nil, nil
+	return err
+}
+
+// Restart stops and starts the broker.
+func (s *Server) Restart() error {
+	if err := s.Stop(); err != nil {
+		return err
+	}
+	return s.Start()
+}
+
+// Broker returns the running broker.
+func (s *Server) Broker() *mqtt.Broker { return s.b }
+
+// DB returns the running broker's tables.
+func (s *Server) DB() *table.DB { return s.db }
