@@ -11,7 +11,10 @@
 // the WAL sync that covers it, so concurrent submitters share fsyncs (group
 // commit); handles complete in commit order. SyncInterval applies without
 // sync and syncs the WAL every interval; SyncNone never syncs explicitly.
-// A commit is visible to readers as soon as it is applied, before its sync.
+// A commit's data keys are visible to snapshots as soon as it is applied,
+// before its sync; its log entries are visible to ScanLog only once the
+// commit is durable, so a change feed never shows what a crash could take
+// back.
 package pebble
 
 import (
@@ -22,6 +25,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -70,6 +74,10 @@ type db struct {
 	readers map[*snapshot]struct{}
 	floor   engine.LogKey // under rw
 
+	// durable is the highest log key whose commit is durable; scans stop
+	// there, so no reader sees an entry a crash could still take back.
+	durable atomic.Uint64
+
 	notifier  engine.Notifier
 	completer sync.WaitGroup
 	stop      chan struct{}
@@ -116,6 +124,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		return nil, err
 	}
 	d.floor = floor
+	d.durable.Store(uint64(top))
 	// Never reissue a key at or below one on disk, whatever the clock says.
 	d.hlc = engine.NewHLC(opts.Clock, max(top, floor))
 	switch opts.Sync {
@@ -204,6 +213,9 @@ func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error
 		if err != nil {
 			return engine.Completed(engine.Result{}, fmt.Errorf("pebble: apply: %w", err)), nil
 		}
+		if len(res.Keys) > 0 {
+			d.durable.Store(uint64(res.Keys[0]))
+		}
 		d.notifier.Notify()
 		return engine.Completed(res, nil), nil
 	}
@@ -256,6 +268,9 @@ func (d *db) complete() {
 		if err != nil {
 			p.complete(engine.Result{}, fmt.Errorf("pebble: sync: %w", err))
 			continue
+		}
+		if len(p.res.Keys) > 0 {
+			d.durable.Store(uint64(p.res.Keys[0]))
 		}
 		p.complete(p.res, nil)
 		if len(p.res.Keys) > 0 && len(d.pending) == 0 {
@@ -332,6 +347,7 @@ func (d *db) readLogPage(seek []byte, start engine.LogKey, checkFloor bool) ([]e
 	}
 	defer it.Close()
 	page := make([]engine.Entry, 0, 16)
+	durable := engine.LogKey(d.durable.Load())
 	for ok := it.First(); ok; ok = it.Next() {
 		if len(page) == scanPage {
 			return page, append([]byte(nil), it.Key()...), nil
@@ -339,6 +355,9 @@ func (d *db) readLogPage(seek []byte, start engine.LogKey, checkFloor bool) ([]e
 		e, err := kvlog.DecodeEntry(it.Key(), it.Value())
 		if err != nil {
 			return nil, nil, err
+		}
+		if e.Key > durable {
+			break
 		}
 		page = append(page, e)
 	}
