@@ -34,9 +34,10 @@
 // # Ownership
 //
 // A *Publish returned by a Reader owns a buffer taken from that Reader's
-// free list: its Payload and Properties.CorrelationData point into it. The
-// packet and those slices stay valid until the caller calls Release, after
-// which neither may be touched; a packet that is never released is simply
+// free list: its Payload and Properties.CorrelationData point into it, and
+// its Properties.User and SubscriptionIDs slices are reused too. The packet
+// and every slice in it stay valid until the caller calls Release, after
+// which none may be touched; a packet that is never released is simply
 // garbage collected. Release may be called from any goroutine. Strings are
 // always safe to keep: they are copies, shared through a small per-Reader
 // cache so that a client publishing to the same topics costs no allocation.

@@ -78,6 +78,33 @@ func ReasonCodeOf(err error) (ReasonCode, bool) {
 	return 0, false
 }
 
+// ConnackFor returns the CONNACK a server may send before closing the
+// connection when decoding a CONNECT failed with err, and the level to
+// encode it for. An unsupported level is answered in the 3.1.1 format for
+// levels below 5 (return code 1) and in the 5.0 format above (0x84)
+// [MQTT-3.1.2-2]; a 3.1.1 client identifier failure gets return code 2;
+// any 5.0 failure gets its reason code. ok is false where the protocol has
+// no CONNACK for the failure (other 3.1.1 failures, failures before the
+// level was read, errors not about a CONNECT): close the connection
+// without one.
+func ConnackFor(err error) (ack *Connack, v Version, ok bool) {
+	var e *Error
+	if !errors.As(err, &e) || e.Type != TypeConnect {
+		return nil, 0, false
+	}
+	switch {
+	case e.Err == ErrUnsupportedVersion && e.Version < V5:
+		return &Connack{ReasonCode: UnsupportedProtocolVersion}, V311, true
+	case e.Err == ErrUnsupportedVersion:
+		return &Connack{ReasonCode: UnsupportedProtocolVersion}, V5, true
+	case e.Version == V311 && e.Code == ClientIdentifierNotValid:
+		return &Connack{ReasonCode: ClientIdentifierNotValid}, V311, true
+	case e.Version == V5 && connackCodes.has(e.Code):
+		return &Connack{ReasonCode: e.Code}, V5, true
+	}
+	return nil, 0, false
+}
+
 // codeOf maps a sentinel to the reason code it implies.
 func codeOf(sentinel error) ReasonCode {
 	switch sentinel {

@@ -354,3 +354,14 @@ func allProps(ctx propCtx) Properties {
 func equalPackets(a, b Packet) bool {
 	return reflect.DeepEqual(canon(a), canon(b))
 }
+
+// propertyIDs lists every defined property identifier.
+func propertyIDs() []PropertyID {
+	var ids []PropertyID
+	for id, name := range propNames {
+		if name != "" {
+			ids = append(ids, PropertyID(id))
+		}
+	}
+	return ids
+}

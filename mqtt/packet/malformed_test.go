@@ -295,3 +295,42 @@ func TestTopicValidators(t *testing.T) {
 		}
 	}
 }
+
+func TestConnackFor(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		in   []byte
+		max  int
+		ok   bool
+		want []byte // the CONNACK's encoding
+	}{
+		{"3.1 level", raw(0x10, connectHead("MQIsdp", 3, 2), s("c")), 0, true, b(0x20, 2, 0, 1)},
+		{"future level", raw(0x10, connectHead("MQTT", 6, 2), s("c")), 0, true, b(0x20, 3, 0, 0x84, 0)},
+		{"3.1.1 empty id", raw(0x10, connectHead("MQTT", 4, 0), s("")), 0, true, b(0x20, 2, 0, 2)},
+		{"3.1.1 malformed", raw(0x10, connectHead("MQTT", 4, 3), s("c")), 0, false, nil},
+		{"5.0 malformed", raw(0x10, connectHead("MQTT", 5, 3), b(0), s("c")), 0, true, b(0x20, 3, 0, 0x81, 0)},
+		{"5.0 protocol error", raw(0x10, connectHead("MQTT", 5, 2), b(3, 0x21, 0, 0), s("c")), 0, true, b(0x20, 3, 0, 0x82, 0)},
+		{"too large before the level is known", raw(0x10, connectHead("MQTT", 5, 2), b(0), s("c")), 8, false, nil},
+	} {
+		_, _, err := Decode(c.in, 0, c.max)
+		if err == nil {
+			t.Fatalf("%s: decoded", c.name)
+		}
+		ack, v, ok := ConnackFor(err)
+		if ok != c.ok {
+			t.Fatalf("%s: ok = %v for %v", c.name, ok, err)
+		}
+		if ok {
+			if got := encode(t, ack, v); !bytes.Equal(got, c.want) {
+				t.Errorf("%s: CONNACK % x, want % x", c.name, got, c.want)
+			}
+		}
+	}
+	if _, _, ok := ConnackFor(io.EOF); ok {
+		t.Error("CONNACK for a connection error")
+	}
+	_, _, err := Decode(raw(0x30, s("a/#")), V5, 0)
+	if _, _, ok := ConnackFor(err); ok {
+		t.Error("CONNACK for a PUBLISH error")
+	}
+}

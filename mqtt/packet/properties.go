@@ -36,7 +36,7 @@ const (
 	PropSharedSubAvailable   PropertyID = 0x2A
 )
 
-var propNames = map[PropertyID]string{
+var propNames = [...]string{
 	PropPayloadFormat: "payload format indicator", PropMessageExpiry: "message expiry interval",
 	PropContentType: "content type", PropResponseTopic: "response topic",
 	PropCorrelationData: "correlation data", PropSubscriptionID: "subscription identifier",
@@ -56,8 +56,8 @@ var propNames = map[PropertyID]string{
 
 // String returns the specification's name of the property.
 func (id PropertyID) String() string {
-	if s, ok := propNames[id]; ok {
-		return s
+	if int(id) < len(propNames) && propNames[id] != "" {
+		return propNames[id]
 	}
 	return "property 0x" + strconv.FormatUint(uint64(id), 16)
 }

@@ -106,14 +106,14 @@ func TestEveryPropertyCovered(t *testing.T) {
 	seen := map[PropertyID]bool{}
 	for _, p := range samples() {
 		for _, pp := range propertiesOf(p) {
-			for id := range propNames {
+			for _, id := range propertyIDs() {
 				if pp.Has(id) {
 					seen[id] = true
 				}
 			}
 		}
 	}
-	for id := range propNames {
+	for _, id := range propertyIDs() {
 		if !seen[id] {
 			t.Errorf("no sample carries %v", id)
 		}
