@@ -20,8 +20,8 @@ import (
 	"testing"
 	"time"
 
-	paho3 "github.com/eclipse/paho.mqtt.golang"
 	"github.com/eclipse/paho.golang/paho"
+	paho3 "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/tidemark-io/tidemark/mqtt"
 	"github.com/tidemark-io/tidemark/mqtt/mqtttest"
@@ -249,7 +249,7 @@ type client3 struct {
 func dial3(t *testing.T, addr, id string, clean bool, edit func(*paho3.ClientOptions)) (*client3, byte, error) {
 	t.Helper()
 	c := &client3{t: t, id: id, msgs: make(chan paho3.Message, 4096)}
-	o := paho3.NewClientOptions().AddBroker("tcp://"+addr).SetClientID(id).SetCleanSession(clean).
+	o := paho3.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).SetCleanSession(clean).
 		SetProtocolVersion(4).SetAutoReconnect(false).SetConnectRetry(false).SetOrderMatters(true).
 		SetConnectTimeout(wait).SetKeepAlive(30 * time.Second).SetWriteTimeout(wait).
 		SetDefaultPublishHandler(func(_ paho3.Client, m paho3.Message) { c.msgs <- m })
@@ -278,6 +278,9 @@ func connect3(t *testing.T, addr, id string, clean bool) *client3 {
 	}
 	return c
 }
+
+// close disconnects normally (a persistent session is kept).
+func (c *client3) close() { c.Disconnect(100) }
 
 func (c *client3) sub(filter string, qos byte) {
 	c.t.Helper()
