@@ -292,6 +292,9 @@ func caseC07(t T, tg Target) {
 	start := r.head()
 	var expected []wrote
 	aKeys := map[engine.LogKey]bool{start.Key: true}
+	var txs []*table.Tx
+	var orders [][]string
+	var putsOf [][]wrote
 	for i := 0; i < 60; i++ {
 		tx := r.db.Begin()
 		var order []string // table of each entry, in write order
@@ -318,26 +321,17 @@ func caseC07(t T, tg Target) {
 			_ = tx.Put("B", fmt.Sprintf("b%d", i), []byte("b"))
 			order = append(order, "B")
 		}
-		h, err := tx.Submit(t.Context())
-		if err != nil {
-			t.Fatalf("submit: %v", err)
-		}
-		res, err := h.Wait(t.Context())
-		if err != nil {
-			t.Fatalf("commit: %v", err)
-		}
-		idx := map[engine.LogKey]uint32{}
-		p := 0
-		for j, tbl := range order {
-			k := res.Keys[j]
-			if tbl == "A" {
-				aKeys[k] = true
+		txs, orders, putsOf = append(txs, tx), append(orders, order), append(putsOf, puts)
+	}
+	for i, res := range r.submitAll(txs) {
+		puts := putsOf[i]
+		for j, tbl := range orders[i] {
+			if tbl != "A" {
+				continue
 			}
-			a := at{k, idx[k]}
-			idx[k]++
-			if tbl == "A" && p < len(puts) && j < len(puts) {
-				puts[p].at = a
-				p++
+			aKeys[res.Keys[j]] = true
+			if j < len(puts) { // the A puts come first
+				puts[j].at = at{res.Keys[j], indexIn(res.Keys, j)}
 			}
 		}
 		expected = append(expected, puts...)
@@ -420,9 +414,11 @@ func caseC09(t T, tg Target) {
 			existing = 3000
 		}
 		start := r.head()
+		var groups [][]string
 		for i := 0; i < existing; i += 100 {
-			r.txn(tbl, ids(fmt.Sprintf("e%d-", i), min(100, existing-i))...)
+			groups = append(groups, ids(fmt.Sprintf("e%d-", i), min(100, existing-i)))
 		}
+		r.putTxns(tbl, groups)
 		var forced sync.Once
 		o := durableOpts(tbl, start)
 		o.Hooks.Live = func() bool {
@@ -433,8 +429,10 @@ func caseC09(t T, tg Target) {
 		phase := time.Duration(rng.IntN(2000)) * time.Microsecond
 		done := make(chan []wrote, 1)
 		go func() {
+			// Pipelined: a commit every ~50µs whatever the engine's
+			// commit latency.
 			time.Sleep(phase)
-			var ws []wrote
+			hs := make([]*engine.Handle, 0, writes)
 			for i := 0; i < writes; i++ {
 				tx := r.db.Begin()
 				_ = tx.Put(tbl, fmt.Sprintf("w%d", i), nil)
@@ -442,12 +440,16 @@ func caseC09(t T, tg Target) {
 				if err != nil {
 					break
 				}
+				hs = append(hs, h)
+				time.Sleep(50 * time.Microsecond)
+			}
+			var ws []wrote
+			for i, h := range hs {
 				res, err := h.Wait(t.Context())
 				if err != nil {
 					break
 				}
 				ws = append(ws, wrote{id: fmt.Sprintf("w%d", i), at: at{res.Keys[0], 0}})
-				time.Sleep(50 * time.Microsecond)
 			}
 			done <- ws
 		}()

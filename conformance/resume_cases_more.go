@@ -164,9 +164,11 @@ func (a at) cursorAfter() table.Cursor { return table.Cursor{Key: a.key, Next: a
 func caseC23(t T, tg Target) {
 	r := newRig(t, tg)
 	start := r.head()
+	var groups [][]string
 	for i := 0; i < 50; i++ {
-		r.txn("t", ids(fmt.Sprintf("b%d-", i), 100)...)
+		groups = append(groups, ids(fmt.Sprintf("b%d-", i), 100))
 	}
+	r.putTxns("t", groups)
 	f := newFaults()
 	// At one yield the reader is held while a point write commits: a
 	// replay must not hold anything a writer needs.

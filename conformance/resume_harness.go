@@ -153,17 +153,65 @@ func (r *rig) txnOps(tbl string, ids []string, extra func(*table.Tx)) []wrote {
 	}
 	out := make([]wrote, len(ids))
 	for i, id := range ids {
-		out[i] = wrote{table: tbl, id: id, version: tx.Version(), at: at{res.Keys[i], 0}}
+		out[i] = wrote{table: tbl, id: id, version: tx.Version(), at: at{res.Keys[i], indexIn(res.Keys, i)}}
 	}
-	// Index within the key: count earlier entries with the same key.
-	for i := range out {
-		for j := 0; j < i; j++ {
-			if res.Keys[j] == res.Keys[i] {
-				out[i].at.idx++
+	return out
+}
+
+// submitAll submits every transaction without waiting in between (one
+// round trip for all on engines with slow commits), then waits for each.
+func (r *rig) submitAll(txs []*table.Tx) []engine.Result {
+	r.t.Helper()
+	hs := make([]*engine.Handle, len(txs))
+	for i, tx := range txs {
+		h, err := tx.Submit(r.t.Context())
+		if err != nil {
+			r.t.Fatalf("submit: %v", err)
+		}
+		hs[i] = h
+	}
+	out := make([]engine.Result, len(hs))
+	for i, h := range hs {
+		res, err := h.Wait(r.t.Context())
+		if err != nil {
+			r.t.Fatalf("commit: %v", err)
+		}
+		out[i] = res
+	}
+	return out
+}
+
+// putTxns commits one transaction per group of ids, pipelined, and
+// returns the entries in log order.
+func (r *rig) putTxns(tbl string, groups [][]string) []wrote {
+	r.t.Helper()
+	txs := make([]*table.Tx, len(groups))
+	for i, ids := range groups {
+		txs[i] = r.db.Begin()
+		for _, id := range ids {
+			if err := txs[i].Put(tbl, id, fmt.Appendf(nil, "%s#%d", id, valueSeq.Add(1))); err != nil {
+				r.t.Fatalf("put %s/%s: %v", tbl, id, err)
 			}
 		}
 	}
+	var out []wrote
+	for i, res := range r.submitAll(txs) {
+		for j, id := range groups[i] {
+			out = append(out, wrote{table: tbl, id: id, version: txs[i].Version(), at: at{res.Keys[j], indexIn(res.Keys, j)}})
+		}
+	}
 	return out
+}
+
+// indexIn is entry j's index among the entries of its key in keys.
+func indexIn(keys []engine.LogKey, j int) uint32 {
+	var n uint32
+	for i := 0; i < j; i++ {
+		if keys[i] == keys[j] {
+			n++
+		}
+	}
+	return n
 }
 
 // head returns the cursor at the end of the log.

@@ -320,16 +320,18 @@ func caseC16(t T, tg Target) {
 	r := newRig(t, tg)
 	start := r.head()
 	r.persistSession(session{"t": start})
-	var expected []wrote
-	for len(expected) < 3000 {
+	var groups [][]string
+	for total := 0; total < 3000; {
 		n := 1 + rng.IntN(200)
 		perm := rng.Perm(300)[:n]
 		tx := make([]string, n)
 		for i, p := range perm {
 			tx[i] = fmt.Sprintf("id%d", p)
 		}
-		expected = append(expected, r.txn("t", tx...)...)
+		groups = append(groups, tx)
+		total += n
 	}
+	expected := r.putTxns("t", groups)
 	killAt := 200 + rng.IntN(len(expected)-400)
 	first, persisted := r.runSessionChild(sessionArgs{Table: "t", AckFirst: -1, PersistEvery: 50, KillAt: fmt.Sprintf("mid-replay@%d", killAt)})
 	if len(first) != killAt {

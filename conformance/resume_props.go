@@ -82,12 +82,12 @@ func caseC20(t T, tg Target) {
 			}
 			return true
 		}
-		var expected []wrote
+		type ent struct{ tbl, id string }
+		var txs []*table.Tx
+		var entsOf [][]ent
 		for i, nTx := 0, rapid.IntRange(1, 15).Draw(rt, "transactions"); i < nTx; i++ {
-			size := rapid.IntRange(1, 40).Draw(rt, "size")
+			ents := make([]ent, rapid.IntRange(1, 40).Draw(rt, "size"))
 			tx := r.db.Begin()
-			type ent struct{ tbl, id string }
-			ents := make([]ent, size)
 			for j := range ents {
 				ents[j] = ent{tbl, fmt.Sprintf("i%d", rapid.IntRange(0, nIDs-1).Draw(rt, "id"))}
 				if rapid.IntRange(0, 4).Draw(rt, "foreign") == 0 {
@@ -95,20 +95,13 @@ func caseC20(t T, tg Target) {
 				}
 				_ = tx.Put(ents[j].tbl, ents[j].id, nil)
 			}
-			h, err := tx.Submit(t.Context())
-			if err != nil {
-				t.Fatalf("submit: %v", err)
-			}
-			res, err := h.Wait(t.Context())
-			if err != nil {
-				t.Fatalf("commit: %v", err)
-			}
-			idx := map[engine.LogKey]uint32{}
-			for j, e := range ents {
-				a := at{res.Keys[j], idx[res.Keys[j]]}
-				idx[res.Keys[j]]++
+			txs, entsOf = append(txs, tx), append(entsOf, ents)
+		}
+		var expected []wrote
+		for i, res := range r.submitAll(txs) {
+			for j, e := range entsOf[i] {
 				if e.tbl == tbl && inScope(e.id) {
-					expected = append(expected, wrote{table: tbl, id: e.id, at: a, version: tx.Version()})
+					expected = append(expected, wrote{table: tbl, id: e.id, at: at{res.Keys[j], indexIn(res.Keys, j)}, version: txs[i].Version()})
 				}
 			}
 		}

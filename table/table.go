@@ -133,6 +133,7 @@ type DB struct {
 	// versions increase in log order.
 	mu     sync.Mutex
 	closed bool
+	hinted time.Time // when a commit last carried the head hint
 
 	tail   *tail
 	ctx    context.Context // ends when the DB closes
@@ -166,12 +167,12 @@ func Open(ctx context.Context, e engine.Engine, opts Options) (*DB, error) {
 	case !errors.Is(err, engine.ErrNotFound):
 		return nil, fmt.Errorf("table: open: %w", err)
 	}
-	head, err := findHead(ctx, e, hint)
+	head, top, err := findHead(ctx, e, hint)
 	if err != nil {
 		return nil, fmt.Errorf("table: open: %w", err)
 	}
 	db := &DB{e: e, log: logger.With("layer", "table")}
-	db.hlc = engine.NewHLC(opts.Clock, engine.LogKey(max(uint64(maxVer), uint64(head.key))))
+	db.hlc = engine.NewHLC(opts.Clock, engine.LogKey(max(uint64(maxVer), uint64(top), uint64(head.key))))
 	tctx, cancel := context.WithCancel(context.Background())
 	db.ctx, db.cancel = tctx, cancel
 	db.tail = newTail(db, head, window)
@@ -179,29 +180,67 @@ func Open(ctx context.Context, e engine.Engine, opts Options) (*DB, error) {
 	return db, nil
 }
 
-// findHead returns the position of the last entry in the log, scanning
-// forward from hint (a key known to be at or below the head).
-func findHead(ctx context.Context, e engine.Engine, hint engine.LogKey) (pos, error) {
-	head := pos{key: hint, idx: wholeKey}
+// findHead returns the position of the last entry in the log and the
+// highest version its entries carry, scanning forward from hint (a key
+// known to be at or below the head).
+func findHead(ctx context.Context, e engine.Engine, hint engine.LogKey) (head pos, top Version, err error) {
+	head = pos{key: hint, idx: wholeKey}
 	scan := func(from engine.LogKey) error {
 		return e.ScanLog(ctx, from, false, func(en engine.Entry) bool {
 			head = pos{key: en.Key, idx: en.Index}
 			if en.Last() {
 				head.idx = wholeKey
 			}
+			// Undecodable entries are reported to the readers that meet
+			// them; here they carry no version.
+			if le := decodeEntry(en); le.err == nil {
+				top = max(top, le.version)
+			}
 			return true
 		})
 	}
-	err := scan(hint)
+	err = scan(hint)
 	if errors.Is(err, engine.ErrLogTruncated) {
 		st, serr := e.LogStats(ctx)
 		if serr != nil {
-			return pos{}, serr
+			return pos{}, 0, serr
 		}
 		head = pos{key: st.Floor, idx: wholeKey}
 		err = scan(st.Floor)
 	}
-	return head, err
+	return head, top, err
+}
+
+// hintEvery bounds how often a commit carries the head hint: the hint
+// only shortens the scan Open does, and one key written by every commit
+// would make concurrent commits contend on some engines.
+const hintEvery = time.Second
+
+// hintLocked adds the head hint to b when it is due; mu is held.
+func (db *DB) hintLocked(b *engine.Batch, v Version, force bool) {
+	now := time.Now()
+	if !force && now.Sub(db.hinted) < hintEvery {
+		return
+	}
+	db.hinted = now
+	b.Put(metaHead, encodeHead(v, db.tail.headPos().key))
+}
+
+// writeHint commits the head hint on its own.
+func (db *DB) writeHint(ctx context.Context) error {
+	db.mu.Lock()
+	if db.closed {
+		db.mu.Unlock()
+		return ErrClosed
+	}
+	b := new(engine.Batch)
+	db.hintLocked(b, Version(db.hlc.Next()), true)
+	h, err := db.e.Submit(ctx, b)
+	db.mu.Unlock()
+	if err == nil {
+		_, err = h.Wait(ctx)
+	}
+	return err
 }
 
 // Engine returns the engine the DB stores in.
@@ -216,7 +255,19 @@ func (db *DB) Close() error {
 		return ErrClosed
 	}
 	db.closed = true
+	// Best effort: a missing hint only makes the next Open scan further.
+	b := new(engine.Batch)
+	db.hintLocked(b, Version(db.hlc.Next()), true)
+	h, err := db.e.Submit(context.Background(), b)
 	db.mu.Unlock()
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err = h.Wait(ctx)
+		cancel()
+	}
+	if err != nil && !errors.Is(err, engine.ErrClosed) {
+		db.log.Warn("writing the head hint at close failed", "err", err)
+	}
 	db.cancel()
 	<-db.tail.stopped
 	db.subs.Wait()
@@ -300,7 +351,7 @@ func (db *DB) Range(ctx context.Context, table, idPrefix string, fn func(Record)
 // the subscription.
 func (db *DB) Head(ctx context.Context) (Cursor, error) {
 	from := db.tail.headPos()
-	p, err := findHead(ctx, db.e, from.key)
+	p, _, err := findHead(ctx, db.e, from.key)
 	if err != nil {
 		return Cursor{}, fmt.Errorf("table: head: %w", err)
 	}
@@ -325,6 +376,11 @@ func (db *DB) LogStats(ctx context.Context) (engine.LogStats, error) {
 // below the truncation then fails with ErrHistoryUnavailable instead of
 // missing entries.
 func (db *DB) TruncateBelow(ctx context.Context, c Cursor) error {
+	// The versions in the removed entries must stay above the clock's
+	// floor after a restart: record the highest one first.
+	if err := db.writeHint(ctx); err != nil {
+		return fmt.Errorf("table: truncate below %s: %w", c, err)
+	}
 	below := c.Key
 	if c.Next == 0 {
 		below++
@@ -332,5 +388,6 @@ func (db *DB) TruncateBelow(ctx context.Context, c Cursor) error {
 	if err := db.e.Truncate(ctx, below); err != nil {
 		return fmt.Errorf("table: truncate below %s: %w", c, err)
 	}
+	db.tail.trim(below)
 	return nil
 }

@@ -170,7 +170,7 @@ func (tx *Tx) Submit(ctx context.Context) (*engine.Handle, error) {
 	}
 	// The head hint lets Open find the log end and the highest version
 	// without reading the whole log.
-	b.Put(metaHead, encodeHead(v, db.tail.headPos().key))
+	db.hintLocked(b, v, false)
 	h, err := db.e.Submit(ctx, b)
 	if err != nil {
 		return nil, fmt.Errorf("table: submit: %w", err)
