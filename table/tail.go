@@ -100,6 +100,28 @@ func (t *tail) reset(p pos) {
 	t.mu.Unlock()
 }
 
+// trim drops the window's entries below key below after the log was
+// truncated there, so a reader positioned below the truncation finds its
+// position uncovered, scans the engine and gets ErrHistoryUnavailable
+// instead of being served entries the log no longer has.
+func (t *tail) trim(below engine.LogKey) {
+	if below == 0 {
+		return
+	}
+	cut := pos{key: below - 1, idx: wholeKey}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.floor.less(cut) {
+		return
+	}
+	i := sort.Search(len(t.entries), func(i int) bool { return cut.less(t.entries[i].pos) })
+	t.entries = append([]*logEntry(nil), t.entries[i:]...)
+	t.floor = cut
+	if t.head.less(cut) {
+		t.head = cut
+	}
+}
+
 func (t *tail) stop() {
 	t.mu.Lock()
 	t.dead = true
