@@ -171,16 +171,41 @@ func (d *db) publishGroup(group []*pending, attempt int) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	ack, err := jetstreamext.PublishMsgBatch(ctx, d.js, pl.msgs, jetstreamext.BatchFlowControl{AckFirst: false})
-	if err == nil && ack.BatchSize != uint64(len(pl.msgs)) {
+	pctx, pcancel := context.WithTimeout(ctx, publishTimeout)
+	d.inflightMu.Lock()
+	d.inflightCancel = pcancel
+	d.inflightMu.Unlock()
+	ack, err := jetstreamext.PublishMsgBatch(pctx, d.js, pl.msgs, jetstreamext.BatchFlowControl{AckFirst: false})
+	d.inflightMu.Lock()
+	d.inflightCancel = nil
+	d.inflightMu.Unlock()
+	pcancel()
+	var last uint64
+	switch {
+	case err == nil && ack.BatchSize != uint64(len(pl.msgs)):
 		err = fmt.Errorf("jetstream: batch acknowledged %d messages of %d", ack.BatchSize, len(pl.msgs))
+	case err == nil:
+		last = ack.Sequence
 	}
 	if err != nil {
-		d.publishFailed(ctx, live, pl, attempt, err)
-		return
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) {
+			d.publishFailed(ctx, live, pl, attempt, err)
+			return
+		}
+		// No answer (a timeout, a lost connection, a failover): the batch
+		// may have landed. The index tells, once it caught up.
+		seq, landed := d.batchLanded(ctx, pl.msgs[0].Header.Get(jetstreamext.BatchIDHeader))
+		if !landed {
+			for _, p := range pl.commits {
+				settle(p, engine.Result{}, fmt.Errorf("jetstream: publish batch: no acknowledgement, and the batch was not in the stream after catching up: %w", err))
+			}
+			return
+		}
+		last = seq
 	}
-	first := ack.Sequence - uint64(len(pl.msgs)) + 1
-	if err := d.waitApplied(ctx, ack.Sequence); err != nil {
+	first := last - uint64(len(pl.msgs)) + 1
+	if err := d.waitApplied(ctx, last); err != nil {
 		// The batch is durable; only this node's index lags. Say so and
 		// complete: the consumer applies it when it can.
 		d.log.Warn("committed batch not yet in the local index", "seq", ack.Sequence, "err", err)
@@ -194,14 +219,29 @@ func (d *db) publishGroup(group []*pending, attempt int) {
 	}
 }
 
+// publishTimeout bounds the wait for one batch's acknowledgement; a
+// failover usually settles well within it.
+const publishTimeout = 10 * time.Second
+
+// batchLanded catches up with the stream and reports whether batch id is
+// in it, with its last sequence.
+func (d *db) batchLanded(ctx context.Context, id string) (uint64, bool) {
+	if id == "" {
+		return 0, false
+	}
+	for ctx.Err() == nil && !d.view.isClosed() {
+		if err := d.catchUp(ctx); err == nil {
+			return d.view.batchApplied(id)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return d.view.batchApplied(id)
+}
+
+// publishFailed handles a batch the server rejected: nothing of it applied.
 func (d *db) publishFailed(ctx context.Context, live []*pending, pl plan, attempt int, err error) {
 	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) {
-		for _, p := range live {
-			settle(p, engine.Result{}, fmt.Errorf("jetstream: publish batch: %w", err))
-		}
-		return
-	}
+	errors.As(err, &apiErr)
 	switch apiErr.ErrorCode {
 	case errCodeWrongLastSeq, errCodeWrongLastSeqConstant:
 		// Another node changed a checked key. Nothing applied: catch up

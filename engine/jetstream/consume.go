@@ -34,6 +34,9 @@ type view struct {
 	inflight      bool
 	pendingNotify bool
 
+	batches    map[string]uint64 // recent batch id -> last sequence
+	batchOrder []string
+
 	work                    index
 	workSeq, workLogTop     uint64
 	workFloor, workFloorSeq uint64
@@ -88,9 +91,15 @@ func (d *db) startConsumer(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: index consumer: %w", err)
 	}
-	cc, err := cons.Consume(d.onMsg, jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-		d.log.Debug("index consumer", "err", err)
-	}))
+	// Short pulls with frequent heartbeats: when the server holding the
+	// consumer goes away (a cluster node fails over), the ordered consumer
+	// notices within seconds and recreates itself where the stream lives.
+	cc, err := cons.Consume(d.onMsg,
+		jetstream.PullExpiry(consumerExpiry),
+		jetstream.PullHeartbeat(consumerExpiry/4),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			d.log.Debug("index consumer", "err", err)
+		}))
 	if err != nil {
 		return fmt.Errorf("jetstream: index consumer: %w", err)
 	}
@@ -114,6 +123,13 @@ func (d *db) startConsumer(ctx context.Context) error {
 		}
 	}
 }
+
+const consumerExpiry = 4 * time.Second
+
+// recentBatches is how many of the latest batch ids the view remembers,
+// so a committer that lost a batch's acknowledgement can tell whether the
+// batch landed.
+const recentBatches = 4096
 
 // onMsg applies one stream message to the work index and publishes at the
 // end of each commit batch, or when nothing more is pending.
@@ -148,10 +164,15 @@ func (d *db) onMsg(m jetstream.Msg) {
 		v.workFloorSeq = seq
 	}
 	v.workSeq = seq
-	if h.Get(hdrEnd) == "" && h.Get("Nats-Batch-Id") != "" && md.NumPending > 0 {
+	batchID := h.Get("Nats-Batch-Id")
+	end := h.Get(hdrEnd) != ""
+	if !end && batchID != "" && md.NumPending > 0 {
 		return
 	}
 	v.mu.Lock()
+	if end && batchID != "" {
+		v.rememberBatch(batchID, seq)
+	}
 	v.ix = v.work
 	v.applied = v.workSeq
 	v.floor = max(v.floor, v.workFloor)
@@ -198,7 +219,11 @@ func (d *db) waitApplied(ctx context.Context, seq uint64) error {
 // catchUp waits until the index includes everything the stream held when
 // it was called.
 func (d *db) catchUp(ctx context.Context) error {
-	info, err := d.st.Info(ctx)
+	// A request in flight to a server that just failed is never answered;
+	// callers retry, so give up early.
+	ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	info, err := d.st.Info(ictx)
+	cancel()
 	if err != nil {
 		return fmt.Errorf("jetstream: stream info: %w", err)
 	}
@@ -224,4 +249,31 @@ func (v *view) endInflight() (notify bool) {
 	notify = v.pendingNotify
 	v.pendingNotify = false
 	return notify
+}
+
+func (v *view) rememberBatch(id string, seq uint64) {
+	if v.batches == nil {
+		v.batches = make(map[string]uint64, recentBatches)
+	}
+	v.batches[id] = seq
+	v.batchOrder = append(v.batchOrder, id)
+	if len(v.batchOrder) > recentBatches {
+		delete(v.batches, v.batchOrder[0])
+		v.batchOrder = v.batchOrder[1:]
+	}
+}
+
+// batchApplied returns the last sequence of batch id if the index has
+// applied it.
+func (v *view) batchApplied(id string) (uint64, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	seq, ok := v.batches[id]
+	return seq, ok
+}
+
+func (v *view) isClosed() bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.closed
 }

@@ -151,6 +151,19 @@ type db struct {
 	notifier engine.Notifier
 
 	committerDone chan struct{}
+
+	inflightMu     sync.Mutex
+	inflightCancel context.CancelFunc // the publish awaiting an answer
+}
+
+// cancelInflight gives up on the acknowledgement of the batch in flight;
+// the committer then asks the stream whether the batch landed.
+func (d *db) cancelInflight() {
+	d.inflightMu.Lock()
+	if d.inflightCancel != nil {
+		d.inflightCancel()
+	}
+	d.inflightMu.Unlock()
 }
 
 func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
@@ -214,6 +227,9 @@ func (d *db) connect(ctx context.Context, url string, replicas int) error {
 		nats.Name("tidemark-"+d.name),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(100*time.Millisecond),
+		// A reply to a request sent before a disconnect is never
+		// delivered; stop waiting for the batch in flight at once.
+		nats.DisconnectErrHandler(func(*nats.Conn, error) { d.cancelInflight() }),
 	)
 	if err != nil {
 		return fmt.Errorf("jetstream: connect %s: %w", url, err)
@@ -222,6 +238,13 @@ func (d *db) connect(ctx context.Context, url string, replicas int) error {
 	d.maxMessage = int(nc.MaxPayload())
 	if d.js, err = jetstream.New(nc, jetstream.WithDefaultTimeout(opTimeout)); err != nil {
 		return fmt.Errorf("jetstream: %w", err)
+	}
+	// A new stream leader never answers a batch sent to the old one: stop
+	// waiting for it and ask the stream whether it landed.
+	if _, err := nc.Subscribe("$JS.EVENT.ADVISORY.STREAM.LEADER_ELECTED."+d.name, func(*nats.Msg) {
+		d.cancelInflight()
+	}); err != nil {
+		return fmt.Errorf("jetstream: subscribe to leader elections: %w", err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
