@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/tidemark-io/tidemark/engine"
 )
 
@@ -298,7 +296,3 @@ func TestJetStreamClusterLeaderLoss(t *testing.T) {
 	}
 	t.Logf("%d completed commits survived the loss of stream leader %s (%d entries in the log)", len(completed), info.Cluster.Leader, len(inLog))
 }
-
-// keep the nats and jetstream imports honest if helpers above change.
-var _ = nats.DefaultURL
-var _ jetstream.StreamInfo

@@ -73,11 +73,31 @@
 // immutable ordered map. A Snapshot is a root of that map: it sees a prefix
 // of the stream, never part of a batch, including every commit this engine
 // completed before it was taken and the other nodes' commits this engine
-// had received by then. The index holds every live key and value in
-// memory. ScanLog reads the log subject straight from the stream with
-// batched direct gets; Watch fires once the index has applied new log
-// entries, after this engine's handles for them completed, and for other
-// nodes' commits as they arrive.
+// had received by then. A check decided on this index against a value
+// another node committed but this node has not received yet fails with
+// engine.ErrConflict (a retry after re-reading succeeds); it never lets a
+// stale check pass, since the server compares sequences. ScanLog reads the
+// log subject straight from the stream with batched direct gets; on a
+// replicated stream a follower may answer, so a scan keeps reading until
+// it reached the newest entry the index had seen when the scan began.
+// Watch fires once the index has applied new log entries: for this
+// engine's commits after their handles completed, for other nodes' commits
+// as they arrive.
+//
+// # Limits
+//
+// The index holds every live key and value (and a sequence for each
+// deleted key) in memory. The stream keeps every version of every key, not
+// only the latest: Truncate purges log entries and check carriers below
+// the floor, not superseded data. One message carries at most the
+// server's max_payload (8 MiB on the embedded server; values near
+// engine.MaxValueSize need that on an external server too). A commit whose
+// acknowledgement is lost (a timeout, a lost connection, a leader change)
+// is looked up in the stream by its batch id after catching up: found, it
+// completes normally; not found, its handle fails with the transport
+// error. Such a batch could still land afterwards only if a server held
+// it unapplied past the catch-up, so a caller must treat that failure as
+// "outcome unknown", as with any lost acknowledgement.
 package jetstream
 
 import (
