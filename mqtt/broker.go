@@ -47,6 +47,8 @@ const (
 type Options struct {
 	// Logger receives the broker's logs; slog.Default() when nil.
 	Logger *slog.Logger
+	// Hooks are fault-injection points for tests; nil in production.
+	Hooks Hooks
 	// ReceiveMaximum is the number of unacknowledged QoS 1 and 2 PUBLISHes
 	// a client may send (advertised in 5.0, enforced as back-pressure in
 	// 3.1.1): the depth of each connection's ack pipeline. Default 1024.

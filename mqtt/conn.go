@@ -92,6 +92,12 @@ type ackEntry struct {
 	after func(error) error
 	then  func()
 	qos1  bool
+
+	// For Hooks: the commit's kind, the packet id, and the points reached
+	// once the commit is done and once pkt is sent.
+	kind           Kind
+	pi             uint16
+	atDone, atSent Point
 }
 
 func newConn(b *Broker, nc net.Conn) *conn {
@@ -319,22 +325,13 @@ func (c *conn) ackLoop() {
 		case <-c.ctx.Done():
 			return
 		}
-		var err error
-		if e.h != nil {
-			select {
-			case <-e.h.Done():
-			default:
-				timer.Reset(c.b.opts.StoreTimeout)
-				select {
-				case <-e.h.Done():
-				case <-c.ctx.Done():
-					return
-				case <-timer.C:
-					c.fail(fmt.Errorf("store did not complete in %v; the client will re-send", c.b.opts.StoreTimeout))
-					return
-				}
-			}
-			_, err = e.h.Result()
+		err, ok, timedOut := c.waitCommit(e, timer)
+		if timedOut {
+			c.fail(fmt.Errorf("store did not complete in %v; the client will re-send", c.b.opts.StoreTimeout))
+			return
+		}
+		if !ok {
+			return
 		}
 		if e.after != nil {
 			err = e.after(err)
@@ -347,10 +344,17 @@ func (c *conn) ackLoop() {
 		if c.ctx.Err() != nil {
 			return
 		}
+		if e.atDone != "" {
+			c.b.at(e.atDone, c.client, e.pi)
+		}
 		if e.pkt != nil {
 			if c.write(e.pkt) != nil {
 				return
 			}
+		}
+		if e.atSent != "" && c.b.opts.Hooks.At != nil {
+			c.flushed()
+			c.b.at(e.atSent, c.client, e.pi)
 		}
 		if e.qos1 {
 			c.inQoS1.Add(-1)

@@ -60,12 +60,13 @@ func (c *conn) handlePublish(p *packet.Publish) bool {
 			c.disconnect(packet.UnspecifiedError, err.Error())
 			return false
 		}
+		c.b.beforeSubmit(KindPublish, c.client)
 		h, err := c.submit(tx)
 		if err != nil {
 			return false
 		}
 		c.inQoS1.Add(1)
-		return c.push(ackEntry{pkt: &packet.Puback{PacketID: p.PacketID}, h: h, qos1: true})
+		return c.push(ackEntry{pkt: &packet.Puback{PacketID: p.PacketID}, h: h, qos1: true, kind: KindPublish, pi: p.PacketID})
 	default:
 		return c.publishQoS2(p, m)
 	}
@@ -94,7 +95,7 @@ func (c *conn) publishQoS2(p *packet.Publish, m *Message) bool {
 		// A re-sent PUBLISH of a pending exchange: no second store, which
 		// could land after the release and leave a stray copy; still owed
 		// its PUBREC.
-		return c.push(ackEntry{pkt: &packet.Pubrec{PacketID: pi}})
+		return c.push(ackEntry{pkt: &packet.Pubrec{PacketID: pi}, pi: pi, atSent: PointPubrecSent})
 	}
 	if ex != nil {
 		delete(c.exchanges, pi) // a new publication on a released id
@@ -108,6 +109,7 @@ func (c *conn) publishQoS2(p *packet.Publish, m *Message) bool {
 	tx := c.b.db.Begin()
 	tx.ExpectAbsent(tableStaged, id)
 	tx.Put(tableStaged, id, enc)
+	c.b.beforeSubmit(KindStage, c.client)
 	h, err := c.submit(tx)
 	if err != nil {
 		return false
@@ -130,16 +132,17 @@ func (c *conn) publishQoS2(p *packet.Publish, m *Message) bool {
 			return nil // already staged: a duplicate, still owed its PUBREC
 		}
 		return err
-	}})
+	}, kind: KindStage, pi: pi, atSent: PointPubrecSent})
 }
 
 // handlePubrel releases a staged QoS 2 message.
 func (c *conn) handlePubrel(p *packet.Pubrel) bool {
 	pi := p.PacketID
+	c.b.at(PointPubrelRead, c.client, pi)
 	ex := c.exchanges[pi]
 	if ex != nil && ex.released {
 		// Released already; never consult the store again for it.
-		return c.push(ackEntry{pkt: &packet.Pubcomp{PacketID: pi}})
+		return c.push(ackEntry{pkt: &packet.Pubcomp{PacketID: pi}, pi: pi, atSent: PointPubcompSent})
 	}
 	if ex != nil && ex.msg != nil {
 		<-ex.h.Done()
@@ -165,12 +168,13 @@ func (c *conn) handlePubrel(p *packet.Pubrel) bool {
 		if c.version == packet.V5 {
 			comp.ReasonCode = packet.PacketIdentifierNotFound
 		}
-		return c.push(ackEntry{pkt: comp})
+		return c.push(ackEntry{pkt: comp, pi: pi, atSent: PointPubcompSent})
 	}
 	if err != nil {
 		c.disconnect(packet.UnspecifiedError, "store unavailable")
 		return false
 	}
+	c.b.at(PointStagedLoad, c.client, pi)
 	var m Message
 	if err := m.UnmarshalBinary(rec.Value); err != nil {
 		// Discard the corrupt copy so the PUBREL the client retries
@@ -200,6 +204,7 @@ func (c *conn) release(pi uint16, m *Message, version table.Version) bool {
 		c.disconnect(packet.UnspecifiedError, err.Error())
 		return false
 	}
+	c.b.beforeSubmit(KindRelease, c.client)
 	h, err := c.submit(tx)
 	if err != nil {
 		return false
@@ -211,7 +216,7 @@ func (c *conn) release(pi uint16, m *Message, version table.Version) bool {
 			return nil // released by an earlier PUBREL: deliver nothing more
 		}
 		return err
-	}})
+	}, kind: KindRelease, pi: pi, atDone: PointReleaseCommitted, atSent: PointPubcompSent})
 }
 
 // forget drops the copy held for pi; the exchange no longer counts

@@ -263,6 +263,7 @@ func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev
 	c := o.c
 	if qos == 0 {
 		err := c.write(o.publishPacket(m, 0, 0, ids, retain, false))
+		c.b.at(PointDelivered, c.client, 0)
 		if hasEv && (err == nil || errors.Is(err, packet.ErrPacketTooLarge)) {
 			_ = o.sub.Ack(ev)
 		}
@@ -281,7 +282,9 @@ func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev
 			return
 		}
 	}
-	if err := c.write(o.publishPacket(m, pi, qos, ids, retain, dup)); errors.Is(err, packet.ErrPacketTooLarge) {
+	err := c.write(o.publishPacket(m, pi, qos, ids, retain, dup))
+	c.b.at(PointDelivered, c.client, pi)
+	if errors.Is(err, packet.ErrPacketTooLarge) {
 		// Too large for the client: dropped, as if acknowledged [MQTT-3.1.2-25].
 		o.complete(pi)
 	}

@@ -66,7 +66,7 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 		for _, a := range added {
 			c.sendRetained(a.s, a.existed)
 		}
-	}})
+	}, kind: KindSession})
 }
 
 // persistSubs submits the session record with the current subscriptions.
@@ -76,6 +76,7 @@ func (c *conn) persistSubs() (*engine.Handle, error) {
 		c.fail(err)
 		return nil, err
 	}
+	c.b.beforeSubmit(KindSession, c.client)
 	return c.submit(tx)
 }
 
@@ -128,5 +129,5 @@ func (c *conn) handleUnsubscribe(p *packet.Unsubscribe) bool {
 	if err != nil {
 		return false
 	}
-	return c.push(ackEntry{pkt: ack, h: h})
+	return c.push(ackEntry{pkt: ack, h: h, kind: KindSession})
 }
