@@ -80,6 +80,11 @@ func TestMalformedPackets(t *testing.T) {
 		{name: "U+0000 in topic", connect: true, bytes: frame(0x30, []byte{0, 3, 'a', 0, 'b'}, []byte{0}), want: int(packet.MalformedPacket)},
 		{name: "truncated body", connect: true, bytes: frame(0x82, []byte{0, 1, 0, 0, 9, 'a'}), want: int(packet.MalformedPacket)},
 		{name: "SUBSCRIBE with no filter", connect: true, bytes: frame(0x82, []byte{0, 1, 0}), want: int(packet.ProtocolError)},
+		// A filter breaking the wildcard rules is well-formed UTF-8 data
+		// that does not conform: a protocol error [MQTT-4.7.1-1]
+		// [MQTT-4.7.1-2] [MQTT-4.8.2-1].
+		{name: "misplaced # in a filter", connect: true, bytes: frame(0x82, []byte{0, 1, 0}, str("a/#/b"), []byte{1}), want: int(packet.ProtocolError)},
+		{name: "empty share name", connect: true, bytes: frame(0x82, []byte{0, 1, 0}, str("$share//a"), []byte{1}), want: int(packet.ProtocolError)},
 		{name: "second CONNECT", connect: true, pkt: connect5Packet("bad-2nd", true, 0), want: int(packet.ProtocolError)},
 		// A wildcard makes the topic name ill-formed, not merely refused, so
 		// a protocol error rather than 0x90 [MQTT-3.3.2-2].
@@ -106,6 +111,7 @@ func TestMalformedPackets(t *testing.T) {
 		// 3.1.1 has no DISCONNECT from the server: the connection closes.
 		{name: "3.1.1 garbage after CONNECT", connect: true, v311: true, bytes: []byte{0x00, 0x00}, want: none},
 		{name: "3.1.1 second CONNECT", connect: true, v311: true, pkt: &packet.Connect{Version: packet.V311, ClientID: "x", CleanStart: true}, want: none},
+		{name: "3.1.1 misplaced # in a filter", connect: true, v311: true, bytes: frame(0x82, []byte{0, 1}, str("a/#/b"), []byte{1}), want: none},
 		{name: "3.1.1 SUBSCRIBE reserved flags", connect: true, v311: true, bytes: frame(0x80, []byte{0, 1}, str("a"), []byte{1}), want: none},
 	}
 	for _, tc := range cases {
