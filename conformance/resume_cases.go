@@ -400,14 +400,14 @@ func caseC08(t T, tg Target) {
 
 // caseC09 checks the replay-to-live hand-off while a writer commits. The
 // note asks for 10,000 existing records and 500 repeats; this runs one
-// round over 3,000 records and 12 shorter rounds with a random writer
+// round over 3,000 records and 7 shorter rounds with a random writer
 // phase, each forcing one commit exactly when the reader has exhausted
 // the log and is about to wait for live entries.
 func caseC09(t T, tg Target) {
 	r := newRig(t, tg)
 	seed := rand.Uint64()
 	rng := rand.New(rand.NewPCG(seed, 9))
-	for round := 0; round < 13; round++ {
+	for round := 0; round < 8; round++ {
 		tbl := fmt.Sprintf("h%d", round)
 		existing := 150
 		if round == 0 {
