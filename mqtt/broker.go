@@ -73,10 +73,13 @@ type Options struct {
 	// KeepAliveGrace multiplies the client's keep alive before a silent
 	// connection is closed (the spec's 1.5 by default).
 	KeepAliveGrace float64
-	// MaxQueuedMessages caps the messages a persistent session may have
-	// behind its checkpoint while offline; past it the oldest are dropped
-	// from retention's point of view (see Retention). Default 0: no cap.
+	// MaxQueuedMessages caps how many log entries a session may have
+	// behind its checkpoint; past it retention drops the oldest for that
+	// session (see Broker.Retain). Default 0: no cap, the log is kept
+	// until every session has acknowledged it.
 	MaxQueuedMessages int
+	// RetentionEvery is the period of retention passes (default 10 s).
+	RetentionEvery time.Duration
 }
 
 func (o *Options) norm() {
@@ -97,6 +100,9 @@ func (o *Options) norm() {
 	}
 	if o.CheckpointEvery <= 0 {
 		o.CheckpointEvery = time.Second
+	}
+	if o.RetentionEvery <= 0 {
+		o.RetentionEvery = 10 * time.Second
 	}
 	if o.KeepAliveGrace < 1 {
 		o.KeepAliveGrace = 1.5
@@ -120,6 +126,8 @@ type Broker struct {
 	closing   bool
 	wg        sync.WaitGroup
 
+	metrics metrics
+
 	ctx    context.Context
 	cancel context.CancelFunc
 }
@@ -138,9 +146,10 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 		ctx: ctx, cancel: cancel,
 	}
 	b.recoverWills()
-	b.wg.Add(2)
+	b.wg.Add(3)
 	go b.followShared()
 	go b.expireSessions()
+	go b.retentionLoop()
 	return b, nil
 }
 

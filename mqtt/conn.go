@@ -305,6 +305,7 @@ func (c *conn) handleDisconnect(p *packet.Disconnect) {
 func (c *conn) push(e ackEntry) bool {
 	select {
 	case c.acks <- e:
+		c.b.metrics.pipelineDepth.Add(1)
 		return true
 	case <-c.ctx.Done():
 		return false
@@ -325,6 +326,7 @@ func (c *conn) ackLoop() {
 		case <-c.ctx.Done():
 			return
 		}
+		c.b.metrics.pipelineDepth.Add(-1)
 		err, ok, timedOut := c.waitCommit(e, timer)
 		if timedOut {
 			c.fail(fmt.Errorf("store did not complete in %v; the client will re-send", c.b.opts.StoreTimeout))

@@ -127,6 +127,7 @@ func (c *conn) connect(cp *packet.Connect) bool {
 	if c.write(ack) != nil {
 		return false
 	}
+	c.b.metrics.connects.Add(1)
 	for _, s := range c.rec.Subs {
 		c.b.index.Add(s.sub(c.client))
 	}
@@ -169,15 +170,9 @@ func (c *conn) teardown() {
 		defer cancel()
 	}
 	b := c.b
-	b.mu.Lock()
-	current := b.conns[c.client] == c
-	if current {
-		delete(b.conns, c.client)
-	}
-	b.mu.Unlock()
-	if current {
-		b.index.RemoveClient(c.client)
-	}
+	// Persist (or discard) while still registered: a reconnect of the same
+	// client id waits for this connection to finish, so it always loads
+	// the session this connection leaves behind.
 	if c.expiry == 0 {
 		if err := b.discardSession(ctx, c.client); err != nil {
 			c.log.Warn("discard session", "err", err)
@@ -190,6 +185,15 @@ func (c *conn) teardown() {
 		if err := c.out.persist(ctx, true); err != nil {
 			c.log.Warn("persist session", "err", err)
 		}
+	}
+	b.mu.Lock()
+	current := b.conns[c.client] == c
+	if current {
+		delete(b.conns, c.client)
+	}
+	b.mu.Unlock()
+	if current {
+		b.index.RemoveClient(c.client)
 	}
 	if c.will != nil && c.sendWill && !c.takenOver.Load() && b.ctx.Err() == nil {
 		delay := c.willDelay

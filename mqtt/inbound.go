@@ -48,6 +48,8 @@ func (c *conn) handlePublish(p *packet.Publish) bool {
 		c.disconnect(packet.ReceiveMaximumExceeded, "receive maximum exceeded") // [MQTT-3.3.4-7]
 		return false
 	}
+	c.b.metrics.msgsIn[p.QoS].Add(1)
+	c.b.metrics.bytesIn.Add(uint64(len(p.Payload)))
 	m := &Message{Topic: name, Payload: append([]byte{}, p.Payload...), QoS: byte(p.QoS), Retain: p.Retain, From: c.client}
 	setMessageProps(m, &p.Properties, time.Now())
 	switch p.QoS {

@@ -121,18 +121,49 @@ func (o *outbound) start() {
 			_ = c.write(o.publishPacket(om.msg, pi, 2, nil, om.msg.Retain, true))
 		}
 	}
-	sub, err := c.b.db.Subscribe(c.ctx, table.SubscribeOptions{
-		Table: tableMsgs, Start: c.rec.Checkpoint, IncludeSuperseded: true, Composite: true,
-		Filter: func(ev table.Event) bool { return o.wants(ev.ID) },
-	})
-	if err != nil {
+	if err := o.subscribe(c.rec.Checkpoint); err != nil {
 		c.log.Error("subscribe to the message log", "err", err)
 		c.fail(err)
 		close(o.stopped)
 		return
 	}
-	o.sub = sub
 	go o.run()
+}
+
+// subscribe (re)starts the session's subscription to the message log.
+func (o *outbound) subscribe(from table.Cursor) error {
+	sub, err := o.c.b.db.Subscribe(o.c.ctx, table.SubscribeOptions{
+		Table: tableMsgs, Start: from, IncludeSuperseded: true, Composite: true,
+		Filter: func(ev table.Event) bool { return o.wants(ev.ID) },
+	})
+	if err != nil {
+		return err
+	}
+	o.mu.Lock()
+	o.sub = sub
+	o.mu.Unlock()
+	return nil
+}
+
+// skipTruncated restarts the subscription at the oldest retained message
+// after retention removed messages the session had not received yet.
+func (o *outbound) skipTruncated(cause error) bool {
+	c := o.c
+	st, err := c.b.db.LogStats(c.ctx)
+	if err != nil || st.Floor == 0 {
+		return false
+	}
+	c.log.Warn("retention removed queued messages before the session received them", "err", cause)
+	c.b.metrics.droppedRetention.Add(1)
+	return o.subscribe(table.Cursor{Key: st.Floor - 1}) == nil
+}
+
+// currentSub returns the session's subscription (replaced when retention
+// forced a restart).
+func (o *outbound) currentSub() *table.Subscription {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.sub
 }
 
 // wants reports whether any plain subscription of the session matches.
@@ -159,7 +190,11 @@ func (o *outbound) run() {
 		select {
 		case ev, ok := <-o.sub.Events():
 			if !ok {
-				if err := o.sub.Err(); err != nil && c.ctx.Err() == nil {
+				err := o.sub.Err()
+				if errors.Is(err, table.ErrHistoryUnavailable) && o.skipTruncated(err) {
+					continue
+				}
+				if err != nil && c.ctx.Err() == nil {
 					c.log.Warn("session replay ended", "err", err)
 					c.disconnect(packet.UnspecifiedError, "session replay failed")
 				}
@@ -221,6 +256,9 @@ func (o *outbound) deliverEvent(ev table.Event) {
 	qos, ids, rap, ok := o.match(&m)
 	o.mu.Unlock()
 	if !ok || m.Expired(time.Now()) {
+		if ok {
+			o.c.b.metrics.droppedExpired.Add(1)
+		}
 		_ = o.sub.Ack(ev)
 		return
 	}
@@ -261,9 +299,14 @@ func (o *outbound) deliverDirect(d direct) {
 // send writes one PUBLISH; QoS 1/2 ones enter the in-flight window.
 func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev table.Event, hasEv bool) {
 	c := o.c
+	c.b.metrics.msgsOut[qos].Add(1)
+	c.b.metrics.bytesOut.Add(uint64(len(m.Payload)))
 	if qos == 0 {
 		err := c.write(o.publishPacket(m, 0, 0, ids, retain, false))
 		c.b.at(PointDelivered, c.client, 0)
+		if errors.Is(err, packet.ErrPacketTooLarge) {
+			c.b.metrics.droppedTooLarge.Add(1)
+		}
 		if hasEv && (err == nil || errors.Is(err, packet.ErrPacketTooLarge)) {
 			_ = o.sub.Ack(ev)
 		}
@@ -274,6 +317,7 @@ func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev
 	om := &outMsg{pi: pi, qos: qos, ev: ev, hasEv: hasEv, pos: ev.Cursor(), msg: m, state: outSent}
 	o.inflight[pi] = om
 	o.mu.Unlock()
+	c.b.metrics.inflightOut.Add(1)
 	if qos == 2 && hasEv {
 		// Durable before the PUBLISH: a restart re-sends it with this id.
 		if err := o.putRecord(om); err != nil {
@@ -286,6 +330,7 @@ func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev
 	c.b.at(PointDelivered, c.client, pi)
 	if errors.Is(err, packet.ErrPacketTooLarge) {
 		// Too large for the client: dropped, as if acknowledged [MQTT-3.1.2-25].
+		c.b.metrics.droppedTooLarge.Add(1)
 		o.complete(pi)
 	}
 }
@@ -364,8 +409,13 @@ func (o *outbound) complete(pi uint16) {
 	om := o.inflight[pi]
 	delete(o.inflight, pi)
 	o.mu.Unlock()
-	if om != nil && om.hasEv && o.sub != nil {
-		_ = o.sub.Ack(om.ev)
+	if om != nil {
+		o.c.b.metrics.inflightOut.Add(-1)
+	}
+	if om != nil && om.hasEv {
+		if sub := o.currentSub(); sub != nil {
+			_ = sub.Ack(om.ev)
+		}
 	}
 	select {
 	case o.freed <- struct{}{}:
@@ -448,6 +498,7 @@ func (o *outbound) offer(d direct) {
 	select {
 	case o.direct <- d:
 	default:
+		o.c.b.metrics.droppedSlow.Add(1)
 		o.c.log.Debug("slow subscriber: in-memory delivery dropped", "topic", d.msg.Topic)
 	}
 }
@@ -455,10 +506,11 @@ func (o *outbound) offer(d direct) {
 // persist writes the session record with the acknowledged checkpoint and
 // drops completion marks it covers. final waits for the commit.
 func (o *outbound) persist(ctx context.Context, final bool) error {
-	if o.sub == nil {
+	sub := o.currentSub()
+	if sub == nil {
 		return nil
 	}
-	if !final && o.sub.Checkpoint() == o.persisted {
+	if !final && sub.Checkpoint() == o.persisted {
 		return nil
 	}
 	tx, err := o.sessionTx()
@@ -480,8 +532,8 @@ func (o *outbound) persist(ctx context.Context, final bool) error {
 func (o *outbound) sessionTx() (*table.Tx, error) {
 	c := o.c
 	var cp table.Cursor
-	if o.sub != nil {
-		cp = o.sub.Checkpoint()
+	if sub := o.currentSub(); sub != nil {
+		cp = sub.Checkpoint()
 	} else {
 		cp = c.rec.Checkpoint
 	}
@@ -510,8 +562,8 @@ func (o *outbound) sessionTx() (*table.Tx, error) {
 
 // stop ends the sender and the subscription.
 func (o *outbound) stop() {
-	if o.sub != nil {
-		_ = o.sub.Close()
+	if sub := o.currentSub(); sub != nil {
+		_ = sub.Close()
 	}
 	<-o.stopped
 }

@@ -29,11 +29,11 @@ type engineFlags struct {
 }
 
 func (f *engineFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&f.name, "engine", envOr("TIDEMARK_ENGINE", "pebble"), "storage engine: "+strings.Join(engine.Drivers(), ", ")+" (env TIDEMARK_ENGINE)")
-	fs.StringVar(&f.data, "data", envOr("TIDEMARK_DATA", "./data"), "data directory (env TIDEMARK_DATA)")
-	fs.StringVar(&f.sync, "sync", envOr("TIDEMARK_SYNC", "always"), "durability: always, interval or none (env TIDEMARK_SYNC)")
+	fs.StringVar(&f.name, "engine", "pebble", "storage engine: "+strings.Join(engine.Drivers(), ", "))
+	fs.StringVar(&f.data, "data", "./data", "data directory")
+	fs.StringVar(&f.sync, "sync", "always", "durability: always, interval or none")
 	fs.DurationVar(&f.syncInterval, "sync-interval", engine.DefaultSyncInterval, "sync period for --sync interval")
-	fs.StringVar(&f.natsURL, "nats-url", envOr("TIDEMARK_NATS_URL", ""), "jetstream engine: NATS server or cluster URL; empty starts an embedded server (env TIDEMARK_NATS_URL)")
+	fs.StringVar(&f.natsURL, "nats-url", "", "jetstream engine: NATS server or cluster URL; empty starts an embedded server")
 	fs.IntVar(&f.replicas, "replicas", 1, "jetstream engine: stream replicas (1, or 3 on a cluster)")
 	fs.StringSliceVar(&f.params, "engine-param", nil, "engine-specific parameter name=value (repeatable)")
 }

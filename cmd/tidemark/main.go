@@ -21,6 +21,12 @@ func main() {
 	conformance.MaybeRunChild()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// After the first signal starts a graceful shutdown, restore the
+	// default handling so a second signal ends the process at once.
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
 	root := &cobra.Command{
 		Use:           "tidemark",
 		Short:         "Tidemark: a durable MQTT broker and change-feed table library",

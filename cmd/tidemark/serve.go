@@ -3,36 +3,70 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt"
 )
 
+// serveFlags are the broker settings of `tidemark serve`.
+type serveFlags struct {
+	engineFlags
+	config      string
+	printConfig bool
+	mqttAddr    string
+	metrics     string
+	logFormat   string
+	logLevel    string
+	recvMax     int
+	maxPacket   int
+	maxQueued   int
+	maxExpiry   time.Duration
+	retention   time.Duration
+}
+
 func serveCmd() *cobra.Command {
-	var ef engineFlags
-	var mqttAddr string
+	var f serveFlags
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run the broker",
+		Long: `Run the MQTT broker. Every setting can be given as a flag, as an environment
+variable (TIDEMARK_ and the flag name in upper case, dashes as underscores, e.g.
+TIDEMARK_SYNC_INTERVAL), or in a YAML config file whose keys are the flag names;
+a flag wins over the environment, which wins over the file.`,
 		Example: `  tidemark serve                         # Pebble in ./data, MQTT on 127.0.0.1:1883
-  tidemark serve --engine badger --data /var/lib/tidemark
-  tidemark serve --engine jetstream --nats-url nats://127.0.0.1:4222 --replicas 3`,
+  tidemark serve --engine badger --data /var/lib/tidemark --metrics 127.0.0.1:9090
+  tidemark serve --engine jetstream --nats-url nats://127.0.0.1:4222 --replicas 3
+  tidemark serve --config tidemark.yaml --print-config`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			opts, err := ef.options()
+			if !cmd.Flags().Changed("config") {
+				f.config = os.Getenv("TIDEMARK_CONFIG")
+			}
+			src, err := applyConfig(cmd.Flags(), f.config)
 			if err != nil {
 				return err
 			}
-			log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+			if f.printConfig {
+				fmt.Fprint(cmd.OutOrStdout(), printConfig(cmd.Flags(), src))
+				return nil
+			}
+			opts, bopts, log, err := f.validate()
+			if err != nil {
+				return err
+			}
 			opts.Logger = log
 			ctx := cmd.Context()
-			e, err := engine.Open(ctx, ef.name, opts)
+			e, err := engine.Open(ctx, f.name, opts)
 			if err != nil {
-				return fmt.Errorf("open engine: %w", err)
+				return fmt.Errorf("open engine %s in %s: %w", f.name, f.data, err)
 			}
-			log.Info("engine open", "engine", ef.name, "data", ef.data, "sync", opts.Sync.String(), "granularity", e.Granularity().String())
-			err = runBroker(ctx, log, e, mqttAddr)
+			log.Info("engine open", "engine", f.name, "data", f.data, "sync", opts.Sync.String(), "granularity", e.Granularity().String())
+			err = runBroker(ctx, log, instrument(e), f.mqttAddr, f.metrics, bopts)
 			if cerr := e.Close(); cerr != nil && err == nil {
 				err = fmt.Errorf("close engine: %w", cerr)
 			}
@@ -40,7 +74,64 @@ func serveCmd() *cobra.Command {
 			return err
 		},
 	}
-	ef.register(cmd.Flags())
-	cmd.Flags().StringVar(&mqttAddr, "mqtt", envOr("TIDEMARK_MQTT", "127.0.0.1:1883"), "MQTT TCP listen address (env TIDEMARK_MQTT)")
+	fs := cmd.Flags()
+	f.register(fs)
+	fs.StringVar(&f.config, "config", "", "YAML config file (env TIDEMARK_CONFIG)")
+	fs.BoolVar(&f.printConfig, "print-config", false, "print the effective configuration and exit")
+	fs.StringVar(&f.mqttAddr, "mqtt", "127.0.0.1:1883", "MQTT TCP listen address")
+	fs.StringVar(&f.metrics, "metrics", "", "Prometheus metrics and /healthz listen address, e.g. 127.0.0.1:9090 (off when empty)")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.IntVar(&f.recvMax, "receive-maximum", 1024, "unacknowledged QoS 1/2 PUBLISHes a client may send (1-65535)")
+	fs.IntVar(&f.maxPacket, "max-packet-size", 1<<20, "largest accepted packet in bytes")
+	fs.IntVar(&f.maxQueued, "max-queued", 0, "log entries a session may have behind its checkpoint before retention drops its oldest (0: no limit)")
+	fs.DurationVar(&f.maxExpiry, "max-session-expiry", 0, "cap on the session expiry 5.0 clients ask for (0: no cap)")
+	fs.DurationVar(&f.retention, "retention-every", 10*time.Second, "period of retention passes over the message log")
 	return cmd
+}
+
+// validate checks every setting before anything is opened.
+func (f *serveFlags) validate() (engine.Options, mqtt.Options, *slog.Logger, error) {
+	var bo mqtt.Options
+	opts, err := f.options()
+	if err != nil {
+		return opts, bo, nil, err
+	}
+	if _, _, err := net.SplitHostPort(f.mqttAddr); err != nil {
+		return opts, bo, nil, fmt.Errorf("--mqtt %q: want host:port, e.g. 127.0.0.1:1883", f.mqttAddr)
+	}
+	if f.metrics != "" {
+		if _, _, err := net.SplitHostPort(f.metrics); err != nil {
+			return opts, bo, nil, fmt.Errorf("--metrics %q: want host:port, e.g. 127.0.0.1:9090", f.metrics)
+		}
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return opts, bo, nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", f.logLevel)
+	}
+	hopts := &slog.HandlerOptions{Level: level}
+	var log *slog.Logger
+	switch strings.ToLower(f.logFormat) {
+	case "text":
+		log = slog.New(slog.NewTextHandler(os.Stderr, hopts))
+	case "json":
+		log = slog.New(slog.NewJSONHandler(os.Stderr, hopts))
+	default:
+		return opts, bo, nil, fmt.Errorf("--log-format %q: use text or json", f.logFormat)
+	}
+	switch {
+	case f.recvMax < 1 || f.recvMax > 65535:
+		return opts, bo, nil, fmt.Errorf("--receive-maximum %d: allowed 1 to 65535", f.recvMax)
+	case f.maxPacket < 64 || f.maxPacket > 268435460:
+		return opts, bo, nil, fmt.Errorf("--max-packet-size %d: allowed 64 to 268435460 bytes", f.maxPacket)
+	case f.maxQueued < 0:
+		return opts, bo, nil, fmt.Errorf("--max-queued %d: must be 0 (no limit) or positive", f.maxQueued)
+	case f.maxExpiry < 0:
+		return opts, bo, nil, fmt.Errorf("--max-session-expiry %v: must be 0 (no cap) or positive", f.maxExpiry)
+	case f.retention <= 0:
+		return opts, bo, nil, fmt.Errorf("--retention-every %v: must be positive", f.retention)
+	}
+	bo = mqtt.Options{Logger: log, ReceiveMaximum: f.recvMax, MaxPacketSize: f.maxPacket,
+		MaxQueuedMessages: f.maxQueued, MaxSessionExpiry: f.maxExpiry, RetentionEvery: f.retention}
+	return opts, bo, log, nil
 }

@@ -1,0 +1,172 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+var commitLatency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+	Name:    "tidemark_commit_duration_seconds",
+	Help:    "Time from submitting an engine commit to its durable completion.",
+	Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+}, []string{"engine"})
+
+// instrumented wraps an engine to observe commit latency. Handles complete
+// in submission order (the engine contract), so one goroutine waiting on
+// them in order observes every commit without a goroutine per commit.
+type instrumented struct {
+	engine.Engine
+	pending chan observed
+	once    sync.Once
+}
+
+type observed struct {
+	h     *engine.Handle
+	start time.Time
+}
+
+func instrument(e engine.Engine) engine.Engine {
+	i := &instrumented{Engine: e, pending: make(chan observed, 8192)}
+	obs := commitLatency.WithLabelValues(e.Name())
+	go func() {
+		for o := range i.pending {
+			<-o.h.Done()
+			obs.Observe(time.Since(o.start).Seconds())
+		}
+	}()
+	return i
+}
+
+func (i *instrumented) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error) {
+	start := time.Now()
+	h, err := i.Engine.Submit(ctx, b)
+	if err == nil {
+		select {
+		case i.pending <- observed{h, start}:
+		default: // the observer is behind: skip this sample rather than wait
+		}
+	}
+	return h, err
+}
+
+func (i *instrumented) Close() error {
+	err := i.Engine.Close()
+	i.once.Do(func() { close(i.pending) })
+	return err
+}
+
+// serveMetrics serves /metrics and /healthz on addr until ctx ends.
+func serveMetrics(ctx context.Context, log *slog.Logger, addr string, b *mqtt.Broker, db *table.DB, engineName string) (func(), error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), commitLatency)
+	reg.MustRegister(&brokerCollector{b: b, db: db, engine: engineName})
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		cctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if _, err := db.LogStats(cctx); err != nil {
+			http.Error(w, "engine unavailable: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics listener failed", "err", err)
+		}
+	}()
+	log.Info("metrics listening", "addr", ln.Addr().String())
+	return func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}, nil
+}
+
+// brokerCollector reads the broker's counters at scrape time; the log
+// statistics are cached for a few seconds because some engines compute
+// them by scanning.
+type brokerCollector struct {
+	b      *mqtt.Broker
+	db     *table.DB
+	engine string
+
+	mu      sync.Mutex
+	logAt   time.Time
+	logStat engine.LogStats
+}
+
+var (
+	descConns    = prometheus.NewDesc("tidemark_connections", "Open MQTT connections (online sessions).", nil, nil)
+	descSessions = prometheus.NewDesc("tidemark_sessions", "Stored sessions by state.", []string{"state"}, nil)
+	descConnects = prometheus.NewDesc("tidemark_connects_total", "CONNECTs accepted.", nil, nil)
+	descIn       = prometheus.NewDesc("tidemark_messages_in_total", "PUBLISHes received, by QoS.", []string{"qos"}, nil)
+	descOut      = prometheus.NewDesc("tidemark_messages_out_total", "PUBLISHes sent, by QoS.", []string{"qos"}, nil)
+	descBytesIn  = prometheus.NewDesc("tidemark_payload_bytes_in_total", "Application payload bytes received.", nil, nil)
+	descBytesOut = prometheus.NewDesc("tidemark_payload_bytes_out_total", "Application payload bytes sent.", nil, nil)
+	descDropped  = prometheus.NewDesc("tidemark_dropped_messages_total", "Messages not delivered, by reason.", []string{"reason"}, nil)
+	descPipeline = prometheus.NewDesc("tidemark_ack_pipeline_depth", "Acknowledgements waiting for their commit, all connections.", nil, nil)
+	descInflight = prometheus.NewDesc("tidemark_inflight_out", "QoS 1/2 PUBLISHes sent and not yet acknowledged by clients.", nil, nil)
+	descLogN     = prometheus.NewDesc("tidemark_log_entries", "Entries in the retained change log.", []string{"engine"}, nil)
+	descLogB     = prometheus.NewDesc("tidemark_log_bytes", "Bytes of the retained change log.", []string{"engine"}, nil)
+	descTrunc    = prometheus.NewDesc("tidemark_retention_truncations_total", "Retention passes that removed log entries.", nil, nil)
+)
+
+func (c *brokerCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descConns, descSessions, descConnects, descIn, descOut, descBytesIn, descBytesOut, descDropped, descPipeline, descInflight, descLogN, descLogB, descTrunc} {
+		ch <- d
+	}
+}
+
+func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.b.Stats()
+	ch <- prometheus.MustNewConstMetric(descConns, prometheus.GaugeValue, float64(s.ConnectionsOnline))
+	ch <- prometheus.MustNewConstMetric(descConnects, prometheus.CounterValue, float64(s.Connects))
+	for q := range 3 {
+		ch <- prometheus.MustNewConstMetric(descIn, prometheus.CounterValue, float64(s.MessagesIn[q]), strconv.Itoa(q))
+		ch <- prometheus.MustNewConstMetric(descOut, prometheus.CounterValue, float64(s.MessagesOut[q]), strconv.Itoa(q))
+	}
+	ch <- prometheus.MustNewConstMetric(descBytesIn, prometheus.CounterValue, float64(s.BytesIn))
+	ch <- prometheus.MustNewConstMetric(descBytesOut, prometheus.CounterValue, float64(s.BytesOut))
+	for reason, n := range s.Dropped {
+		ch <- prometheus.MustNewConstMetric(descDropped, prometheus.CounterValue, float64(n), reason)
+	}
+	ch <- prometheus.MustNewConstMetric(descPipeline, prometheus.GaugeValue, float64(s.PipelineDepth))
+	ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(s.InflightOut))
+	ch <- prometheus.MustNewConstMetric(descTrunc, prometheus.CounterValue, float64(s.Truncations))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if on, off, err := c.b.SessionCounts(ctx); err == nil {
+		ch <- prometheus.MustNewConstMetric(descSessions, prometheus.GaugeValue, float64(on), "online")
+		ch <- prometheus.MustNewConstMetric(descSessions, prometheus.GaugeValue, float64(off), "offline")
+	}
+	c.mu.Lock()
+	if time.Since(c.logAt) > 5*time.Second {
+		if st, err := c.db.LogStats(ctx); err == nil {
+			c.logStat, c.logAt = st, time.Now()
+		}
+	}
+	st := c.logStat
+	c.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(descLogN, prometheus.GaugeValue, float64(st.Entries), c.engine)
+	ch <- prometheus.MustNewConstMetric(descLogB, prometheus.GaugeValue, float64(st.Bytes), c.engine)
+}

@@ -1,0 +1,134 @@
+package mqtt
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+	"time"
+
+	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// retentionLoop truncates the message log below the lowest persisted
+// checkpoint of all sessions, every Options.RetentionEvery.
+//
+// An offline session's persisted checkpoint bounds truncation; an online
+// session's acknowledged one does (see liveCheckpoint). With Options.MaxQueuedMessages set, a session further
+// behind than that many log entries is cut: the log is truncated above its
+// checkpoint, and when it next resumes it skips to the oldest retained
+// message (counted as dropped with reason "retention", logged as a
+// warning).
+func (b *Broker) retentionLoop() {
+	defer b.wg.Done()
+	t := time.NewTicker(b.opts.RetentionEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := b.Retain(b.ctx); err != nil && b.ctx.Err() == nil {
+			b.log.Warn("retention pass failed", "err", err)
+		}
+	}
+}
+
+// Retain runs one retention pass now (see retentionLoop).
+func (b *Broker) Retain(ctx context.Context) error {
+	head, err := b.db.Head(ctx)
+	if err != nil {
+		return err
+	}
+	var cps []table.Cursor
+	err = b.db.Range(ctx, tableSessions, "", func(r table.Record) bool {
+		var s sessionRecord
+		if !r.Deleted && json.Unmarshal(r.Value, &s) == nil {
+			cps = append(cps, b.liveCheckpoint(r.ID, s.Checkpoint))
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	low := head
+	for _, cp := range cps {
+		if cp.Less(low) {
+			low = cp
+		}
+	}
+	if max := b.opts.MaxQueuedMessages; max > 0 && low.Less(head) {
+		cut, err := b.cutForLimit(ctx, low, head, cps, max)
+		if err != nil {
+			return err
+		}
+		if low.Less(cut) {
+			low = cut
+		}
+	}
+	if low.Key == 0 {
+		return nil
+	}
+	st, err := b.db.LogStats(ctx)
+	if err != nil {
+		return err
+	}
+	if st.Entries == 0 || low.Key < st.First {
+		return nil
+	}
+	if err := b.db.TruncateBelow(ctx, low.Coarse()); err != nil {
+		return err
+	}
+	b.metrics.truncations.Add(1)
+	return nil
+}
+
+// liveCheckpoint returns an online session's acknowledged checkpoint, which
+// is newer than the persisted one: what lies between them the client has
+// acknowledged, so a resume after a crash may skip it without loss.
+func (b *Broker) liveCheckpoint(client string, persisted table.Cursor) table.Cursor {
+	b.mu.Lock()
+	c := b.conns[client]
+	b.mu.Unlock()
+	if c == nil || c.out == nil {
+		return persisted
+	}
+	if sub := c.out.currentSub(); sub != nil {
+		if cp := sub.Checkpoint(); persisted.Less(cp) {
+			return cp
+		}
+	}
+	return persisted
+}
+
+// cutForLimit returns the cursor below which the log may go so that no
+// session keeps more than max entries behind it.
+func (b *Broker) cutForLimit(ctx context.Context, low, head table.Cursor, cps []table.Cursor, max int) (table.Cursor, error) {
+	var keys []engine.LogKey
+	err := b.db.Engine().ScanLog(ctx, low.Key, false, func(e engine.Entry) bool {
+		if e.Key > head.Key {
+			return false
+		}
+		keys = append(keys, e.Key)
+		return true
+	})
+	if err != nil {
+		return low, err
+	}
+	if len(keys) <= max {
+		return low, nil
+	}
+	cut := table.Cursor{Key: keys[len(keys)-max-1]}
+	lagging := 0
+	for _, cp := range cps {
+		n := len(keys) - sort.Search(len(keys), func(i int) bool { return keys[i] > cp.Key })
+		if n > max {
+			lagging++
+		}
+	}
+	if lagging > 0 {
+		b.log.Warn("sessions over the queued-message limit lose their oldest messages", "sessions", lagging, "limit", max)
+	}
+	return cut, nil
+}
