@@ -1,0 +1,58 @@
+package jetstream
+
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// TestJetStreamIndexImmutable checks the index's two promises: iteration
+// in key order from any lower bound, and an old root unchanged by later
+// updates (what makes a snapshot a pointer).
+func TestJetStreamIndexImmutable(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	ix := newIndex()
+	want := map[string]uint64{}
+	for i := 0; i < 2000; i++ {
+		k := fmt.Sprintf("k%04d", rng.IntN(1500))
+		ix = ix.with(k, version{seq: uint64(i + 1)})
+		want[k] = uint64(i + 1)
+	}
+	old, oldWant := ix, maps.Clone(want)
+	for i := 0; i < 500; i++ {
+		k := fmt.Sprintf("k%04d", rng.IntN(3000))
+		ix = ix.with(k, version{seq: uint64(10000 + i), deleted: i%3 == 0})
+		want[k] = uint64(10000 + i)
+	}
+	check := func(name string, ix index, want map[string]uint64) {
+		t.Helper()
+		keys := make([]string, 0, len(want))
+		for k := range want {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, lower := range []string{"", "k0750", "k1499x", "z"} {
+			var got []string
+			c := ix.seek(lower)
+			for n := c.next(); n != nil; n = c.next() {
+				if n.v.seq != want[n.key] {
+					t.Fatalf("%s: key %s has seq %d, want %d", name, n.key, n.v.seq, want[n.key])
+				}
+				got = append(got, n.key)
+			}
+			i, _ := slices.BinarySearch(keys, lower)
+			if !slices.Equal(got, keys[i:]) {
+				t.Fatalf("%s: from %q got %d keys, want %d in order", name, lower, len(got), len(keys[i:]))
+			}
+		}
+		for k, seq := range want {
+			if v, ok := ix.get(k); !ok || v.seq != seq {
+				t.Fatalf("%s: get %s = %d, %v; want %d", name, k, v.seq, ok, seq)
+			}
+		}
+	}
+	check("old root", old, oldWant)
+	check("new root", ix, want)
+}
