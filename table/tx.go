@@ -90,6 +90,28 @@ func (tx *Tx) Load(table, id string, value []byte) error {
 // opLoadFirst is a Load that also carries its table's reload marker.
 const opLoadFirst Op = 0xff
 
+// Internal ops of state writes (see PutState).
+const (
+	opPutState    Op = 0xfe
+	opDeleteState Op = 0xfd
+)
+
+// PutState sets table/id to value without a change-log entry. It is for
+// state no subscriber follows (a broker's sessions, staging slots): it
+// keeps the log to the changes people subscribe to and costs one engine
+// entry less. Get, Range and the Expect preconditions see it like a Put.
+func (tx *Tx) PutState(table, id string, value []byte) error {
+	return tx.add(write{op: opPutState, table: table, id: id, value: value}, validID(table, id))
+}
+
+// DeleteState removes table/id entirely: no tombstone and no change-log
+// entry, so state that is written and deleted at a high rate (one slot per
+// in-flight message) leaves nothing behind. Only for tables written with
+// PutState.
+func (tx *Tx) DeleteState(table, id string) error {
+	return tx.add(write{op: opDeleteState, table: table, id: id}, validID(table, id))
+}
+
 // Mark appends a control entry to table's log: it occupies a log position
 // and changes no record. Subscribers of table skip it, and it still counts
 // toward their cursor.
@@ -159,6 +181,12 @@ func (tx *Tx) Submit(ctx context.Context) (*engine.Handle, error) {
 			b.Put(dataKey(kindVersion, w.table, w.id), encodeVersion(v))
 		case OpDelete:
 			b.Put(dataKey(kindRecord, w.table, w.id), encodeRecord(v, true, nil))
+			b.Delete(dataKey(kindVersion, w.table, w.id))
+		case opPutState:
+			b.Put(dataKey(kindRecord, w.table, w.id), encodeRecord(v, false, w.value))
+			b.Put(dataKey(kindVersion, w.table, w.id), encodeVersion(v))
+		case opDeleteState:
+			b.Delete(dataKey(kindRecord, w.table, w.id))
 			b.Delete(dataKey(kindVersion, w.table, w.id))
 		}
 		switch w.op {
