@@ -19,15 +19,19 @@
 // queue order, so key order, commit order and visibility order agree. A
 // commit whose check fails sees the earlier commits of its own group,
 // contributes nothing and completes with engine.ErrConflict; the others in
-// the group are unaffected. A commit becomes visible to readers when the
-// Badger transaction carrying it commits, which under SyncAlways is after
-// its sync: readers never see a commit that is not yet durable.
+// the group are unaffected. When fewer commits arrived since the last
+// group completed than that group held, the writer waits a little (at most
+// 250µs, and at most half the last group's commit time) for the rest, so
+// closed-loop submitters do not split into two groups and pay two syncs.
+// A commit becomes visible to readers when the Badger transaction carrying
+// it commits, which under SyncAlways is after its sync: readers never see a
+// commit that is not yet durable.
 //
 // # Durability
 //
-//   - SyncAlways (Badger's SyncWrites on): Badger msyncs the memtable
-//     write-ahead log, and fsyncs the value log when a value went there,
-//     before the Badger transaction returns; a handle completes after that.
+//   - SyncAlways (Badger's SyncWrites on): Badger syncs the memtable
+//     write-ahead log and the value log before the Badger transaction
+//     returns; a handle completes after that.
 //     A completed commit survives a process crash, an operating-system crash
 //     and power loss (as far as the disk honours its flushes).
 //   - SyncInterval: SyncWrites off. A handle completes once its transaction
@@ -38,8 +42,8 @@
 //     since the last sync that finished.
 //   - SyncNone: SyncWrites off and no periodic sync. A process crash loses
 //     no completed commit; an operating-system crash or power loss can lose
-//     anything the kernel had not yet written back (Badger itself syncs when
-//     it rotates a log file, flushes a memtable and on Close).
+//     anything the kernel had not yet written back (Badger itself syncs the
+//     tables it writes when it flushes a memtable, and its logs on Close).
 //
 // In every mode a crash never leaves a partial commit: Badger replays its
 // log by whole transactions.
@@ -54,8 +58,13 @@
 //
 //   - memtable_mb (default 64, 32 to 1024): memtable size in MiB. Badger
 //     allows a transaction 15% of it; larger memtables keep more values in
-//     the LSM tree and group more commits into one transaction.
+//     the LSM tree and group more commits into one transaction. The value
+//     threshold is 735 bytes at 64 MiB and 121 bytes at 32 MiB.
 //   - cache_mb (default 16, 1 to 65536): block cache size in MiB.
+//
+// Memory: an open engine holds a memtable arena of about 1.3 x memtable_mb
+// (Badger sizes it to take one full transaction on top of the memtable),
+// up to two more while flushes are pending, and the block cache.
 //
 // Value-log space freed by deletes and truncation is reclaimed by a
 // background value-log garbage collection every few minutes.

@@ -124,3 +124,12 @@ func TestUnsyncedModes(t *testing.T) {
 		})
 	}
 }
+
+// TestDocumentedThresholds keeps the package doc's figures true.
+func TestDocumentedThresholds(t *testing.T) {
+	for mb, want := range map[int64]int64{64: 735, 32: 121} {
+		if got := limitsFor(mb << 20).valueThreshold; got != want {
+			t.Fatalf("value threshold at %d MiB = %d, the package doc says %d", mb, got, want)
+		}
+	}
+}
