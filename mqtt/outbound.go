@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -114,11 +115,27 @@ func newOutbound(c *conn, window int) (*outbound, error) {
 // start re-sends the restored QoS 2 state and starts the sender.
 func (o *outbound) start() {
 	c := o.c
-	for pi, om := range o.inflight {
+	// Re-send in the order first sent (log order), not map order: a
+	// topic's QoS 2 messages must reach the client in the order they were
+	// published [MQTT-4.6.0-6].
+	restored := make([]*outMsg, 0, len(o.inflight))
+	for _, om := range o.inflight {
+		restored = append(restored, om)
+	}
+	slices.SortFunc(restored, func(a, b *outMsg) int {
+		switch {
+		case a.pos.Less(b.pos):
+			return -1
+		case b.pos.Less(a.pos):
+			return 1
+		}
+		return 0
+	})
+	for _, om := range restored {
 		if om.state == outPubrec {
-			_ = c.write(&packet.Pubrel{PacketID: pi})
+			_ = c.write(&packet.Pubrel{PacketID: om.pi})
 		} else {
-			_ = c.write(o.publishPacket(om.msg, pi, 2, nil, om.msg.Retain, true))
+			_ = c.write(o.publishPacket(om.msg, om.pi, 2, nil, om.msg.Retain, true))
 		}
 	}
 	if err := o.subscribe(c.rec.Checkpoint); err != nil {
