@@ -23,9 +23,12 @@
 // reason code to report to the peer; it wraps one of the sentinels
 // (ErrMalformed, ErrProtocol, ...) for errors.Is. Any other error from a
 // Reader comes from the underlying io.Reader (io.EOF between packets,
-// io.ErrUnexpectedEOF inside one). No input panics, and a Reader never holds
-// more memory for a packet than about twice the bytes that actually arrived,
-// bounded by the maximum packet size.
+// io.ErrUnexpectedEOF inside one). No input panics. A Reader never holds
+// more memory for a packet's bytes than about twice what actually arrived,
+// bounded by the maximum packet size, and the decoded structures of a
+// packet take a small multiple of its size at worst (many one-character
+// filters or empty user properties), so the maximum packet size bounds the
+// memory one packet can cost.
 //
 // Rules that depend on session state (first packet is CONNECT, packet
 // direction, topic alias range, receive maximum, in-flight identifiers)

@@ -417,7 +417,7 @@ func propertiesOf(p Packet) []*Properties {
 // so this multiplies the cases without a command-line flag.
 func checkMany(t *testing.T, prop func(*rapid.T)) {
 	t.Helper()
-	runs := 5
+	runs := 10
 	if testing.Short() {
 		runs = 1
 	}

@@ -263,7 +263,7 @@ func TestTruncated(t *testing.T) {
 
 func TestTopicValidators(t *testing.T) {
 	for _, c := range []struct {
-		s             string
+		s            string
 		name, filter bool
 	}{
 		{"a/b", true, true},

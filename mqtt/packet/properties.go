@@ -390,6 +390,12 @@ func (p *Properties) decode(d *decoder, ctx propCtx) {
 	end := d.off + int(n)
 	whole := d.buf
 	d.buf = whole[:end]
+	// Size the repeatable properties' slices exactly before filling them:
+	// growing them by append would allocate several times their final
+	// size for a packet made of nothing else.
+	users, ids := countRepeated(d.buf[d.off:])
+	p.User = reserve(p.User, users)
+	p.SubscriptionIDs = reserve(p.SubscriptionIDs, ids)
 	for d.err == nil && d.off < end {
 		id := PropertyID(d.u8("property identifier"))
 		if allowed[ctx]&bit(id) == 0 {
@@ -412,6 +418,72 @@ func (p *Properties) decode(d *decoder, ctx propCtx) {
 	if sentinel, detail := p.check(ctx); sentinel != nil {
 		d.fail(sentinel, detail)
 	}
+}
+
+// reserve makes room for n more elements with one allocation of exactly
+// that room. (slices.Grow can allocate twice in instrumented builds.)
+func reserve[T any](s []T, n int) []T {
+	if cap(s)-len(s) >= n {
+		return s
+	}
+	ns := make([]T, len(s), len(s)+n)
+	copy(ns, s)
+	return ns
+}
+
+// propSize gives, per property identifier, the size of its value: a fixed
+// size, or one of the variable kinds below.
+var propSize = [...]int8{
+	PropPayloadFormat: 1, PropMessageExpiry: 4, PropContentType: sizeStr,
+	PropResponseTopic: sizeStr, PropCorrelationData: sizeStr, PropSubscriptionID: sizeVBI,
+	PropSessionExpiry: 4, PropAssignedClientID: sizeStr, PropServerKeepAlive: 2,
+	PropAuthMethod: sizeStr, PropAuthData: sizeStr, PropRequestProblemInfo: 1, PropWillDelay: 4,
+	PropRequestResponseInfo: 1, PropResponseInfo: sizeStr, PropServerReference: sizeStr,
+	PropReasonString: sizeStr, PropReceiveMaximum: 2, PropTopicAliasMaximum: 2, PropTopicAlias: 2,
+	PropMaximumQoS: 1, PropRetainAvailable: 1, PropUserProperty: sizePair,
+	PropMaximumPacketSize: 4, PropWildcardSubAvailable: 1, PropSubIDAvailable: 1,
+	PropSharedSubAvailable: 1,
+}
+
+const (
+	sizeStr  = -1 // two-byte length and data
+	sizePair = -2 // two strings
+	sizeVBI  = -3 // variable byte integer
+)
+
+// countRepeated counts the User Properties and Subscription Identifiers in
+// an encoded property list. It stops quietly at anything malformed, which
+// the decoding pass then reports.
+func countRepeated(b []byte) (users, ids int) {
+	str := func(i int) int {
+		if i+2 > len(b) {
+			return len(b) + 1
+		}
+		return i + 2 + (int(b[i])<<8 | int(b[i+1]))
+	}
+	for i := 0; i < len(b); {
+		id := int(b[i])
+		i++
+		if id >= len(propSize) || propSize[id] == 0 {
+			return
+		}
+		switch k := propSize[id]; k {
+		case sizeStr:
+			i = str(i)
+		case sizePair:
+			i = str(str(i))
+			users++
+		case sizeVBI:
+			for i < len(b) && b[i] >= 0x80 {
+				i++
+			}
+			i++
+			ids++
+		default:
+			i += int(k)
+		}
+	}
+	return users, ids
 }
 
 func (p *Properties) decodeOne(d *decoder, id PropertyID, ctx propCtx) {

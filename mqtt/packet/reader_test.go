@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -296,4 +297,61 @@ func (r *repeatReader) Read(p []byte) (int, error) {
 		r.off = (r.off + c) % len(r.pkt)
 	}
 	return n, nil
+}
+
+// TestAllocationBoundedByPacketSize decodes packets built to make the
+// decoder allocate as much as possible per input byte (minimal filters and
+// user properties) and checks that the memory stays a small multiple of
+// the packet's size.
+func TestAllocationBoundedByPacketSize(t *testing.T) {
+	var subs, users []byte
+	for len(subs) < 1<<20 {
+		subs = append(subs, 0, 1, 'a', 0)
+		users = append(users, 0x26, 0, 0, 0, 0)
+	}
+	sub := raw(0x82, b(0, 1), subs)
+	ack := raw(0x40, b(0, 1, 0), appendVBI(nil, len(users)), users)
+	for _, c := range []struct {
+		name string
+		v    Version
+		in   []byte
+	}{{"subscribe", V311, sub}, {"puback", V5, ack}} {
+		var err error
+		n := allocatedBy(func() {
+			r := NewReader(bytes.NewReader(c.in), 0)
+			r.SetVersion(c.v)
+			_, err = r.ReadPacket()
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if n > uint64(12*len(c.in)) {
+			t.Errorf("%s: %d bytes allocated for a %d-byte packet", c.name, n, len(c.in))
+		}
+		t.Logf("%s: %.1f bytes allocated per packet byte", c.name, float64(n)/float64(len(c.in)))
+	}
+}
+
+func TestCountsBeforeDecoding(t *testing.T) {
+	long := strings.Repeat("x", 300) // lengths above 255 use both length bytes
+	var props Properties
+	props.SetContentType(long)
+	props.AddUser(long, "v")
+	props.SetMessageExpiry(7)
+	props.AddSubscriptionID(MaxSubscriptionID)
+	props.AddUser("", long)
+	props.AddSubscriptionID(5)
+	props.SetCorrelationData([]byte(long))
+	n, _ := props.size(ctxPublish, TypePublish, V5)
+	enc := props.appendTo(nil, n)
+	if users, ids := countRepeated(enc[vbiLen(n):]); users != 2 || ids != 2 {
+		t.Fatalf("counted %d user properties and %d subscription identifiers", users, ids)
+	}
+	var list []byte
+	for _, f := range []string{long, "a", long, ""} {
+		list = append(appendStr(list, f), 1)
+	}
+	if got := countEntries(list, 1); got != 4 {
+		t.Fatalf("counted %d filters", got)
+	}
 }

@@ -34,12 +34,25 @@ func decodeFilter(d *decoder) string {
 	return f
 }
 
+// countEntries counts the length-prefixed strings in b, each followed by
+// extra bytes, so that the list decoded from them is allocated once.
+func countEntries(b []byte, extra int) int {
+	n := 0
+	for i := 0; i+2 <= len(b); n++ {
+		i += 2 + (int(b[i])<<8 | int(b[i+1])) + extra
+	}
+	return n
+}
+
 func isShared(f string) bool { return len(f) > 7 && f[:7] == "$share/" }
 
 func decodeSubscribe(d *decoder) *Subscribe {
 	s := &Subscribe{PacketID: d.packetID()}
 	if d.v == V5 {
 		s.Properties.decode(d, ctxSubscribe)
+	}
+	if d.err == nil {
+		s.Subscriptions = make([]Subscription, 0, countEntries(d.buf[d.off:], 1))
 	}
 	for d.err == nil && d.remaining() > 0 {
 		sub := Subscription{Filter: decodeFilter(d)}
@@ -292,6 +305,9 @@ func decodeUnsubscribe(d *decoder) *Unsubscribe {
 	u := &Unsubscribe{PacketID: d.packetID()}
 	if d.v == V5 {
 		u.Properties.decode(d, ctxUnsubscribe)
+	}
+	if d.err == nil {
+		u.Filters = make([]string, 0, countEntries(d.buf[d.off:], 0))
 	}
 	for d.err == nil && d.remaining() > 0 {
 		f := decodeFilter(d)
