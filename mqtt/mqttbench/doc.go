@@ -1,0 +1,34 @@
+// Package mqttbench drives the same MQTT load at Tidemark, on each engine,
+// and at two peers in the same run, an embedded nats-server (JetStream file
+// store, MQTT listener) and an embedded mochi-mqtt (Badger storage hook),
+// and reports throughput, acknowledgement latency and delivery correctness
+// side by side.
+//
+// # Load
+//
+// A point is a QoS, a window and a number of publisher connections. Each
+// publisher is a pipelined MQTT 3.1.1 client on package packet (the only
+// protocol level all three brokers speak) that keeps up to window PUBLISHes
+// of 64 bytes unacknowledged, measures each message's latency from its
+// write to its PUBACK (QoS 1) or PUBCOMP (QoS 2), and answers PUBREC with
+// PUBREL itself. QoS 0 has no acknowledgement, so its window counts the
+// messages the subscriber has not yet received and its latency is publish
+// to delivery: the point measures sustained delivery, not how fast each
+// broker can read and drop messages it has no room for.
+//
+// # Correctness
+//
+// One subscriber per point, subscribed at the point's QoS to every
+// publisher's topic, checks each message against what the publishers had
+// acknowledged: lost (acknowledged, never delivered), duplicated (delivered
+// twice; for QoS 2 a retransmitted PUBLISH of an exchange still awaiting
+// its PUBREL does not count) and reordered (delivered after a later message
+// of the same publisher). A point waits for the subscriber to drain, so a
+// slow delivery path shows as a long run, not as loss.
+//
+// # Isolation
+//
+// Every point starts its broker afresh in its own data directory, listening
+// on 127.0.0.1 only, and stops it before the next point; the benchmark ends
+// nothing it did not start.
+package mqttbench

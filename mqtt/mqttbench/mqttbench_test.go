@@ -1,0 +1,207 @@
+package mqttbench
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tidemark-io/tidemark/engine"
+	_ "github.com/tidemark-io/tidemark/engine/pebble"
+)
+
+// quickTargets are Tidemark on Pebble and both peers, at sync always.
+func quickTargets(t testing.TB) []Target {
+	t.Helper()
+	tm, err := Tidemark("pebble", engine.SyncAlways, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets := []Target{tm}
+	for _, name := range Peers {
+		p, err := Peer(name, engine.SyncAlways, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		targets = append(targets, p)
+	}
+	return targets
+}
+
+// TestQuickRun runs the quick load end to end on Pebble and both peers and
+// checks that every acknowledged message arrived exactly once, in order,
+// and that the report holds every point with sane figures.
+func TestQuickRun(t *testing.T) {
+	targets := quickTargets(t)
+	loads := Loads(true)
+	var progress []int
+	rep, err := Run(t.Context(), Config{Targets: targets, Loads: loads, Duration: 100 * time.Millisecond,
+		Dir: t.TempDir(), Progress: func(done, total int, _ string) { progress = append(progress, done) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := len(targets) * len(loads); len(rep.Results) != want {
+		t.Fatalf("%d results, want %d", len(rep.Results), want)
+	}
+	if len(progress) != len(rep.Results)+1 || progress[len(progress)-1] != len(rep.Results) {
+		t.Errorf("progress calls %v", progress)
+	}
+	for _, r := range rep.Results {
+		if !r.Clean() {
+			t.Errorf("%s %s: err=%q lost=%d dup=%d reordered=%d protocol errors=%d", r.Target, r.Load, r.Err, r.Lost, r.Duplicates, r.Reordered, r.ProtocolErrors)
+		}
+		if r.Messages < r.Load.Conns || r.PerSecond <= 0 || r.P50Ms <= 0 || r.P99Ms < r.P50Ms {
+			t.Errorf("%s %s: implausible figures %+v", r.Target, r.Load, r)
+		}
+		if r.Delivered != r.Messages {
+			t.Errorf("%s %s: %d delivered, %d acknowledged", r.Target, r.Load, r.Delivered, r.Messages)
+		}
+		switch r.Kind {
+		case KindNATS:
+			if r.VsNATS != 1 || r.VsMochi <= 0 {
+				t.Errorf("%s %s: ratios %v %v", r.Target, r.Load, r.VsNATS, r.VsMochi)
+			}
+		case KindMochi:
+			if r.VsMochi != 1 || r.VsNATS <= 0 {
+				t.Errorf("%s %s: ratios %v %v", r.Target, r.Load, r.VsNATS, r.VsMochi)
+			}
+		}
+	}
+	var out bytes.Buffer
+	if err := rep.WriteTable(&out); err != nil {
+		t.Fatal(err)
+	}
+	table := out.String()
+	t.Log("\n" + table)
+	for _, l := range loads {
+		for _, tg := range targets {
+			if !containsRow(table, l.String(), tg.Label()) {
+				t.Errorf("table has no row for %s %s", tg.Label(), l)
+			}
+		}
+	}
+	for _, want := range []string{"msgs/s", "p99 ms", "x nats", "x mochi", "sync_always", "SyncWrites off"} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table lacks %q", want)
+		}
+	}
+	if strings.Contains(table, "FAIL") {
+		t.Errorf("table reports a failure")
+	}
+	for _, name := range []string{"chart.svg", "chart.png"} {
+		path := filepath.Join(t.TempDir(), name)
+		if err := rep.WriteChart(path); err != nil {
+			t.Fatalf("chart: %v", err)
+		}
+	}
+}
+
+func containsRow(table, load, target string) bool {
+	for _, line := range strings.Split(table, "\n") {
+		f := strings.Fields(line)
+		if strings.HasPrefix(strings.TrimSpace(line), load+" ") && strings.Contains(line, " "+target+" ") && len(f) > 4 {
+			return true
+		}
+	}
+	return false
+}
+
+func TestWriteChartRejectsUnknownFormat(t *testing.T) {
+	rep := &Report{Results: []Result{{Target: "x", Load: Load{QoS: 1, Window: 1, Conns: 1}, PerSecond: 10}}}
+	err := rep.WriteChart(filepath.Join(t.TempDir(), "c.jpg"))
+	if err == nil || !strings.Contains(err.Error(), ".svg or .png") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+func TestHistogramQuantiles(t *testing.T) {
+	var h histogram
+	if h.quantile(0.5) != 0 {
+		t.Fatal("empty histogram has a median")
+	}
+	var vals []time.Duration
+	for range 10000 {
+		d := time.Duration(rand.Int64N(int64(50 * time.Millisecond)))
+		vals = append(vals, d)
+		h.add(d)
+	}
+	slices.Sort(vals)
+	for _, q := range []float64{0.5, 0.99} {
+		exact := vals[int(q*float64(len(vals)))-1]
+		got := h.quantile(q)
+		if diff := float64(got-exact) / float64(exact); diff > 0.02 || diff < -0.02 {
+			t.Errorf("q%.2f = %v, exact %v", q, got, exact)
+		}
+	}
+	for v := uint64(0); v < 1<<20; v += 7 {
+		if i := histBucket(v); histBucket(histValue(i)) != i {
+			t.Fatalf("bucket %d of %d does not hold its middle %d", i, v, histValue(i))
+		}
+	}
+}
+
+func TestBitset(t *testing.T) {
+	var a, b bitset
+	for _, i := range []uint64{0, 63, 64, 1000} {
+		if a.set(i) {
+			t.Fatalf("%d present before set", i)
+		}
+	}
+	if !a.set(64) || a.count() != 4 {
+		t.Fatalf("count %d", a.count())
+	}
+	b.set(63)
+	b.set(1000)
+	if m := a.missing(b); m != 2 {
+		t.Fatalf("missing %d, want 2", m)
+	}
+	if m := b.missing(a); m != 0 {
+		t.Fatalf("missing %d, want 0", m)
+	}
+}
+
+func TestPayloadRoundTrip(t *testing.T) {
+	b := make([]byte, PayloadSize)
+	encodePayload(b, 7, 3, 1<<40)
+	run, pub, seq, ok := decodePayload(b)
+	if !ok || run != 7 || pub != 3 || seq != 1<<40 {
+		t.Fatalf("got %d %d %d %v", run, pub, seq, ok)
+	}
+	for _, bad := range [][]byte{nil, b[:10], append(slices.Clone(b), 0), append([]byte("XXXX"), b[4:]...)} {
+		if _, _, _, ok := decodePayload(bad); ok {
+			t.Fatalf("accepted %q", bad)
+		}
+	}
+}
+
+// BenchmarkPebble measures one QoS 1 and one QoS 2 point on Tidemark over
+// Pebble at sync always, reporting msgs/s and ack latency.
+func BenchmarkPebble(b *testing.B) {
+	tm, err := Tidemark("pebble", engine.SyncAlways, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, l := range []Load{{QoS: 1, Window: 256, Conns: 1}, {QoS: 2, Window: 256, Conns: 1}} {
+		b.Run(fmt.Sprintf("qos%d-w%d", l.QoS, l.Window), func(b *testing.B) {
+			var last Result
+			for b.Loop() {
+				rep, err := Run(b.Context(), Config{Targets: []Target{tm}, Loads: []Load{l}, Duration: time.Second, Dir: b.TempDir()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				last = rep.Results[0]
+				if !last.Clean() {
+					b.Fatalf("%s: %s", l, rep.Summary())
+				}
+			}
+			b.ReportMetric(last.PerSecond, "msgs/s")
+			b.ReportMetric(last.P50Ms, "p50-ms")
+			b.ReportMetric(last.P99Ms, "p99-ms")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}

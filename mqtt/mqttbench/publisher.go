@@ -1,0 +1,370 @@
+package mqttbench
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/tidemark-io/tidemark/mqtt/packet"
+)
+
+// PayloadSize is the size of every benchmark message.
+const PayloadSize = 64
+
+// The payload carries a magic, the point's run id, the publisher and a
+// sequence number, so the subscriber can check every message it gets.
+var payloadMagic = [4]byte{'T', 'M', 'B', '1'}
+
+func encodePayload(b []byte, run, pub uint32, seq uint64) {
+	copy(b, payloadMagic[:])
+	binary.BigEndian.PutUint32(b[4:], run)
+	binary.BigEndian.PutUint32(b[8:], pub)
+	binary.BigEndian.PutUint64(b[12:], seq)
+}
+
+func decodePayload(b []byte) (run, pub uint32, seq uint64, ok bool) {
+	if len(b) != PayloadSize || [4]byte(b[:4]) != payloadMagic {
+		return 0, 0, 0, false
+	}
+	return binary.BigEndian.Uint32(b[4:]), binary.BigEndian.Uint32(b[8:]), binary.BigEndian.Uint64(b[12:]), true
+}
+
+// keepAlive is the keep alive the benchmark's clients announce, in seconds.
+const keepAlive = 600
+
+// conn is one MQTT 3.1.1 client connection on package packet.
+type conn struct {
+	nc  net.Conn
+	br  *bufio.Reader
+	rd  *packet.Reader
+	wmu sync.Mutex
+	bw  *bufio.Writer
+	w   *packet.Writer
+}
+
+// dial connects and completes CONNECT/CONNACK with a clean session. The
+// keep alive is long enough that a publisher idling while the subscriber
+// drains is not cut off, and no PINGREQ is ever due.
+func dial(ctx context.Context, addr, clientID string) (*conn, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	c := &conn{nc: nc, br: bufio.NewReaderSize(nc, 64<<10), bw: bufio.NewWriterSize(nc, 64<<10)}
+	c.rd = packet.NewReader(c.br, 0)
+	c.rd.SetVersion(packet.V311)
+	c.w = packet.NewWriter(c.bw, packet.V311)
+	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Now()) })
+	defer stop()
+	_ = nc.SetDeadline(time.Now().Add(15 * time.Second))
+	if err := c.send(&packet.Connect{CleanStart: true, ClientID: clientID, KeepAlive: keepAlive}); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("CONNECT: %w", err)
+	}
+	p, err := c.rd.ReadPacket()
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("CONNACK: %w", err)
+	}
+	ack, ok := p.(*packet.Connack)
+	if !ok || ack.ReasonCode != packet.Success {
+		nc.Close()
+		return nil, fmt.Errorf("CONNACK: got %v", describe(p))
+	}
+	_ = nc.SetDeadline(time.Time{})
+	return c, nil
+}
+
+// send writes p and flushes.
+func (c *conn) send(p packet.Packet) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if err := c.w.WritePacket(p); err != nil {
+		return err
+	}
+	return c.bw.Flush()
+}
+
+// reply queues p (if any) from the read loop, and flushes once nothing
+// more is waiting to be read, so acknowledgements go out in batches and
+// none is left behind in the buffer.
+func (c *conn) reply(p packet.Packet) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if p != nil {
+		if err := c.w.WritePacket(p); err != nil {
+			return err
+		}
+	}
+	if c.br.Buffered() == 0 && c.bw.Buffered() > 0 {
+		return c.bw.Flush()
+	}
+	return nil
+}
+
+// close sends DISCONNECT and closes the connection.
+func (c *conn) close() {
+	_ = c.nc.SetWriteDeadline(time.Now().Add(time.Second))
+	_ = c.send(&packet.Disconnect{})
+	_ = c.nc.Close()
+}
+
+func describe(p packet.Packet) string {
+	switch p := p.(type) {
+	case nil:
+		return "nothing"
+	case *packet.Connack:
+		return fmt.Sprintf("CONNACK %#x", byte(p.ReasonCode))
+	case *packet.Suback:
+		return fmt.Sprintf("SUBACK %v", p.ReasonCodes)
+	}
+	return p.Type().String()
+}
+
+// flight is one unacknowledged PUBLISH.
+type flight struct {
+	seq  uint64
+	sent time.Time
+	used bool
+}
+
+// publisher keeps up to window PUBLISHes in flight on one connection.
+type publisher struct {
+	c      *conn
+	run    uint32
+	idx    uint32
+	qos    packet.QoS
+	window int
+	topic  string
+
+	// credits holds one token per message that may still be sent.
+	credits chan struct{}
+
+	mu        sync.Mutex
+	inflight  []flight // by packet id (QoS 1/2), by seq % window (QoS 0)
+	nextPI    uint16
+	nextSeq   uint64
+	low       uint64 // QoS 0: lowest sequence not yet delivered
+	acked     bitset // QoS 1/2: acknowledged; QoS 0: sent
+	done      int    // completed exchanges (QoS 0: delivered)
+	last      time.Time
+	hist      histogram
+	protoErrs int
+	readErr   error
+	dead      chan struct{} // closed when the connection failed
+	deadOnce  sync.Once
+}
+
+func newPublisher(c *conn, run, idx uint32, qos packet.QoS, window int, topic string) *publisher {
+	p := &publisher{c: c, run: run, idx: idx, qos: qos, window: window, topic: topic,
+		credits: make(chan struct{}, window), dead: make(chan struct{})}
+	if qos == packet.QoS0 {
+		p.inflight = make([]flight, window)
+	} else {
+		p.inflight = make([]flight, 1<<16)
+	}
+	for range window {
+		p.credits <- struct{}{}
+	}
+	return p
+}
+
+// publish sends until stop closes, then waits up to drain for the
+// messages still in flight. It returns when both are over.
+func (p *publisher) publish(ctx context.Context, stop <-chan struct{}, drain time.Duration) error {
+	go p.readAcks()
+	pub := &packet.Publish{Topic: p.topic, QoS: p.qos, Payload: make([]byte, PayloadSize)}
+	for {
+		select {
+		case <-p.credits:
+		case <-stop:
+			return p.drain(ctx, drain)
+		case <-p.dead:
+			return p.err()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		n := 1
+	gather:
+		for n < p.window {
+			select {
+			case <-p.credits:
+				n++
+			default:
+				break gather
+			}
+		}
+		if err := p.write(pub, n); err != nil {
+			if p.err() != nil {
+				return p.err()
+			}
+			return err
+		}
+	}
+}
+
+// write sends n PUBLISHes in one flush.
+func (p *publisher) write(pub *packet.Publish, n int) error {
+	p.c.wmu.Lock()
+	defer p.c.wmu.Unlock()
+	for range n {
+		now := time.Now()
+		p.mu.Lock()
+		seq := p.nextSeq
+		p.nextSeq++
+		if p.qos == packet.QoS0 {
+			p.inflight[seq%uint64(p.window)] = flight{seq: seq, sent: now, used: true}
+		} else {
+			for {
+				p.nextPI++
+				if p.nextPI != 0 && !p.inflight[p.nextPI].used {
+					break
+				}
+			}
+			pub.PacketID = p.nextPI
+			p.inflight[p.nextPI] = flight{seq: seq, sent: now, used: true}
+		}
+		p.mu.Unlock()
+		encodePayload(pub.Payload, p.run, p.idx, seq)
+		if err := p.c.w.WritePacket(pub); err != nil {
+			return err
+		}
+		if p.qos == packet.QoS0 {
+			p.mu.Lock()
+			p.acked.set(seq)
+			p.mu.Unlock()
+		}
+	}
+	return p.c.bw.Flush()
+}
+
+// readAcks completes exchanges as PUBACK and PUBCOMP arrive and answers
+// PUBREC with PUBREL.
+func (p *publisher) readAcks() {
+	for {
+		pk, err := p.c.rd.ReadPacket()
+		if err != nil {
+			p.fail(err)
+			return
+		}
+		var reply packet.Packet
+		switch pk := pk.(type) {
+		case *packet.Puback:
+			p.complete(pk.PacketID, packet.QoS1)
+		case *packet.Pubcomp:
+			p.complete(pk.PacketID, packet.QoS2)
+		case *packet.Pubrec:
+			if !p.pending(pk.PacketID, packet.QoS2) {
+				p.protoError()
+			}
+			reply = &packet.Pubrel{PacketID: pk.PacketID}
+		default:
+			p.protoError()
+		}
+		if err := p.c.reply(reply); err != nil {
+			p.fail(err)
+			return
+		}
+	}
+}
+
+func (p *publisher) pending(pi uint16, qos packet.QoS) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.qos == qos && p.inflight[pi].used
+}
+
+// complete ends the exchange of packet id pi.
+func (p *publisher) complete(pi uint16, qos packet.QoS) {
+	now := time.Now()
+	p.mu.Lock()
+	f := &p.inflight[pi]
+	if p.qos != qos || !f.used {
+		p.protoErrs++
+		p.mu.Unlock()
+		return
+	}
+	f.used = false
+	p.hist.add(now.Sub(f.sent))
+	p.acked.set(f.seq)
+	p.done++
+	p.last = now
+	p.mu.Unlock()
+	p.credits <- struct{}{}
+}
+
+// delivered is the subscriber telling a QoS 0 publisher that seq arrived:
+// it and every earlier message leave the window (an earlier one that never
+// arrives was dropped, and must not hold its credit forever).
+func (p *publisher) delivered(seq uint64, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if seq < p.low || seq >= p.nextSeq {
+		return
+	}
+	if f := p.inflight[seq%uint64(p.window)]; f.used && f.seq == seq {
+		p.hist.add(at.Sub(f.sent))
+		p.done++
+		p.last = at
+	}
+	for ; p.low <= seq; p.low++ {
+		p.inflight[p.low%uint64(p.window)].used = false
+		select {
+		case p.credits <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// drain waits until nothing is in flight, at most d.
+func (p *publisher) drain(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	for p.outstanding() > 0 {
+		select {
+		case <-p.credits:
+		case <-t.C:
+			return nil
+		case <-p.dead:
+			return p.err()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (p *publisher) outstanding() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.qos == packet.QoS0 {
+		return int(p.nextSeq - p.low)
+	}
+	return int(p.nextSeq) - p.done
+}
+
+func (p *publisher) protoError() {
+	p.mu.Lock()
+	p.protoErrs++
+	p.mu.Unlock()
+}
+
+func (p *publisher) fail(err error) {
+	p.mu.Lock()
+	if p.readErr == nil {
+		p.readErr = err
+	}
+	p.mu.Unlock()
+	p.deadOnce.Do(func() { close(p.dead) })
+}
+
+func (p *publisher) err() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.readErr
+}

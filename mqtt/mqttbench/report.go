@@ -1,0 +1,171 @@
+package mqttbench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Report is the outcome of a run.
+type Report struct {
+	// Duration is the send phase of each point.
+	Duration time.Duration `json:"duration_ns"`
+	// Targets are the brokers driven, with what each fsyncs.
+	Targets []Target `json:"targets"`
+	// Results holds one entry per target and load, in run order.
+	Results []Result `json:"results"`
+}
+
+// compare fills each result's ratios to the peers at the same load.
+// nats-server is matched on the sync mode too; a target without one
+// (mochi) is compared with nats-server only when a single mode ran.
+func (rep *Report) compare() {
+	type key struct {
+		load Load
+		sync string
+	}
+	nats := map[key]float64{}
+	mochi := map[Load]float64{}
+	natsSyncs := map[string]bool{}
+	for _, r := range rep.Results {
+		if r.Err != "" || r.PerSecond == 0 {
+			continue
+		}
+		switch r.Kind {
+		case KindNATS:
+			nats[key{r.Load, r.Sync}] = r.PerSecond
+			natsSyncs[r.Sync] = true
+		case KindMochi:
+			mochi[r.Load] = r.PerSecond
+		}
+	}
+	for i := range rep.Results {
+		r := &rep.Results[i]
+		if r.Err != "" {
+			continue
+		}
+		sync := r.Sync
+		if sync == "" && len(natsSyncs) == 1 {
+			for s := range natsSyncs {
+				sync = s
+			}
+		}
+		if v := nats[key{r.Load, sync}]; v > 0 {
+			r.VsNATS = r.PerSecond / v
+		}
+		if v := mochi[r.Load]; v > 0 {
+			r.VsMochi = r.PerSecond / v
+		}
+	}
+}
+
+// Clean reports whether every point ran and delivered every acknowledged
+// message exactly once and in order.
+func (rep *Report) Clean() bool {
+	for _, r := range rep.Results {
+		if !r.Clean() {
+			return false
+		}
+	}
+	return true
+}
+
+// WriteTable prints the results grouped by load, then what each target
+// fsyncs and how to read the columns.
+func (rep *Report) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "load\ttarget\tmsgs/s\tp50 ms\tp99 ms\tlost\tdup\treord\tx nats\tx mochi\t\n")
+	var prev Load
+	var failed []string
+	for i, r := range rep.Results {
+		if i > 0 && r.Load != prev {
+			fmt.Fprintf(tw, "\t\t\t\t\t\t\t\t\t\t\n")
+		}
+		prev = r.Load
+		if r.Err != "" {
+			fmt.Fprintf(tw, "%s\t%s\tFAILED\t\t\t\t\t\t\t\t\n", r.Load, r.Target)
+			failed = append(failed, fmt.Sprintf("%s %s: %s", r.Target, r.Load, r.Err))
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.2f\t%.2f\t%d\t%d\t%d\t%s\t%s\t\n", r.Load, r.Target, r.PerSecond,
+			r.P50Ms, r.P99Ms, r.Lost, r.Duplicates, r.Reordered, ratio(r.VsNATS), ratio(r.VsMochi))
+		if r.Unacked > 0 || r.ProtocolErrors > 0 {
+			failed = append(failed, fmt.Sprintf("%s %s: %d unacknowledged at the end, %d protocol errors", r.Target, r.Load, r.Unacked, r.ProtocolErrors))
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, f := range failed {
+		fmt.Fprintln(w, "FAIL", f)
+	}
+	fmt.Fprintf(w, "\n%d-byte payloads, MQTT 3.1.1, %v of sending per point, each point on a fresh broker on 127.0.0.1.\n", PayloadSize, rep.Duration)
+	fmt.Fprintln(w, "window: PUBLISHes kept unacknowledged per connection (QoS 0: not yet delivered); xN: N connections.")
+	fmt.Fprintln(w, "latency: PUBLISH to PUBACK (QoS 1) or PUBCOMP (QoS 2); QoS 0: PUBLISH to delivery.")
+	fmt.Fprintln(w, "lost: acknowledged (QoS 0: sent) but never delivered; dup: delivered twice; reord: delivered after a later message.")
+	fmt.Fprintln(w, "x nats, x mochi: msgs/s over the peer's at the same load (nats-server at the same sync setting).")
+	fmt.Fprintln(w, "\nWhat an acknowledgement means on disk:")
+	for _, t := range rep.Targets {
+		fmt.Fprintf(w, "  %s: %s.\n", t.Label(), t.Durability)
+	}
+	return nil
+}
+
+func ratio(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// WriteJSON writes the report as one indented JSON object.
+func (rep *Report) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(rep)
+}
+
+// Curve is one target's single-connection throughput at each window for
+// one QoS.
+type Curve struct {
+	Target string
+	QoS    byte
+	Window []int
+	PerSec []float64
+}
+
+// Curves returns the window curves: per QoS, per target, msgs/s against the
+// window of the single-connection points that ran.
+func (rep *Report) Curves() []Curve {
+	var out []Curve
+	idx := map[string]int{}
+	for _, r := range rep.Results {
+		if r.Load.Conns != 1 || r.Err != "" || r.PerSecond == 0 {
+			continue
+		}
+		k := fmt.Sprintf("%d\x00%s", r.Load.QoS, r.Target)
+		i, ok := idx[k]
+		if !ok {
+			i = len(out)
+			idx[k] = i
+			out = append(out, Curve{Target: r.Target, QoS: r.Load.QoS})
+		}
+		out[i].Window = append(out[i].Window, r.Load.Window)
+		out[i].PerSec = append(out[i].PerSec, r.PerSecond)
+	}
+	return out
+}
+
+// Summary is one line per failed or unclean point; empty when all is well.
+func (rep *Report) Summary() string {
+	var b strings.Builder
+	for _, r := range rep.Results {
+		if !r.Clean() {
+			fmt.Fprintf(&b, "%s %s: err=%q lost=%d dup=%d reord=%d protocol=%d\n", r.Target, r.Load, r.Err, r.Lost, r.Duplicates, r.Reordered, r.ProtocolErrors)
+		}
+	}
+	return b.String()
+}

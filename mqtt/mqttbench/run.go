@@ -1,0 +1,314 @@
+package mqttbench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tidemark-io/tidemark/mqtt/packet"
+)
+
+// Load is the traffic of one point: Conns publisher connections, each
+// keeping up to Window PUBLISHes of QoS unacknowledged.
+type Load struct {
+	QoS    byte `json:"qos"`
+	Window int  `json:"window"`
+	Conns  int  `json:"conns"`
+}
+
+// String is the load's label in reports: "QoS 2 w256" or "QoS 1 w16 x50".
+func (l Load) String() string {
+	s := fmt.Sprintf("QoS %d w%d", l.QoS, l.Window)
+	if l.Conns > 1 {
+		s += fmt.Sprintf(" x%d", l.Conns)
+	}
+	return s
+}
+
+// Windows are the windows of the single-connection curves.
+var Windows = []int{1, 16, 256}
+
+// ManyConns is the connection count of the aggregate points.
+const ManyConns = 50
+
+// Loads returns the points of a run: QoS 0, 1 and 2 on one connection at
+// each of Windows, then QoS 1 and 2 over ManyConns connections at window
+// 16. A quick run keeps two windows and ten connections.
+func Loads(quick bool) []Load {
+	windows, conns := Windows, ManyConns
+	if quick {
+		windows, conns = []int{1, 16}, 10
+	}
+	var out []Load
+	for qos := byte(0); qos <= 2; qos++ {
+		for _, w := range windows {
+			out = append(out, Load{QoS: qos, Window: w, Conns: 1})
+		}
+	}
+	return append(out, Load{QoS: 1, Window: 16, Conns: conns}, Load{QoS: 2, Window: 16, Conns: conns})
+}
+
+// Config configures Run.
+type Config struct {
+	// Targets are the brokers to drive; every load runs on each.
+	Targets []Target
+	// Loads are the points.
+	Loads []Load
+	// Duration is how long publishers send at each point; the point then
+	// waits for the messages in flight and for the subscriber to drain.
+	Duration time.Duration
+	// Dir is where the brokers' data directories go, each removed after
+	// its point; a temporary directory when empty.
+	Dir string
+	// Logger receives the brokers' logs; when nil, warnings and errors go
+	// to standard error.
+	Logger *slog.Logger
+	// Progress, when set, is called before each point with the points done,
+	// the total and a description of the next, and once at the end.
+	Progress func(done, total int, next string)
+	// DrainTimeout bounds the wait for acknowledgements after the send
+	// phase (default 30 s); IdleTimeout ends the wait for the subscriber
+	// when nothing arrived for that long (default 10 s).
+	DrainTimeout, IdleTimeout time.Duration
+}
+
+// Result is one measured point.
+type Result struct {
+	// Target is the target's Label.
+	Target string `json:"target"`
+	Kind   Kind   `json:"kind"`
+	Engine string `json:"engine,omitempty"`
+	Sync   string `json:"sync,omitempty"`
+	Load   Load   `json:"load"`
+	// Messages is the number of messages acknowledged (QoS 0: delivered),
+	// Seconds the time from the first send to the last acknowledgement.
+	Messages  int     `json:"messages"`
+	Seconds   float64 `json:"seconds"`
+	PerSecond float64 `json:"msgs_per_sec"`
+	// P50Ms and P99Ms are the acknowledgement latency quantiles (QoS 0:
+	// publish to delivery) in milliseconds.
+	P50Ms float64 `json:"p50_ms"`
+	P99Ms float64 `json:"p99_ms"`
+	// Delivered counts distinct messages the subscriber received; Lost the
+	// acknowledged (QoS 0: sent) ones it never did; Duplicates and
+	// Reordered what it received twice or after a later message of the
+	// same publisher.
+	Delivered  int `json:"delivered"`
+	Lost       int `json:"lost"`
+	Duplicates int `json:"duplicates"`
+	Reordered  int `json:"reordered"`
+	// Unacked counts messages still unacknowledged when the drain gave up.
+	Unacked int `json:"unacked"`
+	// ProtocolErrors counts packets no correct broker sends.
+	ProtocolErrors int `json:"protocol_errors"`
+	// VsNATS and VsMochi are msgs/s over the peer's at the same load (and
+	// for nats-server the same sync mode); zero when the peer did not run.
+	VsNATS  float64 `json:"vs_nats,omitempty"`
+	VsMochi float64 `json:"vs_mochi,omitempty"`
+	// Err is why the point failed, if it did.
+	Err string `json:"error,omitempty"`
+}
+
+// Clean reports whether the point ran and every acknowledged message was
+// delivered exactly once and in order.
+func (r Result) Clean() bool {
+	return r.Err == "" && r.Lost == 0 && r.Duplicates == 0 && r.Reordered == 0 && r.ProtocolErrors == 0
+}
+
+// Run drives every load at every target, one point at a time (each load
+// across all targets before the next, so a disturbance on the machine
+// hits the targets alike), and returns the results. A point that fails is
+// reported in its Result; Run itself fails only when ctx ends.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if len(cfg.Targets) == 0 || len(cfg.Loads) == 0 || cfg.Duration <= 0 {
+		return nil, errors.New("mqttbench: Run needs targets, loads and a positive duration")
+	}
+	for _, l := range cfg.Loads {
+		if l.QoS > 2 || l.Window < 1 || l.Window > 65535 || l.Conns < 1 {
+			return nil, fmt.Errorf("mqttbench: invalid load %+v", l)
+		}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = 30 * time.Second
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = 10 * time.Second
+	}
+	dir := cfg.Dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "tidemark-mqttbench-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	rep := &Report{Duration: cfg.Duration}
+	for _, t := range cfg.Targets {
+		rep.Targets = append(rep.Targets, t)
+	}
+	total := len(cfg.Targets) * len(cfg.Loads)
+	base := rand.Uint32()
+	i := 0
+	for _, l := range cfg.Loads {
+		for _, t := range cfg.Targets {
+			if cfg.Progress != nil {
+				cfg.Progress(i, total, t.Label()+" "+l.String())
+			}
+			if err := ctx.Err(); err != nil {
+				return rep, err
+			}
+			pdir := filepath.Join(dir, fmt.Sprintf("%03d-%s", i, slug(t.Label()+" "+l.String())))
+			r := runPoint(ctx, cfg, t, l, pdir, base+uint32(i))
+			_ = os.RemoveAll(pdir)
+			rep.Results = append(rep.Results, r)
+			i++
+		}
+	}
+	if cfg.Progress != nil {
+		cfg.Progress(total, total, "")
+	}
+	rep.compare()
+	return rep, ctx.Err()
+}
+
+func slug(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9':
+			return r
+		}
+		return '-'
+	}, s)
+}
+
+// runPoint starts t, runs load l against it and stops it.
+func runPoint(ctx context.Context, cfg Config, t Target, l Load, dir string, run uint32) (r Result) {
+	r = Result{Target: t.Label(), Kind: t.Kind, Engine: t.Engine, Sync: t.Sync, Load: l}
+	fail := func(err error) Result {
+		if r.Err == "" {
+			r.Err = err.Error()
+		}
+		return r
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fail(err)
+	}
+	inst, err := t.start(ctx, dir, cfg.Logger)
+	if err != nil {
+		return fail(fmt.Errorf("start: %w", err))
+	}
+	defer func() {
+		if err := inst.stop(); err != nil {
+			fail(fmt.Errorf("stop: %w", err))
+		}
+	}()
+	qos := packet.QoS(l.QoS)
+	prefix := fmt.Sprintf("mqttbench/%08x", run)
+	sub, err := subscribe(ctx, inst.addr, fmt.Sprintf("mqttbench-%08x-sub", run), prefix+"/+", run, qos, l.Conns)
+	if err != nil {
+		return fail(err)
+	}
+	defer sub.c.close()
+
+	pubs := make([]*publisher, l.Conns)
+	errs := make([]error, l.Conns)
+	var wg sync.WaitGroup
+	for i := range pubs {
+		wg.Go(func() {
+			c, err := dial(ctx, inst.addr, fmt.Sprintf("mqttbench-%08x-pub-%d", run, i))
+			if err != nil {
+				errs[i] = fmt.Errorf("publisher %d: %w", i, err)
+				return
+			}
+			pubs[i] = newPublisher(c, run, uint32(i), qos, l.Window, fmt.Sprintf("%s/%d", prefix, i))
+		})
+	}
+	wg.Wait()
+	defer func() {
+		for _, p := range pubs {
+			if p != nil {
+				p.c.close()
+			}
+		}
+	}()
+	if err := errors.Join(errs...); err != nil {
+		return fail(err)
+	}
+	if qos == packet.QoS0 {
+		sub.mu.Lock()
+		sub.notify = func(pub uint32, seq uint64, at time.Time) { pubs[pub].delivered(seq, at) }
+		sub.mu.Unlock()
+	}
+
+	stop := make(chan struct{})
+	start := time.Now()
+	timer := time.AfterFunc(cfg.Duration, func() { close(stop) })
+	defer timer.Stop()
+	for i, p := range pubs {
+		wg.Go(func() {
+			if err := p.publish(ctx, stop, cfg.DrainTimeout); err != nil {
+				errs[i] = fmt.Errorf("publisher %d: %w", i, err)
+			}
+		})
+	}
+	wg.Wait()
+
+	acked := make([]bitset, len(pubs))
+	var hist histogram
+	var last time.Time
+	for i, p := range pubs {
+		p.mu.Lock()
+		acked[i] = append(bitset(nil), p.acked...)
+		r.Messages += p.done
+		r.Unacked += int(p.nextSeq) - p.done
+		r.ProtocolErrors += p.protoErrs
+		hist.merge(&p.hist)
+		if p.last.After(last) {
+			last = p.last
+		}
+		p.mu.Unlock()
+	}
+	if qos == packet.QoS0 {
+		r.Unacked = 0 // nothing to acknowledge; undelivered ones count as lost
+	}
+	sub.wait(ctx, acked, cfg.IdleTimeout)
+	r.Lost = sub.missing(acked)
+	sub.mu.Lock()
+	r.Delivered, r.Duplicates, r.Reordered = sub.unique, sub.dups, sub.reordered
+	r.ProtocolErrors += sub.protoErrs + sub.foreign
+	serr := sub.readErr
+	sub.mu.Unlock()
+	if last.After(start) {
+		r.Seconds = last.Sub(start).Seconds()
+		r.PerSecond = float64(r.Messages) / r.Seconds
+	}
+	r.P50Ms = ms(hist.quantile(0.50))
+	r.P99Ms = ms(hist.quantile(0.99))
+	if err := errors.Join(errs...); err != nil {
+		return fail(err)
+	}
+	if serr != nil {
+		return fail(fmt.Errorf("subscriber: %w", serr))
+	}
+	if err := ctx.Err(); err != nil {
+		return fail(err)
+	}
+	return r
+}
+
+func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
+
+// discardLogger drops every record.
+var discardLogger = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -1,0 +1,149 @@
+package mqttbench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// Kind is the broker software a Target runs.
+type Kind string
+
+// The brokers the benchmark knows.
+const (
+	KindTidemark Kind = "tidemark"
+	KindNATS     Kind = "nats-server"
+	KindMochi    Kind = "mochi"
+)
+
+// Target is one broker configuration the benchmark drives. Each point
+// starts it afresh in an empty data directory.
+type Target struct {
+	// Name labels the target in reports ("tidemark/pebble", "nats-server",
+	// "mochi").
+	Name string `json:"name"`
+	// Kind is the broker software.
+	Kind Kind `json:"kind"`
+	// Engine is the Tidemark storage engine; empty for the peers.
+	Engine string `json:"engine,omitempty"`
+	// Sync is the durability setting: always, interval or none; empty
+	// for mochi, which has no such setting.
+	Sync string `json:"sync,omitempty"`
+	// Durability says what the broker has done on disk when it
+	// acknowledges a message, so throughput is compared honestly.
+	Durability string `json:"durability"`
+
+	start func(ctx context.Context, dir string, log *slog.Logger) (*instance, error)
+}
+
+// Label is the name with the sync setting, unique within a run.
+func (t Target) Label() string {
+	if t.Sync == "" {
+		return t.Name
+	}
+	return t.Name + " " + t.Sync
+}
+
+// instance is a running broker.
+type instance struct {
+	addr string
+	stop func() error
+}
+
+// Tidemark returns a target running Tidemark's broker in this process on
+// the registered engine name with the given sync mode (interval is the
+// sync period of engine.SyncInterval). The engine must be compiled in.
+func Tidemark(name string, mode engine.SyncMode, interval time.Duration) (Target, error) {
+	if _, err := engine.Lookup(name); err != nil {
+		return Target{}, err
+	}
+	if interval <= 0 {
+		interval = engine.DefaultSyncInterval
+	}
+	t := Target{Name: "tidemark/" + name, Kind: KindTidemark, Engine: name, Sync: mode.String(),
+		Durability: tidemarkDurability(name, mode, interval)}
+	t.start = func(ctx context.Context, dir string, log *slog.Logger) (*instance, error) {
+		return startTidemark(ctx, name, engine.Options{Dir: dir, Sync: mode, SyncInterval: interval, Logger: log}, log)
+	}
+	return t, nil
+}
+
+func tidemarkDurability(name string, mode engine.SyncMode, interval time.Duration) string {
+	const ack = "PUBACK, PUBREC and PUBCOMP wait for the commit of the message (QoS 2: staged copy, then release into the log)"
+	js := ""
+	if name == "jetstream" {
+		js = " (embedded nats-server file store)"
+	}
+	switch mode {
+	case engine.SyncAlways:
+		return ack + "; fsynced" + js + " before the acknowledgement, one fsync per group of waiting commits"
+	case engine.SyncInterval:
+		return ack + "; written to the OS" + js + " before the acknowledgement, fsynced every " + interval.String() +
+			": an OS crash can lose that much, a process crash nothing"
+	}
+	if name == "jetstream" {
+		return ack + "; written to the OS (embedded nats-server, its default 2 min sync interval): an OS crash can lose minutes, a process crash nothing"
+	}
+	return ack + "; written to the OS, never fsynced by the engine: an OS crash can lose what the OS had not flushed, a process crash nothing"
+}
+
+func startTidemark(ctx context.Context, name string, opts engine.Options, log *slog.Logger) (*instance, error) {
+	e, err := engine.Open(ctx, name, opts)
+	if err != nil {
+		return nil, fmt.Errorf("open engine %s: %w", name, err)
+	}
+	db, err := table.Open(ctx, e, table.Options{Logger: log})
+	if err != nil {
+		e.Close()
+		return nil, fmt.Errorf("open tables: %w", err)
+	}
+	b, err := mqtt.New(db, mqtt.Options{Logger: log})
+	if err != nil {
+		db.Close()
+		e.Close()
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Close()
+		db.Close()
+		e.Close()
+		return nil, err
+	}
+	served := make(chan error, 1)
+	go func() { served <- b.Serve(ln) }()
+	return &instance{addr: ln.Addr().String(), stop: func() error {
+		err := b.Close()
+		// Serve may report the listener it was closing under it.
+		if serr := <-served; serr != nil && !errors.Is(serr, net.ErrClosed) {
+			err = errors.Join(err, serr)
+		}
+		return errors.Join(err, db.Close(), e.Close())
+	}}, nil
+}
+
+// Peers are the peer brokers a run can include, by the name --peers takes.
+var Peers = []string{"nats", "mochi"}
+
+// Peer returns the target of a peer by name ("nats" or "mochi"). nats-server
+// follows the sync mode the way Tidemark's engines do; mochi has no such
+// setting and ignores it.
+func Peer(name string, mode engine.SyncMode, interval time.Duration) (Target, error) {
+	if interval <= 0 {
+		interval = engine.DefaultSyncInterval
+	}
+	switch name {
+	case "nats":
+		return natsTarget(mode, interval), nil
+	case "mochi":
+		return mochiTarget(), nil
+	}
+	return Target{}, fmt.Errorf("unknown peer %q: use nats or mochi", name)
+}
