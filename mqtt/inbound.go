@@ -110,7 +110,7 @@ func (c *conn) publishQoS2(p *packet.Publish, m *Message) bool {
 	id := slotID(c.client, pi)
 	tx := c.b.db.Begin()
 	tx.ExpectAbsent(tableStaged, id)
-	tx.Put(tableStaged, id, enc)
+	tx.PutState(tableStaged, id, enc)
 	c.b.beforeSubmit(KindStage, c.client)
 	h, err := c.submit(tx)
 	if err != nil {
@@ -182,7 +182,7 @@ func (c *conn) handlePubrel(p *packet.Pubrel) bool {
 		// Discard the corrupt copy so the PUBREL the client retries
 		// converges to a clean PUBCOMP; fail this connection without one.
 		tx := c.b.db.Begin()
-		tx.Delete(tableStaged, id)
+		tx.DeleteState(tableStaged, id)
 		if cerr := tx.Commit(c.ctx); cerr != nil {
 			c.log.Warn("discard corrupt staged message", "err", cerr)
 		}
@@ -201,7 +201,7 @@ func (c *conn) release(pi uint16, m *Message, version table.Version) bool {
 	id := slotID(c.client, pi)
 	tx := c.b.db.Begin()
 	tx.ExpectVersion(tableStaged, id, version)
-	tx.Delete(tableStaged, id)
+	tx.DeleteState(tableStaged, id)
 	if err := addMessage(tx, m); err != nil {
 		c.disconnect(packet.UnspecifiedError, err.Error())
 		return false

@@ -404,7 +404,7 @@ func (o *outbound) putRecord(om *outMsg) error {
 		return err
 	}
 	tx := o.c.b.db.Begin()
-	tx.Put(tableOut, slotID(o.c.client, om.pi), v)
+	tx.PutState(tableOut, slotID(o.c.client, om.pi), v)
 	om.rec = true
 	return tx.Commit(o.c.ctx)
 }
@@ -465,7 +465,7 @@ func (o *outbound) pubrec(p *packet.Pubrec) bool {
 	enc, _ := om.msg.MarshalBinary()
 	v, _ := json.Marshal(outRecord{PI: om.pi, State: outPubrec, Pos: om.pos, Msg: enc})
 	tx := c.b.db.Begin()
-	tx.Put(tableOut, slotID(c.client, om.pi), v)
+	tx.PutState(tableOut, slotID(c.client, om.pi), v)
 	h, err := c.submit(tx)
 	if err != nil {
 		return false
@@ -492,8 +492,8 @@ func (o *outbound) finishQoS2(om *outMsg) {
 		return
 	}
 	tx := c.b.db.Begin()
-	tx.Delete(tableOut, slotID(c.client, om.pi))
-	tx.Put(tableDone, c.client+slotSep+om.pos.String(), nil)
+	tx.DeleteState(tableOut, slotID(c.client, om.pi))
+	tx.PutState(tableDone, c.client+slotSep+om.pos.String(), nil)
 	h, err := tx.Submit(c.ctx)
 	if err != nil {
 		c.fail(err)
@@ -566,7 +566,7 @@ func (o *outbound) sessionTx() (*table.Tx, error) {
 	tx := c.b.db.Begin()
 	for pos := range o.done {
 		if !cp.Less(pos) {
-			tx.Delete(tableDone, c.client+slotSep+pos.String())
+			tx.DeleteState(tableDone, c.client+slotSep+pos.String())
 			delete(o.done, pos)
 		}
 	}

@@ -79,7 +79,7 @@ func putSession(tx *table.Tx, client string, s *sessionRecord) error {
 	if err != nil {
 		return err
 	}
-	return tx.Put(tableSessions, client, v)
+	return tx.PutState(tableSessions, client, v)
 }
 
 // discardSession deletes every piece of state of client: the session
@@ -89,13 +89,13 @@ func (b *Broker) discardSession(ctx context.Context, client string) error {
 	tx := b.db.Begin()
 	n := 0
 	if _, err := b.db.Get(ctx, tableSessions, client); err == nil {
-		tx.Delete(tableSessions, client)
+		tx.DeleteState(tableSessions, client)
 		n++
 	}
 	for _, t := range []string{tableStaged, tableOut, tableDone} {
 		err := b.db.Range(ctx, t, client+slotSep, func(r table.Record) bool {
 			if !r.Deleted {
-				tx.Delete(t, r.ID)
+				tx.DeleteState(t, r.ID)
 				n++
 			}
 			return true

@@ -64,7 +64,7 @@ func (b *Broker) recoverWills() {
 	for _, r := range recs {
 		tx := b.db.Begin()
 		if r.rec.Expiry == 0 {
-			tx.Delete(tableSessions, r.id)
+			tx.DeleteState(tableSessions, r.id)
 		} else {
 			r.rec.Online = false
 			r.rec.DisconnectedAt = time.Now().UnixMilli()

@@ -3,45 +3,91 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt"
+	"github.com/tidemark-io/tidemark/table"
 )
+
+// inspectReport is what `tidemark inspect` shows.
+type inspectReport struct {
+	Engine      string             `json:"engine"`
+	Data        string             `json:"data"`
+	Granularity string             `json:"granularity"`
+	Log         engine.LogStats    `json:"log"`
+	Tables      []table.TableStats `json:"tables"`
+	Sessions    []mqtt.SessionInfo `json:"sessions"`
+}
 
 func inspectCmd() *cobra.Command {
 	var ef engineFlags
 	var asJSON bool
 	cmd := &cobra.Command{
-		Use:     "inspect",
-		Short:   "Describe the data in a data directory",
-		Example: `  tidemark inspect --data ./data --engine pebble --json`,
-		Args:    cobra.NoArgs,
+		Use:   "inspect",
+		Short: "Describe the data in a data directory: tables, sessions, the change log",
+		Long: `Open a data directory (the broker must not be running on it) and print its
+tables with record counts, the MQTT sessions with their checkpoints,
+subscriptions and in-flight QoS 2 state, and the change log's size and keys.`,
+		Example: `  tidemark inspect --data ./data
+  tidemark inspect --data /var/lib/tidemark --engine badger --json`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := applyConfig(cmd.Flags(), ""); err != nil {
+				return err
+			}
 			opts, err := ef.options()
 			if err != nil {
 				return err
 			}
-			e, err := engine.Open(cmd.Context(), ef.name, opts)
+			ctx := cmd.Context()
+			e, err := engine.Open(ctx, ef.name, opts)
 			if err != nil {
-				return fmt.Errorf("open engine: %w", err)
+				return fmt.Errorf("open engine %s in %s: %w", ef.name, ef.data, err)
 			}
 			defer e.Close()
-			st, err := e.LogStats(cmd.Context())
+			db, err := table.Open(ctx, e, table.Options{})
 			if err != nil {
 				return err
 			}
-			report := map[string]any{
-				"engine": ef.name, "data": ef.data, "granularity": e.Granularity().String(),
-				"log": map[string]any{"entries": st.Entries, "bytes": st.Bytes, "first": st.First, "last": st.Last, "floor": st.Floor},
+			defer db.Close()
+			r := inspectReport{Engine: ef.name, Data: ef.data, Granularity: e.Granularity().String()}
+			if r.Log, err = e.LogStats(ctx); err != nil {
+				return err
 			}
+			if r.Tables, err = db.Tables(ctx); err != nil {
+				return err
+			}
+			if r.Sessions, err = mqtt.Sessions(ctx, db); err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
 			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc := json.NewEncoder(w)
 				enc.SetIndent("", "  ")
-				return enc.Encode(report)
+				return enc.Encode(r)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "engine %s (%s log keys), data %s\nlog: %d entries, %d bytes, keys %d..%d, truncation floor %d\n",
-				ef.name, e.Granularity(), ef.data, st.Entries, st.Bytes, st.First, st.Last, st.Floor)
-			return nil
+			fmt.Fprintf(w, "engine %s (%s log keys), data %s\n", r.Engine, r.Granularity, r.Data)
+			fmt.Fprintf(w, "log: %d entries, %d bytes, keys %d..%d, truncated below %d\n\n", r.Log.Entries, r.Log.Bytes, r.Log.First, r.Log.Last, r.Log.Floor)
+			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "table\trecords\tdeleted")
+			for _, t := range r.Tables {
+				fmt.Fprintf(tw, "%s\t%d\t%d\n", t.Name, t.Live, t.Deleted)
+			}
+			tw.Flush()
+			fmt.Fprintf(w, "\n%d session(s)\n", len(r.Sessions))
+			tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "client\tprotocol\tonline\texpiry\tcheckpoint\tout qos2\tstaged qos2\tsubscriptions")
+			for _, s := range r.Sessions {
+				exp := fmt.Sprintf("%ds", s.ExpirySeconds)
+				if s.ExpirySeconds == 0xFFFFFFFF {
+					exp = "never"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%d\t%d\t%s\n", s.ClientID, s.Protocol, s.Online, exp, s.Checkpoint, s.OutboundQoS2, s.StagedQoS2, strings.Join(s.Subscriptions, ", "))
+			}
+			return tw.Flush()
 		},
 	}
 	ef.register(cmd.Flags())

@@ -26,6 +26,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -107,6 +108,9 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 	pdb, err := pebble.Open(opts.Dir, popts)
 	if err != nil {
 		cache.Unref()
+		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("pebble: open %s: the directory is locked by another process (is a broker running on it?): %w", opts.Dir, err)
+		}
 		return nil, fmt.Errorf("pebble: open %s: %w", opts.Dir, err)
 	}
 	d := &db{

@@ -1,0 +1,78 @@
+package mqtt
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// SessionInfo describes one stored session, for operators.
+type SessionInfo struct {
+	ClientID string `json:"client_id"`
+	// Online is true when the session was connected when last persisted (a
+	// stopped broker leaves none online after a clean shutdown).
+	Online         bool         `json:"online"`
+	Protocol       string       `json:"protocol"`
+	ExpirySeconds  uint32       `json:"expiry_seconds"`
+	DisconnectedAt time.Time    `json:"disconnected_at,omitzero"`
+	Checkpoint     table.Cursor `json:"checkpoint"`
+	Subscriptions  []string     `json:"subscriptions"`
+	// OutboundQoS2 counts QoS 2 messages sent to the client and not yet
+	// completed; StagedQoS2 counts inbound QoS 2 messages received and not
+	// yet released.
+	OutboundQoS2 int  `json:"outbound_qos2"`
+	StagedQoS2   int  `json:"staged_qos2"`
+	HasWill      bool `json:"has_will"`
+}
+
+// Sessions lists the sessions stored in db, by client id.
+func Sessions(ctx context.Context, db *table.DB) ([]SessionInfo, error) {
+	var out []SessionInfo
+	err := db.Range(ctx, tableSessions, "", func(r table.Record) bool {
+		var s sessionRecord
+		if r.Deleted || json.Unmarshal(r.Value, &s) != nil {
+			return true
+		}
+		si := SessionInfo{ClientID: r.ID, Online: s.Online, Protocol: s.Version.String(), ExpirySeconds: s.Expiry,
+			Checkpoint: s.Checkpoint, HasWill: s.Will != nil}
+		if s.DisconnectedAt > 0 {
+			si.DisconnectedAt = time.UnixMilli(s.DisconnectedAt).UTC()
+		}
+		for _, sub := range s.Subs {
+			si.Subscriptions = append(si.Subscriptions, sub.sub(r.ID).FullFilter()+" qos"+string('0'+sub.QoS))
+		}
+		out = append(out, si)
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	count := func(t string) (map[string]int, error) {
+		m := map[string]int{}
+		err := db.Range(ctx, t, "", func(r table.Record) bool {
+			if !r.Deleted {
+				if i := strings.LastIndex(r.ID, slotSep); i >= 0 {
+					m[r.ID[:i]]++
+				}
+			}
+			return true
+		})
+		return m, err
+	}
+	outN, err := count(tableOut)
+	if err != nil {
+		return nil, err
+	}
+	staged, err := count(tableStaged)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].OutboundQoS2 = outN[out[i].ClientID]
+		out[i].StagedQoS2 = staged[out[i].ClientID]
+	}
+	return out, nil
+}

@@ -1,0 +1,79 @@
+package mqtt_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/tidemark-io/tidemark/mqtt"
+)
+
+// TestRetentionKeepsWhatSessionsNeed: retention truncates the message log
+// below the lowest persisted checkpoint, so an offline persistent session
+// still receives everything queued for it, and the log shrinks once it
+// caught up.
+func TestRetentionKeepsWhatSessionsNeed(t *testing.T) {
+	s := startBroker(t)
+	b := s.Broker()
+	sub := connect3(t, s.Addr, "ret-sub", false)
+	sub.sub("ret/#", 1)
+	sub.Disconnect(100)
+	pub := connect3(t, s.Addr, "ret-pub", true)
+	for i := 0; i < 20; i++ {
+		pub.pub("ret/x", 1, false, fmt.Sprint(i))
+	}
+	if err := b.Retain(ctxT(t)); err != nil {
+		t.Fatalf("retain: %v", err)
+	}
+	st, err := s.DB().LogStats(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Entries < 20 {
+		t.Fatalf("retention removed messages an offline session still needs: %d entries left", st.Entries)
+	}
+	sub = connect3(t, s.Addr, "ret-sub", false)
+	ms := sub.expect(20)
+	for i, m := range ms {
+		if string(m.Payload()) != fmt.Sprint(i) {
+			t.Fatalf("message %d = %q", i, m.Payload())
+		}
+	}
+	sub.Disconnect(100) // persists the checkpoint past all 20
+	if err := b.Retain(ctxT(t)); err != nil {
+		t.Fatalf("retain: %v", err)
+	}
+	st, err = s.DB().LogStats(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Floor == 0 || st.Entries >= 20 {
+		t.Fatalf("log not truncated after every session caught up: %+v", st)
+	}
+}
+
+// TestRetentionLimitCutsLaggingSession: past MaxQueuedMessages an offline
+// session loses its oldest messages and resumes at the oldest retained one.
+func TestRetentionLimitCutsLaggingSession(t *testing.T) {
+	s := startBroker(t, func(o *mqtt.Options) { o.MaxQueuedMessages = 5 })
+	sub := connect3(t, s.Addr, "lag-sub", false)
+	sub.sub("lag/#", 1)
+	sub.Disconnect(100)
+	pub := connect3(t, s.Addr, "lag-pub", true)
+	for i := 0; i < 30; i++ {
+		pub.pub("lag/x", 1, false, fmt.Sprint(i))
+	}
+	if err := s.Broker().Retain(ctxT(t)); err != nil {
+		t.Fatalf("retain: %v", err)
+	}
+	sub = connect3(t, s.Addr, "lag-sub", false)
+	ms := sub.expect(5)
+	if got := string(ms[len(ms)-1].Payload()); got != "29" {
+		t.Fatalf("last message after the cut = %q, want 29", got)
+	}
+	if string(ms[0].Payload()) == "0" {
+		t.Fatalf("oldest message survived a cut to 5")
+	}
+	if d := s.Broker().Stats().Dropped["retention"]; d == 0 {
+		t.Fatalf("dropped-by-retention counter not incremented")
+	}
+}
