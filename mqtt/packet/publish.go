@@ -47,6 +47,26 @@ func (p *Publish) Release() {
 	r.putPublish(p)
 }
 
+// Clone returns a copy of p that owns all of its memory, for keeping a
+// message beyond the original's Release.
+func (p *Publish) Clone() *Publish {
+	c := &Publish{Topic: p.Topic, PacketID: p.PacketID, QoS: p.QoS, Retain: p.Retain, Dup: p.Dup,
+		Properties: p.Properties, Payload: clone(p.Payload)}
+	c.Properties.CorrelationData = clone(p.Properties.CorrelationData)
+	c.Properties.AuthData = clone(p.Properties.AuthData)
+	c.Properties.User = clone(p.Properties.User)
+	c.Properties.SubscriptionIDs = clone(p.Properties.SubscriptionIDs)
+	return c
+}
+
+// clone copies s, keeping nil and empty apart.
+func clone[T any](s []T) []T {
+	if s == nil {
+		return nil
+	}
+	return append(make([]T, 0, len(s)), s...)
+}
+
 // CheckPayloadFormat returns an error wrapping ErrPayloadFormatInvalid when
 // the Payload Format Indicator says UTF-8 and the payload is not. A Reader
 // performs this check unless told not to; a broker that prefers to answer

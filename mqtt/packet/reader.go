@@ -11,6 +11,9 @@ import (
 // beyond; wrap a connection in a bufio.Reader for fewer system calls (the
 // Reader then uses its ReadByte for the fixed header). A Reader is used by
 // one goroutine; only Publish.Release may be called from others.
+// ReadPacket blocks in the underlying reader and takes no context, since a
+// context cannot interrupt an io.Reader: the connection's owner bounds it
+// with a read deadline or by closing the connection.
 type Reader struct {
 	src     io.Reader
 	br      io.ByteReader
@@ -35,6 +38,9 @@ const (
 	retainBuf = 64 << 10
 	// maxFree bounds the released PUBLISH packets kept for reuse.
 	maxFree = 64
+	// retainSlice bounds the user property and subscription identifier
+	// slices a kept packet holds on to.
+	retainSlice = 64
 )
 
 // NewReader returns a Reader over r that rejects packets larger than
@@ -361,6 +367,12 @@ func (r *Reader) putPublish(p *Publish) {
 	props := p.Properties
 	clear(props.User)
 	props.Reset()
+	if cap(props.User) > retainSlice {
+		props.User = nil
+	}
+	if cap(props.SubscriptionIDs) > retainSlice {
+		props.SubscriptionIDs = nil
+	}
 	*p = Publish{buf: buf, Properties: props}
 	r.mu.Lock()
 	if len(r.free) < maxFree {

@@ -170,6 +170,16 @@ func TestPublishReuse(t *testing.T) {
 	}
 	p2.Release()
 	p3.Release()
+	// A packet that needed large slices does not keep them in the free list.
+	var big Publish
+	for i := range 1000 {
+		big.Properties.AddUser("k", "v")
+		big.Properties.AddSubscriptionID(uint32(i + 1))
+	}
+	r.putPublish(&big)
+	if cap(big.Properties.User) != 0 || cap(big.Properties.SubscriptionIDs) != 0 || big.buf != nil {
+		t.Fatal("released packet kept oversized slices")
+	}
 	allocs := testing.AllocsPerRun(1000, func() { read().Release() })
 	if allocs != 0 {
 		t.Fatalf("%.1f allocations per PUBLISH in steady state", allocs)
@@ -354,4 +364,30 @@ func TestCountsBeforeDecoding(t *testing.T) {
 	if got := countEntries(list, 1); got != 4 {
 		t.Fatalf("counted %d filters", got)
 	}
+}
+
+func TestPublishClone(t *testing.T) {
+	src := &Publish{Topic: "t", QoS: QoS1, PacketID: 3, Properties: allProps(ctxPublish), Payload: []byte("payload")}
+	r := NewReader(bytes.NewReader(encode(t, src, V5)), 0)
+	r.SetVersion(V5)
+	p, err := r.ReadPacket()
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig := p.(*Publish)
+	c := orig.Clone()
+	want := canon(orig)
+	orig.Release()
+	// Reading another packet reuses the original's memory; the clone
+	// must not see it.
+	r2 := bytes.NewReader(encode(t, &Publish{Topic: "other", Payload: bytes.Repeat([]byte{'z'}, 200),
+		Properties: Properties{User: []UserProperty{{"x", "y"}}}}, V5))
+	r.src, r.br = r2, r2
+	if _, err := r.ReadPacket(); err != nil {
+		t.Fatal(err)
+	}
+	if !equalPackets(c, want) {
+		t.Fatalf("clone changed:\n%#v\n%#v", canon(c), want)
+	}
+	c.Release() // a clone owns nothing of the Reader's
 }
