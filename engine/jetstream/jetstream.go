@@ -77,7 +77,9 @@
 // another node committed but this node has not received yet fails with
 // engine.ErrConflict (a retry after re-reading succeeds); it never lets a
 // stale check pass, since the server compares sequences. ScanLog reads the
-// log subject straight from the stream with batched direct gets; on a
+// log subject straight from the stream with batched direct gets, but only
+// up to the last sequence the index applied, so a reader that saw log key
+// K finds every commit up to K in a snapshot taken after; on a
 // replicated stream a follower may answer, so a scan keeps reading until
 // it reached the newest entry the index had seen when the scan began.
 // Watch fires once the index has applied new log entries: for this

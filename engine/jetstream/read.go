@@ -153,13 +153,17 @@ func (d *db) ScanLog(ctx context.Context, from engine.LogKey, exclusive bool, fn
 	start = max(start, 1)
 	// A replica may answer a direct get before it applied what this
 	// node's index has seen; keep reading until the scan reached the
-	// highest log entry the index knew of when the scan began.
+	// highest log entry the index knew of when the scan began. And the
+	// stream may hold entries the index has not applied yet: the scan
+	// stops before them, so a reader that saw key K reads every commit up
+	// to K from a snapshot taken after (Watch fires when they arrive).
 	var retry time.Duration
 	for {
 		if d.isClosed() {
 			return fmt.Errorf("jetstream: scan log: %w", engine.ErrClosed)
 		}
-		next, more, stopped, err := d.scanPage(ctx, start, fn)
+		_, applied, _ := d.view.state()
+		next, more, stopped, err := d.scanPage(ctx, start, applied, fn)
 		if err != nil || stopped {
 			return err
 		}
@@ -179,9 +183,13 @@ func (d *db) ScanLog(ctx context.Context, from engine.LogKey, exclusive bool, fn
 	}
 }
 
-// scanPage reads one page of log entries from start. It returns the next
-// sequence to read, whether the server has more, and whether fn stopped.
-func (d *db) scanPage(ctx context.Context, start uint64, fn func(engine.Entry) bool) (next uint64, more, stopped bool, err error) {
+// scanPage reads one page of log entries from start up to limit. It
+// returns the next sequence to read, whether the server has more, and
+// whether fn stopped.
+func (d *db) scanPage(ctx context.Context, start, limit uint64, fn func(engine.Entry) bool) (next uint64, more, stopped bool, err error) {
+	if start > limit {
+		return start, false, false, nil
+	}
 	rctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	msgs, err := jetstreamext.GetBatch(rctx, d.js, d.name, scanPage,
@@ -201,6 +209,10 @@ func (d *db) scanPage(ctx context.Context, start uint64, fn func(engine.Entry) b
 				err = ctx.Err()
 			}
 			return start, false, false, fmt.Errorf("jetstream: scan log: %w", err)
+		}
+		if m.Sequence > limit {
+			more = false
+			break
 		}
 		n++
 		page = append(page, engine.Entry{Key: engine.LogKey(m.Sequence), Count: 1, Value: m.Data})
