@@ -1,0 +1,192 @@
+package main_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	paho3 "github.com/eclipse/paho.mqtt.golang"
+)
+
+// TestServeEndToEnd builds the binary, runs `tidemark serve` from a config
+// file, publishes and subscribes with a real client, scrapes /metrics,
+// stops it with SIGTERM, restarts it and finds the retained and queued
+// messages.
+func TestServeEndToEnd(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "tidemark")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	mqttAddr, metricsAddr := freeAddr(t), freeAddr(t)
+	cfg := filepath.Join(dir, "tidemark.yaml")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("data: %s\nmqtt: %s\nmetrics: %s\nlog-level: debug\n",
+		filepath.Join(dir, "data"), mqttAddr, metricsAddr)), 0o644)
+
+	// The effective configuration names each setting's source.
+	out, err := exec.Command(bin, "serve", "--config", cfg, "--print-config").Output()
+	if err != nil || !strings.Contains(string(out), "mqtt: \""+mqttAddr+"\"  # file") {
+		t.Fatalf("--print-config: %v\n%s", err, out)
+	}
+	// A bad value is refused before anything is opened, naming the setting.
+	bad := exec.Command(bin, "serve", "--config", cfg, "--sync", "sometimes")
+	if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(string(out), "--sync") {
+		t.Fatalf("bad --sync accepted: %v\n%s", err, out)
+	}
+
+	srv := startServe(t, bin, cfg, mqttAddr)
+	sub := connect(t, mqttAddr, "e2e-sub", false)
+	if tok := sub.Subscribe("e2e/queued", 1, nil); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	sub.Disconnect(100)
+	pub := connect(t, mqttAddr, "e2e-pub", true)
+	publish(t, pub, "e2e/retained", true, "kept")
+	for i := 0; i < 5; i++ {
+		publish(t, pub, "e2e/queued", false, fmt.Sprint("q", i))
+	}
+	pub.Disconnect(100)
+
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`tidemark_messages_in_total{qos="1"} 6`, "tidemark_commit_duration_seconds_count", `tidemark_sessions{state="offline"}`} {
+		if !strings.Contains(string(body), want) {
+			t.Fatalf("/metrics lacks %q", want)
+		}
+	}
+	if resp, err := http.Get("http://" + metricsAddr + "/healthz"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("/healthz: %v", err)
+	}
+	srv.stop(t)
+
+	srv = startServe(t, bin, cfg, mqttAddr)
+	defer srv.stop(t)
+	got := make(chan string, 16)
+	sub = connectWith(t, mqttAddr, "e2e-sub", false, func(_ paho3.Client, m paho3.Message) { got <- string(m.Payload()) })
+	for i := 0; i < 5; i++ {
+		select {
+		case p := <-got:
+			if p != fmt.Sprint("q", i) {
+				t.Fatalf("queued message %d = %q", i, p)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("queued message %d not delivered after restart", i)
+		}
+	}
+	sub.Disconnect(100)
+	fresh := connectWith(t, mqttAddr, "e2e-fresh", true, func(_ paho3.Client, m paho3.Message) { got <- string(m.Payload()) })
+	if tok := fresh.Subscribe("e2e/retained", 1, nil); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	select {
+	case p := <-got:
+		if p != "kept" {
+			t.Fatalf("retained = %q", p)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("retained message lost across the restart")
+	}
+	fresh.Disconnect(100)
+}
+
+type serveProc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  *strings.Builder
+}
+
+func startServe(t *testing.T, bin, cfg, addr string) *serveProc {
+	t.Helper()
+	cmd := exec.Command(bin, "serve", "--config", cfg)
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &serveProc{cmd: cmd, done: make(chan struct{}), log: &strings.Builder{}}
+	go func() {
+		defer close(p.done)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			p.log.WriteString(sc.Text() + "\n")
+		}
+	}()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			return p
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-p.done
+			t.Fatalf("serve did not listen on %s:\n%s", addr, p.log.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func (p *serveProc) stop(t *testing.T) {
+	t.Helper()
+	if p.cmd.ProcessState != nil {
+		return
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		t.Fatalf("serve did not stop on SIGTERM")
+	}
+	if err := p.cmd.Wait(); err != nil {
+		t.Fatalf("serve exited with %v after SIGTERM:\n%s", err, p.log.String())
+	}
+	if !strings.Contains(p.log.String(), "stopped") {
+		t.Fatalf("no clean stop in the log:\n%s", p.log.String())
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func connect(t *testing.T, addr, id string, clean bool) paho3.Client {
+	return connectWith(t, addr, id, clean, nil)
+}
+
+func connectWith(t *testing.T, addr, id string, clean bool, h paho3.MessageHandler) paho3.Client {
+	t.Helper()
+	o := paho3.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).SetCleanSession(clean).
+		SetProtocolVersion(4).SetAutoReconnect(false).SetOrderMatters(true).SetDefaultPublishHandler(h)
+	c := paho3.NewClient(o)
+	if tok := c.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect %s: %v", id, tok.Error())
+	}
+	return c
+}
+
+func publish(t *testing.T, c paho3.Client, topic string, retain bool, payload string) {
+	t.Helper()
+	if tok := c.Publish(topic, 1, retain, payload); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("publish: %v", tok.Error())
+	}
+}
