@@ -30,6 +30,9 @@ type outbound struct {
 	done     map[table.Cursor]bool    // QoS 2 completed above the checkpoint
 	nextPI   uint16
 	sentHigh table.Cursor // the furthest log position ever sent
+	// liveFrom is the log head when this connection came online: QoS 0
+	// deliveries come only from messages after it.
+	liveFrom table.Cursor
 	freed    chan struct{}
 
 	sub       *table.Subscription
@@ -80,6 +83,11 @@ func newOutbound(c *conn, window int) (*outbound, error) {
 	for _, s := range c.rec.Subs {
 		o.subs = append(o.subs, s.sub(c.client))
 	}
+	head, herr := c.b.db.Head(c.ctx)
+	if herr != nil {
+		return nil, herr
+	}
+	o.liveFrom = head
 	ctx := c.ctx
 	db := c.b.db
 	err := db.Range(ctx, tableOut, c.client+slotSep, func(r table.Record) bool {
@@ -272,6 +280,14 @@ func (o *outbound) deliverEvent(ev table.Event) {
 	}
 	qos, ids, rap, ok := o.match(&m)
 	o.mu.Unlock()
+	if ok && qos == 0 && o.liveFrom.Covers(ev.Key, ev.Index) {
+		// At most once: a QoS 0 subscription gets no message published
+		// before this connection came online, neither what it missed
+		// offline nor, after a crash, what an earlier connection may
+		// already have sent (no acknowledgement says which).
+		_ = o.sub.Ack(ev)
+		return
+	}
 	if !ok || m.Expired(time.Now()) {
 		if ok {
 			o.c.b.metrics.droppedExpired.Add(1)
@@ -425,6 +441,11 @@ func (o *outbound) complete(pi uint16) {
 	o.mu.Lock()
 	om := o.inflight[pi]
 	delete(o.inflight, pi)
+	if om != nil && !om.hasEv {
+		// Completed before the replay reached its log entry: that entry
+		// is now acknowledged through the done marks, not attached here.
+		delete(o.resumed, om.pos)
+	}
 	o.mu.Unlock()
 	if om != nil {
 		o.c.b.metrics.inflightOut.Add(-1)
