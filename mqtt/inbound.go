@@ -44,6 +44,10 @@ func (c *conn) handlePublish(p *packet.Publish) bool {
 		c.disconnect(packet.TopicNameInvalid, "invalid topic name")
 		return false
 	}
+	if len(p.Properties.SubscriptionIDs) > 0 {
+		c.disconnect(packet.ProtocolError, "subscription identifier in a PUBLISH from a client") // [MQTT-3.3.4-6]
+		return false
+	}
 	if p.QoS > 0 && c.version == packet.V5 && int(c.inQoS1.Load())+c.pendingExchanges() >= c.b.opts.ReceiveMaximum {
 		c.disconnect(packet.ReceiveMaximumExceeded, "receive maximum exceeded") // [MQTT-3.3.4-7]
 		return false
