@@ -13,15 +13,23 @@ import (
 	"github.com/tidemark-io/tidemark/engine"
 )
 
+// benchCmd is `tidemark bench`: the MQTT benchmark, also as `bench mqtt`,
+// and the engine commit benchmark as `bench commits`.
 func benchCmd() *cobra.Command {
+	cmd := mqttBenchCmd("bench")
+	cmd.AddCommand(mqttBenchCmd("mqtt"), commitsBenchCmd())
+	return cmd
+}
+
+func commitsBenchCmd() *cobra.Command {
 	var engines []string
 	var dur time.Duration
 	var syncMode string
 	cmd := &cobra.Command{
-		Use:   "bench",
+		Use:   "commits",
 		Short: "Measure synced commits per engine beside a raw fdatasync loop",
-		Example: `  tidemark bench
-  tidemark bench --engines pebble,badger --duration 3s`,
+		Example: `  tidemark bench commits
+  tidemark bench commits --engines pebble,badger --duration 3s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(engines) == 0 {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -105,7 +106,7 @@ func curvePlot(qos byte, curves []Curve, order map[string]int) (*plot.Plot, erro
 	p.X.Label.Text = "window (unacknowledged PUBLISHes)"
 	p.Y.Label.Text = "msgs/s"
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
-	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Y.Tick.Marker = decadeTicks{}
 	var windows []int
 	for _, c := range curves {
 		for _, w := range c.Window {
@@ -141,5 +142,35 @@ func curvePlot(qos byte, curves []Curve, order map[string]int) (*plot.Plot, erro
 		p.Add(line, points)
 		p.Legend.Add(c.Target, line, points)
 	}
+	// Headroom above the curves for the legend, which sits inside the
+	// plot: each entry takes about a fifteenth of the height.
+	if p.Y.Max > 0 && p.Y.Min > 0 {
+		p.Y.Max *= math.Pow(p.Y.Max/p.Y.Min, float64(len(curves))/12)
+		p.Y.Min /= 1.5
+	}
 	return p, nil
+}
+
+// decadeTicks labels 1, 2 and 5 times each power of ten on a log axis.
+type decadeTicks struct{}
+
+func (decadeTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ticks []plot.Tick
+	if lo <= 0 || hi <= lo {
+		return ticks
+	}
+	for d := math.Pow10(int(math.Floor(math.Log10(lo)))); d <= hi; d *= 10 {
+		for m := 1; m < 10; m++ {
+			v := d * float64(m)
+			if v < lo || v > hi {
+				continue
+			}
+			t := plot.Tick{Value: v}
+			if m == 1 || m == 2 || m == 5 {
+				t.Label = strconv.FormatFloat(v, 'f', -1, 64)
+			}
+			ticks = append(ticks, t)
+		}
+	}
+	return ticks
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -309,6 +308,3 @@ func runPoint(ctx context.Context, cfg Config, t Target, l Load, dir string, run
 }
 
 func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
-
-// discardLogger drops every record.
-var discardLogger = slog.New(slog.NewTextHandler(io.Discard, nil))

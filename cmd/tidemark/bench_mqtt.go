@@ -1,0 +1,226 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"github.com/tidemark-io/tidemark/conformance"
+	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/mqttbench"
+)
+
+// mqttBenchFlags are the flags of the MQTT benchmark.
+type mqttBenchFlags struct {
+	engines      []string
+	peers        []string
+	syncs        []string
+	syncInterval time.Duration
+	duration     time.Duration
+	quick        bool
+	jsonOut      string
+	chart        string
+	dir          string
+}
+
+// mqttBenchCmd is the MQTT benchmark under the name use ("bench" or "mqtt").
+func mqttBenchCmd(use string) *cobra.Command {
+	var f mqttBenchFlags
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: "Drive the same MQTT load at Tidemark on each engine, nats-server and mochi-mqtt, and compare",
+		Long: `Drives the same MQTT 3.1.1 load (64-byte messages) at Tidemark on each selected engine and,
+in the same run, at an embedded nats-server (JetStream file store, MQTT listener) and an embedded
+mochi-mqtt (Badger storage hook): QoS 0, 1 and 2 on one connection at windows 1, 16 and 256, and
+QoS 1 and 2 over 50 connections at window 16. A subscriber checks every point for lost, duplicated
+and reordered messages. Prints msgs/s, p50/p99 acknowledgement latency and the ratios to the peers,
+and what each side fsyncs. Everything listens on 127.0.0.1 only; each point starts its broker afresh
+and stops it. Exits non-zero if any point failed or lost, duplicated or reordered a message.`,
+		Example: `  tidemark bench
+  tidemark bench mqtt --engines pebble --sync always,none --duration 2s --chart curves.svg
+  tidemark bench --engines jetstream --sync interval --peers nats
+  tidemark bench --quick --duration 200ms --json -`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runMQTTBench(cmd, &f) },
+	}
+	fs := cmd.Flags()
+	fs.StringSliceVar(&f.engines, "engines", nil, "Tidemark engines to drive (default: all compiled in: "+strings.Join(engine.Drivers(), ", ")+"); none for peers only")
+	fs.StringSliceVar(&f.peers, "peers", mqttbench.Peers, "peer brokers in the same run: "+strings.Join(mqttbench.Peers, ", ")+", or none")
+	fs.StringSliceVar(&f.syncs, "sync", []string{"always"}, "durability for the engines and nats-server: always, interval, none, or several")
+	fs.DurationVar(&f.syncInterval, "sync-interval", engine.DefaultSyncInterval, "fsync period for --sync interval")
+	fs.DurationVar(&f.duration, "duration", 2*time.Second, "sending time per point")
+	fs.BoolVar(&f.quick, "quick", false, "fewer points: windows 1 and 16, 10 connections")
+	fs.StringVar(&f.jsonOut, "json", "", "write the results as JSON to this file (- for standard output, instead of the table)")
+	fs.StringVar(&f.chart, "chart", "", "draw msgs/s against the window per target and QoS to this .svg or .png file")
+	fs.StringVar(&f.dir, "dir", "", "directory for the brokers' data (default: a temporary directory)")
+	return cmd
+}
+
+// targets validates the flags and returns the targets to drive.
+func (f *mqttBenchFlags) targets() ([]mqttbench.Target, error) {
+	if f.duration <= 0 {
+		return nil, fmt.Errorf("--duration %v: must be positive", f.duration)
+	}
+	if f.syncInterval <= 0 {
+		return nil, fmt.Errorf("--sync-interval %v: must be positive", f.syncInterval)
+	}
+	if f.chart != "" && !slices.Contains(mqttbench.ChartFormats, strings.ToLower(filepath.Ext(f.chart))) {
+		return nil, fmt.Errorf("--chart %q: the file name must end in %s", f.chart, strings.Join(mqttbench.ChartFormats, " or "))
+	}
+	engines := f.engines
+	if len(engines) == 0 {
+		engines = engine.Drivers()
+	}
+	if slices.Equal(engines, []string{"none"}) {
+		engines = nil
+	}
+	for _, e := range engines {
+		if _, err := engine.Lookup(e); err != nil {
+			return nil, fmt.Errorf("--engines %q: allowed: %s, or none", e, strings.Join(engine.Drivers(), ", "))
+		}
+	}
+	peers := f.peers
+	if slices.Equal(peers, []string{"none"}) {
+		peers = nil
+	}
+	for _, p := range peers {
+		if !slices.Contains(mqttbench.Peers, p) {
+			return nil, fmt.Errorf("--peers %q: allowed: %s, or none", p, strings.Join(mqttbench.Peers, ", "))
+		}
+	}
+	if len(f.syncs) == 0 {
+		return nil, fmt.Errorf("--sync: give at least one of always, interval, none")
+	}
+	var modes []engine.SyncMode
+	for _, s := range f.syncs {
+		m, err := engine.ParseSyncMode(s)
+		if err != nil || s == "" {
+			return nil, fmt.Errorf("--sync %q: allowed: always, interval, none", s)
+		}
+		if !slices.Contains(modes, m) {
+			modes = append(modes, m)
+		}
+	}
+	var out []mqttbench.Target
+	for _, m := range modes {
+		for _, e := range engines {
+			t, err := mqttbench.Tidemark(e, m, f.syncInterval)
+			if err != nil {
+				return nil, fmt.Errorf("--engines %q: %w", e, err)
+			}
+			out = append(out, t)
+		}
+		if slices.Contains(peers, "nats") {
+			t, _ := mqttbench.Peer("nats", m, f.syncInterval)
+			out = append(out, t)
+		}
+	}
+	if slices.Contains(peers, "mochi") {
+		t, _ := mqttbench.Peer("mochi", 0, 0)
+		out = append(out, t)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("--engines none and --peers none: nothing to measure")
+	}
+	return out, nil
+}
+
+func runMQTTBench(cmd *cobra.Command, f *mqttBenchFlags) error {
+	targets, err := f.targets()
+	if err != nil {
+		return err
+	}
+	dir := f.dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "tidemark-bench-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("--dir %q: %w", f.dir, err)
+	}
+	fsync, err := conformance.FsyncRate(dir, 500*time.Millisecond)
+	if err != nil {
+		return fmt.Errorf("fsync probe in %s: %w", dir, err)
+	}
+	loads := mqttbench.Loads(f.quick)
+	stderr := cmd.ErrOrStderr()
+	bar := progressbar.NewOptions(len(targets)*len(loads),
+		progressbar.OptionSetWriter(stderr), progressbar.OptionShowCount(), progressbar.OptionShowElapsedTimeOnFinish(),
+		progressbar.OptionSetPredictTime(true), progressbar.OptionClearOnFinish(), progressbar.OptionFullWidth())
+	// Broker warnings would tear the progress bar; they are few and go
+	// above it, on their own lines.
+	log := slog.New(slog.NewTextHandler(lineBreaker{stderr}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	rep, err := mqttbench.Run(cmd.Context(), mqttbench.Config{
+		Targets: targets, Loads: loads, Duration: f.duration, Dir: dir, Logger: log,
+		Progress: func(done, _ int, next string) {
+			if next != "" {
+				bar.Describe(next)
+			}
+			_ = bar.Set(done)
+		},
+	})
+	_ = bar.Finish()
+	if rep == nil {
+		return err
+	}
+	out := cmd.OutOrStdout()
+	if f.jsonOut == "-" {
+		if werr := rep.WriteJSON(out); werr != nil {
+			return werr
+		}
+	} else {
+		if werr := rep.WriteTable(out); werr != nil {
+			return werr
+		}
+		fmt.Fprintf(out, "  raw fdatasync of 64-byte appends in %s: %.0f/s (the ceiling for one synced writer without group commit).\n", dir, fsync)
+	}
+	if f.jsonOut != "" && f.jsonOut != "-" {
+		if werr := writeFile(f.jsonOut, rep.WriteJSON); werr != nil {
+			return fmt.Errorf("--json %q: %w", f.jsonOut, werr)
+		}
+	}
+	if f.chart != "" {
+		if werr := rep.WriteChart(f.chart); werr != nil {
+			return fmt.Errorf("--chart %q: %w", f.chart, werr)
+		}
+		fmt.Fprintf(stderr, "chart written to %s\n", f.chart)
+	}
+	if err != nil {
+		return err
+	}
+	if !rep.Clean() {
+		return fmt.Errorf("some points failed or lost, duplicated or reordered messages:\n%s", strings.TrimRight(rep.Summary(), "\n"))
+	}
+	return nil
+}
+
+func writeFile(path string, write func(io.Writer) error) error {
+	fh, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := write(fh); err != nil {
+		fh.Close()
+		return err
+	}
+	return fh.Close()
+}
+
+// lineBreaker starts each log record on a fresh line, below whatever the
+// progress bar last drew on the current one.
+type lineBreaker struct{ w io.Writer }
+
+func (l lineBreaker) Write(p []byte) (int, error) {
+	if _, err := l.w.Write([]byte("\r\033[K")); err != nil {
+		return 0, err
+	}
+	return l.w.Write(p)
+}
