@@ -225,12 +225,18 @@ func TestSubscriptionEndsWithDB(t *testing.T) {
 // far smaller than the traffic, so slow ones fall out of the window and
 // catch up from the engine; every one must see every entry once, in order.
 func TestFanOutWithSmallWindow(t *testing.T) {
+	for name, opts := range map[string]table.Options{"entries": {TailWindow: 8}, "bytes": {TailBytes: 50}} {
+		t.Run(name, func(t *testing.T) { fanOut(t, opts) })
+	}
+}
+
+func fanOut(t *testing.T, opts table.Options) {
 	e, err := engine.Open(context.Background(), engineName(), engine.Options{Dir: t.TempDir(), Sync: engine.SyncNone})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	db, err := table.Open(context.Background(), e, table.Options{TailWindow: 8})
+	db, err := table.Open(context.Background(), e, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +275,7 @@ func TestFanOutWithSmallWindow(t *testing.T) {
 	var hs []*engine.Handle
 	for n := 0; n < writes; n++ {
 		tx := db.Begin()
-		_ = tx.Put("t", fmt.Sprintf("k%04d", n), nil)
+		_ = tx.Put("t", fmt.Sprintf("k%04d", n), []byte("0123456789"))
 		h, err := tx.Submit(ctx)
 		if err != nil {
 			t.Fatal(err)

@@ -116,9 +116,12 @@ type Options struct {
 	// Logger receives the layer's logs; slog.Default() when nil.
 	Logger *slog.Logger
 	// TailWindow is the number of recent log entries kept decoded in memory
-	// for live subscribers (default 4096). A subscriber further behind
-	// reads the engine's log instead.
+	// for live subscribers (default 4096), and TailBytes the payload bytes
+	// they may hold (default 64 MiB); the window holds up to twice either
+	// before it is trimmed. A subscriber further behind reads the engine's
+	// log instead.
 	TailWindow int
+	TailBytes  int
 }
 
 // DB is a set of tables over one engine. It does not own the engine:
@@ -152,9 +155,12 @@ func Open(ctx context.Context, e engine.Engine, opts Options) (*DB, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	window := opts.TailWindow
+	window, maxBytes := opts.TailWindow, opts.TailBytes
 	if window <= 0 {
 		window = 4096
+	}
+	if maxBytes <= 0 {
+		maxBytes = 64 << 20
 	}
 	var maxVer Version
 	var hint engine.LogKey
@@ -175,7 +181,7 @@ func Open(ctx context.Context, e engine.Engine, opts Options) (*DB, error) {
 	db.hlc = engine.NewHLC(opts.Clock, engine.LogKey(max(uint64(maxVer), uint64(top), uint64(head.key))))
 	tctx, cancel := context.WithCancel(context.Background())
 	db.ctx, db.cancel = tctx, cancel
-	db.tail = newTail(db, head, window)
+	db.tail = newTail(db, head, window, maxBytes)
 	go db.tail.run(tctx)
 	return db, nil
 }

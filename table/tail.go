@@ -23,11 +23,13 @@ import (
 // listener to register and no side buffer to reconcile, only one ordered
 // sequence read from two places.
 type tail struct {
-	db     *DB
-	window int
+	db       *DB
+	window   int // entries kept
+	maxBytes int // value bytes kept
 
 	mu      sync.RWMutex
 	entries []*logEntry
+	bytes   int // value bytes of entries
 	floor   pos // position just before entries[0]
 	head    pos // position of the last entry read
 	changed chan struct{}
@@ -36,8 +38,8 @@ type tail struct {
 	stopped chan struct{}
 }
 
-func newTail(db *DB, head pos, window int) *tail {
-	return &tail{db: db, window: window, floor: head, head: head, changed: make(chan struct{}), stopped: make(chan struct{})}
+func newTail(db *DB, head pos, window, maxBytes int) *tail {
+	return &tail{db: db, window: window, maxBytes: maxBytes, floor: head, head: head, changed: make(chan struct{}), stopped: make(chan struct{})}
 }
 
 func (t *tail) isDead() bool {
@@ -74,15 +76,26 @@ func (t *tail) publish(batch []*logEntry) {
 	}
 	t.mu.Lock()
 	t.entries = append(t.entries, batch...)
+	for _, e := range batch {
+		t.bytes += len(e.value)
+	}
 	t.head = batch[len(batch)-1].pos
 	if batch[len(batch)-1].last() {
 		t.head.idx = wholeKey
 	}
-	if n := len(t.entries); n > 2*t.window {
-		keep := make([]*logEntry, t.window, 2*t.window)
-		copy(keep, t.entries[n-t.window:])
-		t.floor = t.entries[n-t.window-1].pos
-		t.entries = keep
+	// Trim in bulk once a bound is exceeded twice over, so trimming is
+	// amortized and a trimmed slice is never written again.
+	if n := len(t.entries); n > 2*t.window || t.bytes > 2*t.maxBytes {
+		drop, bytes := 0, t.bytes
+		for drop < n-1 && (n-drop > t.window || bytes > t.maxBytes) {
+			bytes -= len(t.entries[drop].value)
+			drop++
+		}
+		if drop > 0 {
+			t.floor = t.entries[drop-1].pos
+			t.entries = append(make([]*logEntry, 0, 2*(n-drop)), t.entries[drop:]...)
+			t.bytes = bytes
+		}
 	}
 	close(t.changed)
 	t.changed = make(chan struct{})
@@ -93,7 +106,7 @@ func (t *tail) publish(batch []*logEntry) {
 // tail: readers before p then scan and see the truncation themselves.
 func (t *tail) reset(p pos) {
 	t.mu.Lock()
-	t.entries = nil
+	t.entries, t.bytes = nil, 0
 	t.floor, t.head = p, p
 	close(t.changed)
 	t.changed = make(chan struct{})
