@@ -266,6 +266,10 @@ func (d *db) checkLocked(checks []engine.Check) error {
 // completion order equal commit order.
 func (d *db) complete() {
 	defer d.completer.Done()
+	// unannounced: a commit with log entries became durable and Watch has
+	// not fired since. It fires once the queue is empty, also when the
+	// commit that empties it has no log entries.
+	unannounced := false
 	for p := range d.pending {
 		err := p.batch.SyncWait()
 		_ = p.batch.Close()
@@ -275,10 +279,12 @@ func (d *db) complete() {
 		}
 		if len(p.res.Keys) > 0 {
 			d.durable.Store(uint64(p.res.Keys[0]))
+			unannounced = true
 		}
 		p.complete(p.res, nil)
-		if len(p.res.Keys) > 0 && len(d.pending) == 0 {
+		if unannounced && len(d.pending) == 0 {
 			d.notifier.Notify()
+			unannounced = false
 		}
 	}
 	d.notifier.Notify()
