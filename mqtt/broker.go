@@ -16,6 +16,11 @@
 //     commit, never before.
 //   - Outbound QoS 2 state is durable: after a PUBREC the broker re-sends
 //     PUBREL, never the PUBLISH, across reconnects and restarts.
+//   - QoS 0 subscriptions, also of persistent sessions, do not queue: a
+//     session receives at QoS 0 only what is published while it is
+//     connected, and a QoS 0 delivery is never repeated after a
+//     reconnect or a crash (at most once). QoS 1 and 2 subscriptions of a
+//     persistent session receive what was published while offline.
 package mqtt
 
 import (
