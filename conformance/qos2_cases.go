@@ -27,11 +27,15 @@ func init() {
 		Case{Name: "Q03_retransmitted_pubrel_while_release_held", Run: caseQ03},
 		Case{Name: "Q04_pi_reuse_with_release_delayed", Run: caseQ04},
 		Case{Name: "Q05_dup_publish_across_reconnect", Run: caseQ05},
+		Case{Name: "Q06_crash_between_pubrec_and_pubrel", Run: caseQ06},
+		Case{Name: "Q07_crash_between_pubrel_and_pubcomp", Run: caseQ07},
 		Case{Name: "Q09_close_with_unreleased_exchanges", Run: caseQ09},
 		Case{Name: "Q10_corrupt_staged_slot", Run: caseQ10},
 		Case{Name: "Q11_unknown_pubrel", Run: caseQ11},
 		Case{Name: "Q14_mixed_qos_on_one_connection", Run: caseQ14},
 		Case{Name: "Q17_clean_start_discards_inbound_state", Run: caseQ17},
+		Case{Name: "Q18_outbound_crash_after_subscriber_pubrec", Run: caseQ18},
+		Case{Name: "Q19_outbound_resend_before_pubrec", Run: caseQ19},
 	)
 }
 

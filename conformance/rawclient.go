@@ -510,6 +510,30 @@ func (s *subscriber) waitN(n int) []delivery {
 	}
 }
 
+// waitTook waits until the subscriber took each of want at least once.
+func (s *subscriber) waitTook(want ...string) {
+	s.t.Helper()
+	deadline := time.After(waitFor)
+	for {
+		n := countPayloads(s.deliveries())
+		missing := ""
+		for _, w := range want {
+			if n[w] == 0 {
+				missing = w
+				break
+			}
+		}
+		if missing == "" {
+			return
+		}
+		select {
+		case <-s.changed:
+		case <-deadline:
+			s.t.Fatalf("%s: did not take %s within %v", s.name, missing, waitFor)
+		}
+	}
+}
+
 // expectExactly waits for the payloads want, in order, then checks that
 // nothing more arrives within quiet.
 func (s *subscriber) expectExactly(want ...string) []delivery {
