@@ -136,7 +136,8 @@ type DB struct {
 	// versions increase in log order.
 	mu     sync.Mutex
 	closed bool
-	hinted time.Time // when a commit last carried the head hint
+	hinted   time.Time // when a commit last carried the head hint
+	reserved Version   // versions below it are covered by a hint
 
 	tail   *tail
 	ctx    context.Context // ends when the DB closes
@@ -217,19 +218,42 @@ func findHead(ctx context.Context, e engine.Engine, hint engine.LogKey) (head po
 	return head, top, err
 }
 
-// hintEvery bounds how often a commit carries the head hint: the hint
-// only shortens the scan Open does, and one key written by every commit
-// would make concurrent commits contend on some engines.
-const hintEvery = time.Second
+// The head hint (metaHead) holds a version reservation and a log key. The
+// reservation is a version no version issued before the next hint reaches,
+// so Open seeds the version clock above it and no version is ever reissued,
+// also for state writes that leave no log entry and after a restart with a
+// clock that went back. The log key only shortens the scan Open does to
+// find the log's end. A commit carries a new hint when its version reaches
+// the reservation or a second passed since the last one, rather than
+// always, because one key written by every commit makes concurrent commits
+// contend on some engines.
+const (
+	hintEvery = time.Second
+	// reserveSpan is how far above the current version a hint reserves:
+	// about a second of hybrid-logical-clock time.
+	reserveSpan = Version(1000) << 16
+)
 
-// hintLocked adds the head hint to b when it is due; mu is held.
-func (db *DB) hintLocked(b *engine.Batch, v Version, force bool) {
+// hintLocked makes b carry a new hint when one is due for a commit at
+// version v, or when forced; mu is held. A batch whose checks can fail
+// must not carry it (the reservation would be lost with the batch): then
+// the hint goes in a batch of its own, submitted just before.
+func (db *DB) hintLocked(ctx context.Context, b *engine.Batch, v Version, force bool) {
 	now := time.Now()
-	if !force && now.Sub(db.hinted) < hintEvery {
+	if !force && v < db.reserved && now.Sub(db.hinted) < hintEvery {
 		return
 	}
-	db.hinted = now
-	b.Put(metaHead, encodeHead(v, db.tail.headPos().key))
+	db.hinted, db.reserved = now, v+reserveSpan
+	hint := encodeHead(db.reserved, db.tail.headPos().key)
+	if len(b.Checks) == 0 {
+		b.Put(metaHead, hint)
+		return
+	}
+	// Ordered before b by the engine (submitted first, under mu); if it
+	// fails, so does everything after it on this engine.
+	if _, err := db.e.Submit(ctx, new(engine.Batch).Put(metaHead, hint)); err != nil {
+		db.reserved = 0 // the next commit tries again
+	}
 }
 
 // writeHint commits the head hint on its own.
@@ -240,7 +264,7 @@ func (db *DB) writeHint(ctx context.Context) error {
 		return ErrClosed
 	}
 	b := new(engine.Batch)
-	db.hintLocked(b, Version(db.hlc.Next()), true)
+	db.hintLocked(ctx, b, Version(db.hlc.Next()), true)
 	h, err := db.e.Submit(ctx, b)
 	db.mu.Unlock()
 	if err == nil {
@@ -263,7 +287,7 @@ func (db *DB) Close() error {
 	db.closed = true
 	// Best effort: a missing hint only makes the next Open scan further.
 	b := new(engine.Batch)
-	db.hintLocked(b, Version(db.hlc.Next()), true)
+	db.hintLocked(context.Background(), b, Version(db.hlc.Next()), true)
 	h, err := db.e.Submit(context.Background(), b)
 	db.mu.Unlock()
 	if err == nil {

@@ -196,9 +196,9 @@ func (tx *Tx) Submit(ctx context.Context) (*engine.Handle, error) {
 			b.Append(encodeEntry(OpReload, w.table, "", v, nil))
 		}
 	}
-	// The head hint lets Open find the log end and the highest version
-	// without reading the whole log.
-	db.hintLocked(b, v, false)
+	// The head hint keeps versions monotonic across restarts and lets
+	// Open find the log's end without reading the whole log.
+	db.hintLocked(ctx, b, v, false)
 	h, err := db.e.Submit(ctx, b)
 	if err != nil {
 		return nil, fmt.Errorf("table: submit: %w", err)
