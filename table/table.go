@@ -134,8 +134,8 @@ type DB struct {
 
 	// mu orders version assignment with engine submission, so a record's
 	// versions increase in log order.
-	mu     sync.Mutex
-	closed bool
+	mu       sync.Mutex
+	closed   bool
 	hinted   time.Time // when a commit last carried the head hint
 	reserved Version   // versions below it are covered by a hint
 
