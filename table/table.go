@@ -1,21 +1,3 @@
-// Package table is Tidemark's record layer: named tables of versioned
-// records over any engine, atomic transactions across tables, and a change
-// log that subscribers replay and follow.
-//
-// Every write appends one entry (table, id, version, op, value) to the
-// engine's change log in the same atomic commit as the record change, so
-// the log is the complete history of the records. Subscribe replays that
-// log from a Cursor and then follows it live, with no gap and no duplicate
-// at the switch. The cursor a subscription reports never passes an entry it
-// did not hand over: it moves to a log key only once every entry of the
-// subscribed table carrying that key was delivered or deliberately skipped,
-// so a resume after any early stop re-sends at most the partial
-// transaction and never loses one. The checkpoint a durable consumer
-// persists is stronger still: it moves only over acknowledged events.
-//
-// The layer never branches on which engine it runs on; where engines
-// differ (one log key per transaction or per record) it relies only on
-// engine.Entry's Index and Count to know when a key is complete.
 package table
 
 import (
