@@ -127,9 +127,10 @@ type DB struct {
 	subs   sync.WaitGroup
 }
 
-// Open opens the tables stored in e. It finds the log head and the highest
-// version written so far, and seeds the version clock above both, so
-// versions stay monotonic across restarts even when the clock went back.
+// Open opens the tables stored in e. It finds the log head and seeds the
+// version clock above the persisted version reservation, the highest
+// version in the log's tail and the head's key, so versions stay monotonic
+// across restarts and crashes even when the clock went back.
 func Open(ctx context.Context, e engine.Engine, opts Options) (*DB, error) {
 	if e == nil {
 		return nil, fmt.Errorf("table: open: nil engine: %w", engine.ErrInvalidOption)
@@ -259,7 +260,8 @@ func (db *DB) writeHint(ctx context.Context) error {
 func (db *DB) Engine() engine.Engine { return db.e }
 
 // Close stops every subscription and follower of the DB and waits for
-// them. It does not close the engine.
+// them (a Follow callback that never returns holds it). It does not close
+// the engine.
 func (db *DB) Close() error {
 	db.mu.Lock()
 	if db.closed {
