@@ -614,3 +614,70 @@ func TestAbruptClose5(t *testing.T) {
 	c.pub("ac", 0, false, "x")
 	c.expectOne("ac", "x")
 }
+
+// On a takeover the old connection's will is published when its delay is
+// 0; a will with a delay is cancelled by the new connection [MQTT-3.1.4-3]
+// [MQTT-3.1.2-8].
+func TestWillOnTakeover5(t *testing.T) {
+	s := startBroker(t)
+	w := connect5(t, s.Addr, "wt-watch", true, 0)
+	w.sub("wt/#", 1)
+	for _, tc := range []struct {
+		id    string
+		delay uint32
+		sent  bool
+	}{{"wt0", 0, true}, {"wt5", 5, false}} {
+		cp := &paho.Connect{ClientID: tc.id, KeepAlive: 30, Properties: &paho.ConnectProperties{SessionExpiryInterval: u32(60)},
+			WillMessage: &paho.WillMessage{Topic: "wt/" + tc.id, Payload: []byte("will"), QoS: 1}}
+		if tc.delay > 0 {
+			cp.WillProperties = &paho.WillProperties{WillDelayInterval: u32(tc.delay)}
+		}
+		if _, err := dial5(t, s.Addr, cp, nil); err != nil {
+			t.Fatal(err)
+		}
+		connect5(t, s.Addr, tc.id, false, 60)
+		if tc.sent {
+			w.expectOne("wt/"+tc.id, "will")
+		} else {
+			w.expectNone(500 * time.Millisecond)
+		}
+	}
+}
+
+// The DUP flag of an incoming PUBLISH is not propagated; first deliveries
+// carry DUP 0 [MQTT-3.3.1-1] [MQTT-3.3.1-3].
+func TestDupNotPropagated(t *testing.T) {
+	s := startBroker(t)
+	sub, _ := connectRaw(t, s.Addr, connect5Packet("dup-sub", true, 0))
+	sub.send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "dup/#", QoS: 2}}})
+	if _, ok := sub.read().(*packet.Suback); !ok {
+		t.Fatal("no SUBACK")
+	}
+	pub, _ := connectRaw(t, s.Addr, connect5Packet("dup-pub", true, 0))
+	pub.send(&packet.Publish{Topic: "dup/1", QoS: 1, PacketID: 1, Dup: true, Payload: []byte("x")})
+	if _, ok := pub.read().(*packet.Puback); !ok {
+		t.Fatal("no PUBACK")
+	}
+	if p := sub.readPublish(); p.Dup {
+		t.Fatal("incoming DUP propagated to the subscriber")
+	}
+}
+
+// Unsubscribing stops delivery; UNSUBACK says which filters existed
+// [MQTT-3.10.4-1] [MQTT-3.10.4-4] [MQTT-3.10.4-5] [MQTT-3.11.3-1].
+func TestUnsubscribe5(t *testing.T) {
+	s := startBroker(t)
+	c := connect5(t, s.Addr, "uns", true, 0)
+	c.sub("uns/a", 1)
+	c.sub("$share/g/uns/b", 1)
+	ua, err := c.Unsubscribe(ctxT(t), &paho.Unsubscribe{Topics: []string{"uns/a", "uns/none", "$share/g/uns/b"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []byte{0x00, 0x11, 0x00}; !slices.Equal(ua.Reasons, want) {
+		t.Fatalf("UNSUBACK reasons % x, want % x", ua.Reasons, want)
+	}
+	c.pub("uns/a", 1, false, "x")
+	c.pub("uns/b", 1, false, "y")
+	c.expectNone(300 * time.Millisecond)
+}
