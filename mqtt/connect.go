@@ -195,7 +195,10 @@ func (c *conn) teardown() {
 	if current {
 		b.index.RemoveClient(c.client)
 	}
-	if c.will != nil && c.sendWill && !c.takenOver.Load() && b.ctx.Err() == nil {
+	// A takeover ends this connection like any other close: the will goes
+	// when its delay is 0, and a delayed one is cancelled by the new
+	// connection, which cancels wills after this teardown [MQTT-3.1.4-3].
+	if c.will != nil && c.sendWill && b.ctx.Err() == nil {
 		delay := c.willDelay
 		if c.expiry < delay {
 			delay = c.expiry
