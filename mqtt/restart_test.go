@@ -75,7 +75,7 @@ func TestRestartKeepsSessions(t *testing.T) {
 // Outbound in-flight state survives a restart: an unacknowledged QoS 1
 // PUBLISH and a QoS 2 PUBLISH without PUBREC are re-sent with DUP, in the
 // order first sent; a QoS 2 message whose PUBREC arrived gets PUBREL
-// again, never its PUBLISH; QoS 2 PUBLISHes keep their packet ids
+// again, never its PUBLISH; re-sent PUBLISHes keep their packet ids
 // [MQTT-4.4.0-1] [MQTT-3.3.1-1] [MQTT-4.3.3-? PUBREL after PUBREC]
 // [MQTT-4.6.0-6].
 func TestRestartKeepsOutboundInflight(t *testing.T) {
@@ -136,7 +136,7 @@ func TestRestartKeepsOutboundInflight(t *testing.T) {
 			if !p.Dup {
 				t.Errorf("re-sent %q without DUP", p.Payload)
 			}
-			if p.QoS == 2 && p.PacketID != firstIDs[string(p.Payload)] {
+			if p.PacketID != firstIDs[string(p.Payload)] {
 				t.Errorf("re-sent %q with packet id %d, first sent as %d", p.Payload, p.PacketID, firstIDs[string(p.Payload)])
 			}
 			order = append(order, string(p.Payload))
