@@ -31,6 +31,17 @@ type sessionRecord struct {
 	SentHigh       table.Cursor `json:"sent"`
 	Will           *willRecord  `json:"will,omitempty"`
 	NextPI         uint16       `json:"pi,omitempty"`
+	// Q1 is the QoS 1 deliveries unacknowledged when the record was
+	// written, so a re-send after a reconnect or restart keeps the packet
+	// id [MQTT-4.4.0-1]. Exact across a disconnect or a clean stop; after a
+	// crash, deliveries sent since the last checkpoint write get new ids.
+	Q1 []q1Slot `json:"q1,omitempty"`
+}
+
+// q1Slot is one unacknowledged QoS 1 delivery: its log position and id.
+type q1Slot struct {
+	Pos table.Cursor `json:"pos"`
+	PI  uint16       `json:"pi"`
 }
 
 type subRecord struct {
