@@ -30,6 +30,9 @@ type outbound struct {
 	done     map[table.Cursor]bool    // QoS 2 completed above the checkpoint
 	nextPI   uint16
 	sentHigh table.Cursor // the furthest log position ever sent
+	// q1ids holds the packet ids of QoS 1 deliveries unacknowledged when
+	// the session was last persisted, by log position, for their re-send.
+	q1ids map[table.Cursor]uint16
 	// liveFrom is the log head when this connection came online: QoS 0
 	// deliveries come only from messages after it.
 	liveFrom table.Cursor
@@ -82,6 +85,12 @@ func newOutbound(c *conn, window int) (*outbound, error) {
 	}
 	for _, s := range c.rec.Subs {
 		o.subs = append(o.subs, s.sub(c.client))
+	}
+	for _, q := range c.rec.Q1 {
+		if o.q1ids == nil {
+			o.q1ids = map[table.Cursor]uint16{}
+		}
+		o.q1ids[q.Pos] = q.PI
 	}
 	head, herr := c.b.db.Head(c.ctx)
 	if herr != nil {
@@ -346,7 +355,13 @@ func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev
 		return
 	}
 	o.mu.Lock()
-	pi := o.allocPI()
+	pi, ok := o.q1ids[ev.Cursor()]
+	if ok {
+		delete(o.q1ids, ev.Cursor())
+	}
+	if !ok || qos != 1 || !hasEv || pi == 0 || o.inflight[pi] != nil {
+		pi = o.allocPI()
+	}
 	om := &outMsg{pi: pi, qos: qos, ev: ev, hasEv: hasEv, pos: ev.Cursor(), msg: m, state: outSent}
 	o.inflight[pi] = om
 	o.mu.Unlock()
@@ -580,6 +595,17 @@ func (o *outbound) sessionTx() (*table.Tx, error) {
 	c.rec.Checkpoint = cp
 	c.rec.NextPI = o.nextPI
 	c.rec.SentHigh = o.sentHigh
+	c.rec.Q1 = c.rec.Q1[:0]
+	for _, om := range o.inflight {
+		if om.qos == 1 && om.hasEv {
+			c.rec.Q1 = append(c.rec.Q1, q1Slot{Pos: om.pos, PI: om.pi})
+		}
+	}
+	for pos, pi := range o.q1ids { // restored, not re-sent yet
+		if cp.Less(pos) {
+			c.rec.Q1 = append(c.rec.Q1, q1Slot{Pos: pos, PI: pi})
+		}
+	}
 	c.rec.Subs = c.rec.Subs[:0]
 	for _, s := range o.subs {
 		c.rec.Subs = append(c.rec.Subs, recordOf(s))
