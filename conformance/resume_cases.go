@@ -420,11 +420,13 @@ func caseC09(t T, tg Target) {
 		}
 		r.putTxns(tbl, groups)
 		var forced sync.Once
-		o := durableOpts(tbl, start)
-		o.Hooks.Live = func() bool {
-			forced.Do(func() { r.txn(tbl, "forced") })
-			return true
+		f := newFaults().onHit("live", func(int) { forced.Do(func() { r.txn(tbl, "forced") }) })
+		if round%2 == 1 {
+			// Widen the window between "log exhausted" and "waiting".
+			f.delayAt("live", time.Duration(rng.IntN(500))*time.Microsecond)
 		}
+		o := durableOpts(tbl, start)
+		o.Hooks = f.hooks()
 		writes := 200
 		phase := time.Duration(rng.IntN(2000)) * time.Microsecond
 		done := make(chan []wrote, 1)

@@ -169,21 +169,23 @@ func caseC23(t T, tg Target) {
 		groups = append(groups, ids(fmt.Sprintf("b%d-", i), 100))
 	}
 	r.putTxns("t", groups)
+	// The reader is held at its first yield while a point write commits:
+	// a replay must not hold anything a writer needs.
 	f := newFaults()
-	// At one yield the reader is held while a point write commits: a
-	// replay must not hold anything a writer needs.
-	f.onHit("yield", func(n int) {
-		if n != 10 {
-			return
+	release := f.holdAt("yield")
+	held := make(chan error, 1)
+	go func() {
+		deadline := time.Now().Add(30 * time.Second)
+		for f.count("yield") == 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
 		}
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		defer cancel()
 		tx := r.db.Begin()
 		_ = tx.Put("w", "held", nil)
-		if err := tx.Commit(ctx); err != nil {
-			t.Errorf("point write while the replay is held at a yield: %v", err)
-		}
-	})
+		held <- tx.Commit(ctx)
+		release()
+	}()
 	var maxLatency atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -212,6 +214,9 @@ func caseC23(t T, tg Target) {
 	got := r.followRun(durableOpts("t", start), 0, f)
 	close(stop)
 	wg.Wait()
+	if err := <-held; err != nil {
+		t.Fatalf("point write while the replay was held at a yield: %v", err)
+	}
 	if len(got.events) != 5000 {
 		t.Fatalf("replay delivered %d of 5000", len(got.events))
 	}

@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -388,14 +387,6 @@ func eventIDs(evs []table.Event) []string {
 	return out
 }
 
-func wroteIDs(ws []wrote) []string {
-	out := make([]string, len(ws))
-	for i, w := range ws {
-		out[i] = w.id
-	}
-	return out
-}
-
 func joined(ids []string) string { return strings.Join(ids, ",") }
 
 func wantIDs(t T, what string, got []table.Event, want ...string) {
@@ -537,8 +528,4 @@ func ids(prefix string, n int) []string {
 		out[i] = fmt.Sprintf("%s%d", prefix, i+1)
 	}
 	return out
-}
-
-func ctxTimeout(t T, d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(t.Context(), d)
 }

@@ -44,7 +44,7 @@ func lag(evs []table.Event, c table.Cursor, composite bool) error {
 			return fmt.Errorf("composite cursor %s lags behind delivered %s at %s", c, ev.ID, evAt(ev))
 		}
 		if key != 0 && ev.Key != key {
-			return fmt.Errorf("cursor %s lags more than one key: delivered %s at %s and %s at %d.*", c, ev.ID, evAt(ev), "an entry", key)
+			return fmt.Errorf("cursor %s lags more than one key: delivered entries of keys %d and %d after it", c, key, ev.Key)
 		}
 		key = ev.Key
 	}
