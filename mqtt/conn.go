@@ -108,7 +108,10 @@ func newConn(b *Broker, nc net.Conn) *conn {
 		rd: packet.NewReader(bufio.NewReaderSize(nc, 32<<10), b.opts.MaxPacketSize),
 		bw: bw, w: packet.NewWriter(bw, packet.V311),
 		ctx: ctx, cancel: cancel,
-		acks:      make(chan ackEntry, 2*b.opts.ReceiveMaximum+16),
+		// With the entry the ack loop waits for, the FIFO holds one receive
+		// maximum of entries: past it the read loop stops reading the
+		// socket until the oldest commit completes.
+		acks:      make(chan ackEntry, b.opts.ReceiveMaximum-1),
 		ackDone:   make(chan struct{}),
 		exchanges: map[uint16]*exchange{},
 		done:      make(chan struct{}),

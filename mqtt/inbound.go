@@ -123,16 +123,15 @@ func (c *conn) publishQoS2(p *packet.Publish, m *Message) bool {
 	c.pendingQoS2++
 	// A DUP PUBLISH the connection does not know may repeat one staged by
 	// an earlier connection with other bytes: keep no copy, so the PUBREL
-	// loads whichever bytes won.
-	if !p.Dup {
-		ex = &exchange{version: uint64(tx.Version()), h: h}
-		if c.copies < maxCopies && c.copyBytes+len(enc) <= maxCopyBytes {
-			ex.msg, ex.size = m, len(enc)
-			c.copies++
-			c.copyBytes += len(enc)
-		}
-		c.exchanges[pi] = ex
+	// loads whichever bytes won. The exchange is pending all the same: its
+	// PUBREL waits for this staging, and a re-sent PUBLISH stores nothing.
+	ex = &exchange{version: uint64(tx.Version()), h: h}
+	if !p.Dup && c.copies < maxCopies && c.copyBytes+len(enc) <= maxCopyBytes {
+		ex.msg, ex.size = m, len(enc)
+		c.copies++
+		c.copyBytes += len(enc)
 	}
+	c.exchanges[pi] = ex
 	return c.push(ackEntry{pkt: &packet.Pubrec{PacketID: pi}, h: h, after: func(err error) error {
 		if errors.Is(err, engine.ErrConflict) {
 			return nil // already staged: a duplicate, still owed its PUBREC
@@ -150,22 +149,22 @@ func (c *conn) handlePubrel(p *packet.Pubrel) bool {
 		// Released already; never consult the store again for it.
 		return c.push(ackEntry{pkt: &packet.Pubcomp{PacketID: pi}, pi: pi, atSent: PointPubcompSent})
 	}
-	if ex != nil && ex.msg != nil {
-		<-ex.h.Done()
-		if ex.h.Err() == nil {
-			return c.release(pi, ex.msg, table.Version(ex.version))
-		}
-	}
-	// Not known here (a new connection, or past the copy caps): the store
-	// is the source of truth. Wait for this connection's earlier commits so
-	// the read sees them.
-	if c.last != nil {
+	if ex != nil {
+		// Staged by this connection: the read below must see the staging
+		// (only this id's commit is waited for, so PUBRELs that read the
+		// store do not queue behind every commit before them).
 		select {
-		case <-c.last.Done():
+		case <-ex.h.Done():
 		case <-c.ctx.Done():
 			return false
 		}
+		if ex.msg != nil && ex.h.Err() == nil {
+			return c.release(pi, ex.msg, table.Version(ex.version))
+		}
 	}
+	// No copy here (a DUP PUBLISH, a new connection, past the copy caps,
+	// or the staging found the slot taken): the store is the source of
+	// truth.
 	id := slotID(c.client, pi)
 	rec, err := c.b.db.Get(c.ctx, tableStaged, id)
 	if errors.Is(err, table.ErrNotFound) {
