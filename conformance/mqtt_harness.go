@@ -131,6 +131,7 @@ type brokerFaults struct {
 	ackFail  func(k mqtt.Kind, client string) error
 	subHolds map[mqtt.Kind]chan struct{}
 	hits     map[mqtt.Point]int
+	submits  map[mqtt.Kind]int
 	onAt     func(p mqtt.Point, client string, pi uint16)
 	// held receives the kind of each commit a Submit hold stopped.
 	held chan mqtt.Kind
@@ -138,7 +139,7 @@ type brokerFaults struct {
 
 func newBrokerFaults() *brokerFaults {
 	return &brokerFaults{ackHolds: map[mqtt.Kind]chan struct{}{}, ackDelay: map[mqtt.Kind]func() time.Duration{},
-		subHolds: map[mqtt.Kind]chan struct{}{}, hits: map[mqtt.Point]int{}, held: make(chan mqtt.Kind, 64)}
+		subHolds: map[mqtt.Kind]chan struct{}{}, hits: map[mqtt.Point]int{}, submits: map[mqtt.Kind]int{}, held: make(chan mqtt.Kind, 64)}
 }
 
 func (f *brokerFaults) hooks() mqtt.Hooks {
@@ -155,6 +156,7 @@ func (f *brokerFaults) hooks() mqtt.Hooks {
 		Submit: func(k mqtt.Kind, client string) {
 			f.mu.Lock()
 			ch := f.subHolds[k]
+			f.submits[k]++
 			f.mu.Unlock()
 			if ch != nil {
 				select {
@@ -245,6 +247,13 @@ func (f *brokerFaults) count(p mqtt.Point) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.hits[p]
+}
+
+// submitted returns how many commits of kind k were submitted.
+func (f *brokerFaults) submitted(k mqtt.Kind) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.submits[k]
 }
 
 // waitHeld waits until a Submit hold stopped a commit of kind k.

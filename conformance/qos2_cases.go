@@ -32,10 +32,14 @@ func init() {
 		Case{Name: "Q09_close_with_unreleased_exchanges", Run: caseQ09},
 		Case{Name: "Q10_corrupt_staged_slot", Run: caseQ10},
 		Case{Name: "Q11_unknown_pubrel", Run: caseQ11},
+		Case{Name: "Q12_window_full_with_stalled_store", Run: caseQ12},
+		Case{Name: "Q13_copy_cap_exceeded", Run: caseQ13},
 		Case{Name: "Q14_mixed_qos_on_one_connection", Run: caseQ14},
+		Case{Name: "Q15_store_error_mid_burst", Run: caseQ15},
 		Case{Name: "Q17_clean_start_discards_inbound_state", Run: caseQ17},
 		Case{Name: "Q18_outbound_crash_after_subscriber_pubrec", Run: caseQ18},
 		Case{Name: "Q19_outbound_resend_before_pubrec", Run: caseQ19},
+		Case{Name: "Q21_property_qos1_pipeline", Run: caseQ21},
 	)
 }
 
