@@ -54,6 +54,17 @@ type Options struct {
 	Logger *slog.Logger
 	// Hooks are fault-injection points for tests; nil in production.
 	Hooks Hooks
+	// NodeID names this broker among brokers that share one store (one
+	// JetStream stream, or one table.DB). When set, it must be unique
+	// among them: a CONNECT whose client id is online on another node
+	// then takes the session over across nodes (see takeover.go), and a
+	// broker recovers at startup only the sessions its own node left
+	// online. Empty (the default) is a broker alone on its store.
+	NodeID string
+	// TakeoverTimeout bounds how long a CONNECT waits for another node to
+	// hand its session over (default 5 s); a node that does not answer is
+	// passed over.
+	TakeoverTimeout time.Duration
 	// ReceiveMaximum is the number of unacknowledged QoS 1 and 2 PUBLISHes
 	// a client may send (advertised in 5.0, enforced as back-pressure in
 	// 3.1.1): the depth of each connection's ack pipeline. Default 1024.
@@ -102,6 +113,9 @@ func (o *Options) norm() {
 	}
 	if o.StoreTimeout <= 0 {
 		o.StoreTimeout = 30 * time.Second
+	}
+	if o.TakeoverTimeout <= 0 {
+		o.TakeoverTimeout = 5 * time.Second
 	}
 	if o.CheckpointEvery <= 0 {
 		o.CheckpointEvery = time.Second
@@ -155,6 +169,10 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 	go b.followShared()
 	go b.expireSessions()
 	go b.retentionLoop()
+	if opts.NodeID != "" {
+		b.wg.Add(1)
+		go b.followTakeovers()
+	}
 	return b, nil
 }
 

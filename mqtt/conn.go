@@ -66,6 +66,11 @@ type conn struct {
 	takenOver  atomic.Bool
 	done       chan struct{}
 	registered bool
+
+	// token names this connection in the session record; handoff is the
+	// token of a connection on another node that claimed the session.
+	token   string
+	handoff atomic.Pointer[string]
 }
 
 // exchange is the read loop's view of one inbound QoS 2 packet id.
@@ -115,6 +120,7 @@ func newConn(b *Broker, nc net.Conn) *conn {
 		ackDone:   make(chan struct{}),
 		exchanges: map[uint16]*exchange{},
 		done:      make(chan struct{}),
+		token:     newToken(),
 	}
 	return c
 }

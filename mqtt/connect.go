@@ -181,7 +181,9 @@ func (c *conn) teardown() {
 		c.rec.Online = false
 		c.rec.DisconnectedAt = time.Now().UnixMilli()
 		c.rec.Expiry = c.expiry
-		c.rec.Will = nil
+		if !c.willDue() {
+			c.rec.Will = nil // a due will stays until published (see publishWill)
+		}
 		if err := c.out.persist(ctx, true); err != nil {
 			c.log.Warn("persist session", "err", err)
 		}
@@ -198,7 +200,7 @@ func (c *conn) teardown() {
 	// A takeover ends this connection like any other close: the will goes
 	// when its delay is 0, and a delayed one is cancelled by the new
 	// connection, which cancels wills after this teardown [MQTT-3.1.4-3].
-	if c.will != nil && c.sendWill && b.ctx.Err() == nil {
+	if c.willDue() && b.ctx.Err() == nil {
 		delay := c.willDelay
 		if c.expiry < delay {
 			delay = c.expiry
@@ -207,6 +209,11 @@ func (c *conn) teardown() {
 	}
 	c.log.Debug("disconnected", "err", c.failErr)
 }
+
+// willDue reports whether the connection ended in a way that publishes its
+// will: not after a DISCONNECT 0x00 [MQTT-3.1.2-10]. A broker shutting
+// down closes connections without one, so their wills are due too.
+func (c *conn) willDue() bool { return c.will != nil && c.sendWill }
 
 // willMessage converts a CONNECT's will into a message.
 func willMessage(client string, w *packet.Will) *Message {

@@ -310,3 +310,45 @@ func check(t *testing.T, got map[string][]int, n int) {
 		}
 	}
 }
+
+// A broker that shuts down closes its connections without having received
+// DISCONNECT, so their wills are due: 5.0 clients are told 0x8B, a will
+// without delay is published before the broker stops, and a delayed one
+// after the restart, unless its client is back first [MQTT-3.1.2-8]
+// (3.1.2.5: "the Server closes the Network Connection without first
+// receiving a DISCONNECT").
+func TestShutdownPublishesWills(t *testing.T) {
+	t.Parallel()
+	s := startBroker(t)
+	watch := connect5(t, s.Addr, "sw-watch", false, 3600)
+	watch.sub("sw/#", 1)
+	dialWill := func(id string, delay uint32) *client5 {
+		cp := &paho.Connect{ClientID: id, KeepAlive: 30, Properties: &paho.ConnectProperties{SessionExpiryInterval: u32(3600)},
+			WillMessage: &paho.WillMessage{Topic: "sw/" + id, Payload: []byte("will"), QoS: 1}}
+		if delay > 0 {
+			cp.WillProperties = &paho.WillProperties{WillDelayInterval: u32(delay)}
+		}
+		c, err := dial5(t, s.Addr, cp, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	now := dialWill("now", 0)
+	dialWill("later", 1)
+	dialWill("back", 3)
+	restart(t, s)
+	if rc := now.expectDisconnect(); rc != byte(packet.ServerShuttingDown) {
+		t.Fatalf("DISCONNECT %#x on shutdown, want 0x8B", rc)
+	}
+	connect5(t, s.Addr, "back", false, 3600) // within its will delay
+	watch = connect5(t, s.Addr, "sw-watch", false, 3600)
+	got := map[string]bool{}
+	for _, m := range watch.expect(2) {
+		got[m.Topic] = true
+	}
+	if !got["sw/now"] || !got["sw/later"] {
+		t.Fatalf("wills after the restart: %v, want sw/now and sw/later", got)
+	}
+	watch.expectNone(3500 * time.Millisecond) // sw/back was cancelled
+}

@@ -24,6 +24,12 @@ type sessionRecord struct {
 	// Online is set while a connection holds the session; a session found
 	// online at startup belonged to a broker that crashed.
 	Online bool `json:"online,omitempty"`
+	// Node and Conn name the broker node and the connection holding the
+	// session; Claimed is set while a connection on Node waits for the
+	// previous holder on another node to hand the session over.
+	Node    string `json:"node,omitempty"`
+	Conn    string `json:"conn,omitempty"`
+	Claimed bool   `json:"claimed,omitempty"`
 	// DisconnectedAt is when the session went offline (Unix ms).
 	DisconnectedAt int64        `json:"disc,omitempty"`
 	Subs           []subRecord  `json:"subs,omitempty"`
@@ -97,6 +103,16 @@ func putSession(tx *table.Tx, client string, s *sessionRecord) error {
 // record, staged inbound QoS 2 messages, outbound QoS 2 state and completion
 // marks. Used for clean start and session expiry.
 func (b *Broker) discardSession(ctx context.Context, client string) error {
+	tx, err := b.discardTx(ctx, client)
+	if err != nil || tx == nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// discardTx returns a transaction deleting every piece of state of
+// client, or nil when there is none.
+func (b *Broker) discardTx(ctx context.Context, client string) (*table.Tx, error) {
 	tx := b.db.Begin()
 	n := 0
 	if _, err := b.db.Get(ctx, tableSessions, client); err == nil {
@@ -112,13 +128,13 @@ func (b *Broker) discardSession(ctx context.Context, client string) error {
 			return true
 		})
 		if err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if n == 0 {
-		return nil
+		return nil, nil
 	}
-	return tx.Commit(ctx)
+	return tx, nil
 }
 
 // expireSessions deletes offline sessions whose expiry interval passed.

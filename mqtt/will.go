@@ -1,20 +1,29 @@
 package mqtt
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"time"
 
+	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/table"
 )
 
 // pendingWill is a will waiting for its delay (5.0 will delay interval).
 type pendingWill struct{ timer *time.Timer }
 
+// A will that is due is also kept in its session record (Will) until it
+// is published, so a broker that stops or crashes before the delay passed
+// publishes it after its restart; publishWill drops that copy in the same
+// commit that publishes the will, so a restart never publishes it twice.
+
 // scheduleWill publishes client's will after delay, unless the client
 // reconnects first [MQTT-3.1.3-9].
 func (b *Broker) scheduleWill(client string, m *Message, delay time.Duration) {
 	if delay <= 0 {
-		if err := b.publishServer(b.ctx, m); err != nil {
+		if err := b.publishWill(b.ctx, client, m); err != nil && b.ctx.Err() == nil {
 			b.log.Warn("publish will", "client", client, "err", err)
 		}
 		return
@@ -28,7 +37,10 @@ func (b *Broker) scheduleWill(client string, m *Message, delay time.Duration) {
 		b.mu.Lock()
 		delete(b.wills, client)
 		b.mu.Unlock()
-		if err := b.publishServer(b.ctx, m); err != nil && b.ctx.Err() == nil {
+		if b.ctx.Err() != nil {
+			return // stopping: the session record keeps the will for the next start
+		}
+		if err := b.publishWill(b.ctx, client, m); err != nil && b.ctx.Err() == nil {
 			b.log.Warn("publish will", "client", client, "err", err)
 		}
 	})}
@@ -44,46 +56,106 @@ func (b *Broker) cancelWill(client string) {
 	}
 }
 
-// recoverWills publishes the wills of sessions a crashed broker left
-// online: their connections ended without a DISCONNECT.
+// publishWill publishes client's will and, in the same commit, drops the
+// copy its offline session record keeps. A client that reconnected in the
+// meantime rewrote the record: the commit then fails its version check and
+// the will is not published, as the reconnect cancels it.
+func (b *Broker) publishWill(ctx context.Context, client string, m *Message) error {
+	rec, ver, ok, err := b.loadSession(ctx, client)
+	if err != nil {
+		return err
+	}
+	if ok && rec.Online {
+		return nil // the client is back
+	}
+	tx := b.db.Begin()
+	writes := false
+	if ok && rec.Will != nil {
+		writes = true
+		rec.Will = nil
+		if err := tx.ExpectVersion(tableSessions, client, ver); err != nil {
+			return err
+		}
+		if err := putSession(tx, client, &rec); err != nil {
+			return err
+		}
+	}
+	live := !m.Expired(time.Now())
+	if live && (m.QoS > 0 || m.Retain) {
+		writes = true
+		if m.QoS > 0 {
+			err = addMessage(tx, m)
+		} else if enc, merr := m.MarshalBinary(); merr != nil {
+			err = merr
+		} else {
+			err = addRetained(tx, m, enc)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	// A QoS 0 will that is not retained, of a session keeping no copy,
+	// stores nothing.
+	if writes {
+		if err := tx.Commit(ctx); err != nil {
+			if errors.Is(err, engine.ErrConflict) {
+				return nil // the client reconnected first
+			}
+			return fmt.Errorf("mqtt: publish will: %w", err)
+		}
+	}
+	if live && m.QoS == 0 {
+		b.fanout(m, false)
+	}
+	return nil
+}
+
+// recoverWills schedules the wills a stopped broker left due: those of
+// sessions it left online (it crashed: their connections ended without a
+// DISCONNECT) and those still waiting for their delay, with what remains
+// of it.
 func (b *Broker) recoverWills() {
-	var recs []struct {
+	type found struct {
 		id  string
 		rec sessionRecord
 	}
+	var recs []found
 	_ = b.db.Range(b.ctx, tableSessions, "", func(r table.Record) bool {
 		var s sessionRecord
-		if !r.Deleted && json.Unmarshal(r.Value, &s) == nil && s.Online {
-			recs = append(recs, struct {
-				id  string
-				rec sessionRecord
-			}{r.ID, s})
+		if !r.Deleted && json.Unmarshal(r.Value, &s) == nil && (s.Online || s.Will != nil) {
+			recs = append(recs, found{r.ID, s})
 		}
 		return true
 	})
+	now := time.Now()
 	for _, r := range recs {
-		tx := b.db.Begin()
-		if r.rec.Expiry == 0 {
-			tx.DeleteState(tableSessions, r.id)
-		} else {
-			r.rec.Online = false
-			r.rec.DisconnectedAt = time.Now().UnixMilli()
-			w := r.rec.Will
-			r.rec.Will = nil
-			if err := putSession(tx, r.id, &r.rec); err != nil {
+		if r.rec.Online {
+			tx := b.db.Begin()
+			if r.rec.Expiry == 0 {
+				tx.DeleteState(tableSessions, r.id)
+			} else {
+				r.rec.Online = false
+				r.rec.DisconnectedAt = now.UnixMilli()
+				if err := putSession(tx, r.id, &r.rec); err != nil {
+					continue
+				}
+			}
+			if err := tx.Commit(b.ctx); err != nil {
+				b.log.Warn("recover session", "client", r.id, "err", err)
 				continue
 			}
-			r.rec.Will = w
 		}
-		if err := tx.Commit(b.ctx); err != nil {
-			b.log.Warn("recover session", "client", r.id, "err", err)
+		if r.rec.Will == nil {
 			continue
 		}
-		if r.rec.Will != nil {
-			var m Message
-			if m.UnmarshalBinary(r.rec.Will.Msg) == nil {
-				b.scheduleWill(r.id, &m, time.Duration(min(r.rec.Will.Delay, r.rec.Expiry))*time.Second)
-			}
+		var m Message
+		if m.UnmarshalBinary(r.rec.Will.Msg) != nil {
+			continue
 		}
+		due := time.UnixMilli(r.rec.DisconnectedAt).Add(time.Duration(min(r.rec.Will.Delay, r.rec.Expiry)) * time.Second)
+		if r.rec.Expiry == 0 {
+			due = now
+		}
+		b.scheduleWill(r.id, &m, due.Sub(now))
 	}
 }

@@ -1,0 +1,199 @@
+package mqtt
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/packet"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// Session takeover across brokers sharing one store (Options.NodeID).
+//
+// A CONNECT whose client id is online on another node claims the session:
+// it writes the session record as its own with Claimed set, conditional
+// on the version it read, and in the same commit appends a message to
+// tableTakeover. Every node follows that table; the node holding the
+// client's connection closes it (DISCONNECT 0x8E under 5.0), stops its
+// pipelines, and hands the session over: it writes its final session
+// state (checkpoint, subscriptions, packet ids) under the claimer's
+// ownership with Claimed cleared, or removes the session when it ended
+// with its connection, conditional on the claim still standing. The
+// claimer waits for that hand-over (up to Options.TakeoverTimeout) before
+// it reads the session and sends its CONNACK, so the old connection is
+// closed first and the new one starts from the old one's final state.
+// A node that does not answer (it crashed, or is stuck) is passed over
+// after the timeout; its own later session writes then fail their
+// condition or find the claim answered, and change nothing.
+
+// tableTakeover carries takeover claims: id = client id, message = the
+// claiming connection's token.
+const tableTakeover = "mqtt.takeover"
+
+func newToken() string {
+	var r [9]byte
+	_, _ = rand.Read(r[:])
+	return hex.EncodeToString(r[:])
+}
+
+// claimSession takes the client's session over from a connection on
+// another node and waits until that node handed it over.
+func (c *conn) claimSession(ctx context.Context) {
+	b := c.b
+	if b.opts.NodeID == "" {
+		return
+	}
+	deadline := time.Now().Add(b.opts.TakeoverTimeout)
+	for {
+		rec, ver, ok, err := b.loadSession(ctx, c.client)
+		switch {
+		case err != nil || !ok:
+			return // nothing held, or handed over by removal
+		case rec.Conn == c.token:
+			if !rec.Claimed {
+				return // handed over
+			}
+		case !rec.Online || rec.Node == b.opts.NodeID || rec.Node == "":
+			// Offline, or left online by a crash of a broker with this
+			// node id (its connections are gone), or by a broker that
+			// takes no part in cross-node takeover.
+			return
+		default:
+			// Online on another node (or that node overwrote the claim
+			// before it saw it): claim it.
+			claim := rec
+			claim.Node, claim.Conn, claim.Claimed, claim.Online = b.opts.NodeID, c.token, true, true
+			tx := b.db.Begin()
+			tx.ExpectVersion(tableSessions, c.client, ver)
+			if err := putSession(tx, c.client, &claim); err != nil {
+				return
+			}
+			tx.Message(tableTakeover, c.client, []byte(c.token))
+			if err := tx.Commit(ctx); err != nil && !errors.Is(err, engine.ErrConflict) {
+				c.log.Warn("claim session", "err", err)
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			c.log.Warn("the node holding the session did not hand it over; taking it as it is", "node", rec.Node)
+			return
+		}
+		select {
+		case <-time.After(5 * time.Millisecond):
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// followTakeovers closes this node's connections whose session another
+// node claimed.
+func (b *Broker) followTakeovers() {
+	defer b.wg.Done()
+	for b.ctx.Err() == nil {
+		head, err := b.db.Head(b.ctx)
+		if err == nil {
+			_, err = b.db.Follow(b.ctx, table.SubscribeOptions{Table: tableTakeover, Start: head, IncludeSuperseded: true},
+				func(ev table.Event) error {
+					token := string(ev.Value)
+					b.mu.Lock()
+					c := b.conns[ev.ID]
+					b.mu.Unlock()
+					if c != nil && c.token != token {
+						go c.takeoverRemote(token)
+					}
+					return nil
+				})
+		}
+		if err != nil && b.ctx.Err() == nil {
+			b.log.Warn("takeover follower restarts", "err", err)
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
+
+// takeoverRemote ends the connection because a connection on another node
+// claimed its session; teardown hands the session over to token.
+func (c *conn) takeoverRemote(token string) {
+	c.handoff.Store(&token)
+	c.takenOver.Store(true)
+	c.disconnect(packet.SessionTakenOver, "session taken over")
+}
+
+// handOff writes this connection's final session state under the claim
+// of token, or removes the session when it ends with the connection,
+// conditional on the claim still standing (retried while this node's own
+// late writes race it).
+func (c *conn) handOff(ctx context.Context, token string) error {
+	b := c.b
+	for range 5 {
+		rec, ver, ok, err := b.loadSession(ctx, c.client)
+		if err != nil {
+			return err
+		}
+		if !ok || rec.Conn != token || !rec.Claimed {
+			return nil // the claimer gave up waiting and moved on
+		}
+		var tx *table.Tx
+		if c.expiry == 0 {
+			if tx, err = b.discardTx(ctx, c.client); err != nil {
+				return err
+			}
+		} else {
+			c.rec.Online, c.rec.Node, c.rec.Conn, c.rec.Claimed = true, rec.Node, token, false
+			c.rec.Will, c.rec.DisconnectedAt, c.rec.Expiry = nil, 0, c.expiry
+			if tx, err = c.out.sessionTx(); err != nil {
+				return err
+			}
+		}
+		tx.ExpectVersion(tableSessions, c.client, ver)
+		err = tx.Commit(ctx)
+		if !errors.Is(err, engine.ErrConflict) {
+			if err == nil {
+				// The will goes now or never: a delayed one is cancelled
+				// by the new connection, which is not on this node.
+				err = c.publishWillNow(ctx)
+				c.sendWill = false
+			}
+			return err
+		}
+	}
+	return fmt.Errorf("mqtt: hand session over: %w", engine.ErrConflict)
+}
+
+// publishWillNow publishes the will of a connection taken over from
+// another node when its delay is 0, as a takeover on one node does
+// [MQTT-3.1.4-3]; a delayed one is cancelled by the new connection.
+func (c *conn) publishWillNow(ctx context.Context) error {
+	m := c.will
+	if m == nil || !c.sendWill || c.willDelay > 0 || m.Expired(time.Now()) {
+		return nil
+	}
+	if m.QoS > 0 || m.Retain {
+		tx := c.b.db.Begin()
+		var err error
+		if m.QoS > 0 {
+			err = addMessage(tx, m)
+		} else {
+			enc, merr := m.MarshalBinary()
+			if err = merr; err == nil {
+				err = addRetained(tx, m, enc)
+			}
+		}
+		if err == nil {
+			err = tx.Commit(ctx)
+		}
+		if err != nil {
+			return fmt.Errorf("mqtt: publish will: %w", err)
+		}
+	}
+	if m.QoS == 0 {
+		c.b.fanout(m, false)
+	}
+	return nil
+}
