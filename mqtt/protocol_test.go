@@ -85,6 +85,8 @@ func TestMalformedPackets(t *testing.T) {
 		// [MQTT-4.7.1-2] [MQTT-4.8.2-1].
 		{name: "misplaced # in a filter", connect: true, bytes: frame(0x82, []byte{0, 1, 0}, str("a/#/b"), []byte{1}), want: int(packet.ProtocolError)},
 		{name: "empty share name", connect: true, bytes: frame(0x82, []byte{0, 1, 0}, str("$share//a"), []byte{1}), want: int(packet.ProtocolError)},
+		// Payload format 1 promises UTF-8 [MQTT-3.3.2-4 receiver side].
+		{name: "payload format 1 with invalid UTF-8", connect: true, bytes: frame(0x30, str("a"), []byte{2, 0x01, 0x01}, []byte{0xff, 0xfe}), want: int(packet.PayloadFormatInvalid)},
 		{name: "second CONNECT", connect: true, pkt: connect5Packet("bad-2nd", true, 0), want: int(packet.ProtocolError)},
 		// A wildcard makes the topic name ill-formed, not merely refused, so
 		// a protocol error rather than 0x90 [MQTT-3.3.2-2].
