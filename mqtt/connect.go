@@ -57,6 +57,7 @@ func (c *conn) connect(cp *packet.Connect) bool {
 	}
 	c.registered = true
 	c.b.cancelWill(c.client)
+	c.claimSession(ctx)
 
 	present := false
 	if cp.CleanStart {
@@ -86,6 +87,7 @@ func (c *conn) connect(cp *packet.Connect) bool {
 	c.rec.Version = c.version
 	c.rec.Expiry = c.expiry
 	c.rec.Online = true
+	c.rec.Node, c.rec.Conn, c.rec.Claimed = c.b.opts.NodeID, c.token, false
 	c.rec.DisconnectedAt = 0
 	c.rec.Will = nil
 	if c.will != nil {
@@ -173,7 +175,12 @@ func (c *conn) teardown() {
 	// Persist (or discard) while still registered: a reconnect of the same
 	// client id waits for this connection to finish, so it always loads
 	// the session this connection leaves behind.
-	if c.expiry == 0 {
+	handoff := c.handoff.Load()
+	if handoff != nil {
+		if err := c.handOff(ctx, *handoff); err != nil {
+			c.log.Warn("hand session over", "err", err)
+		}
+	} else if c.expiry == 0 {
 		if err := b.discardSession(ctx, c.client); err != nil {
 			c.log.Warn("discard session", "err", err)
 		}
