@@ -74,7 +74,17 @@ type willRecord struct {
 	Delay uint32 `json:"delay,omitempty"`
 }
 
+// expired reports whether the session is offline and its expiry interval
+// has passed at now.
+func (s *sessionRecord) expired(now time.Time) bool {
+	return !s.Online && s.Expiry != neverExpires && s.DisconnectedAt > 0 &&
+		now.UnixMilli() >= s.DisconnectedAt+int64(s.Expiry)*1000
+}
+
 // loadSession reads the session record of client; ok is false when none.
+// A session whose expiry passed is discarded here and reported absent: the
+// periodic expirer runs once a second and not while the broker is down, and
+// an expired session must never be resumed.
 func (b *Broker) loadSession(ctx context.Context, client string) (sessionRecord, table.Version, bool, error) {
 	rec, err := b.db.Get(ctx, tableSessions, client)
 	if errors.Is(err, table.ErrNotFound) {
@@ -86,6 +96,12 @@ func (b *Broker) loadSession(ctx context.Context, client string) (sessionRecord,
 	var s sessionRecord
 	if err := json.Unmarshal(rec.Value, &s); err != nil {
 		return sessionRecord{}, 0, false, fmt.Errorf("mqtt: session %q: %w", client, err)
+	}
+	if s.expired(time.Now()) {
+		if err := b.discardSession(ctx, client); err != nil {
+			return sessionRecord{}, 0, false, err
+		}
+		return sessionRecord{}, 0, false, nil
 	}
 	return s, rec.Version, true, nil
 }
