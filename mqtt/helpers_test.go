@@ -32,7 +32,7 @@ import (
 const testEngine = "pebble"
 
 // wait bounds every wait for something that should happen.
-const wait = 5 * time.Second
+const wait = 10 * time.Second
 
 func TestMain(m *testing.M) {
 	maybeRunBrokerChild()

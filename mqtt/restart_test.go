@@ -352,3 +352,29 @@ func TestShutdownPublishesWills(t *testing.T) {
 	}
 	watch.expectNone(3500 * time.Millisecond) // sw/back was cancelled
 }
+
+// Session expiry counts across a restart: a session whose expiry passed
+// while the broker was down is gone; one within it resumes.
+func TestRestartSessionExpiry(t *testing.T) {
+	t.Parallel()
+	s := startBroker(t)
+	short := connect5(t, s.Addr, "rse-short", false, 2)
+	short.sub("rse", 1)
+	short.close()
+	long := connect5(t, s.Addr, "rse-long", false, 3600)
+	long.sub("rse", 1)
+	long.close()
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2500 * time.Millisecond)
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if c := connect5(t, s.Addr, "rse-short", false, 2); c.ack.SessionPresent {
+		t.Fatal("session expired while the broker was down is still present")
+	}
+	if c := connect5(t, s.Addr, "rse-long", false, 3600); !c.ack.SessionPresent {
+		t.Fatal("unexpired session lost in the restart")
+	}
+}

@@ -681,3 +681,50 @@ func TestUnsubscribe5(t *testing.T) {
 	c.pub("uns/b", 1, false, "y")
 	c.expectNone(300 * time.Millisecond)
 }
+
+// Retained messages are not sent to a new shared subscription (5.0 4.8.2,
+// 3.3.1.3).
+func TestSharedSubscriptionNoRetained5(t *testing.T) {
+	s := startBroker(t)
+	pub := connect5(t, s.Addr, "shr-pub", true, 0)
+	pub.pub("shr/t", 1, true, "kept")
+	c := connect5(t, s.Addr, "shr", true, 0)
+	c.sub("$share/g/shr/#", 1)
+	c.expectNone(300 * time.Millisecond)
+	pub.pub("shr/t", 1, false, "live")
+	c.expectOne("shr/t", "live")
+}
+
+// The broker caps the session expiry a client asks for and says so in
+// CONNACK (3.2.2.3.2).
+func TestMaxSessionExpiry5(t *testing.T) {
+	s := startBroker(t, func(o *mqtt.Options) { o.MaxSessionExpiry = 60 * time.Second })
+	c := connect5(t, s.Addr, "mse", false, 3600)
+	p := c.ack.Properties
+	if p == nil || p.SessionExpiryInterval == nil || *p.SessionExpiryInterval != 60 {
+		t.Fatalf("CONNACK session expiry %+v, want 60", p)
+	}
+}
+
+// A PUBREC with an error reason code ends an outbound QoS 2 exchange: no
+// PUBREL follows and the receive-maximum slot is free again (4.3.3,
+// 5.0 MQTT-4.9.0-2).
+func TestPubrecErrorEndsExchange5(t *testing.T) {
+	s := startBroker(t)
+	cp := connect5Packet("pre", true, 0)
+	cp.Properties.SetReceiveMaximum(1)
+	r, _ := connectRaw(t, s.Addr, cp)
+	r.send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "pre", QoS: 2}}})
+	if _, ok := r.read().(*packet.Suback); !ok {
+		t.Fatal("no SUBACK")
+	}
+	pub := connect5(t, s.Addr, "pre-pub", true, 0)
+	pub.pub("pre", 2, false, "1")
+	pub.pub("pre", 2, false, "2")
+	p := r.readPublish()
+	r.send(&packet.Pubrec{PacketID: p.PacketID, ReasonCode: packet.UnspecifiedError})
+	next := r.readPublish()
+	if string(next.Payload) != "2" {
+		t.Fatalf("after a refused PUBREC got %q, want the next message", next.Payload)
+	}
+}
