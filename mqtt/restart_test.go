@@ -82,7 +82,9 @@ func TestRestartKeepsOutboundInflight(t *testing.T) {
 	s := startBroker(t)
 	cp := connect5Packet("inf", false, 3600)
 	r, _ := connectRaw(t, s.Addr, cp)
-	r.send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "inf/#", QoS: 2}}})
+	sp := &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "inf/#", QoS: 2}}}
+	sp.Properties.AddSubscriptionID(5)
+	r.send(sp)
 	if _, ok := r.read().(*packet.Suback); !ok {
 		t.Fatal("no SUBACK")
 	}
@@ -135,6 +137,9 @@ func TestRestartKeepsOutboundInflight(t *testing.T) {
 			}
 			if !p.Dup {
 				t.Errorf("re-sent %q without DUP", p.Payload)
+			}
+			if !slices.Equal(p.Properties.SubscriptionIDs, []uint32{5}) {
+				t.Errorf("re-sent %q with subscription ids %v, want [5]", p.Payload, p.Properties.SubscriptionIDs)
 			}
 			if p.PacketID != firstIDs[string(p.Payload)] {
 				t.Errorf("re-sent %q with packet id %d, first sent as %d", p.Payload, p.PacketID, firstIDs[string(p.Payload)])
