@@ -152,7 +152,13 @@ func (o *outbound) start() {
 		if om.state == outPubrec {
 			_ = c.write(&packet.Pubrel{PacketID: om.pi})
 		} else {
-			_ = c.write(o.publishPacket(om.msg, om.pi, 2, nil, om.msg.Retain, true))
+			// The stored state keeps the message, not how it matched:
+			// match it again for its subscription identifiers and retain
+			// as published.
+			o.mu.Lock()
+			_, ids, rap, _ := o.match(om.msg)
+			o.mu.Unlock()
+			_ = c.write(o.publishPacket(om.msg, om.pi, 2, ids, om.msg.Retain && rap, true))
 		}
 	}
 	if err := o.subscribe(c.rec.Checkpoint); err != nil {
