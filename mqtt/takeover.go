@@ -91,6 +91,12 @@ func (c *conn) claimSession(ctx context.Context) {
 	}
 }
 
+// onOtherNode reports whether s was written by a connection on another
+// node sharing the store.
+func (b *Broker) onOtherNode(s sessionRecord) bool {
+	return b.opts.NodeID != "" && s.Node != b.opts.NodeID
+}
+
 // followTakeovers closes this node's connections whose session another
 // node claimed.
 func (b *Broker) followTakeovers() {

@@ -122,7 +122,8 @@ func (b *Broker) recoverWills() {
 	var recs []found
 	_ = b.db.Range(b.ctx, tableSessions, "", func(r table.Record) bool {
 		var s sessionRecord
-		if !r.Deleted && json.Unmarshal(r.Value, &s) == nil && (s.Online || s.Will != nil) {
+		// A session online on another node sharing the store is live there.
+		if !r.Deleted && json.Unmarshal(r.Value, &s) == nil && (s.Online || s.Will != nil) && !(s.Online && b.onOtherNode(s)) {
 			recs = append(recs, found{r.ID, s})
 		}
 		return true
