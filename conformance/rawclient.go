@@ -363,12 +363,13 @@ type delivery struct {
 // re-sent PUBLISH is not taken twice, across reconnects too (the state
 // is the client's, not the connection's).
 type subscriber struct {
-	t      T
-	name   string
-	id     string
-	v      packet.Version
-	filter string
-	qos    packet.QoS
+	t       T
+	name    string
+	id      string
+	v       packet.Version
+	filter  string
+	qos     packet.QoS
+	recvMax uint16
 
 	mu      sync.Mutex
 	c       *rawClient
@@ -384,12 +385,19 @@ type subscriber struct {
 // and subscribes to filter at qos.
 func newSubscriber(t T, name, addr, id string, v packet.Version, filter string, qos packet.QoS) *subscriber {
 	t.Helper()
-	s := &subscriber{t: t, name: name, id: id, v: v, filter: filter, qos: qos, pending: map[uint16]bool{}, changed: make(chan struct{}, 1)}
+	return newSubscriberWith(t, name, addr, id, v, filter, qos, 0)
+}
+
+// newSubscriberWith is newSubscriber with a 5.0 Receive Maximum
+// (recvMax > 0) on every CONNECT, bounding its unacknowledged deliveries.
+func newSubscriberWith(t T, name, addr, id string, v packet.Version, filter string, qos packet.QoS, recvMax uint16) *subscriber {
+	t.Helper()
+	s := &subscriber{t: t, name: name, id: id, v: v, filter: filter, qos: qos, recvMax: recvMax, pending: map[uint16]bool{}, changed: make(chan struct{}, 1)}
 	// A fresh session that persists: 5.0 starts clean with an expiry that
 	// never ends; 3.1.1 has only clean=false (each case's broker is new,
 	// so no earlier session exists).
 	c := dialRaw(t, name, addr, v)
-	cp := connectPacket(id, v, false)
+	cp := s.connectPacket()
 	cp.CleanStart = v == packet.V5
 	ack := c.connect(cp)
 	if ack.SessionPresent {
@@ -462,11 +470,19 @@ func (s *subscriber) take(c *rawClient, p packet.Packet, conn int) {
 // reconnect resumes the session on addr (which must be present).
 func (s *subscriber) reconnect(addr string) {
 	s.t.Helper()
-	c, ack := connectRaw(s.t, s.name, addr, s.id, s.v, false)
-	if !ack.SessionPresent {
+	c := dialRaw(s.t, s.name, addr, s.v)
+	if ack := c.connect(s.connectPacket()); !ack.SessionPresent {
 		s.t.Fatalf("%s: session not present on reconnect", s.name)
 	}
 	s.run(c)
+}
+
+func (s *subscriber) connectPacket() *packet.Connect {
+	cp := connectPacket(s.id, s.v, false)
+	if s.recvMax > 0 && s.v == packet.V5 {
+		cp.Properties.SetReceiveMaximum(s.recvMax)
+	}
+	return cp
 }
 
 // drop ends the subscriber's connection abruptly and waits for its pump.
