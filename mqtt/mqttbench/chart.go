@@ -63,14 +63,24 @@ func (rep *Report) drawChart(w io.Writer, ext string) (err error) {
 	}
 	slices.Sort(qs)
 	var row []*plot.Plot
+	legend := plot.NewLegend()
+	legend.Top, legend.Left = true, true
+	legend.TextStyle.Font.Size = vg.Points(9)
+	inLegend := map[string]bool{}
 	for _, q := range qs {
-		p, err := curvePlot(q, byQoS[q], rep.targetOrder())
+		p, err := curvePlot(q, byQoS[q], rep.targetOrder(), func(name string, th ...plot.Thumbnailer) {
+			if !inLegend[name] {
+				inLegend[name] = true
+				legend.Add(name, th...)
+			}
+		})
 		if err != nil {
 			return err
 		}
 		row = append(row, p)
 	}
-	width, height := vg.Points(float64(430*len(row))), vg.Points(470)
+	const legendWidth = 190
+	width, height := vg.Points(float64(360*len(row)+legendWidth)), vg.Points(430)
 	var canvas vg.CanvasWriterTo
 	switch ext {
 	case ".svg":
@@ -78,12 +88,14 @@ func (rep *Report) drawChart(w io.Writer, ext string) (err error) {
 	default:
 		canvas = vgimg.PngCanvas{Canvas: vgimg.NewWith(vgimg.UseWH(width, height), vgimg.UseDPI(110))}
 	}
+	dc := draw.New(canvas)
 	tiles := draw.Tiles{Rows: 1, Cols: len(row), PadX: vg.Millimeter * 4, PadTop: vg.Millimeter * 2,
-		PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 4}
-	cells := plot.Align([][]*plot.Plot{row}, tiles, draw.New(canvas))
+		PadBottom: vg.Millimeter * 2, PadLeft: vg.Millimeter * 2, PadRight: vg.Millimeter * 2}
+	cells := plot.Align([][]*plot.Plot{row}, tiles, draw.Crop(dc, 0, -vg.Points(legendWidth), 0, 0))
 	for i, p := range row {
 		p.Draw(cells[0][i])
 	}
+	legend.Draw(draw.Crop(dc, width-vg.Points(legendWidth), 0, 0, -vg.Millimeter*8))
 	_, err = canvas.WriteTo(w)
 	return err
 }
@@ -100,9 +112,9 @@ func (rep *Report) targetOrder() map[string]int {
 	return m
 }
 
-func curvePlot(qos byte, curves []Curve, order map[string]int) (*plot.Plot, error) {
+func curvePlot(qos byte, curves []Curve, order map[string]int, addLegend func(string, ...plot.Thumbnailer)) (*plot.Plot, error) {
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("QoS %d, one connection", qos)
+	p.Title.Text = fmt.Sprintf("QoS %d, one connection (log scales)", qos)
 	p.X.Label.Text = "window (unacknowledged PUBLISHes)"
 	p.Y.Label.Text = "msgs/s"
 	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
@@ -121,8 +133,6 @@ func curvePlot(qos byte, curves []Curve, order map[string]int) (*plot.Plot, erro
 		ticks = append(ticks, plot.Tick{Value: float64(w), Label: strconv.Itoa(w)})
 	}
 	p.X.Tick.Marker = plot.ConstantTicks(ticks)
-	p.Legend.Top, p.Legend.Left = true, true
-	p.Legend.TextStyle.Font.Size = vg.Points(8)
 	p.Add(plotter.NewGrid())
 	for _, c := range curves {
 		pts := make(plotter.XYs, len(c.Window))
@@ -140,13 +150,7 @@ func curvePlot(qos byte, curves []Curve, order map[string]int) (*plot.Plot, erro
 		points.Color = line.Color
 		points.Shape = plotutil.Shape(i)
 		p.Add(line, points)
-		p.Legend.Add(c.Target, line, points)
-	}
-	// Headroom above the curves for the legend, which sits inside the
-	// plot: each entry takes about a fifteenth of the height.
-	if p.Y.Max > 0 && p.Y.Min > 0 {
-		p.Y.Max *= math.Pow(p.Y.Max/p.Y.Min, float64(len(curves))/12)
-		p.Y.Min /= 1.5
+		addLegend(c.Target, line, points)
 	}
 	return p, nil
 }

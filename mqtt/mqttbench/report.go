@@ -164,7 +164,7 @@ func (rep *Report) Summary() string {
 	var b strings.Builder
 	for _, r := range rep.Results {
 		if !r.Clean() {
-			fmt.Fprintf(&b, "%s %s: err=%q lost=%d dup=%d reord=%d protocol=%d\n", r.Target, r.Load, r.Err, r.Lost, r.Duplicates, r.Reordered, r.ProtocolErrors)
+			fmt.Fprintf(&b, "%s %s: err=%q lost=%d dup=%d reord=%d unacked=%d protocol=%d\n", r.Target, r.Load, r.Err, r.Lost, r.Duplicates, r.Reordered, r.Unacked, r.ProtocolErrors)
 		}
 	}
 	return b.String()

@@ -116,10 +116,11 @@ type Result struct {
 	Err string `json:"error,omitempty"`
 }
 
-// Clean reports whether the point ran and every acknowledged message was
-// delivered exactly once and in order.
+// Clean reports whether the point ran, every message sent was
+// acknowledged and every acknowledged message was delivered exactly once
+// and in order.
 func (r Result) Clean() bool {
-	return r.Err == "" && r.Lost == 0 && r.Duplicates == 0 && r.Reordered == 0 && r.ProtocolErrors == 0
+	return r.Err == "" && r.Lost == 0 && r.Duplicates == 0 && r.Reordered == 0 && r.Unacked == 0 && r.ProtocolErrors == 0
 }
 
 // Run drives every load at every target, one point at a time (each load
