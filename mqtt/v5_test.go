@@ -728,3 +728,23 @@ func TestPubrecErrorEndsExchange5(t *testing.T) {
 		t.Fatalf("after a refused PUBREC got %q, want the next message", next.Payload)
 	}
 }
+
+// A will's message expiry counts from when the will is published, not
+// from the CONNECT that carried it (3.1.3.2.4). (A raw client: paho.golang
+// v0.23.0 does not send a will's Message Expiry Interval.)
+func TestWillMessageExpiry5(t *testing.T) {
+	t.Parallel()
+	s := startBroker(t)
+	w := connect5(t, s.Addr, "wme-watch", true, 0)
+	w.sub("wme/#", 1)
+	cp := connect5Packet("wme", true, 0)
+	cp.Will = &packet.Will{Topic: "wme/will", Payload: []byte("late"), QoS: 1}
+	cp.Will.Properties.SetMessageExpiry(1)
+	r, _ := connectRaw(t, s.Addr, cp)
+	time.Sleep(1500 * time.Millisecond) // longer than the will's expiry
+	r.nc.Close()
+	m := w.expectOne("wme/will", "late")
+	if m.Properties == nil || m.Properties.MessageExpiry == nil || *m.Properties.MessageExpiry != 1 {
+		t.Fatalf("will message expiry %+v, want 1", m.Properties)
+	}
+}
