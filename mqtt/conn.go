@@ -57,6 +57,9 @@ type conn struct {
 	expiry    uint32
 	will      *Message
 	willDelay uint32
+	// willExpiry is the will's message expiry interval (0: none); it
+	// counts from the will's publication, so Expires is set at teardown.
+	willExpiry uint32
 	sendWill  bool
 
 	out *outbound

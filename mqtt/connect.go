@@ -42,6 +42,9 @@ func (c *conn) connect(cp *packet.Connect) bool {
 	if cp.Will != nil {
 		c.will = willMessage(c.client, cp.Will)
 		c.willDelay = cp.Will.Properties.WillDelay
+		if cp.Will.Properties.Has(packet.PropMessageExpiry) {
+			c.willExpiry = cp.Will.Properties.MessageExpiry
+		}
 		c.sendWill = true
 	}
 	if c.version == packet.V5 && props.Has(packet.PropMaximumPacketSize) {
@@ -172,6 +175,7 @@ func (c *conn) teardown() {
 		defer cancel()
 	}
 	b := c.b
+	c.stampWillExpiry()
 	// Persist (or discard) while still registered: a reconnect of the same
 	// client id waits for this connection to finish, so it always loads
 	// the session this connection leaves behind.
@@ -221,6 +225,22 @@ func (c *conn) teardown() {
 // will: not after a DISCONNECT 0x00 [MQTT-3.1.2-10]. A broker shutting
 // down closes connections without one, so their wills are due too.
 func (c *conn) willDue() bool { return c.will != nil && c.sendWill }
+
+// stampWillExpiry sets a due will's expiry from the time it will be
+// published (after its delay), not from the CONNECT that carried it
+// (3.1.3.2.4), and updates the copy the session record keeps.
+func (c *conn) stampWillExpiry() {
+	if !c.willDue() || c.willExpiry == 0 {
+		return
+	}
+	delay := min(c.willDelay, c.expiry)
+	c.will.Expires = time.Now().Add(time.Duration(uint64(delay)+uint64(c.willExpiry)) * time.Second)
+	if c.rec.Will != nil {
+		if enc, err := c.will.MarshalBinary(); err == nil {
+			c.rec.Will.Msg = enc
+		}
+	}
+}
 
 // willMessage converts a CONNECT's will into a message.
 func willMessage(client string, w *packet.Will) *Message {
