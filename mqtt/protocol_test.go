@@ -346,3 +346,58 @@ func TestQoS2ExactlyOnceInbound5(t *testing.T) {
 		t.Fatalf("PUBCOMP for an unknown id %+v, want 0x92", c)
 	}
 }
+
+// A QoS 2 delivery to a shared subscription that the connection loss
+// interrupts is completed when the member reconnects: the PUBLISH again
+// (DUP, same id) before PUBREC, the PUBREL after it [MQTT-4.8.2-3]; so is
+// a QoS 2 retained message sent on subscribe [MQTT-4.4.0-1].
+func TestSharedQoS2CompletesOnReconnect5(t *testing.T) {
+	s := startBroker(t)
+	cp := connect5Packet("sq2", false, 3600)
+	r, _ := connectRaw(t, s.Addr, cp)
+	r.send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "$share/g/sq2", QoS: 2}}})
+	if _, ok := r.read().(*packet.Suback); !ok {
+		t.Fatal("no SUBACK")
+	}
+	pub := connect5(t, s.Addr, "sq2-pub", true, 0)
+	pub.pub("sq2", 2, false, "one")
+	first := r.readPublish()
+	r.nc.Close()
+
+	r, _ = connectRaw(t, s.Addr, cp)
+	again := r.readPublish()
+	if string(again.Payload) != "one" || !again.Dup || again.PacketID != first.PacketID {
+		t.Fatalf("re-sent %q dup=%v id=%d, want %q dup id %d", again.Payload, again.Dup, again.PacketID, "one", first.PacketID)
+	}
+	r.send(&packet.Pubrec{PacketID: again.PacketID})
+	if rel, ok := r.read().(*packet.Pubrel); !ok || rel.PacketID != again.PacketID {
+		t.Fatal("no PUBREL")
+	}
+	r.nc.Close()
+
+	r, _ = connectRaw(t, s.Addr, cp)
+	if rel, ok := r.read().(*packet.Pubrel); !ok || rel.PacketID != again.PacketID {
+		t.Fatal("PUBREL not re-sent after the reconnect")
+	}
+	r.send(&packet.Pubcomp{PacketID: again.PacketID})
+	r.expectSilence(300 * time.Millisecond)
+
+	// A retained QoS 2 message sent on subscribe.
+	pub.pub("sq2/ret", 2, true, "kept")
+	r.send(&packet.Subscribe{PacketID: 2, Subscriptions: []packet.Subscription{{Filter: "sq2/ret", QoS: 2}}})
+	var ret *packet.Publish
+	for ret == nil {
+		switch p := r.read().(type) {
+		case *packet.Suback:
+		case *packet.Publish:
+			ret = p
+		default:
+			t.Fatalf("unexpected %v", p.Type())
+		}
+	}
+	r.nc.Close()
+	r, _ = connectRaw(t, s.Addr, cp)
+	if p := r.readPublish(); string(p.Payload) != "kept" || p.PacketID != ret.PacketID || !p.Dup {
+		t.Fatalf("retained QoS 2 re-sent as %q id %d dup=%v, want kept id %d dup", p.Payload, p.PacketID, p.Dup, ret.PacketID)
+	}
+}
