@@ -372,8 +372,11 @@ func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev
 	o.inflight[pi] = om
 	o.mu.Unlock()
 	c.b.metrics.inflightOut.Add(1)
-	if qos == 2 && hasEv {
-		// Durable before the PUBLISH: a restart re-sends it with this id.
+	if qos == 2 {
+		// Durable before the PUBLISH: a reconnect or restart re-sends it
+		// with this id. In-memory deliveries too (shared subscriptions,
+		// retained messages): their exchange must also complete after a
+		// reconnect [MQTT-4.8.2-3] [MQTT-4.4.0-1].
 		if err := o.putRecord(om); err != nil {
 			c.log.Warn("record outbound QoS 2", "err", err)
 			c.fail(err)
