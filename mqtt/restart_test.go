@@ -388,3 +388,39 @@ func TestRestartSessionExpiry(t *testing.T) {
 		t.Fatal("unexpired session lost in the restart")
 	}
 }
+
+// An inbound QoS 2 exchange survives a restart between PUBREC and PUBREL:
+// the PUBREL re-sent on the new connection releases the message exactly
+// once (4.3.3: the receiver keeps the packet id until PUBREL)
+// [MQTT-4.4.0-1].
+func TestRestartInboundQoS2(t *testing.T) {
+	s := startBroker(t)
+	sub := connect5(t, s.Addr, "riq-sub", false, 3600)
+	sub.sub("riq", 2)
+	sub.close()
+	cp := connect5Packet("riq-pub", false, 3600)
+	r, _ := connectRaw(t, s.Addr, cp)
+	r.send(&packet.Publish{Topic: "riq", QoS: 2, PacketID: 9, Payload: []byte("once")})
+	if _, ok := r.read().(*packet.Pubrec); !ok {
+		t.Fatal("no PUBREC")
+	}
+	r.nc.Close()
+	restart(t, s)
+
+	r, _ = connectRaw(t, s.Addr, cp)
+	r.send(&packet.Publish{Topic: "riq", QoS: 2, PacketID: 9, Dup: true, Payload: []byte("once")})
+	if _, ok := r.read().(*packet.Pubrec); !ok {
+		t.Fatal("no PUBREC for the re-sent PUBLISH")
+	}
+	r.send(&packet.Pubrel{PacketID: 9})
+	if c, ok := r.read().(*packet.Pubcomp); !ok || c.ReasonCode != 0 {
+		t.Fatalf("PUBCOMP %+v", c)
+	}
+	r.send(&packet.Pubrel{PacketID: 9})
+	if _, ok := r.read().(*packet.Pubcomp); !ok {
+		t.Fatal("no PUBCOMP for the repeated PUBREL")
+	}
+	sub = connect5(t, s.Addr, "riq-sub", false, 3600)
+	sub.expectOne("riq", "once")
+	sub.expectNone(300 * time.Millisecond)
+}
