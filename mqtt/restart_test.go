@@ -165,7 +165,8 @@ func TestRestartKeepsOutboundInflight(t *testing.T) {
 // are acknowledged, the broker stops (cleanly, or killed with SIGKILL in
 // a child process), and an offline persistent subscriber that reconnects
 // after the restart gets every one of them: QoS 2 exactly once, QoS 1 at
-// least once, in order per topic.
+// least once, in order per topic. Retained messages (set, replaced,
+// deleted) come through the same way.
 func TestRestartDeliversAcknowledged(t *testing.T) {
 	for _, name := range engine.Drivers() {
 		t.Run(name+"/stop", func(t *testing.T) {
@@ -206,6 +207,10 @@ func restartDelivers(t *testing.T, addr string, bounce func() string) {
 	sub.close()
 
 	pub := connect5(t, addr, "rd-pub", true, 0)
+	pub.pub("rd-retained/a", 1, true, "old")
+	pub.pub("rd-retained/a", 2, true, "kept")
+	pub.pub("rd-retained/b", 1, true, "gone")
+	pub.pub("rd-retained/b", 1, true, "")
 	for i := 0; i < perTopic; i++ {
 		pub.pub("rd/q1", 1, false, strconv.Itoa(i))
 		pub.pub("rd/q2", 2, false, strconv.Itoa(i))
@@ -235,6 +240,14 @@ func restartDelivers(t *testing.T, addr string, bounce func() string) {
 		online.msgs <- m
 	}
 	checkDelivery(t, online, perTopic)
+
+	// Retained messages are durable too: the last one set, none deleted.
+	fresh := connect5(t, addr, "rd-fresh", true, 0)
+	fresh.sub("rd-retained/#", 2)
+	if m := fresh.expectOne("rd-retained/a", "kept"); !m.Retain {
+		t.Error("retained message without RETAIN after the restart")
+	}
+	fresh.expectNone(300 * time.Millisecond)
 }
 
 // checkDelivery collects until every message 0..n-1 of rd/q1 and rd/q2
