@@ -6,12 +6,15 @@ package mqtt_test
 // subscriber has not received yet.
 
 import (
+	"context"
 	"fmt"
+	"net/url"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
 
+	"github.com/eclipse/paho.golang/autopaho"
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/eclipse/paho.golang/paho/session/state"
 
@@ -255,12 +258,12 @@ func restartDelivers(t *testing.T, addr string, bounce func() string) {
 // order per topic.
 func checkDelivery(t *testing.T, c *client5, n int) {
 	t.Helper()
-	check(t, collect(t, c, n), n)
+	check(t, collect(t, c.ClientID(), c.msgs, n), n)
 }
 
 // collect reads until both topics reached n-1, then 300 ms more for stray
 // duplicates.
-func collect(t *testing.T, c *client5, n int) map[string][]int {
+func collect(t *testing.T, name string, msgs chan *paho.Publish, n int) map[string][]int {
 	t.Helper()
 	got := map[string][]int{}
 	done := func() bool {
@@ -275,19 +278,19 @@ func collect(t *testing.T, c *client5, n int) map[string][]int {
 	deadline := time.After(20 * time.Second)
 	for !done() {
 		select {
-		case m := <-c.msgs:
+		case m := <-msgs:
 			v, err := strconv.Atoi(string(m.Payload))
 			if err != nil {
 				t.Fatalf("payload %q", m.Payload)
 			}
 			got[m.Topic] = append(got[m.Topic], v)
 		case <-deadline:
-			t.Fatalf("%s: incomplete after the restart: %v", c.ClientID(), got)
+			t.Fatalf("%s: incomplete after the restart: %v", name, got)
 		}
 	}
 	for {
 		select {
-		case m := <-c.msgs:
+		case m := <-msgs:
 			v, _ := strconv.Atoi(string(m.Payload))
 			got[m.Topic] = append(got[m.Topic], v)
 		case <-time.After(300 * time.Millisecond):
@@ -436,4 +439,78 @@ func TestRestartInboundQoS2(t *testing.T) {
 	sub = connect5(t, s.Addr, "riq-sub", false, 3600)
 	sub.expectOne("riq", "once")
 	sub.expectNone(300 * time.Millisecond)
+}
+
+// autopaho reconnects by itself across a broker restart and its persistent
+// session carries on: what was published before and after the restart
+// arrives, QoS 2 exactly once, QoS 1 at least once, in order per topic.
+func TestAutopahoAcrossRestart(t *testing.T) {
+	s := startBroker(t)
+	u, err := url.Parse("mqtt://" + s.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := make(chan *paho.Publish, 1024)
+	ups := make(chan bool, 8) // session present, per connection
+	sess := state.NewInMemory()
+	t.Cleanup(func() { sess.Close() })
+	cfg := autopaho.ClientConfig{
+		ServerUrls: []*url.URL{u}, KeepAlive: 30, CleanStartOnInitialConnection: true, SessionExpiryInterval: 3600,
+		ReconnectBackoff: func(int) time.Duration { return 100 * time.Millisecond }, ConnectTimeout: wait,
+		OnConnectionUp: func(cm *autopaho.ConnectionManager, ack *paho.Connack) {
+			ups <- ack.SessionPresent
+			if !ack.SessionPresent {
+				go func() {
+					_, _ = cm.Subscribe(context.Background(), &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "rd/#", QoS: 2}}})
+				}()
+			}
+		},
+		ClientConfig: paho.ClientConfig{ClientID: "ap-sub", Session: sess,
+			OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(pr paho.PublishReceived) (bool, error) {
+				msgs <- pr.Packet
+				return true, nil
+			}}},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	cm, err := autopaho.NewConnection(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		dctx, dcancel := context.WithTimeout(context.Background(), wait)
+		defer dcancel()
+		_ = cm.Disconnect(dctx)
+	})
+	select {
+	case present := <-ups:
+		if present {
+			t.Fatal("session present on the first connection")
+		}
+	case <-time.After(wait):
+		t.Fatal("autopaho did not connect")
+	}
+	time.Sleep(200 * time.Millisecond) // the subscription from OnConnectionUp
+
+	const n = 20
+	publish := func(from, to int) {
+		pub := connect5(t, s.Addr, "ap-pub", true, 0)
+		for i := from; i < to; i++ {
+			pub.pub("rd/q1", 1, false, strconv.Itoa(i))
+			pub.pub("rd/q2", 2, false, strconv.Itoa(i))
+		}
+		pub.close()
+	}
+	publish(0, n/2)
+	restart(t, s)
+	select {
+	case present := <-ups:
+		if !present {
+			t.Fatal("session not present after autopaho reconnected")
+		}
+	case <-time.After(wait):
+		t.Fatal("autopaho did not reconnect after the restart")
+	}
+	publish(n/2, n)
+	check(t, collect(t, "ap-sub", msgs, n), n)
 }
