@@ -60,7 +60,7 @@ type conn struct {
 	// willExpiry is the will's message expiry interval (0: none); it
 	// counts from the will's publication, so Expires is set at teardown.
 	willExpiry uint32
-	sendWill  bool
+	sendWill   bool
 
 	out *outbound
 
