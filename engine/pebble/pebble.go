@@ -266,10 +266,6 @@ func (d *db) checkLocked(checks []engine.Check) error {
 // completion order equal commit order.
 func (d *db) complete() {
 	defer d.completer.Done()
-	// unannounced: a commit with log entries became durable and Watch has
-	// not fired since. It fires once the queue is empty, also when the
-	// commit that empties it has no log entries.
-	unannounced := false
 	for p := range d.pending {
 		err := p.batch.SyncWait()
 		_ = p.batch.Close()
@@ -279,12 +275,14 @@ func (d *db) complete() {
 		}
 		if len(p.res.Keys) > 0 {
 			d.durable.Store(uint64(p.res.Keys[0]))
-			unannounced = true
 		}
 		p.complete(p.res, nil)
-		if unannounced && len(d.pending) == 0 {
+		// Announce every durable log entry at once: waiting for a lull in
+		// the queue would starve watchers under sustained load. Watch
+		// channels coalesce, so this costs a non-blocking send per
+		// watcher.
+		if len(p.res.Keys) > 0 {
 			d.notifier.Notify()
-			unannounced = false
 		}
 	}
 	d.notifier.Notify()
