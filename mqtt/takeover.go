@@ -49,20 +49,39 @@ func (c *conn) claimSession(ctx context.Context) {
 		return
 	}
 	deadline := time.Now().Add(b.opts.TakeoverTimeout)
+	claimed := false
 	for {
 		rec, ver, ok, err := b.loadSession(ctx, c.client)
 		switch {
-		case err != nil || !ok:
-			return // nothing held, or handed over by removal
-		case rec.Conn == c.token:
+		case err != nil:
+			return
+		case claimed && !ok:
+			return // handed over by removal: the session ended with its connection
+		case ok && rec.Conn == c.token:
 			if !rec.Claimed {
 				return // handed over
 			}
-		case !rec.Online || rec.Node == b.opts.NodeID || rec.Node == "":
-			// Offline, or left online by a crash of a broker with this
-			// node id (its connections are gone), or by a broker that
-			// takes no part in cross-node takeover.
-			return
+		case !ok || !rec.Online || rec.Node == b.opts.NodeID || rec.Node == "":
+			// Absent, offline, left online by a crash of a broker with
+			// this node id (its connections are gone), or by a broker
+			// that takes no part in cross-node takeover: nothing to take
+			// over, as far as this node has seen. Another node's commit
+			// may not have reached this one yet, so confirm what was read
+			// with the store before relying on it.
+			tx := b.db.Begin()
+			if ok {
+				tx.ExpectVersion(tableSessions, c.client, ver)
+			} else {
+				tx.ExpectAbsent(tableSessions, c.client)
+			}
+			err := tx.Commit(ctx)
+			if err == nil {
+				return
+			}
+			if !errors.Is(err, engine.ErrConflict) {
+				c.log.Warn("check session owner", "err", err)
+				return
+			}
 		default:
 			// Online on another node (or that node overwrote the claim
 			// before it saw it): claim it.
@@ -74,7 +93,10 @@ func (c *conn) claimSession(ctx context.Context) {
 				return
 			}
 			tx.Message(tableTakeover, c.client, []byte(c.token))
-			if err := tx.Commit(ctx); err != nil && !errors.Is(err, engine.ErrConflict) {
+			switch err := tx.Commit(ctx); {
+			case err == nil:
+				claimed = true
+			case !errors.Is(err, engine.ErrConflict):
 				c.log.Warn("claim session", "err", err)
 				return
 			}
