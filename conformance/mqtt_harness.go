@@ -71,9 +71,16 @@ func startBroker(t T, tg Target, opts mqtt.Options) *mqtttest.Server {
 // can open as another node (engine/jetstream).
 type sharer interface{ ClientURL() string }
 
-// secondNode starts broker node B over the store of s's broker and
-// returns its address. It stops before s does.
-func secondNode(t T, tg Target, s *mqtttest.Server, opts mqtt.Options) string {
+// brokerNode is a broker started by secondNode: its address and its
+// tables (the same table.DB as the first node's on the embedded engines).
+type brokerNode struct {
+	Addr string
+	DB   *table.DB
+}
+
+// secondNode starts broker node B over the store of s's broker. It stops
+// before s does.
+func secondNode(t T, tg Target, s *mqtttest.Server, opts mqtt.Options) brokerNode {
 	t.Helper()
 	if opts.Logger == nil {
 		opts.Logger = quietLogger()
@@ -120,7 +127,7 @@ func secondNode(t T, tg Target, s *mqtttest.Server, opts mqtt.Options) string {
 			_ = closers[i]()
 		}
 	})
-	return ln.Addr().String()
+	return brokerNode{Addr: ln.Addr().String(), DB: db}
 }
 
 // brokerFaults programs a broker's mqtt.Hooks from a case.

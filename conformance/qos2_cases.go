@@ -41,6 +41,7 @@ func init() {
 		Case{Name: "Q17_clean_start_discards_inbound_state", Run: caseQ17},
 		Case{Name: "Q18_outbound_crash_after_subscriber_pubrec", Run: caseQ18},
 		Case{Name: "Q19_outbound_resend_before_pubrec", Run: caseQ19},
+		Case{Name: "Q20_property_random_qos2_sequences", Run: caseQ20},
 		Case{Name: "Q21_property_qos1_pipeline", Run: caseQ21},
 	)
 }

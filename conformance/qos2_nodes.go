@@ -26,7 +26,7 @@ import (
 func caseQ08(t T, tg Target) {
 	fa := newBrokerFaults()
 	a := startBroker(t, tg, mqtt.Options{NodeID: "A", Hooks: fa.hooks()})
-	bAddr := secondNode(t, tg, a, mqtt.Options{NodeID: "B", TakeoverTimeout: 500 * time.Millisecond})
+	bAddr := secondNode(t, tg, a, mqtt.Options{NodeID: "B", TakeoverTimeout: 500 * time.Millisecond}).Addr
 	subA := newSubscriber(t, "subA", a.Addr, "q08-subA", packet.V311, "q08/#", packet.QoS1)
 	subB := newSubscriber(t, "subB", bAddr, "q08-subB", packet.V5, "q08/#", packet.QoS2)
 
@@ -74,7 +74,7 @@ func caseQ08(t T, tg Target) {
 func caseQ16(t T, tg Target) {
 	fa := newBrokerFaults()
 	a := startBroker(t, tg, mqtt.Options{NodeID: "A", Hooks: fa.hooks()})
-	bAddr := secondNode(t, tg, a, mqtt.Options{NodeID: "B"})
+	bAddr := secondNode(t, tg, a, mqtt.Options{NodeID: "B"}).Addr
 	subA := newSubscriber(t, "subA", a.Addr, "q16-subA", packet.V5, "q16/#", packet.QoS2)
 	subB := newSubscriber(t, "subB", bAddr, "q16-subB", packet.V311, "q16/#", packet.QoS1)
 

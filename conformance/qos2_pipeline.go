@@ -213,7 +213,7 @@ func caseQ21(t T, tg Target) {
 		round++
 		client := fmt.Sprintf("q21-pub-%d", round)
 		topic := "q21/" + client
-		n := rapid.IntRange(1, 40).Draw(rt, "burst")
+		n := rapid.IntRange(1, 25).Draw(rt, "burst")
 		fail := 0
 		if rapid.IntRange(0, 2).Draw(rt, "fail?") == 0 {
 			fail = rapid.IntRange(1, n).Draw(rt, "fail at")

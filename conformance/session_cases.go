@@ -273,7 +273,7 @@ func willPayload(t T, msg []byte) string {
 // starting on the store meanwhile leaves B's live session alone.
 func caseM04(t T, tg Target) {
 	a := startBroker(t, tg, mqtt.Options{NodeID: "A"})
-	bAddr := secondNode(t, tg, a, mqtt.Options{NodeID: "B"})
+	bAddr := secondNode(t, tg, a, mqtt.Options{NodeID: "B"}).Addr
 	watch := newSubscriber(t, "watch", bAddr, "m04-watch", packet.V311, "m04/will/#", packet.QoS1)
 	connectWith := func(addr, will string, keepAlive uint16) *rawClient {
 		c := dialRaw(t, "C@"+will, addr, packet.V5)
