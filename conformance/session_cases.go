@@ -299,8 +299,10 @@ func caseM04(t T, tg Target) {
 		t.Fatalf("session record after the takeover: online %v node %q will %v, want online on B with will-B", rec.Online, rec.Node, rec.Will)
 	}
 
-	secondNode(t, tg, a, mqtt.Options{NodeID: "C"}) // recovers only its own node's sessions
-	time.Sleep(2 * time.Second) // past A's keepalive (1 s) times the grace (1.5)
+	// A third node starting now recovers only its own node's sessions.
+	secondNode(t, tg, a, mqtt.Options{NodeID: "C"})
+	// Past A's keepalive (1 s) times the grace (1.5).
+	time.Sleep(2 * time.Second)
 	watch.expectExactly("will-A")
 	// B's own checkpoint writes may rewrite the record; it must stay B's.
 	rec2, _ := sessionRecordOf(t, a.DB(), "m04-c")
