@@ -166,11 +166,11 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 	if opts.Dir == "" {
 		return nil, fmt.Errorf("%w: badger needs a data directory (Options.Dir)", engine.ErrInvalidOption)
 	}
-	memMB, err := intParam(opts, "memtable_mb", defaultMemtableMB, minMemtableMB, maxMemtableMB)
+	memMB, err := engine.IntParam(opts, "badger", "memtable_mb", defaultMemtableMB, minMemtableMB, maxMemtableMB)
 	if err != nil {
 		return nil, err
 	}
-	cacheMB, err := intParam(opts, "cache_mb", defaultCacheMB, 1, maxCacheMB)
+	cacheMB, err := engine.IntParam(opts, "badger", "cache_mb", defaultCacheMB, 1, maxCacheMB)
 	if err != nil {
 		return nil, err
 	}
@@ -390,18 +390,6 @@ func (d *db) Close() error {
 		return fmt.Errorf("badger: close: %w", err)
 	}
 	return nil
-}
-
-func intParam(opts engine.Options, name string, def, lo, hi int) (int, error) {
-	s, ok := opts.Params[name]
-	if !ok || s == "" {
-		return def, nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < lo || n > hi {
-		return 0, fmt.Errorf("%w: badger parameter %s=%q: want an integer from %d to %d", engine.ErrInvalidOption, name, s, lo, hi)
-	}
-	return n, nil
 }
 
 // slogLogger routes Badger's logs to slog. Badger's info chatter goes to

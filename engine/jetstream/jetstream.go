@@ -108,7 +108,6 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -197,7 +196,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 	if !streamName.MatchString(name) {
 		return nil, fmt.Errorf("%w: jetstream parameter stream=%q: use 1-64 letters, digits, '-' or '_'", engine.ErrInvalidOption, name)
 	}
-	replicas, err := intParam(opts, "replicas", 1)
+	replicas, err := engine.IntParam(opts, "jetstream", "replicas", 1, 1, 5)
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +207,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 	if url != "" {
 		defBatch = externalMaxBatch
 	}
-	maxBatch, err := intParam(opts, "max_batch", defBatch)
+	maxBatch, err := engine.IntParam(opts, "jetstream", "max_batch", defBatch, 1, 1<<30)
 	if err != nil {
 		return nil, err
 	}
@@ -329,16 +328,4 @@ func (d *db) isClosed() bool {
 
 func (d *db) dataSubject(key []byte) string {
 	return d.dataPrefix + hex.EncodeToString(key)
-}
-
-func intParam(opts engine.Options, name string, def int) (int, error) {
-	s, ok := opts.Params[name]
-	if !ok || s == "" {
-		return def, nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("%w: jetstream parameter %s=%q: want a positive integer", engine.ErrInvalidOption, name, s)
-	}
-	return n, nil
 }

@@ -75,11 +75,11 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 	if opts.Dir == "" {
 		return nil, fmt.Errorf("%w: lmdb needs a data directory (Options.Dir)", engine.ErrInvalidOption)
 	}
-	mapMB, err := intParam(opts, "map_size_mb", defaultMapSizeMB)
+	mapMB, err := engine.IntParam(opts, "lmdb", "map_size_mb", defaultMapSizeMB, 1, 1<<30)
 	if err != nil {
 		return nil, err
 	}
-	readers, err := intParam(opts, "max_readers", defaultMaxReaders)
+	readers, err := engine.IntParam(opts, "lmdb", "max_readers", defaultMaxReaders, 1, 1<<30)
 	if err != nil {
 		return nil, err
 	}
@@ -327,18 +327,6 @@ func (d *db) Close() error {
 		return fmt.Errorf("lmdb: close: %w", err)
 	}
 	return nil
-}
-
-func intParam(opts engine.Options, name string, def int) (int, error) {
-	s, ok := opts.Params[name]
-	if !ok || s == "" {
-		return def, nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n <= 0 || n > 1<<30 {
-		return 0, fmt.Errorf("%w: lmdb parameter %s=%q: want a positive integer", engine.ErrInvalidOption, name, s)
-	}
-	return n, nil
 }
 
 // isConflict reports a failed check; everything else a job can fail with

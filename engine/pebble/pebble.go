@@ -88,11 +88,11 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 	if opts.Dir == "" {
 		return nil, fmt.Errorf("%w: pebble needs a data directory (Options.Dir)", engine.ErrInvalidOption)
 	}
-	cacheMB, err := intParam(opts, "cache_mb", 64)
+	cacheMB, err := engine.IntParam(opts, Name, "cache_mb", 64, 1, 1<<20)
 	if err != nil {
 		return nil, err
 	}
-	memMB, err := intParam(opts, "memtable_mb", 64)
+	memMB, err := engine.IntParam(opts, Name, "memtable_mb", 64, 1, 4096)
 	if err != nil {
 		return nil, err
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/tidemark-io/tidemark/engine"
@@ -138,18 +137,6 @@ func (w *iterator) Close() error {
 func (w *iterator) closeLocked() error {
 	w.closed = true
 	return w.it.Close()
-}
-
-func intParam(opts engine.Options, name string, def int) (int, error) {
-	s, ok := opts.Params[name]
-	if !ok || s == "" {
-		return def, nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("%w: pebble parameter %s=%q: want a positive integer", engine.ErrInvalidOption, name, s)
-	}
-	return n, nil
 }
 
 // slogLogger routes Pebble's logs to slog; Pebble's info chatter goes to
