@@ -164,8 +164,12 @@ func (c *conn) handOff(ctx context.Context, token string) error {
 		if err != nil {
 			return err
 		}
-		if !ok || rec.Conn != token || !rec.Claimed {
-			return nil // the claimer gave up waiting and moved on
+		// The claim stands, or this connection's own last checkpoint
+		// write replaced it before the takeover reached it (the claimer
+		// then claims again, or takes this hand-over); anything else means
+		// the claimer gave up waiting and moved on.
+		if !ok || !(rec.Conn == token && rec.Claimed || rec.Conn == c.token) {
+			return nil
 		}
 		var tx *table.Tx
 		if c.expiry == 0 {
