@@ -40,30 +40,8 @@ func (d *db) ScanLog(ctx context.Context, from engine.LogKey, exclusive bool, fn
 	if exclusive && from == ^engine.LogKey(0) {
 		return d.alive("scan log")
 	}
-	start := kvlog.ScanStart(from, exclusive)
-	seek := kvlog.LogSeek(start)
-	first := true
-	// Read in pages, each in its own read transaction, without holding a
-	// lock while fn runs, so fn may call back into the engine.
-	for {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("badger: scan log: %w", err)
-		}
-		page, next, err := d.readLogPage(seek, start, first)
-		if err != nil {
-			return err
-		}
-		first = false
-		for _, e := range page {
-			if !fn(e) {
-				return nil
-			}
-		}
-		if next == nil {
-			return nil
-		}
-		seek = next
-	}
+	// Each page is read in its own read transaction.
+	return kvlog.ScanPages(ctx, "badger", from, exclusive, d.readLogPage, fn)
 }
 
 // alive reports ErrClosed once the engine closed.

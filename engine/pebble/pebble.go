@@ -307,33 +307,10 @@ func (d *db) syncEvery(every time.Duration) {
 func (d *db) Watch(ctx context.Context) <-chan struct{} { return d.notifier.Subscribe(ctx) }
 
 func (d *db) ScanLog(ctx context.Context, from engine.LogKey, exclusive bool, fn func(engine.Entry) bool) error {
-	start := kvlog.ScanStart(from, exclusive)
 	if exclusive && from == ^engine.LogKey(0) {
 		return nil
 	}
-	seek := kvlog.LogSeek(start)
-	first := true
-	// Read in pages without holding the lock while fn runs, so fn may call
-	// back into the engine.
-	for {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("pebble: scan log: %w", err)
-		}
-		page, next, err := d.readLogPage(seek, start, first)
-		if err != nil {
-			return err
-		}
-		first = false
-		for _, e := range page {
-			if !fn(e) {
-				return nil
-			}
-		}
-		if next == nil {
-			return nil
-		}
-		seek = next
-	}
+	return kvlog.ScanPages(ctx, Name, from, exclusive, d.readLogPage, fn)
 }
 
 const scanPage = 256

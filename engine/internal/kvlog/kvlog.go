@@ -5,6 +5,7 @@
 package kvlog
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 
@@ -110,4 +111,35 @@ func CheckFloor(start, floor engine.LogKey) error {
 		return fmt.Errorf("%w: scan starts at %d, retained log starts at %d", engine.ErrLogTruncated, start, floor)
 	}
 	return nil
+}
+
+// PageReader reads the log page that starts at stored key seek and returns
+// its entries and the stored key the next page starts at (nil at the end).
+// On the first page it checks start against the truncation floor.
+type PageReader func(seek []byte, start engine.LogKey, first bool) ([]engine.Entry, []byte, error)
+
+// ScanPages runs a log scan from (from, exclusive) page by page, calling fn
+// between pages with no engine lock or read transaction held, so fn may
+// call back into the engine. eng names the engine in errors.
+func ScanPages(ctx context.Context, eng string, from engine.LogKey, exclusive bool, read PageReader, fn func(engine.Entry) bool) error {
+	start := ScanStart(from, exclusive)
+	seek := LogSeek(start)
+	for first := true; ; first = false {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("%s: scan log: %w", eng, err)
+		}
+		page, next, err := read(seek, start, first)
+		if err != nil {
+			return err
+		}
+		for _, e := range page {
+			if !fn(e) {
+				return nil
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		seek = next
+	}
 }
