@@ -227,7 +227,10 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 	go d.writer()
 	if opts.Sync == engine.SyncInterval {
 		d.bg.Add(1)
-		go d.syncEvery(opts.Interval())
+		go func() {
+			defer d.bg.Done()
+			kvlog.SyncEvery(d.stop, opts.Interval(), d.bdb.Sync, d.log)
+		}()
 	}
 	d.bg.Add(1)
 	go d.collectGarbage()
@@ -313,23 +316,6 @@ func (d *db) Name() string                    { return Name }
 func (d *db) Granularity() engine.Granularity { return engine.PerTransaction }
 
 func (d *db) Watch(ctx context.Context) <-chan struct{} { return d.notifier.Subscribe(ctx) }
-
-// syncEvery syncs Badger's logs every period under SyncInterval.
-func (d *db) syncEvery(every time.Duration) {
-	defer d.bg.Done()
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-d.stop:
-			return
-		case <-t.C:
-			if err := d.bdb.Sync(); err != nil {
-				d.log.Error("periodic sync failed", "err", err)
-			}
-		}
-	}
-}
 
 // collectGarbage runs value-log garbage collection periodically, rewriting
 // files until Badger finds none worth rewriting.

@@ -27,7 +27,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/tidemark-io/tidemark/engine"
@@ -138,7 +137,10 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		go d.complete()
 	case engine.SyncInterval:
 		d.completer.Add(1)
-		go d.syncEvery(opts.Interval())
+		go func() {
+			defer d.completer.Done()
+			kvlog.SyncEvery(d.stop, opts.Interval(), func() error { return d.pdb.LogData(nil, pebble.Sync) }, d.log)
+		}()
 	}
 	return d, nil
 }
@@ -286,22 +288,6 @@ func (d *db) complete() {
 		}
 	}
 	d.notifier.Notify()
-}
-
-func (d *db) syncEvery(every time.Duration) {
-	defer d.completer.Done()
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-d.stop:
-			return
-		case <-t.C:
-			if err := d.pdb.LogData(nil, pebble.Sync); err != nil {
-				d.log.Error("periodic WAL sync failed", "err", err)
-			}
-		}
-	}
 }
 
 func (d *db) Watch(ctx context.Context) <-chan struct{} { return d.notifier.Subscribe(ctx) }

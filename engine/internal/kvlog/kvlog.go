@@ -8,6 +8,8 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"log/slog"
+	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
 )
@@ -141,5 +143,23 @@ func ScanPages(ctx context.Context, eng string, from engine.LogKey, exclusive bo
 			return nil
 		}
 		seek = next
+	}
+}
+
+// SyncEvery calls sync every period until stop is closed: the SyncInterval
+// mode of the backends whose own writes do not sync. Failures are logged;
+// the next tick tries again.
+func SyncEvery(stop <-chan struct{}, every time.Duration, sync func() error, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			if err := sync(); err != nil {
+				log.Error("periodic sync failed", "err", err)
+			}
+		}
 	}
 }
