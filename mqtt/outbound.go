@@ -572,7 +572,7 @@ func (o *outbound) persist(ctx context.Context, final bool) error {
 	if sub == nil {
 		return nil
 	}
-	if !final && sub.Checkpoint() == o.persisted {
+	if !final && sub.Checkpoint() == o.persisted && !o.garbage() {
 		return nil
 	}
 	tx, err := o.sessionTx()
@@ -587,6 +587,19 @@ func (o *outbound) persist(ctx context.Context, final bool) error {
 		_, err = h.Wait(ctx)
 	}
 	return err
+}
+
+// garbage reports whether completion marks at or below the persisted
+// checkpoint are still waiting to be deleted.
+func (o *outbound) garbage() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for pos := range o.done {
+		if !o.persisted.Less(pos) {
+			return true
+		}
+	}
+	return false
 }
 
 // sessionTx returns a transaction writing the session record as it stands:
@@ -620,10 +633,18 @@ func (o *outbound) sessionTx() (*table.Tx, error) {
 		c.rec.Subs = append(c.rec.Subs, recordOf(s))
 	}
 	tx := c.b.db.Begin()
+	// Marks at or below the checkpoint are garbage: drop them, at most
+	// maxStateDeletes per commit so the transaction stays within the
+	// engine's batch limit; the rest go with the next persist.
+	n := 0
 	for pos := range o.done {
+		if n == maxStateDeletes {
+			break
+		}
 		if !cp.Less(pos) {
 			tx.DeleteState(tableDone, c.client+slotSep+pos.String())
 			delete(o.done, pos)
+			n++
 		}
 	}
 	if err := putSession(tx, c.client, &c.rec); err != nil {

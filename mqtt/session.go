@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
@@ -128,18 +129,19 @@ func (b *Broker) discardSession(ctx context.Context, client string) error {
 
 // discardTx returns a transaction deleting every piece of state of
 // client, or nil when there is none.
+//
+// A session with more rows than one transaction takes loses its
+// completion marks, then its outbound and staged rows, in commits of
+// maxStateDeletes before the returned transaction: the session record
+// goes last, so a crash part way leaves a session that is discarded
+// again, never rows that a new session of the same client id would adopt.
 func (b *Broker) discardTx(ctx context.Context, client string) (*table.Tx, error) {
-	tx := b.db.Begin()
-	n := 0
-	if _, err := b.db.Get(ctx, tableSessions, client); err == nil {
-		tx.DeleteState(tableSessions, client)
-		n++
-	}
-	for _, t := range []string{tableStaged, tableOut, tableDone} {
+	type row struct{ table, id string }
+	var rows []row
+	for _, t := range []string{tableDone, tableOut, tableStaged} {
 		err := b.db.Range(ctx, t, client+slotSep, func(r table.Record) bool {
 			if !r.Deleted {
-				tx.DeleteState(t, r.ID)
-				n++
+				rows = append(rows, row{t, r.ID})
 			}
 			return true
 		})
@@ -147,11 +149,35 @@ func (b *Broker) discardTx(ctx context.Context, client string) (*table.Tx, error
 			return nil, err
 		}
 	}
+	for len(rows) > maxStateDeletes {
+		tx := b.db.Begin()
+		for _, r := range rows[:maxStateDeletes] {
+			tx.DeleteState(r.table, r.id)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			return nil, err
+		}
+		rows = rows[maxStateDeletes:]
+	}
+	tx := b.db.Begin()
+	for _, r := range rows {
+		tx.DeleteState(r.table, r.id)
+	}
+	n := len(rows)
+	if _, err := b.db.Get(ctx, tableSessions, client); err == nil {
+		tx.DeleteState(tableSessions, client)
+		n++
+	}
 	if n == 0 {
 		return nil, nil
 	}
 	return tx, nil
 }
+
+// maxStateDeletes bounds the deletions of session state in one commit.
+// Each is two engine entries (record and version); a quarter of
+// engine.MaxBatchEntries leaves room for the commit's other writes.
+const maxStateDeletes = engine.MaxBatchEntries / 4
 
 // expireSessions deletes offline sessions whose expiry interval passed.
 func (b *Broker) expireSessions() {
