@@ -35,10 +35,11 @@ func mqttBenchCmd(use string) *cobra.Command {
 	var f mqttBenchFlags
 	cmd := &cobra.Command{
 		Use:   use,
-		Short: "Drive the same MQTT load at Tidemark on each engine, nats-server and mochi-mqtt, and compare",
+		Short: "Drive the same MQTT load at Tidemark on each engine, nats-server, mochi-mqtt and optionally mosquitto, and compare",
 		Long: `Drives the same MQTT 3.1.1 load (64-byte messages) at Tidemark on each selected engine and,
-in the same run, at an embedded nats-server (JetStream file store, MQTT listener) and an embedded
-mochi-mqtt (Badger storage hook): QoS 0, 1 and 2 on one connection at windows 1, 16 and 256, and
+in the same run, at an embedded nats-server (JetStream file store, MQTT listener), an embedded
+mochi-mqtt (Badger storage hook) and, with --peers including mosquitto, a mosquitto process
+(persistence off; needs the mosquitto package): QoS 0, 1 and 2 on one connection at windows 1, 16 and 256, and
 QoS 1 and 2 over 50 connections at window 16. A subscriber checks every point for lost, duplicated
 and reordered messages. Prints msgs/s, p50/p99 acknowledgement latency and the ratios to the peers,
 and what each side fsyncs. Everything listens on 127.0.0.1 only; each point starts its broker afresh
@@ -46,14 +47,16 @@ and stops it. Exits non-zero if any point failed or lost, duplicated or reordere
 		Example: `  tidemark bench
   tidemark bench mqtt --engines pebble --sync always,none --duration 2s --chart curves.svg
   tidemark bench --engines jetstream --sync interval --peers nats
+  tidemark bench --engines pebble --sync none --peers nats,mochi,mosquitto
   tidemark bench --quick --duration 200ms --json -`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runMQTTBench(cmd, &f) },
 	}
 	fs := cmd.Flags()
 	fs.StringSliceVar(&f.engines, "engines", nil, "Tidemark engines to drive (default: all compiled in: "+strings.Join(engine.Drivers(), ", ")+"); none for peers only")
-	fs.StringSliceVar(&f.peers, "peers", mqttbench.Peers, "peer brokers in the same run: "+strings.Join(mqttbench.Peers, ", ")+", or none")
-	fs.StringSliceVar(&f.syncs, "sync", []string{"always"}, "durability for the engines and nats-server: always, interval, none, or several")
+	fs.StringSliceVar(&f.peers, "peers", mqttbench.DefaultPeers, "peer brokers in the same run: "+strings.Join(mqttbench.Peers, ", ")+
+		" (mosquitto: a separate process, `apt-get install mosquitto`), or none")
+	fs.StringSliceVar(&f.syncs, "sync", []string{"always"}, "durability for the engines and nats-server (mochi and mosquitto have no such setting): always, interval, none, or several")
 	fs.DurationVar(&f.syncInterval, "sync-interval", engine.DefaultSyncInterval, "fsync period for --sync interval")
 	fs.DurationVar(&f.duration, "duration", 2*time.Second, "sending time per point")
 	fs.BoolVar(&f.quick, "quick", false, "fewer points: windows 1 and 16, 10 connections")
@@ -108,8 +111,10 @@ func (f *mqttBenchFlags) targets() ([]mqttbench.Target, error) {
 			modes = append(modes, m)
 		}
 	}
-	var out []mqttbench.Target
-	for _, m := range modes {
+	// Peers with a sync setting run once per mode, after the engines; the
+	// others once, at the end.
+	var out, once []mqttbench.Target
+	for i, m := range modes {
 		for _, e := range engines {
 			t, err := mqttbench.Tidemark(e, m, f.syncInterval)
 			if err != nil {
@@ -117,15 +122,22 @@ func (f *mqttBenchFlags) targets() ([]mqttbench.Target, error) {
 			}
 			out = append(out, t)
 		}
-		if slices.Contains(peers, "nats") {
-			t, _ := mqttbench.Peer("nats", m, f.syncInterval)
-			out = append(out, t)
+		for _, p := range mqttbench.Peers {
+			if !slices.Contains(peers, p) {
+				continue
+			}
+			t, err := mqttbench.Peer(p, m, f.syncInterval)
+			if err != nil {
+				return nil, fmt.Errorf("--peers %s: %w", p, err)
+			}
+			if t.Sync != "" {
+				out = append(out, t)
+			} else if i == 0 {
+				once = append(once, t)
+			}
 		}
 	}
-	if slices.Contains(peers, "mochi") {
-		t, _ := mqttbench.Peer("mochi", 0, 0)
-		out = append(out, t)
-	}
+	out = append(out, once...)
 	if len(out) == 0 {
 		return nil, fmt.Errorf("--engines none and --peers none: nothing to measure")
 	}

@@ -1,14 +1,15 @@
 // Package mqttbench drives the same MQTT load at Tidemark, on each engine,
-// and at two peers in the same run, an embedded nats-server (JetStream file
-// store, MQTT listener) and an embedded mochi-mqtt (Badger storage hook),
-// and reports throughput, acknowledgement latency and delivery correctness
-// side by side.
+// and at peers in the same run: an embedded nats-server (JetStream file
+// store, MQTT listener), an embedded mochi-mqtt (Badger storage hook) and,
+// when installed and asked for, Eclipse Mosquitto as a child process
+// (persistence off); and reports throughput, acknowledgement latency and
+// delivery correctness side by side.
 //
 // # Load
 //
 // A point is a QoS, a window and a number of publisher connections. Each
 // publisher is a pipelined MQTT 3.1.1 client on package packet (the only
-// protocol level all three brokers speak) that keeps up to window PUBLISHes
+// protocol level all the brokers speak) that keeps up to window PUBLISHes
 // of 64 bytes unacknowledged, measures each message's latency from its
 // write to its PUBACK (QoS 1) or PUBCOMP (QoS 2), and answers PUBREC with
 // PUBREL itself. QoS 0 has no acknowledgement, so its window counts the
@@ -30,5 +31,8 @@
 //
 // Every point starts its broker afresh in its own data directory, listening
 // on 127.0.0.1 only, and stops it before the next point; the benchmark ends
-// nothing it did not start.
+// nothing it did not start. mosquitto runs from a configuration written
+// into that directory, on a free port, in a process group of its own; the
+// point stops that very process (SIGTERM, then SIGKILL after a timeout),
+// and on Linux the kernel kills it should the benchmark die first.
 package mqttbench

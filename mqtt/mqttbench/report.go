@@ -19,28 +19,41 @@ type Report struct {
 	Results []Result `json:"results"`
 }
 
+// peerRatios are the peers results are compared with, in column order,
+// each with the name its column carries and the Result field holding the
+// ratio.
+var peerRatios = []struct {
+	kind  Kind
+	name  string
+	ratio func(*Result) *float64
+}{
+	{KindNATS, "nats", func(r *Result) *float64 { return &r.VsNATS }},
+	{KindMochi, "mochi", func(r *Result) *float64 { return &r.VsMochi }},
+	{KindMosquitto, "mosquitto", func(r *Result) *float64 { return &r.VsMosquitto }},
+}
+
 // compare fills each result's ratios to the peers at the same load.
 // nats-server is matched on the sync mode too; a target without one
-// (mochi) is compared with nats-server only when a single mode ran.
+// (mochi, mosquitto) is compared with nats-server only when a single mode
+// ran.
 func (rep *Report) compare() {
 	type key struct {
+		kind Kind
 		load Load
-		sync string
+		sync string // nats-server's only
 	}
-	nats := map[key]float64{}
-	mochi := map[Load]float64{}
+	peer := map[key]float64{}
 	natsSyncs := map[string]bool{}
 	for _, r := range rep.Results {
-		if r.Err != "" || r.PerSecond == 0 {
+		if r.Err != "" || r.PerSecond == 0 || r.Kind == KindTidemark {
 			continue
 		}
-		switch r.Kind {
-		case KindNATS:
-			nats[key{r.Load, r.Sync}] = r.PerSecond
+		k := key{kind: r.Kind, load: r.Load}
+		if r.Kind == KindNATS {
+			k.sync = r.Sync
 			natsSyncs[r.Sync] = true
-		case KindMochi:
-			mochi[r.Load] = r.PerSecond
 		}
+		peer[k] = r.PerSecond
 	}
 	for i := range rep.Results {
 		r := &rep.Results[i]
@@ -53,13 +66,34 @@ func (rep *Report) compare() {
 				sync = s
 			}
 		}
-		if v := nats[key{r.Load, sync}]; v > 0 {
-			r.VsNATS = r.PerSecond / v
-		}
-		if v := mochi[r.Load]; v > 0 {
-			r.VsMochi = r.PerSecond / v
+		for _, p := range peerRatios {
+			k := key{kind: p.kind, load: r.Load}
+			if p.kind == KindNATS {
+				k.sync = sync
+			}
+			if v := peer[k]; v > 0 {
+				*p.ratio(r) = r.PerSecond / v
+			}
 		}
 	}
+}
+
+// ratioColumns are the entries of peerRatios for the peers in the report.
+func (rep *Report) ratioColumns() []int {
+	ran := map[Kind]bool{}
+	for _, t := range rep.Targets {
+		ran[t.Kind] = true
+	}
+	for _, r := range rep.Results {
+		ran[r.Kind] = true
+	}
+	var cols []int
+	for i, p := range peerRatios {
+		if ran[p.kind] {
+			cols = append(cols, i)
+		}
+	}
+	return cols
 }
 
 // Clean reports whether every point ran and delivered every acknowledged
@@ -73,25 +107,38 @@ func (rep *Report) Clean() bool {
 	return true
 }
 
-// WriteTable prints the results grouped by load, then what each target
-// fsyncs and how to read the columns.
+// WriteTable prints the results grouped by load, with a ratio column per
+// peer in the report, then what each target fsyncs and how to read the
+// columns.
 func (rep *Report) WriteTable(w io.Writer) error {
+	cols := rep.ratioColumns()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "load\ttarget\tmsgs/s\tp50 ms\tp99 ms\tlost\tdup\treord\tx nats\tx mochi\t\n")
+	fmt.Fprintf(tw, "load\ttarget\tmsgs/s\tp50 ms\tp99 ms\tlost\tdup\treord\t")
+	var names []string
+	for _, c := range cols {
+		names = append(names, "x "+peerRatios[c].name)
+		fmt.Fprintf(tw, "x %s\t", peerRatios[c].name)
+	}
+	fmt.Fprintln(tw)
+	blank := strings.Repeat("\t", 8+len(cols))
 	var prev Load
 	var failed []string
 	for i, r := range rep.Results {
 		if i > 0 && r.Load != prev {
-			fmt.Fprintf(tw, "\t\t\t\t\t\t\t\t\t\t\n")
+			fmt.Fprintln(tw, blank)
 		}
 		prev = r.Load
 		if r.Err != "" {
-			fmt.Fprintf(tw, "%s\t%s\tFAILED\t\t\t\t\t\t\t\t\n", r.Load, r.Target)
+			fmt.Fprintf(tw, "%s\t%s\tFAILED%s\n", r.Load, r.Target, blank[3:])
 			failed = append(failed, fmt.Sprintf("%s %s: %s", r.Target, r.Load, r.Err))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.2f\t%.2f\t%d\t%d\t%d\t%s\t%s\t\n", r.Load, r.Target, r.PerSecond,
-			r.P50Ms, r.P99Ms, r.Lost, r.Duplicates, r.Reordered, ratio(r.VsNATS), ratio(r.VsMochi))
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.2f\t%.2f\t%d\t%d\t%d\t", r.Load, r.Target, r.PerSecond,
+			r.P50Ms, r.P99Ms, r.Lost, r.Duplicates, r.Reordered)
+		for _, c := range cols {
+			fmt.Fprintf(tw, "%s\t", ratio(*peerRatios[c].ratio(&r)))
+		}
+		fmt.Fprintln(tw)
 		if r.Unacked > 0 || r.ProtocolErrors > 0 {
 			failed = append(failed, fmt.Sprintf("%s %s: %d unacknowledged at the end, %d protocol errors", r.Target, r.Load, r.Unacked, r.ProtocolErrors))
 		}
@@ -106,7 +153,13 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintln(w, "window: PUBLISHes kept unacknowledged per connection (QoS 0: not yet delivered); xN: N connections.")
 	fmt.Fprintln(w, "latency: PUBLISH to PUBACK (QoS 1) or PUBCOMP (QoS 2); QoS 0: PUBLISH to delivery.")
 	fmt.Fprintln(w, "lost: acknowledged (QoS 0: sent) but never delivered; dup: delivered twice; reord: delivered after a later message.")
-	fmt.Fprintln(w, "x nats, x mochi: msgs/s over the peer's at the same load (nats-server at the same sync setting).")
+	if len(names) > 0 {
+		note := ""
+		if peerRatios[cols[0]].kind == KindNATS {
+			note = " (nats-server at the same sync setting)"
+		}
+		fmt.Fprintf(w, "%s: msgs/s over the peer's at the same load%s.\n", strings.Join(names, ", "), note)
+	}
 	fmt.Fprintln(w, "\nWhat an acknowledgement means on disk:")
 	for _, t := range rep.Targets {
 		fmt.Fprintf(w, "  %s: %s.\n", t.Label(), t.Durability)

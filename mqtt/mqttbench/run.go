@@ -108,10 +108,12 @@ type Result struct {
 	Unacked int `json:"unacked"`
 	// ProtocolErrors counts packets no correct broker sends.
 	ProtocolErrors int `json:"protocol_errors"`
-	// VsNATS and VsMochi are msgs/s over the peer's at the same load (and
-	// for nats-server the same sync mode); zero when the peer did not run.
-	VsNATS  float64 `json:"vs_nats,omitempty"`
-	VsMochi float64 `json:"vs_mochi,omitempty"`
+	// VsNATS, VsMochi and VsMosquitto are msgs/s over the peer's at the
+	// same load (and for nats-server the same sync mode); zero when the
+	// peer did not run.
+	VsNATS      float64 `json:"vs_nats,omitempty"`
+	VsMochi     float64 `json:"vs_mochi,omitempty"`
+	VsMosquitto float64 `json:"vs_mosquitto,omitempty"`
 	// Err is why the point failed, if it did.
 	Err string `json:"error,omitempty"`
 }

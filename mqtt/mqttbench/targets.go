@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
@@ -18,23 +19,24 @@ type Kind string
 
 // The brokers the benchmark knows.
 const (
-	KindTidemark Kind = "tidemark"
-	KindNATS     Kind = "nats-server"
-	KindMochi    Kind = "mochi"
+	KindTidemark  Kind = "tidemark"
+	KindNATS      Kind = "nats-server"
+	KindMochi     Kind = "mochi"
+	KindMosquitto Kind = "mosquitto"
 )
 
 // Target is one broker configuration the benchmark drives. Each point
 // starts it afresh in an empty data directory.
 type Target struct {
 	// Name labels the target in reports ("tidemark/pebble", "nats-server",
-	// "mochi").
+	// "mochi", "mosquitto").
 	Name string `json:"name"`
 	// Kind is the broker software.
 	Kind Kind `json:"kind"`
 	// Engine is the Tidemark storage engine; empty for the peers.
 	Engine string `json:"engine,omitempty"`
 	// Sync is the durability setting: always, interval or none; empty
-	// for mochi, which has no such setting.
+	// for mochi and mosquitto, which have no such setting.
 	Sync string `json:"sync,omitempty"`
 	// Durability says what the broker has done on disk when it
 	// acknowledges a message, so throughput is compared honestly.
@@ -130,11 +132,18 @@ func startTidemark(ctx context.Context, name string, opts engine.Options, log *s
 }
 
 // Peers are the peer brokers a run can include, by the name --peers takes.
-var Peers = []string{"nats", "mochi"}
+// mosquitto runs as a separate process and must be installed.
+var Peers = []string{"nats", "mochi", "mosquitto"}
 
-// Peer returns the target of a peer by name ("nats" or "mochi"). nats-server
-// follows the sync mode the way Tidemark's engines do; mochi has no such
-// setting and ignores it.
+// DefaultPeers are the peers of a run that names none: the embedded ones,
+// which need nothing installed.
+var DefaultPeers = []string{"nats", "mochi"}
+
+// Peer returns the target of a peer by name (one of Peers). nats-server
+// follows the sync mode the way Tidemark's engines do; mochi and mosquitto
+// have no such setting and ignore it. For mosquitto it fails with
+// ErrNotInstalled, naming the package to install, when the broker is not
+// on PATH or in /usr/sbin.
 func Peer(name string, mode engine.SyncMode, interval time.Duration) (Target, error) {
 	if interval <= 0 {
 		interval = engine.DefaultSyncInterval
@@ -144,6 +153,12 @@ func Peer(name string, mode engine.SyncMode, interval time.Duration) (Target, er
 		return natsTarget(mode, interval), nil
 	case "mochi":
 		return mochiTarget(), nil
+	case "mosquitto":
+		bin, err := findMosquitto(mosquittoSbin)
+		if err != nil {
+			return Target{}, err
+		}
+		return mosquittoTarget(bin), nil
 	}
-	return Target{}, fmt.Errorf("unknown peer %q: use nats or mochi", name)
+	return Target{}, fmt.Errorf("unknown peer %q: use one of %s", name, strings.Join(Peers, ", "))
 }
