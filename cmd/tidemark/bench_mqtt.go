@@ -39,11 +39,12 @@ func mqttBenchCmd(use string) *cobra.Command {
 		Long: `Drives the same MQTT 3.1.1 load (64-byte messages) at Tidemark on each selected engine and,
 in the same run, at an embedded nats-server (JetStream file store, MQTT listener), an embedded
 mochi-mqtt (Badger storage hook) and, with --peers including mosquitto, a mosquitto process
-(persistence off; needs the mosquitto package): QoS 0, 1 and 2 on one connection at windows 1, 16 and 256, and
-QoS 1 and 2 over 50 connections at window 16. A subscriber checks every point for lost, duplicated
-and reordered messages. Prints msgs/s, p50/p99 acknowledgement latency and the ratios to the peers,
-and what each side fsyncs. Everything listens on 127.0.0.1 only; each point starts its broker afresh
-and stops it. Exits non-zero if any point failed or lost, duplicated or reordered a message.`,
+(persistence off; needs the mosquitto package): QoS 0, 1 and 2 on one connection at windows 1,
+16 and 256, and QoS 1 and 2 over 50 connections at window 16. A subscriber checks every point for
+lost, duplicated and reordered messages. Prints msgs/s, p50/p99 acknowledgement latency and the
+ratios to each peer that ran, and what each side fsyncs. Everything listens on 127.0.0.1 only;
+each point starts its broker afresh and stops it. Exits non-zero if any point failed or lost,
+duplicated or reordered a message.`,
 		Example: `  tidemark bench
   tidemark bench mqtt --engines pebble --sync always,none --duration 2s --chart curves.svg
   tidemark bench --engines jetstream --sync interval --peers nats
@@ -55,7 +56,7 @@ and stops it. Exits non-zero if any point failed or lost, duplicated or reordere
 	fs := cmd.Flags()
 	fs.StringSliceVar(&f.engines, "engines", nil, "Tidemark engines to drive (default: all compiled in: "+strings.Join(engine.Drivers(), ", ")+"); none for peers only")
 	fs.StringSliceVar(&f.peers, "peers", mqttbench.DefaultPeers, "peer brokers in the same run: "+strings.Join(mqttbench.Peers, ", ")+
-		" (mosquitto: a separate process, `apt-get install mosquitto`), or none")
+		" (mosquitto runs as a separate process: apt-get install mosquitto), or none")
 	fs.StringSliceVar(&f.syncs, "sync", []string{"always"}, "durability for the engines and nats-server (mochi and mosquitto have no such setting): always, interval, none, or several")
 	fs.DurationVar(&f.syncInterval, "sync-interval", engine.DefaultSyncInterval, "fsync period for --sync interval")
 	fs.DurationVar(&f.duration, "duration", 2*time.Second, "sending time per point")
