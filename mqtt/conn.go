@@ -130,13 +130,23 @@ func newConn(b *Broker, nc net.Conn) *conn {
 
 // write sends p, flushing when no other writer is waiting behind it.
 func (c *conn) write(p packet.Packet) error {
+	return c.writePacket(p, true)
+}
+
+// writeBuffered adds p to the write buffer without flushing it: for a
+// loop with more packets ready behind p, which must call flush before it
+// waits for anything.
+func (c *conn) writeBuffered(p packet.Packet) error {
+	return c.writePacket(p, false)
+}
+
+func (c *conn) writePacket(p packet.Packet, flush bool) error {
 	c.nwriters.Add(1)
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	err := c.w.WritePacket(p)
-	if c.nwriters.Add(-1) == 0 {
-		_ = c.nc.SetWriteDeadline(time.Now().Add(c.b.opts.StoreTimeout))
-		if ferr := c.bw.Flush(); err == nil {
+	if c.nwriters.Add(-1) == 0 && flush {
+		if ferr := c.flushLocked(); err == nil {
 			err = ferr
 		}
 	}
@@ -144,6 +154,24 @@ func (c *conn) write(p packet.Packet) error {
 		c.fail(fmt.Errorf("write: %w", err))
 	}
 	return err
+}
+
+// flush sends what writeBuffered left in the buffer.
+func (c *conn) flush() {
+	c.wmu.Lock()
+	err := c.flushLocked()
+	c.wmu.Unlock()
+	if err != nil {
+		c.fail(fmt.Errorf("write: %w", err))
+	}
+}
+
+func (c *conn) flushLocked() error {
+	if c.bw.Buffered() == 0 {
+		return nil
+	}
+	_ = c.nc.SetWriteDeadline(time.Now().Add(c.b.opts.StoreTimeout))
+	return c.bw.Flush()
 }
 
 // fail ends the connection without a DISCONNECT.
@@ -335,8 +363,15 @@ func (c *conn) ackLoop() {
 		var e ackEntry
 		select {
 		case e = <-c.acks:
-		case <-c.ctx.Done():
-			return
+		default:
+			// Nothing ready: send the acknowledgements written so far in
+			// one flush, then wait.
+			c.flush()
+			select {
+			case e = <-c.acks:
+			case <-c.ctx.Done():
+				return
+			}
 		}
 		c.b.metrics.pipelineDepth.Add(-1)
 		err, ok, timedOut := c.waitCommit(e, timer)
@@ -362,7 +397,7 @@ func (c *conn) ackLoop() {
 			c.b.at(e.atDone, c.client, e.pi)
 		}
 		if e.pkt != nil {
-			if c.write(e.pkt) != nil {
+			if c.writeBuffered(e.pkt) != nil {
 				return
 			}
 		}

@@ -99,6 +99,7 @@ func (c *conn) waitCommit(e ackEntry, timer *time.Timer) (err error, ok, timedOu
 		default:
 		}
 		if !armed {
+			c.flush() // the acknowledgements before this one go out now
 			timer.Reset(c.b.opts.StoreTimeout)
 			armed = true
 		}

@@ -25,6 +25,11 @@ type outbound struct {
 
 	mu       sync.Mutex
 	subs     []topic.Subscription // the session's subscriptions
+	// since holds, per plain subscription filter, the log position it was
+	// made at: it matches only messages after it, so a message published
+	// before the SUBSCRIBE that the sender reaches later is not delivered
+	// (nor delivered twice with its retained copy).
+	since map[string]table.Cursor
 	inflight map[uint16]*outMsg
 	resumed  map[table.Cursor]*outMsg // restored QoS 2 state awaiting its log event
 	done     map[table.Cursor]bool    // QoS 2 completed above the checkpoint
@@ -85,6 +90,9 @@ func newOutbound(c *conn, window int) (*outbound, error) {
 	}
 	for _, s := range c.rec.Subs {
 		o.subs = append(o.subs, s.sub(c.client))
+		if s.Since != nil {
+			o.setSince(s.Filter, *s.Since)
+		}
 	}
 	for _, q := range c.rec.Q1 {
 		if o.q1ids == nil {
@@ -156,7 +164,7 @@ func (o *outbound) start() {
 			// match it again for its subscription identifiers and retain
 			// as published.
 			o.mu.Lock()
-			_, ids, rap, _ := o.match(om.msg)
+			_, ids, rap, _ := o.match(om.msg, om.pos)
 			o.mu.Unlock()
 			_ = c.write(o.publishPacket(om.msg, om.pi, 2, ids, om.msg.Retain && rap, true))
 		}
@@ -227,6 +235,11 @@ func (o *outbound) run() {
 		if !o.waitWindow() {
 			return
 		}
+		if len(o.sub.Events()) == 0 && len(o.direct) == 0 {
+			// About to wait: the PUBLISHes written so far go out in one
+			// flush.
+			c.flush()
+		}
 		select {
 		case ev, ok := <-o.sub.Events():
 			if !ok {
@@ -262,6 +275,7 @@ func (o *outbound) waitWindow() bool {
 		if n < o.window {
 			return true
 		}
+		o.c.flush()
 		select {
 		case <-o.freed:
 		case <-o.c.ctx.Done():
@@ -293,7 +307,7 @@ func (o *outbound) deliverEvent(ev table.Event) {
 		_ = o.sub.Ack(ev)
 		return
 	}
-	qos, ids, rap, ok := o.match(&m)
+	qos, ids, rap, ok := o.match(&m, pos)
 	o.mu.Unlock()
 	if ok && qos == 0 && o.liveFrom.Covers(ev.Key, ev.Index) {
 		// At most once: a QoS 0 subscription gets no message published
@@ -321,10 +335,14 @@ func (o *outbound) deliverEvent(ev table.Event) {
 }
 
 // match returns the delivery QoS, subscription identifiers and retain-as-
-// published of the session's plain subscriptions matching m; o.mu held.
-func (o *outbound) match(m *Message) (qos byte, ids []uint32, rap, ok bool) {
+// published of the session's plain subscriptions matching m, at log
+// position pos; o.mu held.
+func (o *outbound) match(m *Message, pos table.Cursor) (qos byte, ids []uint32, rap, ok bool) {
 	for _, s := range o.subs {
 		if s.Group != "" || !topic.Match(s.Filter, m.Topic) || (s.NoLocal && m.From == o.c.client) {
+			continue
+		}
+		if since, ok := o.since[s.Filter]; ok && !since.Less(pos) {
 			continue
 		}
 		ok = true
@@ -350,7 +368,7 @@ func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev
 	c.b.metrics.msgsOut[qos].Add(1)
 	c.b.metrics.bytesOut.Add(uint64(len(m.Payload)))
 	if qos == 0 {
-		err := c.write(o.publishPacket(m, 0, 0, ids, retain, false))
+		err := c.writeBuffered(o.publishPacket(m, 0, 0, ids, retain, false))
 		c.b.at(PointDelivered, c.client, 0)
 		if errors.Is(err, packet.ErrPacketTooLarge) {
 			c.b.metrics.droppedTooLarge.Add(1)
@@ -373,6 +391,7 @@ func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev
 	o.mu.Unlock()
 	c.b.metrics.inflightOut.Add(1)
 	if qos == 2 {
+		c.flush() // the PUBLISHes before this one go out before the commit wait
 		// Durable before the PUBLISH: a reconnect or restart re-sends it
 		// with this id. In-memory deliveries too (shared subscriptions,
 		// retained messages): their exchange must also complete after a
@@ -383,7 +402,7 @@ func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev
 			return
 		}
 	}
-	err := c.write(o.publishPacket(m, pi, qos, ids, retain, dup))
+	err := c.writeBuffered(o.publishPacket(m, pi, qos, ids, retain, dup))
 	c.b.at(PointDelivered, c.client, pi)
 	if errors.Is(err, packet.ErrPacketTooLarge) {
 		// Too large for the client: dropped, as if acknowledged [MQTT-3.1.2-25].
@@ -589,6 +608,15 @@ func (o *outbound) persist(ctx context.Context, final bool) error {
 	return err
 }
 
+// setSince records that the plain subscription filter matches only
+// messages after log position pos; o.mu held.
+func (o *outbound) setSince(filter string, pos table.Cursor) {
+	if o.since == nil {
+		o.since = map[string]table.Cursor{}
+	}
+	o.since[filter] = pos
+}
+
 // garbage reports whether completion marks at or below the persisted
 // checkpoint are still waiting to be deleted.
 func (o *outbound) garbage() bool {
@@ -630,7 +658,15 @@ func (o *outbound) sessionTx() (*table.Tx, error) {
 	}
 	c.rec.Subs = c.rec.Subs[:0]
 	for _, s := range o.subs {
-		c.rec.Subs = append(c.rec.Subs, recordOf(s))
+		r := recordOf(s)
+		if since, ok := o.since[s.Filter]; ok && s.Group == "" {
+			if cp.Less(since) {
+				r.Since = &since
+			} else {
+				delete(o.since, s.Filter) // the checkpoint passed it: no message left to hold back
+			}
+		}
+		c.rec.Subs = append(c.rec.Subs, r)
 	}
 	tx := c.b.db.Begin()
 	// Marks at or below the checkpoint are garbage: drop them, at most

@@ -59,6 +59,9 @@ type subRecord struct {
 	RAP    bool   `json:"rap,omitempty"`
 	RH     byte   `json:"rh,omitempty"`
 	ID     uint32 `json:"id,omitempty"`
+	// Since is the log position a plain subscription was made at, kept
+	// while the checkpoint is below it (see outbound.since).
+	Since *table.Cursor `json:"s,omitempty"`
 }
 
 func (s subRecord) sub(client string) topic.Subscription {

@@ -21,6 +21,15 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 		existed bool
 	}
 	var added []newSub
+	// A new subscription matches the messages committed after this point
+	// only; those before it reach the client as retained messages or not
+	// at all.
+	head, err := c.b.db.Head(c.ctx)
+	if err != nil {
+		c.log.Warn("subscribe: log head", "err", err)
+		c.disconnect(packet.UnspecifiedError, "store unavailable")
+		return false
+	}
 	o.mu.Lock()
 	for i, req := range p.Subscriptions {
 		s := topic.Subscription{Client: c.client, Filter: req.Filter, QoS: byte(req.QoS), NoLocal: req.NoLocal,
@@ -45,6 +54,9 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 		}
 		if !existed {
 			o.subs = append(o.subs, s)
+			if s.Group == "" {
+				o.setSince(s.Filter, head)
+			}
 		}
 		c.b.index.Add(s)
 		added = append(added, newSub{s, existed})
@@ -118,6 +130,9 @@ func (c *conn) handleUnsubscribe(p *packet.Unsubscribe) bool {
 		for j := range o.subs {
 			if o.subs[j].Filter == filter && o.subs[j].Group == group {
 				o.subs = append(o.subs[:j], o.subs[j+1:]...)
+				if group == "" {
+					delete(o.since, filter)
+				}
 				c.b.index.Remove(c.client, group, filter)
 				ack.ReasonCodes[i] = packet.Success
 				break
