@@ -23,13 +23,13 @@ type outbound struct {
 	c      *conn
 	window int
 
-	mu       sync.Mutex
-	subs     []topic.Subscription // the session's subscriptions
+	mu   sync.Mutex
+	subs []topic.Subscription // the session's subscriptions
 	// since holds, per plain subscription filter, the log position it was
 	// made at: it matches only messages after it, so a message published
 	// before the SUBSCRIBE that the sender reaches later is not delivered
 	// (nor delivered twice with its retained copy).
-	since map[string]table.Cursor
+	since    map[string]table.Cursor
 	inflight map[uint16]*outMsg
 	resumed  map[table.Cursor]*outMsg // restored QoS 2 state awaiting its log event
 	done     map[table.Cursor]bool    // QoS 2 completed above the checkpoint
