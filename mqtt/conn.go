@@ -100,6 +100,9 @@ type ackEntry struct {
 	after func(error) error
 	then  func()
 	qos1  bool
+	// tooLarge, when set, runs instead of ending the loop when pkt is over
+	// the client's maximum packet size (an outbound PUBLISH).
+	tooLarge func()
 
 	// For Hooks: the commit's kind, the packet id, and the points reached
 	// once the commit is done and once pkt is sent.
@@ -376,6 +379,7 @@ func (c *conn) ackLoop() {
 		c.b.metrics.pipelineDepth.Add(-1)
 		err, ok, timedOut := c.waitCommit(e, timer)
 		if timedOut {
+			c.flush()
 			c.fail(fmt.Errorf("store did not complete in %v; the client will re-send", c.b.opts.StoreTimeout))
 			return
 		}
@@ -387,6 +391,7 @@ func (c *conn) ackLoop() {
 		}
 		if err != nil {
 			c.log.Warn("store failed; closing the connection", "client", c.client, "err", err)
+			c.flush() // what was acknowledged before the failure still goes out
 			c.fail(err)
 			return
 		}
@@ -397,8 +402,11 @@ func (c *conn) ackLoop() {
 			c.b.at(e.atDone, c.client, e.pi)
 		}
 		if e.pkt != nil {
-			if c.writeBuffered(e.pkt) != nil {
-				return
+			if err := c.writeBuffered(e.pkt); err != nil {
+				if !errors.Is(err, packet.ErrPacketTooLarge) || e.tooLarge == nil {
+					return
+				}
+				e.tooLarge()
 			}
 		}
 		if e.atSent != "" && c.b.opts.Hooks.At != nil {

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
@@ -29,7 +31,9 @@ type outbound struct {
 	// made at: it matches only messages after it, so a message published
 	// before the SUBSCRIBE that the sender reaches later is not delivered
 	// (nor delivered twice with its retained copy).
-	since    map[string]table.Cursor
+	since map[string]table.Cursor
+	// queued counts PUBLISHes waiting in the connection's FIFO.
+	queued   atomic.Int32
 	inflight map[uint16]*outMsg
 	resumed  map[table.Cursor]*outMsg // restored QoS 2 state awaiting its log event
 	done     map[table.Cursor]bool    // QoS 2 completed above the checkpoint
@@ -368,14 +372,12 @@ func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev
 	c.b.metrics.msgsOut[qos].Add(1)
 	c.b.metrics.bytesOut.Add(uint64(len(m.Payload)))
 	if qos == 0 {
-		err := c.writeBuffered(o.publishPacket(m, 0, 0, ids, retain, false))
-		c.b.at(PointDelivered, c.client, 0)
-		if errors.Is(err, packet.ErrPacketTooLarge) {
-			c.b.metrics.droppedTooLarge.Add(1)
+		tooLarge := func() { c.b.metrics.droppedTooLarge.Add(1) }
+		var then func()
+		if hasEv {
+			then = func() { _ = o.sub.Ack(ev) }
 		}
-		if hasEv && (err == nil || errors.Is(err, packet.ErrPacketTooLarge)) {
-			_ = o.sub.Ack(ev)
-		}
+		o.deliver(o.publishPacket(m, 0, 0, ids, retain, false), 0, nil, tooLarge, then)
 		return
 	}
 	o.mu.Lock()
@@ -390,25 +392,54 @@ func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev
 	o.inflight[pi] = om
 	o.mu.Unlock()
 	c.b.metrics.inflightOut.Add(1)
-	if qos == 2 {
-		c.flush() // the PUBLISHes before this one go out before the commit wait
-		// Durable before the PUBLISH: a reconnect or restart re-sends it
-		// with this id. In-memory deliveries too (shared subscriptions,
-		// retained messages): their exchange must also complete after a
-		// reconnect [MQTT-4.8.2-3] [MQTT-4.4.0-1].
-		if err := o.putRecord(om); err != nil {
-			c.log.Warn("record outbound QoS 2", "err", err)
-			c.fail(err)
+	p := o.publishPacket(m, pi, qos, ids, retain, dup)
+	if qos == 1 {
+		// Too large for the client: dropped, as if acknowledged [MQTT-3.1.2-25].
+		o.deliver(p, pi, nil, func() { c.b.metrics.droppedTooLarge.Add(1); o.complete(pi) }, nil)
+		return
+	}
+	// Durable before the PUBLISH: a reconnect or restart re-sends it with
+	// this id. In-memory deliveries too (shared subscriptions, retained
+	// messages): their exchange must also complete after a reconnect
+	// [MQTT-4.8.2-3] [MQTT-4.4.0-1].
+	h, err := o.submitRecord(om)
+	if err != nil {
+		c.log.Warn("record outbound QoS 2", "err", err)
+		c.fail(err)
+		return
+	}
+	o.deliver(p, pi, h, func() { c.b.metrics.droppedTooLarge.Add(1); o.finishQoS2(om) }, nil)
+}
+
+// deliver writes p once h (if any) completed; tooLarge runs instead when
+// p is over the client's maximum packet size, then after it.
+//
+// A PUBLISH that waits for its commit (QoS 2: the outbound record) waits
+// in the connection's FIFO, so the sender goes on to the next message and
+// the records of many deliveries share one sync. While any such PUBLISH
+// waits there, the others queue behind it: the client sees them in the
+// order the sender took them.
+func (o *outbound) deliver(p *packet.Publish, pi uint16, h *engine.Handle, tooLarge, after func()) {
+	c := o.c
+	if h == nil && o.queued.Load() == 0 {
+		if err := c.writeBuffered(p); errors.Is(err, packet.ErrPacketTooLarge) {
+			tooLarge()
+		} else if err != nil {
 			return
 		}
+		c.b.at(PointDelivered, c.client, pi)
+		if after != nil {
+			after()
+		}
+		return
 	}
-	err := c.writeBuffered(o.publishPacket(m, pi, qos, ids, retain, dup))
-	c.b.at(PointDelivered, c.client, pi)
-	if errors.Is(err, packet.ErrPacketTooLarge) {
-		// Too large for the client: dropped, as if acknowledged [MQTT-3.1.2-25].
-		c.b.metrics.droppedTooLarge.Add(1)
-		o.complete(pi)
-	}
+	o.queued.Add(1)
+	c.push(ackEntry{pkt: p, h: h, atSent: PointDelivered, pi: pi, tooLarge: tooLarge, then: func() {
+		o.queued.Add(-1)
+		if after != nil {
+			after()
+		}
+	}})
 }
 
 func (o *outbound) allocPI() uint16 {
@@ -453,19 +484,20 @@ func (o *outbound) publishPacket(m *Message, pi uint16, qos byte, ids []uint32, 
 	return p
 }
 
-func (o *outbound) putRecord(om *outMsg) error {
+// submitRecord starts the commit of om's outbound record.
+func (o *outbound) submitRecord(om *outMsg) (*engine.Handle, error) {
 	enc, err := om.msg.MarshalBinary()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	v, err := json.Marshal(outRecord{PI: om.pi, State: om.state, Pos: om.pos, Msg: enc})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	tx := o.c.b.db.Begin()
 	tx.PutState(tableOut, slotID(o.c.client, om.pi), v)
 	om.rec = true
-	return tx.Commit(o.c.ctx)
+	return tx.Submit(o.c.ctx)
 }
 
 func (o *outbound) puback(pi uint16) {
