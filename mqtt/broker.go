@@ -44,8 +44,8 @@ const (
 	tableRetained = "mqtt.retained" // id = topic
 	tableSessions = "mqtt.sessions" // id = client id
 	tableStaged   = "mqtt.qos2in"   // id = client id, NUL, packet id: staged inbound QoS 2
-	tableOut      = "mqtt.out"      // id = client id, NUL, packet id: outbound QoS 2 in flight
-	tableDone     = "mqtt.q2done"   // id = client id, NUL, cursor: outbound QoS 2 completed above the checkpoint
+	tableOut      = "mqtt.out"      // id = client id, NUL, packet id: outbound QoS 2 in flight (unchecked state)
+	tableDone     = "mqtt.q2done"   // id = client id, NUL, cursor: outbound QoS 2 completed above the checkpoint (unchecked state)
 )
 
 // Options configures a Broker. Zero values take the documented defaults.

@@ -495,7 +495,7 @@ func (o *outbound) submitRecord(om *outMsg) (*engine.Handle, error) {
 		return nil, err
 	}
 	tx := o.c.b.db.Begin()
-	tx.PutState(tableOut, slotID(o.c.client, om.pi), v)
+	tx.PutStateUnchecked(tableOut, slotID(o.c.client, om.pi), v)
 	om.rec = true
 	return tx.Submit(o.c.ctx)
 }
@@ -561,7 +561,7 @@ func (o *outbound) pubrec(p *packet.Pubrec) bool {
 	enc, _ := om.msg.MarshalBinary()
 	v, _ := json.Marshal(outRecord{PI: om.pi, State: outPubrec, Pos: om.pos, Msg: enc})
 	tx := c.b.db.Begin()
-	tx.PutState(tableOut, slotID(c.client, om.pi), v)
+	tx.PutStateUnchecked(tableOut, slotID(c.client, om.pi), v)
 	h, err := c.submit(tx)
 	if err != nil {
 		return false
@@ -588,8 +588,8 @@ func (o *outbound) finishQoS2(om *outMsg) {
 		return
 	}
 	tx := c.b.db.Begin()
-	tx.DeleteState(tableOut, slotID(c.client, om.pi))
-	tx.PutState(tableDone, c.client+slotSep+om.pos.String(), nil)
+	tx.DeleteStateUnchecked(tableOut, slotID(c.client, om.pi))
+	tx.PutStateUnchecked(tableDone, c.client+slotSep+om.pos.String(), nil)
 	h, err := tx.Submit(c.ctx)
 	if err != nil {
 		c.fail(err)
@@ -710,7 +710,7 @@ func (o *outbound) sessionTx() (*table.Tx, error) {
 			break
 		}
 		if !cp.Less(pos) {
-			tx.DeleteState(tableDone, c.client+slotSep+pos.String())
+			tx.DeleteStateUnchecked(tableDone, c.client+slotSep+pos.String())
 			delete(o.done, pos)
 			n++
 		}

@@ -81,3 +81,60 @@ func TestStateWritesLeaveNoLogOrTombstone(t *testing.T) {
 		t.Fatalf("tables = %+v, %v", ts, err)
 	}
 }
+
+// TestUncheckedStateWrites: PutStateUnchecked is readable like PutState,
+// invisible to preconditions, and DeleteStateUnchecked removes it without
+// a trace.
+func TestUncheckedStateWrites(t *testing.T) {
+	ctx := t.Context()
+	e, err := engine.Open(ctx, "pebble", engine.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	db, err := table.Open(ctx, e, table.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	tx := db.Begin()
+	tx.PutStateUnchecked("out", "slot", []byte("v1"))
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := db.Get(ctx, "out", "slot")
+	if err != nil || string(rec.Value) != "v1" || rec.Version == 0 {
+		t.Fatalf("get = %+v, %v", rec, err)
+	}
+	tx = db.Begin()
+	tx.ExpectVersion("out", "slot", rec.Version)
+	tx.PutStateUnchecked("out", "slot", []byte("v2"))
+	if err := tx.Commit(ctx); !errors.Is(err, engine.ErrConflict) {
+		t.Fatalf("a version check on unchecked state: %v, want a conflict (no version kept)", err)
+	}
+	tx = db.Begin()
+	tx.ExpectAbsent("out", "slot")
+	tx.PutStateUnchecked("out", "slot", []byte("v3"))
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("an absence check on unchecked state: %v, want it to pass", err)
+	}
+	if rec, err := db.Get(ctx, "out", "slot"); err != nil || string(rec.Value) != "v3" {
+		t.Fatalf("get = %+v, %v", rec, err)
+	}
+	tx = db.Begin()
+	tx.DeleteStateUnchecked("out", "slot")
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Get(ctx, "out", "slot"); !errors.Is(err, table.ErrNotFound) {
+		t.Fatalf("get after DeleteStateUnchecked: %v", err)
+	}
+	ts, err := db.Tables(ctx)
+	if err != nil || len(ts) != 0 {
+		t.Fatalf("tables after DeleteStateUnchecked = %+v, %v", ts, err)
+	}
+	st, err := db.LogStats(ctx)
+	if err != nil || st.Entries != 0 {
+		t.Fatalf("unchecked state writes: log %+v, %v; want no entries", st, err)
+	}
+}

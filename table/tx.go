@@ -92,8 +92,10 @@ const opLoadFirst Op = 0xff
 
 // Internal ops of state writes (see PutState).
 const (
-	opPutState    Op = 0xfe
-	opDeleteState Op = 0xfd
+	opPutState             Op = 0xfe
+	opDeleteState          Op = 0xfd
+	opPutStateUnchecked    Op = 0xfc
+	opDeleteStateUnchecked Op = 0xfb
 )
 
 // PutState sets table/id to value without a change-log entry. It is for
@@ -110,6 +112,22 @@ func (tx *Tx) PutState(table, id string, value []byte) error {
 // PutState.
 func (tx *Tx) DeleteState(table, id string) error {
 	return tx.add(write{op: opDeleteState, table: table, id: id}, validID(table, id))
+}
+
+// PutStateUnchecked is PutState for state that no transaction ever checks:
+// it writes the record alone, one engine entry where PutState writes two,
+// so ExpectVersion and ExpectAbsent see table/id as absent. Get and Range
+// see it like a Put. For state written once or twice per message (a
+// broker's outbound delivery records), where that entry is a real share
+// of the store's work.
+func (tx *Tx) PutStateUnchecked(table, id string, value []byte) error {
+	return tx.add(write{op: opPutStateUnchecked, table: table, id: id, value: value}, validID(table, id))
+}
+
+// DeleteStateUnchecked removes what PutStateUnchecked wrote, in one engine
+// entry.
+func (tx *Tx) DeleteStateUnchecked(table, id string) error {
+	return tx.add(write{op: opDeleteStateUnchecked, table: table, id: id}, validID(table, id))
 }
 
 // Mark appends a control entry to table's log: it occupies a log position
@@ -188,6 +206,10 @@ func (tx *Tx) Submit(ctx context.Context) (*engine.Handle, error) {
 		case opDeleteState:
 			b.Delete(dataKey(kindRecord, w.table, w.id))
 			b.Delete(dataKey(kindVersion, w.table, w.id))
+		case opPutStateUnchecked:
+			b.Put(dataKey(kindRecord, w.table, w.id), encodeRecord(v, false, w.value))
+		case opDeleteStateUnchecked:
+			b.Delete(dataKey(kindRecord, w.table, w.id))
 		}
 		switch w.op {
 		case OpPut, OpDelete, OpMessage, OpMark:
