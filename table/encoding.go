@@ -93,9 +93,12 @@ func encodeRecord(v Version, deleted bool, value []byte) []byte {
 	if deleted {
 		b[1] = flagDeleted
 	}
-	binary.BigEndian.PutUint64(b[2:], uint64(v))
+	binary.BigEndian.PutUint64(b[recordVersionAt:], uint64(v))
 	return append(b, value...)
 }
+
+// recordVersionAt is the offset of the version in an encoded record.
+const recordVersionAt = 2
 
 func decodeRecord(table, id string, b []byte) (Record, error) {
 	if len(b) < recordHdrSize || b[0] != recordFormat {
@@ -114,14 +117,21 @@ func encodeVersion(v Version) []byte { return binary.BigEndian.AppendUint64(nil,
 const entryFormat = 1
 
 func encodeEntry(op Op, table, id string, v Version, value []byte) []byte {
+	b, _ := encodeEntryAt(op, table, id, v, value)
+	return b
+}
+
+// encodeEntryAt is encodeEntry that also returns the version's offset.
+func encodeEntryAt(op Op, table, id string, v Version, value []byte) ([]byte, int) {
 	b := make([]byte, 0, 2+2*binary.MaxVarintLen16+len(table)+len(id)+8+len(value))
 	b = append(b, entryFormat, byte(op))
 	b = binary.AppendUvarint(b, uint64(len(table)))
 	b = append(b, table...)
 	b = binary.AppendUvarint(b, uint64(len(id)))
 	b = append(b, id...)
+	at := len(b)
 	b = binary.BigEndian.AppendUint64(b, uint64(v))
-	return append(b, value...)
+	return append(b, value...), at
 }
 
 // logEntry is one decoded change-log entry. Entries are shared between

@@ -2,6 +2,7 @@ package table
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 
 	"github.com/tidemark-io/tidemark/engine"
@@ -184,6 +185,52 @@ func (tx *Tx) Submit(ctx context.Context) (*engine.Handle, error) {
 	if len(tx.writes) == 0 && len(tx.checks) == 0 {
 		return nil, fmt.Errorf("table: submit: %w", engine.ErrEmptyBatch)
 	}
+	// The batch is encoded before the lock, with the version left blank:
+	// every commit of the DB passes through the lock, so it holds only
+	// what must happen in version order.
+	b := &engine.Batch{Checks: tx.checks}
+	stamps := make([][]byte, 0, 2*len(tx.writes))
+	record := func(deleted bool, value []byte) []byte {
+		r := encodeRecord(0, deleted, value)
+		stamps = append(stamps, r[recordVersionAt:recordVersionAt+8])
+		return r
+	}
+	version := func() []byte {
+		r := encodeVersion(0)
+		stamps = append(stamps, r)
+		return r
+	}
+	entry := func(op Op, table, id string, value []byte) []byte {
+		r, at := encodeEntryAt(op, table, id, 0, value)
+		stamps = append(stamps, r[at:at+8])
+		return r
+	}
+	for _, w := range tx.writes {
+		switch w.op {
+		case OpPut, OpReload, opLoadFirst:
+			b.Put(dataKey(kindRecord, w.table, w.id), record(false, w.value))
+			b.Put(dataKey(kindVersion, w.table, w.id), version())
+		case OpDelete:
+			b.Put(dataKey(kindRecord, w.table, w.id), record(true, nil))
+			b.Delete(dataKey(kindVersion, w.table, w.id))
+		case opPutState:
+			b.Put(dataKey(kindRecord, w.table, w.id), record(false, w.value))
+			b.Put(dataKey(kindVersion, w.table, w.id), version())
+		case opDeleteState:
+			b.Delete(dataKey(kindRecord, w.table, w.id))
+			b.Delete(dataKey(kindVersion, w.table, w.id))
+		case opPutStateUnchecked:
+			b.Put(dataKey(kindRecord, w.table, w.id), record(false, w.value))
+		case opDeleteStateUnchecked:
+			b.Delete(dataKey(kindRecord, w.table, w.id))
+		}
+		switch w.op {
+		case OpPut, OpDelete, OpMessage, OpMark:
+			b.Append(entry(w.op, w.table, w.id, w.value))
+		case opLoadFirst:
+			b.Append(entry(OpReload, w.table, "", nil))
+		}
+	}
 	db := tx.db
 	db.mu.Lock()
 	defer db.mu.Unlock()
@@ -191,32 +238,8 @@ func (tx *Tx) Submit(ctx context.Context) (*engine.Handle, error) {
 		return nil, ErrClosed
 	}
 	v := Version(db.hlc.Next())
-	b := &engine.Batch{Checks: tx.checks}
-	for _, w := range tx.writes {
-		switch w.op {
-		case OpPut, OpReload, opLoadFirst:
-			b.Put(dataKey(kindRecord, w.table, w.id), encodeRecord(v, false, w.value))
-			b.Put(dataKey(kindVersion, w.table, w.id), encodeVersion(v))
-		case OpDelete:
-			b.Put(dataKey(kindRecord, w.table, w.id), encodeRecord(v, true, nil))
-			b.Delete(dataKey(kindVersion, w.table, w.id))
-		case opPutState:
-			b.Put(dataKey(kindRecord, w.table, w.id), encodeRecord(v, false, w.value))
-			b.Put(dataKey(kindVersion, w.table, w.id), encodeVersion(v))
-		case opDeleteState:
-			b.Delete(dataKey(kindRecord, w.table, w.id))
-			b.Delete(dataKey(kindVersion, w.table, w.id))
-		case opPutStateUnchecked:
-			b.Put(dataKey(kindRecord, w.table, w.id), encodeRecord(v, false, w.value))
-		case opDeleteStateUnchecked:
-			b.Delete(dataKey(kindRecord, w.table, w.id))
-		}
-		switch w.op {
-		case OpPut, OpDelete, OpMessage, OpMark:
-			b.Append(encodeEntry(w.op, w.table, w.id, v, w.value))
-		case opLoadFirst:
-			b.Append(encodeEntry(OpReload, w.table, "", v, nil))
-		}
+	for _, st := range stamps {
+		binary.BigEndian.PutUint64(st, uint64(v))
 	}
 	// The head hint keeps versions monotonic across restarts and lets
 	// Open find the log's end without reading the whole log.

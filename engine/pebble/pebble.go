@@ -183,13 +183,17 @@ func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error
 	}
 	pb := d.pdb.NewBatch()
 	for i := range b.Ops {
+		// Keys and values go straight into the batch's buffer.
 		op := &b.Ops[i]
-		k := kvlog.DataKey(make([]byte, 0, len(op.Key)+1), op.Key)
+		var dop *pebble.DeferredBatchOp
 		if op.Kind == engine.OpPut {
-			_ = pb.Set(k, op.Value, nil)
+			dop = pb.SetDeferred(len(op.Key)+1, len(op.Value))
+			copy(dop.Value, op.Value)
 		} else {
-			_ = pb.Delete(k, nil)
+			dop = pb.DeleteDeferred(len(op.Key) + 1)
 		}
+		kvlog.DataKey(dop.Key[:0], op.Key)
+		_ = dop.Finish()
 	}
 
 	d.mu.Lock()
