@@ -408,7 +408,7 @@ func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev
 		c.fail(err)
 		return
 	}
-	o.deliver(p, pi, h, func() { c.b.metrics.droppedTooLarge.Add(1); o.finishQoS2(om) }, nil)
+	o.deliver(p, pi, h, func() { c.b.metrics.droppedTooLarge.Add(1); o.finishQoS2(om, true) }, nil)
 }
 
 // deliver writes p once h (if any) completed; tooLarge runs instead when
@@ -551,7 +551,7 @@ func (o *outbound) pubrec(p *packet.Pubrec) bool {
 		return c.push(ackEntry{pkt: rel})
 	}
 	if p.ReasonCode.IsError() {
-		o.finishQoS2(om) // the client refused it: the exchange ends [MQTT-4.3.3-4 in 5.0]
+		o.finishQoS2(om, false) // the client refused it: the exchange ends [MQTT-4.3.3-4 in 5.0]
 		return true
 	}
 	om.state = outPubrec
@@ -576,12 +576,14 @@ func (o *outbound) pubcomp(pi uint16) {
 	if om == nil || om.qos != 2 || om.state != outPubrec {
 		return
 	}
-	o.finishQoS2(om)
+	o.finishQoS2(om, false)
 }
 
 // finishQoS2 deletes the outbound record and marks the message done above
-// the checkpoint in one commit, then completes the exchange.
-func (o *outbound) finishQoS2(om *outMsg) {
+// the checkpoint in one commit, then completes the exchange: through the
+// connection's FIFO, or, from the ack loop itself (inLoop), which must not
+// wait on its own FIFO, from a goroutine of its own.
+func (o *outbound) finishQoS2(om *outMsg, inLoop bool) {
 	c := o.c
 	if !om.rec {
 		o.complete(om.pi)
@@ -598,6 +600,10 @@ func (o *outbound) finishQoS2(om *outMsg) {
 	o.mu.Lock()
 	o.done[om.pos] = true
 	o.mu.Unlock()
+	if !inLoop {
+		c.push(ackEntry{h: h, then: func() { o.complete(om.pi) }})
+		return
+	}
 	go func() {
 		if _, err := h.Wait(c.ctx); err == nil {
 			o.complete(om.pi)
