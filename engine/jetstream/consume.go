@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 	"github.com/tidemark-io/tidemark/engine"
 )
 
@@ -164,8 +165,14 @@ func (d *db) onMsg(m jetstream.Msg) {
 		v.workFloorSeq = seq
 	}
 	v.workSeq = seq
-	batchID := h.Get("Nats-Batch-Id")
-	end := h.Get(hdrEnd) != ""
+	// A batch's id is the server's batch header; a commit published as
+	// one plain message carries its id in hdrEnd instead ("1" on a batch).
+	batchID := h.Get(jetstreamext.BatchIDHeader)
+	endVal := h.Get(hdrEnd)
+	end := endVal != ""
+	if batchID == "" && end && endVal != "1" {
+		batchID = endVal
+	}
 	if !end && batchID != "" && md.NumPending > 0 {
 		return
 	}

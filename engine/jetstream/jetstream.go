@@ -42,8 +42,11 @@
 // applies entirely or not at all) and completes their handles, in
 // submission order, once the batch is acknowledged and applied to the
 // local index. Gathering is what makes it fast: an atomic batch costs about
-// three fsyncs whatever its size. Within a batch only the last write of a
-// key is sent. Expect and ExpectAbsent are checked against the index and
+// three fsyncs whatever its size (on an R1 file stream the server stages
+// each batch in a new file store). A group that comes down to a single
+// message goes as a plain publish instead, which is atomic by itself,
+// checks the same expected sequence and costs no staging. Within a group
+// only the last write of a key is sent. Expect and ExpectAbsent are checked against the index and
 // sent as the key's expected last subject sequence, so the server rejects
 // the batch if another node changed the key in the meantime; the engine
 // then catches up with the stream, fails the commits whose checks no
@@ -95,7 +98,8 @@
 // server's max_payload (8 MiB on the embedded server; values near
 // engine.MaxValueSize need that on an external server too). A commit whose
 // acknowledgement is lost (a timeout, a lost connection, a leader change)
-// is looked up in the stream by its batch id after catching up: found, it
+// is looked up in the stream by its id (the batch id, or on a plain
+// publish the id in its Tidemark-End header) after catching up: found, it
 // completes normally; not found, its handle fails with the transport
 // error. Such a batch could still land afterwards only if a server held
 // it unapplied past the catch-up, so a caller must treat that failure as
@@ -104,12 +108,14 @@ package jetstream
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -138,7 +144,7 @@ func init() {
 // Header names the engine stores on its messages.
 const (
 	hdrOp  = "Tidemark-Op"  // "del" on a delete marker
-	hdrEnd = "Tidemark-End" // on the last message of each commit batch
+	hdrEnd = "Tidemark-End" // on the last message of each group: "1" on a batch, the commit id on a plain publish
 )
 
 // opTimeout bounds one request to the server.
@@ -175,6 +181,9 @@ type db struct {
 
 	inflightMu     sync.Mutex
 	inflightCancel context.CancelFunc // the publish awaiting an answer
+
+	engineID  string        // tells this engine's commit ids from other engines'
+	commitSeq atomic.Uint64 // numbers the commit ids of plain publishes
 }
 
 // cancelInflight gives up on the acknowledgement of the batch in flight;
@@ -225,6 +234,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		maxBatch:      maxBatch,
 		wake:          make(chan struct{}, 1),
 		committerDone: make(chan struct{}),
+		engineID:      newEngineID(),
 	}
 	d.view.init()
 	if url == "" {
@@ -324,6 +334,14 @@ func (d *db) isClosed() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.closed
+}
+
+// newEngineID returns a random id that tells this engine's commit ids
+// from those of every other engine on the stream.
+func newEngineID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 func (d *db) dataSubject(key []byte) string {
