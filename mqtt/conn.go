@@ -19,6 +19,10 @@ import (
 // errTakenOver ends a connection whose client id connected again.
 var errTakenOver = errors.New("mqtt: session taken over")
 
+// errGroupFailed reports that the read loop's pending group could not be
+// submitted; the connection is ending.
+var errGroupFailed = errors.New("mqtt: pending commit failed")
+
 // conn is one client connection. The read loop owns the inbound QoS 2
 // exchange map and the alias table; the ack loop owns the order of
 // acknowledgements; writes from any goroutine go through write.
@@ -26,6 +30,7 @@ type conn struct {
 	b   *Broker
 	nc  net.Conn
 	rd  *packet.Reader
+	br  *bufio.Reader // rd's buffer
 	log *slog.Logger
 
 	wmu      sync.Mutex
@@ -50,7 +55,7 @@ type conn struct {
 	copyBytes int
 	// pendingQoS2 counts inbound QoS 2 exchanges not yet released.
 	pendingQoS2 int
-	last        *engine.Handle // the latest commit this connection submitted
+	grp         group // writes of the packets read so far, not yet submitted
 	aliases     map[uint16]string
 
 	rec       sessionRecord
@@ -114,9 +119,10 @@ type ackEntry struct {
 func newConn(b *Broker, nc net.Conn) *conn {
 	ctx, cancel := context.WithCancel(b.ctx)
 	bw := bufio.NewWriterSize(nc, 32<<10)
+	br := bufio.NewReaderSize(nc, 32<<10)
 	c := &conn{
 		b: b, nc: nc, log: b.log.With("remote", nc.RemoteAddr().String()),
-		rd: packet.NewReader(bufio.NewReaderSize(nc, 32<<10), b.opts.MaxPacketSize),
+		rd: packet.NewReader(br, b.opts.MaxPacketSize), br: br,
 		bw: bw, w: packet.NewWriter(bw, packet.V311),
 		ctx: ctx, cancel: cancel,
 		// With the entry the ack loop waits for, the FIFO holds one receive
@@ -272,6 +278,9 @@ func (c *conn) readLoop() {
 		if c.ctx.Err() != nil {
 			return
 		}
+		if !c.packetReady() && !c.flushGroup() {
+			return
+		}
 	}
 }
 
@@ -340,6 +349,9 @@ func (c *conn) handleDisconnect(p *packet.Disconnect) {
 	} else {
 		c.sendWill = false
 	}
+	// What was read before the DISCONNECT is committed as it would have
+	// been without it; the acknowledgements may not reach the client.
+	c.flushGroup()
 	c.fail(io.EOF)
 }
 

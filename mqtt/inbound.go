@@ -61,18 +61,10 @@ func (c *conn) handlePublish(p *packet.Publish) bool {
 		c.b.publishQoS0(c.ctx, m)
 		return true
 	case packet.QoS1:
-		tx := c.b.db.Begin()
-		if err := addMessage(tx, m); err != nil {
-			c.disconnect(packet.UnspecifiedError, err.Error())
-			return false
-		}
 		c.b.beforeSubmit(KindPublish, c.client)
-		h, err := c.submit(tx)
-		if err != nil {
-			return false
-		}
 		c.inQoS1.Add(1)
-		return c.push(ackEntry{pkt: &packet.Puback{PacketID: p.PacketID}, h: h, qos1: true, kind: KindPublish, pi: p.PacketID})
+		return c.later(func(tx *table.Tx) error { return addMessage(tx, m) },
+			ackEntry{pkt: &packet.Puback{PacketID: p.PacketID}, qos1: true, kind: KindPublish, pi: p.PacketID})
 	default:
 		return c.publishQoS2(p, m)
 	}
@@ -80,15 +72,14 @@ func (c *conn) handlePublish(p *packet.Publish) bool {
 
 func (c *conn) pendingExchanges() int { return c.pendingQoS2 }
 
-// submit starts a commit and remembers it as the connection's latest.
-func (c *conn) submit(tx *table.Tx) (*engine.Handle, error) {
+// submitNow starts a commit.
+func (c *conn) submitNow(tx *table.Tx) (*engine.Handle, error) {
 	h, err := tx.Submit(c.ctx)
 	if err != nil {
 		c.log.Warn("submit failed", "err", err)
 		c.disconnect(packet.UnspecifiedError, "store unavailable")
 		return nil, err
 	}
-	c.last = h
 	return h, nil
 }
 
@@ -101,7 +92,7 @@ func (c *conn) publishQoS2(p *packet.Publish, m *Message) bool {
 		// A re-sent PUBLISH of a pending exchange: no second store, which
 		// could land after the release and leave a stray copy; still owed
 		// its PUBREC.
-		return c.push(ackEntry{pkt: &packet.Pubrec{PacketID: pi}, pi: pi, atSent: PointPubrecSent})
+		return c.ack(ackEntry{pkt: &packet.Pubrec{PacketID: pi}, pi: pi, atSent: PointPubrecSent})
 	}
 	if ex != nil {
 		delete(c.exchanges, pi) // a new publication on a released id
@@ -132,7 +123,7 @@ func (c *conn) publishQoS2(p *packet.Publish, m *Message) bool {
 		c.copyBytes += len(enc)
 	}
 	c.exchanges[pi] = ex
-	return c.push(ackEntry{pkt: &packet.Pubrec{PacketID: pi}, h: h, after: func(err error) error {
+	return c.ack(ackEntry{pkt: &packet.Pubrec{PacketID: pi}, h: h, after: func(err error) error {
 		if errors.Is(err, engine.ErrConflict) {
 			return nil // already staged: a duplicate, still owed its PUBREC
 		}
@@ -147,7 +138,7 @@ func (c *conn) handlePubrel(p *packet.Pubrel) bool {
 	ex := c.exchanges[pi]
 	if ex != nil && ex.released {
 		// Released already; never consult the store again for it.
-		return c.push(ackEntry{pkt: &packet.Pubcomp{PacketID: pi}, pi: pi, atSent: PointPubcompSent})
+		return c.ack(ackEntry{pkt: &packet.Pubcomp{PacketID: pi}, pi: pi, atSent: PointPubcompSent})
 	}
 	if ex != nil {
 		// Staged by this connection: the read below must see the staging
@@ -173,7 +164,7 @@ func (c *conn) handlePubrel(p *packet.Pubrel) bool {
 		if c.version == packet.V5 {
 			comp.ReasonCode = packet.PacketIdentifierNotFound
 		}
-		return c.push(ackEntry{pkt: comp, pi: pi, atSent: PointPubcompSent})
+		return c.ack(ackEntry{pkt: comp, pi: pi, atSent: PointPubcompSent})
 	}
 	if err != nil {
 		c.disconnect(packet.UnspecifiedError, "store unavailable")
@@ -216,7 +207,7 @@ func (c *conn) release(pi uint16, m *Message, version table.Version) bool {
 	}
 	c.forget(pi)
 	c.exchanges[pi] = &exchange{released: true}
-	return c.push(ackEntry{pkt: &packet.Pubcomp{PacketID: pi}, h: h, after: func(err error) error {
+	return c.ack(ackEntry{pkt: &packet.Pubcomp{PacketID: pi}, h: h, after: func(err error) error {
 		if errors.Is(err, engine.ErrConflict) {
 			return nil // released by an earlier PUBREL: deliver nothing more
 		}

@@ -548,25 +548,19 @@ func (o *outbound) pubrec(p *packet.Pubrec) bool {
 		if c.version == packet.V5 {
 			rel.ReasonCode = packet.PacketIdentifierNotFound
 		}
-		return c.push(ackEntry{pkt: rel})
+		return c.ack(ackEntry{pkt: rel})
 	}
 	if p.ReasonCode.IsError() {
-		o.finishQoS2(om, false) // the client refused it: the exchange ends [MQTT-4.3.3-4 in 5.0]
-		return true
+		return o.finishQoS2(om, false) // the client refused it: the exchange ends [MQTT-4.3.3-4 in 5.0]
 	}
 	om.state = outPubrec
 	if !om.rec {
-		return c.push(ackEntry{pkt: &packet.Pubrel{PacketID: p.PacketID}})
+		return c.ack(ackEntry{pkt: &packet.Pubrel{PacketID: p.PacketID}})
 	}
 	enc, _ := om.msg.MarshalBinary()
 	v, _ := json.Marshal(outRecord{PI: om.pi, State: outPubrec, Pos: om.pos, Msg: enc})
-	tx := c.b.db.Begin()
-	tx.PutStateUnchecked(tableOut, slotID(c.client, om.pi), v)
-	h, err := c.submit(tx)
-	if err != nil {
-		return false
-	}
-	return c.push(ackEntry{pkt: &packet.Pubrel{PacketID: p.PacketID}, h: h})
+	return c.later(func(tx *table.Tx) error { return tx.PutStateUnchecked(tableOut, slotID(c.client, om.pi), v) },
+		ackEntry{pkt: &packet.Pubrel{PacketID: p.PacketID}})
 }
 
 func (o *outbound) pubcomp(pi uint16) {
@@ -580,35 +574,43 @@ func (o *outbound) pubcomp(pi uint16) {
 }
 
 // finishQoS2 deletes the outbound record and marks the message done above
-// the checkpoint in one commit, then completes the exchange: through the
-// connection's FIFO, or, from the ack loop itself (inLoop), which must not
-// wait on its own FIFO, from a goroutine of its own.
-func (o *outbound) finishQoS2(om *outMsg, inLoop bool) {
+// the checkpoint in one commit, then completes the exchange: from the read
+// loop in its pending group, from the ack loop itself (inLoop), which must
+// not wait on its own FIFO, in a commit of its own.
+func (o *outbound) finishQoS2(om *outMsg, inLoop bool) bool {
 	c := o.c
 	if !om.rec {
 		o.complete(om.pi)
-		return
-	}
-	tx := c.b.db.Begin()
-	tx.DeleteStateUnchecked(tableOut, slotID(c.client, om.pi))
-	tx.PutStateUnchecked(tableDone, c.client+slotSep+om.pos.String(), nil)
-	h, err := tx.Submit(c.ctx)
-	if err != nil {
-		c.fail(err)
-		return
+		return true
 	}
 	o.mu.Lock()
 	o.done[om.pos] = true
 	o.mu.Unlock()
+	write := func(tx *table.Tx) error {
+		if err := tx.DeleteStateUnchecked(tableOut, slotID(c.client, om.pi)); err != nil {
+			return err
+		}
+		return tx.PutStateUnchecked(tableDone, c.client+slotSep+om.pos.String(), nil)
+	}
 	if !inLoop {
-		c.push(ackEntry{h: h, then: func() { o.complete(om.pi) }})
-		return
+		return c.later(write, ackEntry{then: func() { o.complete(om.pi) }})
+	}
+	tx := c.b.db.Begin()
+	if err := write(tx); err != nil {
+		c.fail(err)
+		return false
+	}
+	h, err := tx.Submit(c.ctx)
+	if err != nil {
+		c.fail(err)
+		return false
 	}
 	go func() {
 		if _, err := h.Wait(c.ctx); err == nil {
 			o.complete(om.pi)
 		}
 	}()
+	return true
 }
 
 // offer queues an in-memory delivery; a full queue drops it (the

@@ -74,7 +74,7 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 	if err != nil {
 		return false
 	}
-	return c.push(ackEntry{pkt: ack, h: h, then: func() {
+	return c.ack(ackEntry{pkt: ack, h: h, then: func() {
 		for _, a := range added {
 			c.sendRetained(a.s, a.existed)
 		}
@@ -144,5 +144,5 @@ func (c *conn) handleUnsubscribe(p *packet.Unsubscribe) bool {
 	if err != nil {
 		return false
 	}
-	return c.push(ackEntry{pkt: ack, h: h, kind: KindSession})
+	return c.ack(ackEntry{pkt: ack, h: h, kind: KindSession})
 }
