@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 	"github.com/tidemark-io/tidemark/engine"
@@ -142,29 +144,17 @@ func (d *db) onMsg(m jetstream.Msg) {
 	}
 	v := &d.view
 	seq := md.Sequence.Stream
-	subj := m.Subject()
-	h := m.Headers()
-	switch {
-	case strings.HasPrefix(subj, d.dataPrefix):
-		key, err := hex.DecodeString(subj[len(d.dataPrefix):])
-		if err != nil || len(key) == 0 {
-			d.log.Error("index consumer: undecodable data subject", "subject", subj, "seq", seq)
-			break
+	v.mu.Lock()
+	if seq <= v.workSeq {
+		// Applied already: a group of this engine's own (applyOwn).
+		if md.NumPending == 0 {
+			v.markCaughtLocked()
 		}
-		v.work = v.work.with(string(key), version{seq: seq, val: m.Data(), deleted: h.Get(hdrOp) == "del"})
-	case subj == d.logSubj:
-		v.workLog = true
-		v.workLogTop = seq
-	case subj == d.floorSubj:
-		f, err := strconv.ParseUint(string(m.Data()), 10, 64)
-		if err != nil {
-			d.log.Error("index consumer: undecodable truncation floor", "seq", seq, "err", err)
-			break
-		}
-		v.workFloor = max(v.workFloor, f)
-		v.workFloorSeq = seq
+		v.mu.Unlock()
+		return
 	}
-	v.workSeq = seq
+	h := m.Headers()
+	d.applyMsgLocked(seq, m.Subject(), h, m.Data())
 	// A batch's id is the server's batch header; a commit published as
 	// one plain message carries its id in hdrEnd instead ("1" on a batch).
 	batchID := h.Get(jetstreamext.BatchIDHeader)
@@ -174,32 +164,101 @@ func (d *db) onMsg(m jetstream.Msg) {
 		batchID = endVal
 	}
 	if !end && batchID != "" && md.NumPending > 0 {
+		v.mu.Unlock()
 		return
 	}
-	v.mu.Lock()
 	if end && batchID != "" {
 		v.rememberBatch(batchID, seq)
 	}
+	notify := v.publishLocked()
+	if md.NumPending == 0 {
+		v.markCaughtLocked()
+	}
+	v.mu.Unlock()
+	if notify {
+		d.notifier.Notify()
+	}
+}
+
+// applyMsgLocked applies one stream message to the work index. v.mu held.
+func (d *db) applyMsgLocked(seq uint64, subj string, h nats.Header, data []byte) {
+	v := &d.view
+	switch {
+	case strings.HasPrefix(subj, d.dataPrefix):
+		key, err := hex.DecodeString(subj[len(d.dataPrefix):])
+		if err != nil || len(key) == 0 {
+			d.log.Error("index consumer: undecodable data subject", "subject", subj, "seq", seq)
+			break
+		}
+		v.work = v.work.with(string(key), version{seq: seq, val: data, deleted: h.Get(hdrOp) == "del"})
+	case subj == d.logSubj:
+		v.workLog = true
+		v.workLogTop = seq
+	case subj == d.floorSubj:
+		f, err := strconv.ParseUint(string(data), 10, 64)
+		if err != nil {
+			d.log.Error("index consumer: undecodable truncation floor", "seq", seq, "err", err)
+			break
+		}
+		v.workFloor = max(v.workFloor, f)
+		v.workFloorSeq = seq
+	}
+	v.workSeq = seq
+}
+
+// publishLocked makes the work index the one readers see and reports
+// whether Watch should signal now. v.mu held.
+func (v *view) publishLocked() (notify bool) {
 	v.ix = v.work
 	v.applied = v.workSeq
 	v.floor = max(v.floor, v.workFloor)
 	v.floorSeq = max(v.floorSeq, v.workFloorSeq)
 	v.logTop = max(v.logTop, v.workLogTop)
-	notify := v.workLog && !v.inflight
+	notify = v.workLog && !v.inflight
 	if v.workLog && v.inflight {
 		v.pendingNotify = true
 	}
 	v.workLog = false
-	if md.NumPending == 0 && !v.isCaught {
+	close(v.changed)
+	v.changed = make(chan struct{})
+	return notify
+}
+
+func (v *view) markCaughtLocked() {
+	if !v.isCaught {
 		v.isCaught = true
 		close(v.caught)
 	}
-	close(v.changed)
-	v.changed = make(chan struct{})
-	v.mu.Unlock()
-	if notify {
-		d.notifier.Notify()
+}
+
+// applyOwn applies a group this engine published, which the stream
+// acknowledged at sequences first to first+len(msgs)-1, straight to the
+// index, and reports whether it could: only when the index stands right
+// before the group (so it stays a prefix of the stream). The consumer
+// then skips those messages when they arrive. It saves the committer waiting for the consumer to bring its
+// own writes back before it completes their handles.
+func (d *db) applyOwn(first uint64, msgs []*nats.Msg, id string) bool {
+	v := &d.view
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	last := first + uint64(len(msgs)) - 1
+	if v.closed || first == 0 || v.applied != first-1 || v.workSeq > last {
+		return false
 	}
+	// The consumer may have started on the group: its work index then
+	// holds a prefix of it, and the rest goes on top.
+	for i, m := range msgs {
+		if seq := first + uint64(i); seq > v.workSeq {
+			// The index keeps values past the handle's completion, when
+			// the caller may reuse the batch's slices.
+			d.applyMsgLocked(seq, m.Subject, m.Header, bytes.Clone(m.Data))
+		}
+	}
+	if id != "" {
+		v.rememberBatch(id, v.workSeq)
+	}
+	v.publishLocked() // the committer is in flight: it signals Watch itself
+	return true
 }
 
 // waitApplied blocks until the index includes stream sequence seq.

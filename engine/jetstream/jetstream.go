@@ -46,7 +46,14 @@
 // each batch in a new file store). A group that comes down to a single
 // message goes as a plain publish instead, which is atomic by itself,
 // checks the same expected sequence and costs no staging. Within a group
-// only the last write of a key is sent. Expect and ExpectAbsent are checked against the index and
+// only the last write of a key is sent. After a group of several commits
+// the committer waits a little (a quarter of the time the group took, at
+// most 3ms) for as many commits to queue again before it sends the next:
+// the callers of a group tend to follow up at once (a broker releasing
+// what it staged, clients sending their next message), and one batch
+// costs the server far less than two. The committer applies its own
+// acknowledged batch to the index itself when the index stands right
+// before it, instead of waiting for the consumer to bring it back. Expect and ExpectAbsent are checked against the index and
 // sent as the key's expected last subject sequence, so the server rejects
 // the batch if another node changed the key in the meantime; the engine
 // then catches up with the stream, fails the commits whose checks no
