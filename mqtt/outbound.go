@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
@@ -32,8 +31,11 @@ type outbound struct {
 	// before the SUBSCRIBE that the sender reaches later is not delivered
 	// (nor delivered twice with its retained copy).
 	since map[string]table.Cursor
-	// queued counts PUBLISHes waiting in the connection's FIFO.
-	queued   atomic.Int32
+	// queued counts PUBLISHes waiting in grp or the connection's FIFO.
+	queued atomic.Int32
+	// grp holds the records of QoS 2 deliveries not yet committed
+	// (sender only; see flushGroup).
+	grp      group
 	inflight map[uint16]*outMsg
 	resumed  map[table.Cursor]*outMsg // restored QoS 2 state awaiting its log event
 	done     map[table.Cursor]bool    // QoS 2 completed above the checkpoint
@@ -240,8 +242,10 @@ func (o *outbound) run() {
 			return
 		}
 		if len(o.sub.Events()) == 0 && len(o.direct) == 0 {
-			// About to wait: the PUBLISHes written so far go out in one
+			// About to wait: the records taken so far are committed
+			// together and the PUBLISHes written so far go out in one
 			// flush.
+			o.flushGroup()
 			c.flush()
 		}
 		select {
@@ -279,6 +283,7 @@ func (o *outbound) waitWindow() bool {
 		if n < o.window {
 			return true
 		}
+		o.flushGroup()
 		o.c.flush()
 		select {
 		case <-o.freed:
@@ -377,7 +382,7 @@ func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev
 		if hasEv {
 			then = func() { _ = o.sub.Ack(ev) }
 		}
-		o.deliver(o.publishPacket(m, 0, 0, ids, retain, false), 0, nil, tooLarge, then)
+		o.deliver(o.publishPacket(m, 0, 0, ids, retain, false), 0, tooLarge, then)
 		return
 	}
 	o.mu.Lock()
@@ -395,33 +400,67 @@ func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev
 	p := o.publishPacket(m, pi, qos, ids, retain, dup)
 	if qos == 1 {
 		// Too large for the client: dropped, as if acknowledged [MQTT-3.1.2-25].
-		o.deliver(p, pi, nil, func() { c.b.metrics.droppedTooLarge.Add(1); o.complete(pi) }, nil)
+		o.deliver(p, pi, func() { c.b.metrics.droppedTooLarge.Add(1); o.complete(pi) }, nil)
 		return
 	}
 	// Durable before the PUBLISH: a reconnect or restart re-sends it with
 	// this id. In-memory deliveries too (shared subscriptions, retained
 	// messages): their exchange must also complete after a reconnect
 	// [MQTT-4.8.2-3] [MQTT-4.4.0-1].
-	h, err := o.submitRecord(om)
+	if err := o.addRecord(om); err != nil {
+		c.log.Warn("record outbound QoS 2", "err", err)
+		c.fail(err)
+		return
+	}
+	// Its PUBLISH waits in the group, then in the connection's FIFO, for
+	// the commit of the record.
+	o.queued.Add(1)
+	o.grp.entries = append(o.grp.entries, ackEntry{pkt: p, atSent: PointDelivered, pi: pi,
+		tooLarge: func() { c.b.metrics.droppedTooLarge.Add(1); o.finishQoS2(om, true) },
+		then:     func() { o.queued.Add(-1) }})
+	if len(o.grp.entries) >= maxGroup {
+		o.flushGroup()
+	}
+}
+
+// flushGroup submits the records of the QoS 2 deliveries taken since the
+// last flush in one commit and queues their PUBLISHes behind it. Sender
+// only: it runs before the sender waits for anything and before a
+// delivery that does not wait for a commit.
+func (o *outbound) flushGroup() {
+	if o.grp.tx == nil {
+		return
+	}
+	c := o.c
+	tx, entries := o.grp.tx, o.grp.entries
+	o.grp.tx, o.grp.entries = nil, o.grp.entries[:0]
+	h, err := tx.Submit(c.ctx)
 	if err != nil {
 		c.log.Warn("record outbound QoS 2", "err", err)
 		c.fail(err)
 		return
 	}
-	o.deliver(p, pi, h, func() { c.b.metrics.droppedTooLarge.Add(1); o.finishQoS2(om, true) }, nil)
+	for _, e := range entries {
+		e.h = h
+		if !c.push(e) {
+			return
+		}
+	}
 }
 
-// deliver writes p once h (if any) completed; tooLarge runs instead when
-// p is over the client's maximum packet size, then after it.
+// deliver writes a PUBLISH that needs no commit (QoS 0 and 1); tooLarge
+// runs instead when p is over the client's maximum packet size, then
+// after it.
 //
-// A PUBLISH that waits for its commit (QoS 2: the outbound record) waits
-// in the connection's FIFO, so the sender goes on to the next message and
-// the records of many deliveries share one sync. While any such PUBLISH
-// waits there, the others queue behind it: the client sees them in the
-// order the sender took them.
-func (o *outbound) deliver(p *packet.Publish, pi uint16, h *engine.Handle, tooLarge, after func()) {
+// A QoS 2 PUBLISH waits for the commit of its record, in the sender's
+// group and then in the connection's FIFO, so the sender goes on to the
+// next message and the records of many deliveries share one commit. While
+// any such PUBLISH waits, the others queue behind it: the client sees
+// them in the order the sender took them.
+func (o *outbound) deliver(p *packet.Publish, pi uint16, tooLarge, after func()) {
 	c := o.c
-	if h == nil && o.queued.Load() == 0 {
+	o.flushGroup()
+	if o.queued.Load() == 0 {
 		if err := c.writeBuffered(p); errors.Is(err, packet.ErrPacketTooLarge) {
 			tooLarge()
 		} else if err != nil {
@@ -434,7 +473,7 @@ func (o *outbound) deliver(p *packet.Publish, pi uint16, h *engine.Handle, tooLa
 		return
 	}
 	o.queued.Add(1)
-	c.push(ackEntry{pkt: p, h: h, atSent: PointDelivered, pi: pi, tooLarge: tooLarge, then: func() {
+	c.push(ackEntry{pkt: p, atSent: PointDelivered, pi: pi, tooLarge: tooLarge, then: func() {
 		o.queued.Add(-1)
 		if after != nil {
 			after()
@@ -484,20 +523,21 @@ func (o *outbound) publishPacket(m *Message, pi uint16, qos byte, ids []uint32, 
 	return p
 }
 
-// submitRecord starts the commit of om's outbound record.
-func (o *outbound) submitRecord(om *outMsg) (*engine.Handle, error) {
+// addRecord writes om's outbound record into the sender's pending group.
+func (o *outbound) addRecord(om *outMsg) error {
 	enc, err := om.msg.MarshalBinary()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	v, err := json.Marshal(outRecord{PI: om.pi, State: om.state, Pos: om.pos, Msg: enc})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	tx := o.c.b.db.Begin()
-	tx.PutStateUnchecked(tableOut, slotID(o.c.client, om.pi), v)
+	if o.grp.tx == nil {
+		o.grp.tx = o.c.b.db.Begin()
+	}
 	om.rec = true
-	return tx.Submit(o.c.ctx)
+	return o.grp.tx.PutStateUnchecked(tableOut, slotID(o.c.client, om.pi), v)
 }
 
 func (o *outbound) puback(pi uint16) {
