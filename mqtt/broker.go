@@ -7,7 +7,13 @@
 //     an offline session catches up by replaying from its checkpoint.
 //   - Inbound QoS 1 and 2 are pipelined: the read loop submits commits
 //     without waiting and one FIFO per connection sends PUBACK, PUBREC and
-//     PUBCOMP in packet order as the commits become durable.
+//     PUBCOMP in packet order as the commits become durable. The writes
+//     without preconditions of packets that arrive together (QoS 1
+//     messages, a subscriber's PUBREC and PUBCOMP state) share one commit,
+//     and so do the records of the QoS 2 deliveries a sender takes
+//     together; QoS 2 PUBLISHes to a subscriber wait for their record in
+//     the same FIFO, so the sender never waits for the store.
+//   - A subscription matches only messages committed after it was made.
 //   - QoS 2 PUBLISH stages the message durably (first write wins) before the
 //     PUBREC; PUBREL releases it in one atomic commit that appends it to the
 //     message log and deletes the staged copy on the condition that it is
