@@ -159,7 +159,11 @@ func (d *db) gather(n int, window time.Duration) {
 // server's batch limit turns out lower) and completes every handle.
 func (d *db) commitGroup(group []*pending) {
 	d.view.beginInflight()
-	d.publishGroup(group, 0)
+	if len(group) > 1 && allSolo(group) {
+		d.publishSolos(group)
+	} else {
+		d.publishGroup(group, 0)
+	}
 	for _, p := range group {
 		if p.err != nil {
 			p.complete(engine.Result{}, p.err)
@@ -279,6 +283,106 @@ func (d *db) publish(ctx context.Context, msgs []*nats.Msg) (last uint64, id str
 		return 0, id, fmt.Errorf("jetstream: batch acknowledged %d messages of %d", ack.BatchSize, len(msgs))
 	}
 	return ack.Sequence, id, nil
+}
+
+// solo reports whether p is one message without checks: a plain publish
+// carries it atomically, and nothing it does depends on another commit.
+func solo(p *pending) bool {
+	return len(p.b.Checks) == 0 && len(p.b.Ops)+len(p.b.Log) == 1
+}
+
+func allSolo(group []*pending) bool {
+	for _, p := range group {
+		if !solo(p) {
+			return false
+		}
+	}
+	return true
+}
+
+// publishSolos commits a group of solo commits as plain publishes, all
+// sent before the first answer is awaited, rather than as one atomic
+// batch: each is atomic by itself and none checks anything, so none
+// needs the others', and the server spares a batch's staging. The stream
+// applies them in the order sent, so log keys follow submission order.
+// One the server rejects fails on its own (it has no check, so the
+// rejection is not a conflict to decide again); one whose answer is lost
+// is looked up by its id, as a batch is. Handles complete in order as the
+// answers arrive.
+func (d *db) publishSolos(group []*pending) {
+	ix, _, closed := d.view.state()
+	if closed {
+		for _, p := range group {
+			settle(p, engine.Result{}, fmt.Errorf("jetstream: commit: %w", engine.ErrClosed))
+		}
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	pctx, pcancel := context.WithTimeout(ctx, publishTimeout)
+	defer pcancel()
+	d.inflightMu.Lock()
+	d.inflightCancel = pcancel
+	d.inflightMu.Unlock()
+	defer func() {
+		d.inflightMu.Lock()
+		d.inflightCancel = nil
+		d.inflightMu.Unlock()
+	}()
+	type sent struct {
+		pl  plan
+		id  string
+		fut jetstream.PubAckFuture
+		err error
+	}
+	out := make([]sent, len(group))
+	for i, p := range group {
+		pl := d.plan([]*pending{p}, ix)
+		id := d.engineID + "-" + strconv.FormatUint(d.commitSeq.Add(1), 36)
+		pl.msgs[0].Header.Set(hdrEnd, id)
+		fut, err := d.js.PublishMsgAsync(pl.msgs[0])
+		out[i] = sent{pl: pl, id: id, fut: fut, err: err}
+	}
+	for i, p := range group {
+		o := &out[i]
+		var seq uint64
+		err := o.err
+		if err == nil {
+			select {
+			case ack := <-o.fut.Ok():
+				seq = ack.Sequence
+			case err = <-o.fut.Err():
+			case <-pctx.Done():
+				err = fmt.Errorf("jetstream: publish: no acknowledgement: %w", pctx.Err())
+			}
+		}
+		if err != nil {
+			var apiErr *jetstream.APIError
+			if errors.As(err, &apiErr) {
+				settle(p, engine.Result{}, fmt.Errorf("jetstream: publish: %w", err))
+				p.complete(p.res, p.err)
+				continue
+			}
+			landed, ok := d.batchLanded(ctx, o.id)
+			if !ok {
+				settle(p, engine.Result{}, fmt.Errorf("jetstream: publish: no acknowledgement, and the commit was not in the stream after catching up: %w", err))
+				p.complete(p.res, p.err)
+				continue
+			}
+			seq = landed
+		}
+		if !d.applyOwn(seq, o.pl.msgs, o.id) {
+			if err := d.waitApplied(ctx, seq); err != nil {
+				d.log.Warn("committed message not yet in the local index", "seq", seq, "err", err)
+			}
+		}
+		keys := make([]engine.LogKey, len(p.b.Log))
+		if len(keys) == 1 {
+			keys[0] = engine.LogKey(seq)
+		}
+		settle(p, engine.Result{Keys: keys}, nil)
+		p.complete(p.res, nil)
+	}
 }
 
 // publishTimeout bounds the wait for one batch's acknowledgement; a

@@ -53,7 +53,11 @@
 // what it staged, clients sending their next message), and one batch
 // costs the server far less than two. The committer applies its own
 // acknowledged batch to the index itself when the index stands right
-// before it, instead of waiting for the consumer to bring it back. Expect and ExpectAbsent are checked against the index and
+// before it, instead of waiting for the consumer to bring it back. A group
+// of commits that are each one message without checks (appends or puts
+// from independent writers) goes as that many plain publishes, all sent
+// before the first answer is awaited: none depends on another, the stream
+// applies them in the order sent, and one the server rejects fails alone. Expect and ExpectAbsent are checked against the index and
 // sent as the key's expected last subject sequence, so the server rejects
 // the batch if another node changed the key in the meantime; the engine
 // then catches up with the stream, fails the commits whose checks no

@@ -44,6 +44,8 @@ func BenchmarkMQTT(b *testing.B) {
 	}
 	for _, l := range []mqttbench.Load{
 		{QoS: 1, Window: 1, Conns: 1},
+		{QoS: 1, Window: 16, Conns: 1},
+		{QoS: 1, Window: 256, Conns: 1},
 		{QoS: 2, Window: 1, Conns: 1},
 		{QoS: 2, Window: 16, Conns: 1},
 		{QoS: 2, Window: 256, Conns: 1},
