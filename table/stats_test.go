@@ -14,16 +14,7 @@ import (
 // preconditions see state records like any other.
 func TestStateWritesLeaveNoLogOrTombstone(t *testing.T) {
 	ctx := t.Context()
-	e, err := engine.Open(ctx, "pebble", engine.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	db, err := table.Open(ctx, e, table.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db, _ := openDB(t)
 	before, err := db.LogStats(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -87,16 +78,7 @@ func TestStateWritesLeaveNoLogOrTombstone(t *testing.T) {
 // a trace.
 func TestUncheckedStateWrites(t *testing.T) {
 	ctx := t.Context()
-	e, err := engine.Open(ctx, "pebble", engine.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	db, err := table.Open(ctx, e, table.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db, _ := openDB(t)
 	tx := db.Begin()
 	tx.PutStateUnchecked("out", "slot", []byte("v1"))
 	if err := tx.Commit(ctx); err != nil {
