@@ -156,7 +156,8 @@ func (d *db) gather(n int, window time.Duration) {
 }
 
 // commitGroup publishes group as one atomic batch (or several, when the
-// server's batch limit turns out lower) and completes every handle.
+// server's batch limit turns out lower; or as plain publishes, when every
+// commit is one message without checks) and completes every handle.
 func (d *db) commitGroup(group []*pending) {
 	d.view.beginInflight()
 	if len(group) > 1 && allSolo(group) {

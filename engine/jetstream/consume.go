@@ -17,9 +17,11 @@ import (
 )
 
 // view is the engine's picture of the stream, built by the index consumer.
-// Readers and the committer take the published fields under mu; the work
-// fields belong to the consumer's callback goroutine, which publishes them
-// only at batch boundaries so nobody sees part of a commit.
+// Readers and the committer take the published fields under mu. The work
+// fields, also under mu, are the index being built: the consumer's
+// callback applies messages to them and publishes them only at batch
+// boundaries so nobody sees part of a commit; the committer applies its
+// own acknowledged groups to them the same way (applyOwn).
 type view struct {
 	mu       sync.Mutex
 	ix       index
