@@ -34,6 +34,7 @@ type conn struct {
 	log *slog.Logger
 
 	wmu      sync.Mutex
+	armed    time.Time // when armWriteLocked last set the write deadline
 	bw       *bufio.Writer
 	w        *packet.Writer
 	nwriters atomic.Int32
@@ -153,6 +154,7 @@ func (c *conn) writePacket(p packet.Packet, flush bool) error {
 	c.nwriters.Add(1)
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	c.armWriteLocked() // a large packet goes to the socket from WritePacket
 	err := c.w.WritePacket(p)
 	if c.nwriters.Add(-1) == 0 && flush {
 		if ferr := c.flushLocked(); err == nil {
@@ -179,8 +181,21 @@ func (c *conn) flushLocked() error {
 	if c.bw.Buffered() == 0 {
 		return nil
 	}
-	_ = c.nc.SetWriteDeadline(time.Now().Add(c.b.opts.StoreTimeout))
+	c.armWriteLocked()
 	return c.bw.Flush()
+}
+
+// armWriteLocked keeps the socket's write deadline at least three
+// quarters of the store timeout away: a client that stops reading fails
+// its connection, one that reads slowly does not, and a write after a
+// quiet spell never meets a deadline that passed in the meantime.
+func (c *conn) armWriteLocked() {
+	now := time.Now()
+	if now.Sub(c.armed) < c.b.opts.StoreTimeout/4 {
+		return
+	}
+	_ = c.nc.SetWriteDeadline(now.Add(c.b.opts.StoreTimeout))
+	c.armed = now
 }
 
 // fail ends the connection without a DISCONNECT.

@@ -127,7 +127,5 @@ func (c *conn) waitCommit(e ackEntry, timer *time.Timer) (err error, ok, timedOu
 // flushed writes out what is buffered, so that a hook that ends the
 // process runs after the packet is on the wire.
 func (c *conn) flushed() {
-	c.wmu.Lock()
-	_ = c.bw.Flush()
-	c.wmu.Unlock()
+	c.flush()
 }
