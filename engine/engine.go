@@ -153,6 +153,24 @@ type Engine interface {
 	Close() error
 }
 
+// SeparateCommits is implemented by engines for which a commit of many
+// writes costs more than as many single-write commits submitted together
+// (JetStream: a multi-message commit is an atomic batch with a large fixed
+// cost on the server, single messages are plain publishes in flight
+// together). Callers that may gather independent writes into one commit
+// to save per-commit cost (the broker does) should not on such an engine.
+// Engines that do not implement it commit many writes at once for less.
+type SeparateCommits interface {
+	PrefersSeparateCommits() bool
+}
+
+// PrefersSeparateCommits reports whether e implements SeparateCommits
+// and says so.
+func PrefersSeparateCommits(e Engine) bool {
+	s, ok := e.(SeparateCommits)
+	return ok && s.PrefersSeparateCommits()
+}
+
 // SyncMode says when a commit counts as durable.
 type SyncMode uint8
 

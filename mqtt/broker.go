@@ -40,6 +40,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -139,6 +140,9 @@ type Broker struct {
 	db   *table.DB
 	opts Options
 	log  *slog.Logger
+	// group is how many packets' writes may share one commit: maxGroup,
+	// or 1 on an engine that prefers separate commits.
+	group int
 
 	// index holds the subscriptions of online sessions, for QoS 0 fan-out
 	// and shared subscriptions.
@@ -166,9 +170,12 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 	opts.norm()
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Broker{
-		db: db, opts: opts, log: opts.Logger.With("component", "mqtt"),
+		db: db, opts: opts, log: opts.Logger.With("component", "mqtt"), group: maxGroup,
 		conns: map[string]*conn{}, wills: map[string]*pendingWill{},
 		ctx: ctx, cancel: cancel,
+	}
+	if engine.PrefersSeparateCommits(db.Engine()) {
+		b.group = 1
 	}
 	b.recoverWills()
 	b.wg.Add(3)

@@ -36,7 +36,7 @@ func (c *conn) later(write func(tx *table.Tx) error, e ackEntry) bool {
 		return false
 	}
 	c.grp.entries = append(c.grp.entries, e)
-	if len(c.grp.entries) >= maxGroup {
+	if len(c.grp.entries) >= c.b.group {
 		return c.flushGroup()
 	}
 	return true

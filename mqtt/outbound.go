@@ -418,7 +418,7 @@ func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev
 	o.grp.entries = append(o.grp.entries, ackEntry{pkt: p, atSent: PointDelivered, pi: pi,
 		tooLarge: func() { c.b.metrics.droppedTooLarge.Add(1); o.finishQoS2(om, true) },
 		then:     func() { o.queued.Add(-1) }})
-	if len(o.grp.entries) >= maxGroup {
+	if len(o.grp.entries) >= o.c.b.group {
 		o.flushGroup()
 	}
 }

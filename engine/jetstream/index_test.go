@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/tidemark-io/tidemark/engine"
 )
 
 // TestJetStreamIndexImmutable checks the index's two promises: iteration
@@ -55,4 +57,12 @@ func TestJetStreamIndexImmutable(t *testing.T) {
 	}
 	check("old root", old, oldWant)
 	check("new root", ix, want)
+}
+
+// TestPrefersSeparateCommits: the engine tells callers not to gather
+// independent writes into one commit (each would be an atomic batch).
+func TestPrefersSeparateCommits(t *testing.T) {
+	if !engine.PrefersSeparateCommits(openEngine(t, nil)) {
+		t.Fatal("the jetstream engine does not ask for separate commits")
+	}
 }

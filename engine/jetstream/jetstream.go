@@ -309,6 +309,12 @@ func (d *db) connect(ctx context.Context, url string, replicas int) error {
 
 func (d *db) Name() string                    { return Name }
 func (d *db) Granularity() engine.Granularity { return engine.PerRecord }
+
+// PrefersSeparateCommits is true: a commit of several messages is an atomic
+// batch, which the server stages in a file store of its own on R1 streams
+// (milliseconds per batch), while single-message commits without checks
+// go as plain publishes in flight together.
+func (d *db) PrefersSeparateCommits() bool { return true }
 func (d *db) Watch(ctx context.Context) <-chan struct{} {
 	return d.notifier.Subscribe(ctx)
 }
