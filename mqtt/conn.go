@@ -198,6 +198,17 @@ func (c *conn) armWriteLocked() {
 	c.armed = now
 }
 
+// warn logs a failure of this connection's work; once the connection is
+// ending, failures are its consequences (a cancelled commit) and go to
+// debug.
+func (c *conn) warn(msg string, err error) {
+	if c.ctx.Err() != nil {
+		c.log.Debug(msg, "err", err)
+		return
+	}
+	c.log.Warn(msg, "err", err)
+}
+
 // fail ends the connection without a DISCONNECT.
 func (c *conn) fail(err error) {
 	c.failOnce.Do(func() {

@@ -76,7 +76,7 @@ func (c *conn) pendingExchanges() int { return c.pendingQoS2 }
 func (c *conn) submitNow(tx *table.Tx) (*engine.Handle, error) {
 	h, err := tx.Submit(c.ctx)
 	if err != nil {
-		c.log.Warn("submit failed", "err", err)
+		c.warn("submit failed", err)
 		c.disconnect(packet.UnspecifiedError, "store unavailable")
 		return nil, err
 	}

@@ -408,7 +408,7 @@ func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev
 	// messages): their exchange must also complete after a reconnect
 	// [MQTT-4.8.2-3] [MQTT-4.4.0-1].
 	if err := o.addRecord(om); err != nil {
-		c.log.Warn("record outbound QoS 2", "err", err)
+		c.warn("record outbound QoS 2", err)
 		c.fail(err)
 		return
 	}
@@ -436,7 +436,7 @@ func (o *outbound) flushGroup() {
 	o.grp.tx, o.grp.entries = nil, o.grp.entries[:0]
 	h, err := tx.Submit(c.ctx)
 	if err != nil {
-		c.log.Warn("record outbound QoS 2", "err", err)
+		c.warn("record outbound QoS 2", err)
 		c.fail(err)
 		return
 	}
