@@ -29,6 +29,7 @@ import (
 	"syscall"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 )
@@ -104,6 +105,9 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		MemTableSize: uint64(memMB) << 20,
 		Logger:       slogLogger{opts.Log().With("engine", Name)},
 	}
+	// Commit checks are point reads, often of keys that are absent (a free
+	// staging slot): without filters each one searches every level.
+	popts.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
 	pdb, err := pebble.Open(opts.Dir, popts)
 	if err != nil {
 		cache.Unref()
