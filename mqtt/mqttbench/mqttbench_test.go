@@ -2,7 +2,6 @@ package mqttbench
 
 import (
 	"bytes"
-	"fmt"
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
@@ -186,28 +185,5 @@ func BenchmarkPebble(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, l := range []Load{{QoS: 1, Window: 256, Conns: 1}, {QoS: 2, Window: 256, Conns: 1}} {
-		b.Run(fmt.Sprintf("qos%d-w%d", l.QoS, l.Window), func(b *testing.B) {
-			var last Result
-			for b.Loop() {
-				rep, err := Run(b.Context(), Config{Targets: []Target{tm}, Loads: []Load{l}, Duration: time.Second, Dir: b.TempDir()})
-				if err != nil {
-					b.Fatal(err)
-				}
-				last = rep.Results[0]
-				if last.Err != "" {
-					b.Fatalf("%s: %s", l, last.Err)
-				}
-				if !last.Clean() {
-					b.Logf("%s", rep.Summary())
-				}
-			}
-			b.ReportMetric(last.PerSecond, "msgs/s")
-			b.ReportMetric(last.P50Ms, "p50-ms")
-			b.ReportMetric(last.P99Ms, "p99-ms")
-			b.ReportMetric(float64(last.Lost), "lost")
-			b.ReportMetric(float64(last.Duplicates+last.Reordered), "dup+reord")
-			b.ReportMetric(0, "ns/op")
-		})
-	}
+	Benchmark(b, tm, []Load{{QoS: 1, Window: 256, Conns: 1}, {QoS: 2, Window: 256, Conns: 1}}, time.Second, nil)
 }

@@ -1,0 +1,49 @@
+package mqttbench
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// Benchmark runs each load on target as a sub-benchmark of b ("qos2-w256"),
+// each iteration one point of d seconds of sending, and reports msgs/s,
+// the p50 and p99 acknowledgement latency and the subscriber's lost and
+// duplicated-or-reordered counts of the last iteration. A point that fails
+// to run fails the benchmark; one that lost, duplicated or reordered a
+// message is logged (TestQuickRun is what fails on those: a benchmark
+// keeps its figures). before, when set, runs as each iteration starts (a
+// profiler, say).
+func Benchmark(b *testing.B, target Target, loads []Load, d time.Duration, before func(b *testing.B)) {
+	for _, l := range loads {
+		name := fmt.Sprintf("qos%d-w%d", l.QoS, l.Window)
+		if l.Conns > 1 {
+			name += fmt.Sprintf("-x%d", l.Conns)
+		}
+		b.Run(name, func(b *testing.B) {
+			var last Result
+			for b.Loop() {
+				if before != nil {
+					before(b)
+				}
+				rep, err := Run(b.Context(), Config{Targets: []Target{target}, Loads: []Load{l}, Duration: d, Dir: b.TempDir()})
+				if err != nil {
+					b.Fatal(err)
+				}
+				last = rep.Results[0]
+				if last.Err != "" {
+					b.Fatalf("%s: %s", l, last.Err)
+				}
+				if !last.Clean() {
+					b.Logf("%s", rep.Summary())
+				}
+			}
+			b.ReportMetric(last.PerSecond, "msgs/s")
+			b.ReportMetric(last.P50Ms, "p50-ms")
+			b.ReportMetric(last.P99Ms, "p99-ms")
+			b.ReportMetric(float64(last.Lost), "lost")
+			b.ReportMetric(float64(last.Duplicates+last.Reordered), "dup+reord")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
