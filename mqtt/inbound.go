@@ -103,38 +103,62 @@ func (c *conn) publishQoS2(p *packet.Publish, m *Message) bool {
 		return false
 	}
 	id := slotID(c.client, pi)
-	tx := c.b.db.Begin()
-	tx.ExpectAbsent(tableStaged, id)
-	tx.PutState(tableStaged, id, enc)
-	c.b.beforeSubmit(KindStage, c.client)
-	h, err := c.submit(tx)
-	if err != nil {
-		return false
+	stage := func(tx *table.Tx) error {
+		if err := tx.ExpectAbsent(tableStaged, id); err != nil {
+			return err
+		}
+		return tx.PutState(tableStaged, id, enc)
 	}
+	entry := ackEntry{pkt: &packet.Pubrec{PacketID: pi}, after: func(err error) error {
+		if errors.Is(err, engine.ErrConflict) {
+			return nil // already staged: a duplicate, still owed its PUBREC
+		}
+		return err
+	}, kind: KindStage, pi: pi, atSent: PointPubrecSent}
+	c.b.beforeSubmit(KindStage, c.client)
 	c.pendingQoS2++
 	// A DUP PUBLISH the connection does not know may repeat one staged by
 	// an earlier connection with other bytes: keep no copy, so the PUBREL
 	// loads whichever bytes won. The exchange is pending all the same: its
 	// PUBREL waits for this staging, and a re-sent PUBLISH stores nothing.
-	ex = &exchange{version: uint64(tx.Version()), h: h}
+	ex = &exchange{}
 	if !p.Dup && c.copies < maxCopies && c.copyBytes+len(enc) <= maxCopyBytes {
 		ex.msg, ex.size = m, len(enc)
 		c.copies++
 		c.copyBytes += len(enc)
 	}
 	c.exchanges[pi] = ex
-	return c.ack(ackEntry{pkt: &packet.Pubrec{PacketID: pi}, h: h, after: func(err error) error {
-		if errors.Is(err, engine.ErrConflict) {
-			return nil // already staged: a duplicate, still owed its PUBREC
-		}
-		return err
-	}, kind: KindStage, pi: pi, atSent: PointPubrecSent})
+	if !p.Dup {
+		// A first transmission: its slot is free but for a protocol
+		// error, so its staging joins the others that came with it.
+		return c.laterChecked(checkedPart{write: stage,
+			bind:    func(h *engine.Handle) { ex.h = h },
+			applied: func(v table.Version) { ex.version = uint64(v) },
+		}, entry)
+	}
+	// A DUP usually finds its copy staged: a commit of its own, so the
+	// expected conflict does not send a group down the slow path.
+	tx := c.b.db.Begin()
+	if err := stage(tx); err != nil {
+		c.disconnect(packet.UnspecifiedError, err.Error())
+		return false
+	}
+	h, err := c.submit(tx)
+	if err != nil {
+		return false
+	}
+	ex.version, ex.h = uint64(tx.Version()), h
+	entry.h = h
+	return c.ack(entry)
 }
 
 // handlePubrel releases a staged QoS 2 message.
 func (c *conn) handlePubrel(p *packet.Pubrel) bool {
 	pi := p.PacketID
 	c.b.at(PointPubrelRead, c.client, pi)
+	if !c.flushGroup() { // the staging this PUBREL may wait for
+		return false
+	}
 	ex := c.exchanges[pi]
 	if ex != nil && ex.released {
 		// Released already; never consult the store again for it.

@@ -1,6 +1,8 @@
 package mqtt_test
 
 import (
+	"bytes"
+	"fmt"
 	"strconv"
 	"testing"
 	"time"
@@ -8,6 +10,7 @@ import (
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt"
 	"github.com/tidemark-io/tidemark/mqtt/mqtttest"
+	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
 )
 
@@ -76,4 +79,61 @@ func TestSessionStateOverOneCommit(t *testing.T) {
 	}
 	c.pub("big/2", 1, false, "two")
 	c.close()
+}
+
+// TestGroupedStagingWithATakenSlot: new QoS 2 PUBLISHes that arrive
+// together are staged in one commit; when one of them finds its slot
+// still holding an unreleased message (first write wins), the others are
+// staged all the same, every PUBLISH gets its PUBREC in order, and each
+// release delivers exactly one message: the staged one for the taken slot.
+func TestGroupedStagingWithATakenSlot(t *testing.T) {
+	s := startBroker(t)
+	sub := connect5(t, s.Addr, "gs-sub", true, 0)
+	sub.sub("gs/#", 2)
+
+	cp := connect5Packet("gs-pub", false, 3600)
+	r, _ := connectRaw(t, s.Addr, cp)
+	r.send(&packet.Publish{QoS: packet.QoS2, PacketID: 5, Topic: "gs/t", Payload: []byte("first")})
+	if rec, ok := r.read().(*packet.Pubrec); !ok || rec.PacketID != 5 {
+		t.Fatal("no PUBREC for the first staging")
+	}
+	r.nc.Close()
+
+	// A first transmission on id 5 again, in one write with nine others.
+	r, _ = connectRaw(t, s.Addr, cp)
+	var burst bytes.Buffer
+	w := packet.NewWriter(&burst, packet.V5)
+	for pi := uint16(1); pi <= 10; pi++ {
+		if err := w.WritePacket(&packet.Publish{QoS: packet.QoS2, PacketID: pi, Topic: "gs/t", Payload: []byte(fmt.Sprintf("m%d", pi))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.sendBytes(burst.Bytes())
+	for pi := uint16(1); pi <= 10; pi++ {
+		if rec, ok := r.read().(*packet.Pubrec); !ok || rec.PacketID != pi || rec.ReasonCode != 0 {
+			t.Fatalf("PUBREC %d: got %+v", pi, rec)
+		}
+	}
+	for pi := uint16(1); pi <= 10; pi++ {
+		r.send(&packet.Pubrel{PacketID: pi})
+	}
+	for pi := uint16(1); pi <= 10; pi++ {
+		if comp, ok := r.read().(*packet.Pubcomp); !ok || comp.PacketID != pi || comp.ReasonCode != 0 {
+			t.Fatalf("PUBCOMP %d: got %+v", pi, comp)
+		}
+	}
+	got := map[string]int{}
+	for _, m := range sub.expect(10) {
+		got[string(m.Payload)]++
+	}
+	for pi := 1; pi <= 10; pi++ {
+		want := fmt.Sprintf("m%d", pi)
+		if pi == 5 {
+			want = "first"
+		}
+		if got[want] != 1 {
+			t.Fatalf("delivered %v, want %q once", got, want)
+		}
+	}
+	sub.expectNone(300 * time.Millisecond)
 }
