@@ -239,10 +239,7 @@ func restartDelivers(t *testing.T, addr string, bounce func() string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range before {
-		online.msgs <- m
-	}
-	checkDelivery(t, online, perTopic)
+	checkDelivery(t, online, perTopic, before...)
 
 	// Retained messages are durable too: the last one set, none deleted.
 	fresh := connect5(t, addr, "rd-fresh", true, 0)
@@ -253,19 +250,27 @@ func restartDelivers(t *testing.T, addr string, bounce func() string) {
 	fresh.expectNone(300 * time.Millisecond)
 }
 
-// checkDelivery collects until every message 0..n-1 of rd/q1 and rd/q2
-// arrived, then checks QoS 2 exactly once, QoS 1 at least once and the
-// order per topic.
-func checkDelivery(t *testing.T, c *client5, n int) {
+// checkDelivery collects, after the messages received before (by an
+// earlier connection of the client), until every message 0..n-1 of rd/q1
+// and rd/q2 arrived, then checks QoS 2 exactly once, QoS 1 at least once
+// and the order per topic.
+func checkDelivery(t *testing.T, c *client5, n int, before ...*paho.Publish) {
 	t.Helper()
-	check(t, collect(t, c.ClientID(), c.msgs, n), n)
+	check(t, collect(t, c.ClientID(), c.msgs, n, before...), n)
 }
 
 // collect reads until both topics reached n-1, then 300 ms more for stray
 // duplicates.
-func collect(t *testing.T, name string, msgs chan *paho.Publish, n int) map[string][]int {
+func collect(t *testing.T, name string, msgs chan *paho.Publish, n int, before ...*paho.Publish) map[string][]int {
 	t.Helper()
 	got := map[string][]int{}
+	for _, m := range before {
+		v, err := strconv.Atoi(string(m.Payload))
+		if err != nil {
+			t.Fatalf("payload %q", m.Payload)
+		}
+		got[m.Topic] = append(got[m.Topic], v)
+	}
 	done := func() bool {
 		for _, tp := range []string{"rd/q1", "rd/q2"} {
 			s := got[tp]

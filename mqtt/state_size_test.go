@@ -22,9 +22,11 @@ const doneTable = "mqtt.q2done"
 // 1..n, far below any checkpoint, in commits the engine takes.
 func addDoneMarks(t *testing.T, db *table.DB, client string, n int) {
 	t.Helper()
-	for lo := 1; lo <= n; lo += engine.MaxBatchEntries / 2 {
+	// Two engine entries a mark, and room for the commit's own writes.
+	const per = engine.MaxBatchEntries / 4
+	for lo := 1; lo <= n; lo += per {
 		tx := db.Begin()
-		for i := lo; i < lo+engine.MaxBatchEntries/2 && i <= n; i++ {
+		for i := lo; i < lo+per && i <= n; i++ {
 			tx.PutState(doneTable, client+"\x00"+strconv.Itoa(i), nil)
 		}
 		if err := tx.Commit(ctxT(t)); err != nil {
