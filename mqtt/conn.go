@@ -56,8 +56,11 @@ type conn struct {
 	copyBytes int
 	// pendingQoS2 counts inbound QoS 2 exchanges not yet released.
 	pendingQoS2 int
-	grp         group // writes of the packets read so far, not yet submitted
-	aliases     map[uint16]string
+	// stagedBefore holds the packet ids with a message staged when the
+	// connection began (by an earlier connection of the session).
+	stagedBefore map[uint16]bool
+	grp          group // writes of the packets read so far, not yet submitted
+	aliases      map[uint16]string
 
 	rec       sessionRecord
 	expiry    uint32
@@ -89,6 +92,7 @@ type exchange struct {
 	size     int
 	version  uint64 // the staging commit's table version
 	h        *engine.Handle
+	redo     *redo // the staging's group, when it held others
 }
 
 // Copy caps per connection (the store stays the source of truth past them).

@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/tidemark-io/tidemark/mqtt/packet"
@@ -77,6 +78,22 @@ func (c *conn) connect(cp *packet.Connect) bool {
 		if ok {
 			present = true
 			c.rec = rec
+		}
+		// Ids staged by earlier connections: a first transmission on one
+		// of them finds its slot taken, so its staging must not share a
+		// commit with others (see group).
+		err = c.b.db.Range(ctx, tableStaged, c.client+slotSep, func(r table.Record) bool {
+			if pi, perr := strconv.ParseUint(r.ID[len(c.client)+len(slotSep):], 10, 16); !r.Deleted && perr == nil {
+				if c.stagedBefore == nil {
+					c.stagedBefore = map[uint16]bool{}
+				}
+				c.stagedBefore[uint16(pi)] = true
+			}
+			return true
+		})
+		if err != nil {
+			c.log.Error("load staged messages", "err", err)
+			return refuse(packet.ServerUnavailable)
 		}
 	}
 	if !present {

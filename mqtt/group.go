@@ -1,7 +1,6 @@
 package mqtt
 
 import (
-	"context"
 	"errors"
 
 	"github.com/tidemark-io/tidemark/engine"
@@ -24,10 +23,10 @@ const maxGroup = 256
 //
 // The stagings of new QoS 2 PUBLISHes (first write wins: a check each) go
 // in groups of their own (checked). When one check fails nothing of the
-// group applied, and each staging is then committed on its own, in order,
-// so only those whose checks fail see the conflict; each has a handle of
-// its own for that. Stagings commit no log entry, so redoing them after
-// later commits changes no order anyone sees. Other checked writes
+// group applied: the ack loop, at the group's first acknowledgement, then
+// commits each staging on its own, in order, so only those whose checks
+// fail see the conflict. Stagings commit no log entry, so redoing them
+// after later commits changes no order anyone sees. Other checked writes
 // (releases, session records) are never grouped.
 type group struct {
 	tx      *table.Tx
@@ -37,14 +36,40 @@ type group struct {
 }
 
 // checkedPart is one write of a checked group: how to redo it alone, and
-// what learns of the commit that applied it.
+// what learns of the group's commit at submission: its handle, the
+// version the write carries if the commit applies, and the group's redo
+// (nil for a group of one), to wait for when the commit fails a check.
 type checkedPart struct {
 	write func(tx *table.Tx) error
-	// bind receives the part's own handle at submission; applied the
-	// version of the commit that applied the write, before the handle
-	// completes.
-	bind    func(h *engine.Handle)
-	applied func(v table.Version)
+	bind  func(h *engine.Handle, v table.Version, r *redo)
+}
+
+// redo holds the outcomes of a checked group's writes committed one by
+// one, once a check of the group failed; the ack loop runs it at the
+// group's first acknowledgement, and closes done after.
+type redo struct {
+	ran  bool
+	errs []error
+	done chan struct{}
+}
+
+// run commits each write of parts on its own, in order, once. Ack loop
+// only.
+func (r *redo) run(c *conn, parts []checkedPart) {
+	if r.ran {
+		return
+	}
+	r.ran = true
+	defer close(r.done)
+	r.errs = make([]error, len(parts))
+	for i, p := range parts {
+		tx := c.b.db.Begin()
+		if err := p.write(tx); err != nil {
+			r.errs[i] = err
+			continue
+		}
+		r.errs[i] = tx.Commit(c.ctx)
+	}
 }
 
 // later adds write to the pending group and queues e for when the group's
@@ -105,69 +130,42 @@ func (c *conn) flushGroup() bool {
 	}
 	g := c.grp
 	c.grp = group{entries: c.grp.entries[:0]}
-	if g.checked {
-		c.grp.entries = nil // the resolver keeps g's
-	}
 	h, err := c.submitNow(g.tx)
 	if err != nil {
 		return false
 	}
 	if g.checked {
-		completes := make([]func(engine.Result, error), len(g.parts))
-		for i, p := range g.parts {
-			var ph *engine.Handle
-			ph, completes[i] = engine.NewHandle()
-			g.entries[i].h = ph
-			if p.bind != nil {
-				p.bind(ph)
+		var r *redo
+		if len(g.parts) > 1 {
+			r = &redo{done: make(chan struct{})}
+		}
+		for _, p := range g.parts {
+			p.bind(h, g.tx.Version(), r)
+		}
+		if r != nil {
+			for i := range g.entries {
+				e := &g.entries[i]
+				own := e.after
+				e.after = func(err error) error {
+					if errors.Is(err, engine.ErrConflict) {
+						r.run(c, g.parts)
+						err = r.errs[i]
+					}
+					if own != nil {
+						return own(err)
+					}
+					return err
+				}
 			}
 		}
-		go c.resolve(h, g.tx.Version(), g.parts, completes)
 	}
 	for _, e := range g.entries {
-		if !g.checked {
-			e.h = h
-		}
+		e.h = h
 		if !c.push(e) {
 			return false
 		}
 	}
 	return true
-}
-
-// resolve completes the parts of a checked group: with the group's
-// outcome, or, when a check failed, each with the outcome of its write
-// committed alone.
-func (c *conn) resolve(h *engine.Handle, v table.Version, parts []checkedPart, completes []func(engine.Result, error)) {
-	// Not c.ctx: a submitted commit completes whatever happens to the
-	// connection, and its outcome is what the parts must carry.
-	ctx := context.Background()
-	res, err := h.Wait(ctx)
-	if !errors.Is(err, engine.ErrConflict) {
-		for i, p := range parts {
-			if err == nil && p.applied != nil {
-				p.applied(v)
-			}
-			completes[i](res, err)
-		}
-		return
-	}
-	for i, p := range parts {
-		tx := c.b.db.Begin()
-		if err := p.write(tx); err != nil {
-			completes[i](engine.Result{}, err)
-			continue
-		}
-		var res engine.Result
-		ph, err := tx.Submit(ctx)
-		if err == nil {
-			res, err = ph.Wait(ctx)
-		}
-		if err == nil && p.applied != nil {
-			p.applied(tx.Version())
-		}
-		completes[i](res, err)
-	}
 }
 
 // ack queues an acknowledgement of the read loop behind the pending

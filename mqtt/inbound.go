@@ -128,16 +128,19 @@ func (c *conn) publishQoS2(p *packet.Publish, m *Message) bool {
 		c.copyBytes += len(enc)
 	}
 	c.exchanges[pi] = ex
-	if !p.Dup {
-		// A first transmission: its slot is free but for a protocol
-		// error, so its staging joins the others that came with it.
+	if !p.Dup && !c.stagedBefore[pi] {
+		// A first transmission on an id no earlier connection left
+		// staged: its slot is free, so its staging joins the others that
+		// came with it (a failed check would send the group down the slow
+		// path, and the stagings after it into the store before it).
+		// When a check of the group fails, ex.h says so, and the PUBREL
+		// waits for the redo, then reads the staged copy from the store.
 		return c.laterChecked(checkedPart{write: stage,
-			bind:    func(h *engine.Handle) { ex.h = h },
-			applied: func(v table.Version) { ex.version = uint64(v) },
+			bind: func(h *engine.Handle, v table.Version, r *redo) { ex.h, ex.version, ex.redo = h, uint64(v), r },
 		}, entry)
 	}
-	// A DUP usually finds its copy staged: a commit of its own, so the
-	// expected conflict does not send a group down the slow path.
+	// A DUP, or an id an earlier connection staged, usually finds its
+	// slot taken: a commit of its own.
 	tx := c.b.db.Begin()
 	if err := stage(tx); err != nil {
 		c.disconnect(packet.UnspecifiedError, err.Error())
@@ -172,6 +175,15 @@ func (c *conn) handlePubrel(p *packet.Pubrel) bool {
 		case <-ex.h.Done():
 		case <-c.ctx.Done():
 			return false
+		}
+		if ex.redo != nil && errors.Is(ex.h.Err(), engine.ErrConflict) {
+			// Its group failed a check: the ack loop commits the
+			// stagings one by one; this one may be among them.
+			select {
+			case <-ex.redo.done:
+			case <-c.ctx.Done():
+				return false
+			}
 		}
 		if ex.msg != nil && ex.h.Err() == nil {
 			return c.release(pi, ex.msg, table.Version(ex.version))
