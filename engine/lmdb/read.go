@@ -271,29 +271,12 @@ func (d *db) ScanLog(ctx context.Context, from engine.LogKey, exclusive bool, fn
 		}
 		return nil
 	}
-	start := kvlog.ScanStart(from, exclusive)
-	seek := kvlog.LogSeek(start)
 	// Each page is its own short read transaction, released before fn
 	// runs, so fn may take as long as it likes and call back into the
 	// engine without pinning old pages or a reader slot.
-	for first := true; ; first = false {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("lmdb: scan log: %w", err)
-		}
-		page, next, err := d.readLogPage(ctx, seek, start, first)
-		if err != nil {
-			return err
-		}
-		for _, e := range page {
-			if !fn(e) {
-				return nil
-			}
-		}
-		if next == nil {
-			return nil
-		}
-		seek = next
-	}
+	return kvlog.ScanPages(ctx, "lmdb", from, exclusive, func(seek []byte, start engine.LogKey, first bool) ([]engine.Entry, []byte, error) {
+		return d.readLogPage(ctx, seek, start, first)
+	}, fn)
 }
 
 // readLogPage reads up to scanPage entries from seek and returns the seek
