@@ -68,7 +68,8 @@ func startBroker(t T, tg Target, opts mqtt.Options) *mqtttest.Server {
 }
 
 // sharer is implemented by engines whose store another engine instance
-// can open as another node (engine/jetstream).
+// can open as another node (engine/jetstream); an empty URL means this
+// instance must stay the store's only writer.
 type sharer interface{ ClientURL() string }
 
 // brokerNode is a broker started by secondNode: its address and its
@@ -90,7 +91,7 @@ func secondNode(t T, tg Target, s *mqtttest.Server, opts mqtt.Options) brokerNod
 	}
 	db := s.DB()
 	var closers []func() error
-	if sh, ok := s.DB().Engine().(sharer); ok {
+	if sh, ok := s.DB().Engine().(sharer); ok && sh.ClientURL() != "" {
 		params := maps.Clone(tg.Params)
 		if params == nil {
 			params = map[string]string{}

@@ -72,14 +72,19 @@ func Suites() []string {
 
 // Run runs every case against tg as subtests <engine>/<suite>/<case>.
 func Run(t *testing.T, tg Target) {
+	RunCases(t, tg, cases)
+}
+
+// RunCases runs cs (see Filter) against tg as subtests
+// <engine>/<suite>/<case>, the way Run runs every case.
+func RunCases(t *testing.T, tg Target, cs []Case) {
 	t.Run(tg.Engine, func(t *testing.T) {
 		for _, suite := range Suites() {
 			t.Run(suite, func(t *testing.T) {
-				for _, c := range cases {
-					if c.Suite != suite {
-						continue
+				for _, c := range cs {
+					if c.Suite == suite {
+						t.Run(c.Name, func(t *testing.T) { c.Run(t, tg) })
 					}
-					t.Run(c.Name, func(t *testing.T) { c.Run(t, tg) })
 				}
 			})
 		}

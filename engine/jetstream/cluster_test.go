@@ -55,7 +55,7 @@ func scanValues(t *testing.T, e engine.Engine, from engine.LogKey) map[string]en
 // follow it.
 func TestJetStreamSecondEngineSeen(t *testing.T) {
 	ctx := t.Context()
-	a := openEngine(t, nil)
+	a := openEngine(t, map[string]string{"commit": "batch"})
 	b := openEngine(t, map[string]string{"url": a.srv.ClientURL()})
 
 	w := a.Watch(ctx)

@@ -58,6 +58,12 @@ func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error
 		}
 		size += len(e) + msgOverhead
 	}
+	if d.wal {
+		size = txSize(b)
+		if size+msgOverhead > d.maxMessage {
+			return nil, fmt.Errorf("jetstream: submit: %w: %d bytes encoded, the server takes messages of %d bytes", engine.ErrBatchTooLarge, size, d.maxMessage)
+		}
+	}
 	p := &pending{b: b, msgs: b.Len(), bytes: size}
 	h, complete := engine.NewHandle()
 	p.complete = complete

@@ -39,6 +39,11 @@ type view struct {
 	inflight      bool
 	pendingNotify bool
 
+	// dirty holds the keys written since the materializer last took
+	// them (single-writer layout); matKick wakes it when they are many.
+	dirty   map[string]struct{}
+	matKick chan struct{}
+
 	batches    map[string]uint64 // recent batch id -> last sequence
 	batchOrder []string
 
@@ -53,6 +58,8 @@ func (v *view) init() {
 	v.work = v.ix
 	v.changed = make(chan struct{})
 	v.caught = make(chan struct{})
+	v.dirty = map[string]struct{}{}
+	v.matKick = make(chan struct{}, 1)
 }
 
 func (v *view) close() {
@@ -109,6 +116,7 @@ func (d *db) startConsumer(ctx context.Context) error {
 		return fmt.Errorf("jetstream: index consumer: %w", err)
 	}
 	d.consumer = cc
+	d.indexCons = cons
 	v := &d.view
 	if info.State.Msgs == 0 {
 		return nil

@@ -59,10 +59,14 @@ func TestJetStreamIndexImmutable(t *testing.T) {
 	check("new root", ix, want)
 }
 
-// TestPrefersSeparateCommits: the engine tells callers not to gather
-// independent writes into one commit (each would be an atomic batch).
+// TestPrefersSeparateCommits: on a shared stream the engine tells callers
+// not to gather independent writes into one commit (each would be an
+// atomic batch); as the only writer it wants them gathered (one message).
 func TestPrefersSeparateCommits(t *testing.T) {
-	if !engine.PrefersSeparateCommits(openEngine(t, nil)) {
-		t.Fatal("the jetstream engine does not ask for separate commits")
+	if !engine.PrefersSeparateCommits(openEngine(t, map[string]string{"commit": "batch"})) {
+		t.Fatal("the jetstream engine with commit=batch does not ask for separate commits")
+	}
+	if engine.PrefersSeparateCommits(openEngine(t, nil)) {
+		t.Fatal("the jetstream engine with commit=wal asks for separate commits")
 	}
 }

@@ -18,12 +18,41 @@
 //     deployments can share one cluster; letters, digits, '-' and '_';
 //     default "tidemark".
 //   - replicas: stream replicas, 1 by default; use 3 on a cluster.
+//   - commit: "wal" (the default with the embedded server) or "batch"
+//     (the default, and the only choice, with "url"); see below. A stream
+//     records the protocol it was created with and refuses the other.
 //   - max_batch: the most messages one atomic batch may carry; by default
 //     the limit the engine configures on the embedded server (16384), or
 //     the nats-server default (1000) with "url". A server that reports a
 //     lower limit lowers it at run time.
 //
-// # Layout
+// # Single writer (commit=wal)
+//
+// With the embedded server and commit=wal the engine is the stream's only
+// writer: the server has no listener, the engine connects in process. A
+// group of commits (everything queued when the committer takes the next,
+// up to 8 MiB) is one message on "<stream>.x.l" (when it carries log
+// entries) or "<stream>.x.t" (when not) holding all its writes and log
+// entries; one message is atomic by itself, so the group costs one plain
+// publish. Checks are decided on the index, which is exact: nobody else
+// writes and one group is in flight at a time. A log key is the group
+// message's stream sequence shifted left 20 bits plus the entry's position
+// in it, so keys grow within a commit and across commits.
+//
+// A materializer copies each changed key's newest value to "<stream>.d.<hex>"
+// (replacing the one before it: Nats-Rollup) or, for a deleted key that has
+// a value there, a delete marker that expires after a minute; it runs every
+// second and writes the keys changed in the second before last, so a key
+// written and deleted within a second (a broker's staged messages,
+// delivery records, completion marks) is never copied. It then records up
+// to which group message every change is copied ("<stream>.w", the mark)
+// and purges the group messages without log entries below the mark and
+// those with log entries below both the mark and the truncation floor.
+// Opening reads the last message of every subject, then replays every
+// group message above the mark in stream order; a crash anywhere loses
+// nothing acknowledged.
+//
+// # Layout (commit=batch)
 //
 // Everything lives in one stream with subjects "<stream>.>": a put or
 // delete of key K is a message on "<stream>.d.<hex(K)>" (lowercase hex
@@ -31,7 +60,7 @@
 // truncation floor is the last message on "<stream>.f", and "<stream>.c"
 // carries expectations on keys a commit checks but does not write.
 //
-// # Commits
+// # Commits (commit=batch)
 //
 // Log keys are per record: each entry's key is its stream sequence, so keys
 // never go backwards, not across restarts nor after the whole log was
@@ -121,6 +150,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -146,9 +176,10 @@ func init() {
 			{Name: "url", Default: "", Doc: "NATS server URL(s), comma-separated; empty starts an embedded server on 127.0.0.1 storing under Options.Dir"},
 			{Name: "stream", Default: "tidemark", Doc: "stream name and subject prefix; letters, digits, '-' and '_'"},
 			{Name: "replicas", Default: "1", Doc: "stream replicas (use 3 on a cluster)"},
-			{Name: "max_batch", Default: "16384 embedded, 1000 with url", Doc: "most messages per atomic batch; lowered when the server reports a smaller limit"},
+			{Name: "max_batch", Default: "16384 embedded, 1000 with url", Doc: "most messages per atomic batch (commit=batch); lowered when the server reports a smaller limit"},
+			{Name: "commit", Default: "wal embedded, batch with url", Doc: "wal: this engine is the stream's only writer, one message per group of commits (embedded server only); batch: any number of nodes share the stream, atomic batch publish"},
 		},
-		Doc: "NATS JetStream (embedded server or a cluster); one log key per record (the stream sequence); atomic batch publish with group commit",
+		Doc: "NATS JetStream (embedded server or a cluster); one log key per record; group commit as one transaction message (single writer) or one atomic batch (shared stream)",
 	})
 }
 
@@ -156,6 +187,14 @@ func init() {
 const (
 	hdrOp  = "Tidemark-Op"  // "del" on a delete marker
 	hdrEnd = "Tidemark-End" // on the last message of each group: "1" on a batch, the commit id on a plain publish
+)
+
+// Commit protocols (parameter "commit"), recorded in the stream's
+// metadata under metaCommit so every opener agrees.
+const (
+	commitWAL   = "wal"
+	commitBatch = "batch"
+	metaCommit  = "tidemark_commit"
 )
 
 // opTimeout bounds one request to the server.
@@ -175,6 +214,15 @@ type db struct {
 
 	dataPrefix, logSubj, floorSubj, checkSubj string
 
+	// Single-writer layout (commit=wal): transaction messages under
+	// txPrefix, on txLogSubj when they carry log entries and txStateSubj
+	// when not, and the materialized mark on markSubj.
+	wal                                        bool
+	txPrefix, txLogSubj, txStateSubj, markSubj string
+	mat                                        *materializer
+	txBuf                                      []byte // committer only
+	logTotal                                   uint64 // committer only: log entries the stream received
+
 	maxBatch   int // messages per atomic batch; committer only
 	maxMessage int // largest message payload the connection allows
 
@@ -184,9 +232,10 @@ type db struct {
 	queue  []*pending
 	wake   chan struct{}
 
-	view     view // the index and what the consumer applied
-	consumer jetstream.ConsumeContext
-	notifier engine.Notifier
+	view      view // the index and what the consumer applied
+	consumer  jetstream.ConsumeContext
+	indexCons jetstream.Consumer
+	notifier  engine.Notifier
 
 	committerDone chan struct{}
 
@@ -231,6 +280,17 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	mode := opts.Params["commit"]
+	switch {
+	case mode == "" && url == "":
+		mode = commitWAL
+	case mode == "":
+		mode = commitBatch
+	case mode != commitWAL && mode != commitBatch:
+		return nil, fmt.Errorf("%w: jetstream parameter commit=%q: use %q (one writer, embedded server) or %q (shared stream)", engine.ErrInvalidOption, mode, commitWAL, commitBatch)
+	case mode == commitWAL && url != "":
+		return nil, fmt.Errorf("%w: jetstream parameter commit=wal needs the embedded server (it must be the stream's only writer); drop url, or use commit=batch to share a stream on %s", engine.ErrInvalidOption, url)
+	}
 	if url == "" && opts.Dir == "" {
 		return nil, fmt.Errorf("%w: jetstream needs a data directory (Options.Dir) for its embedded server", engine.ErrInvalidOption)
 	}
@@ -242,6 +302,11 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		logSubj:       name + ".l",
 		floorSubj:     name + ".f",
 		checkSubj:     name + ".c",
+		wal:           mode == commitWAL,
+		txPrefix:      name + ".x.",
+		txLogSubj:     name + ".x.l",
+		txStateSubj:   name + ".x.t",
+		markSubj:      name + ".w",
 		maxBatch:      maxBatch,
 		wake:          make(chan struct{}, 1),
 		committerDone: make(chan struct{}),
@@ -249,7 +314,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 	}
 	d.view.init()
 	if url == "" {
-		if d.srv, err = startEmbedded(opts, d.log); err != nil {
+		if d.srv, err = startEmbedded(opts, d.log, !d.wal); err != nil {
 			return nil, err
 		}
 		url = d.srv.ClientURL()
@@ -258,21 +323,31 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		d.shutdownTransport()
 		return nil, err
 	}
-	go d.committer()
+	if d.wal {
+		go d.committerWAL()
+		go d.mat.run()
+	} else {
+		go d.committer()
+	}
 	return d, nil
 }
 
 // connect dials the server, creates or updates the stream and starts the
 // index consumer, returning once the index caught up with the stream.
 func (d *db) connect(ctx context.Context, url string, replicas int) error {
-	nc, err := nats.Connect(url,
-		nats.Name("tidemark-"+d.name),
+	copts := []nats.Option{
+		nats.Name("tidemark-" + d.name),
 		nats.MaxReconnects(-1),
-		nats.ReconnectWait(100*time.Millisecond),
+		nats.ReconnectWait(100 * time.Millisecond),
 		// A reply to a request sent before a disconnect is never
 		// delivered; stop waiting for the batch in flight at once.
 		nats.DisconnectErrHandler(func(*nats.Conn, error) { d.cancelInflight() }),
-	)
+	}
+	if d.wal {
+		// The embedded server has no listener: nobody else can write.
+		copts = append(copts, nats.InProcessServer(d.srv))
+	}
+	nc, err := nats.Connect(url, copts...)
 	if err != nil {
 		return fmt.Errorf("jetstream: connect %s: %w", url, err)
 	}
@@ -290,6 +365,21 @@ func (d *db) connect(ctx context.Context, url string, replicas int) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
+	mode := commitBatch
+	if d.wal {
+		mode = commitWAL
+	}
+	if st, err := d.js.Stream(cctx, d.name); err == nil {
+		has := st.CachedInfo().Config.Metadata[metaCommit]
+		if has == "" {
+			has = commitBatch
+		}
+		if has != mode {
+			return fmt.Errorf("%w: stream %s was written with commit=%s; open it with commit=%s", engine.ErrInvalidOption, d.name, has, has)
+		}
+	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("jetstream: look up stream %s: %w", d.name, err)
+	}
 	d.st, err = d.js.CreateOrUpdateStream(cctx, jetstream.StreamConfig{
 		Name:               d.name,
 		Description:        "Tidemark engine: data, change log and truncation floor",
@@ -300,9 +390,17 @@ func (d *db) connect(ctx context.Context, url string, replicas int) error {
 		Discard:            jetstream.DiscardOld,
 		AllowDirect:        true,
 		AllowAtomicPublish: true,
+		// A key's new value replaces its old one (Nats-Rollup: sub);
+		// delete markers of the single-writer layout expire.
+		AllowRollup: true,
+		AllowMsgTTL: true,
+		Metadata:    map[string]string{metaCommit: mode},
 	})
 	if err != nil {
 		return fmt.Errorf("jetstream: create stream %s: %w", d.name, err)
+	}
+	if d.wal {
+		return d.loadWAL(cctx)
 	}
 	return d.startConsumer(cctx)
 }
@@ -310,11 +408,13 @@ func (d *db) connect(ctx context.Context, url string, replicas int) error {
 func (d *db) Name() string                    { return Name }
 func (d *db) Granularity() engine.Granularity { return engine.PerRecord }
 
-// PrefersSeparateCommits is true: a commit of several messages is an atomic
-// batch, which the server stages in a file store of its own on R1 streams
-// (milliseconds per batch), while single-message commits without checks
-// go as plain publishes in flight together.
-func (d *db) PrefersSeparateCommits() bool { return true }
+// PrefersSeparateCommits is true on a shared stream (commit=batch): a
+// commit of several messages is an atomic batch, which the server stages
+// in a file store of its own on R1 streams (milliseconds per batch), while
+// single-message commits without checks go as plain publishes in flight
+// together. With one writer a group of commits is one message, so
+// gathering pays.
+func (d *db) PrefersSeparateCommits() bool { return !d.wal }
 func (d *db) Watch(ctx context.Context) <-chan struct{} {
 	return d.notifier.Subscribe(ctx)
 }
@@ -331,6 +431,10 @@ func (d *db) Close() error {
 	d.mu.Unlock()
 	d.signal()
 	<-d.committerDone
+	if d.mat != nil {
+		close(d.mat.stop)
+		<-d.mat.done
+	}
 	d.view.close()
 	d.notifier.Close()
 	d.shutdownTransport()

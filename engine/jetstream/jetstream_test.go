@@ -16,3 +16,11 @@ func TestMain(m *testing.M) {
 func TestConformance(t *testing.T) {
 	conformance.Run(t, conformance.Target{Engine: "jetstream"})
 }
+
+// TestConformanceShared runs the whole suite again with commit=batch, the
+// protocol for a stream many Tidemark nodes share: there the second broker
+// node of the cross-node cases is an engine of its own on the first one's
+// stream, as on a NATS cluster.
+func TestConformanceShared(t *testing.T) {
+	conformance.Run(t, conformance.Target{Engine: "jetstream", Params: map[string]string{"commit": "batch"}})
+}

@@ -146,6 +146,9 @@ func (d *db) ScanLog(ctx context.Context, from engine.LogKey, exclusive bool, fn
 	if exclusive {
 		start++
 	}
+	if d.wal {
+		return d.scanLogWAL(ctx, start, fn)
+	}
 	floor, _, logTop := d.view.floorNow()
 	if floor > 0 && start < floor {
 		return fmt.Errorf("jetstream: scan log: %w: scan starts at %d, retained log starts at %d", engine.ErrLogTruncated, start, floor)
@@ -238,6 +241,9 @@ func (d *db) Truncate(ctx context.Context, below engine.LogKey) error {
 	if d.isClosed() {
 		return fmt.Errorf("jetstream: truncate: %w", engine.ErrClosed)
 	}
+	if d.wal {
+		return d.truncateWAL(ctx, below)
+	}
 	rctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	for attempt := 0; ; attempt++ {
@@ -285,6 +291,9 @@ func (d *db) LogStats(ctx context.Context) (engine.LogStats, error) {
 	}
 	if d.isClosed() {
 		return engine.LogStats{}, fmt.Errorf("jetstream: log stats: %w", engine.ErrClosed)
+	}
+	if d.wal {
+		return d.logStatsWAL(ctx)
 	}
 	rctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()

@@ -11,21 +11,22 @@ import (
 )
 
 // Limits the embedded server is started with. maxPayload leaves room for
-// a value of engine.MaxValueSize plus subject and headers in one message;
+// a commit of engine.MaxBatchBytes as one transaction message;
 // embeddedMaxBatch lets one commit of engine.MaxBatchEntries entries (plus
 // check carriers) go out as one atomic batch.
 const (
-	maxPayload       = 8 << 20
+	maxPayload       = 48 << 20
 	embeddedMaxBatch = 2 * engine.MaxBatchEntries
 	// externalMaxBatch is the server default for an atomic batch; an
 	// external server with a lower limit is discovered from its error.
 	externalMaxBatch = 1000
 )
 
-// startEmbedded starts a JetStream-enabled nats-server that listens only on
-// 127.0.0.1 (random port) and stores under dir. Its fsync policy follows
+// startEmbedded starts a JetStream-enabled nats-server that stores under
+// dir and, with listen, accepts connections on 127.0.0.1 (random port);
+// without, only in-process ones. Its fsync policy follows
 // the engine's sync mode (see the package doc).
-func startEmbedded(opts engine.Options, log *slog.Logger) (*server.Server, error) {
+func startEmbedded(opts engine.Options, log *slog.Logger, listen bool) (*server.Server, error) {
 	sopts := &server.Options{
 		ServerName: "tidemark-embedded",
 		Host:       "127.0.0.1",
@@ -34,6 +35,7 @@ func startEmbedded(opts engine.Options, log *slog.Logger) (*server.Server, error
 		JetStream:  true,
 		StoreDir:   filepath.Join(opts.Dir, "nats"),
 		MaxPayload: maxPayload,
+		DontListen: !listen,
 	}
 	sopts.JetStreamLimits.MaxBatchSize = embeddedMaxBatch
 	switch opts.Sync {

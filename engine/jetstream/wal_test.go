@@ -1,0 +1,271 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+
+	"github.com/tidemark-io/tidemark/engine"
+)
+
+// openWALAt opens a single-writer engine on dir.
+func openWALAt(t *testing.T, dir string) *db {
+	t.Helper()
+	e, err := engine.Open(t.Context(), Name, engine.Options{Dir: dir})
+	if err != nil {
+		t.Fatalf("open jetstream engine: %v", err)
+	}
+	return e.(*db)
+}
+
+// crash closes d the way a killed process leaves the stream: the
+// materializer does not run a last time.
+func crash(t *testing.T, d *db) {
+	t.Helper()
+	d.mat.mu.Lock()
+	d.mat.noFinal = true
+	d.mat.mu.Unlock()
+	if err := d.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+}
+
+// TestWALRecoversEveryState commits random puts, deletes and log entries
+// through the single-writer layout, materializes some generations in
+// between (so key subjects hold values newer, older and as old as the
+// mark), then reopens after a crash or a clean close and checks every key
+// and every log entry against a model.
+func TestWALRecoversEveryState(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	rng := rand.New(rand.NewPCG(7, 11))
+	model := map[string]string{}
+	var logs []string
+	var keys []engine.LogKey
+	d := openWALAt(t, dir)
+	for round := range 6 {
+		for i := range 60 {
+			var hs []*engine.Handle
+			for j := range 1 + rng.IntN(4) {
+				b := new(engine.Batch)
+				for range 1 + rng.IntN(3) {
+					k := fmt.Sprintf("k%02d", rng.IntN(40))
+					if rng.IntN(3) == 0 {
+						b.Delete([]byte(k))
+						delete(model, k)
+					} else {
+						v := fmt.Sprintf("v%d.%d.%d", round, i, j)
+						b.Put([]byte(k), []byte(v))
+						model[k] = v
+					}
+				}
+				if rng.IntN(2) == 0 {
+					e := fmt.Sprintf("e%d.%d.%d", round, i, j)
+					b.Append([]byte(e))
+					logs = append(logs, e)
+				}
+				h, err := d.Submit(ctx, b)
+				if err != nil {
+					t.Fatalf("submit: %v", err)
+				}
+				hs = append(hs, h)
+			}
+			for _, h := range hs {
+				res, err := h.Wait(ctx)
+				if err != nil {
+					t.Fatalf("commit: %v", err)
+				}
+				keys = append(keys, res.Keys...)
+			}
+			if rng.IntN(20) == 0 {
+				if err := d.mat.flush(false); err != nil {
+					t.Fatalf("materialize: %v", err)
+				}
+			}
+		}
+		if !slices.IsSorted(keys) {
+			t.Fatalf("round %d: log keys out of order: %v", round, keys)
+		}
+		if round%2 == 0 {
+			crash(t, d)
+		} else if err := d.Close(); err != nil {
+			t.Fatalf("close: %v", err)
+		}
+		d = openWALAt(t, dir)
+		checkModel(t, d, model, logs, keys)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+}
+
+func checkModel(t *testing.T, d *db, model map[string]string, logs []string, keys []engine.LogKey) {
+	t.Helper()
+	ctx := t.Context()
+	snap, err := d.Snapshot(ctx)
+	if err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	defer snap.Close()
+	it, err := snap.Iter(ctx, nil, nil)
+	if err != nil {
+		t.Fatalf("iter: %v", err)
+	}
+	got := map[string]string{}
+	for it.Next() {
+		got[string(it.Key())] = string(it.Value())
+	}
+	if err := errors.Join(it.Err(), it.Close()); err != nil {
+		t.Fatalf("iter: %v", err)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(model) {
+		t.Fatalf("after reopen the keys are\n%v\nwant\n%v", got, model)
+	}
+	var gotLogs []string
+	var gotKeys []engine.LogKey
+	if err := d.ScanLog(ctx, 0, false, func(e engine.Entry) bool {
+		gotLogs = append(gotLogs, string(e.Value))
+		gotKeys = append(gotKeys, e.Key)
+		return true
+	}); err != nil {
+		t.Fatalf("scan: %v", err)
+	}
+	if !slices.Equal(gotLogs, logs) || !slices.Equal(gotKeys, keys) {
+		t.Fatalf("after reopen the log is %v at %v, want %v at %v", gotLogs, gotKeys, logs, keys)
+	}
+}
+
+// TestWALTruncateInsideTransaction truncates at an entry in the middle of
+// one transaction message and checks that the scan, the stats and a scan
+// from below agree on the floor, also after the materializer purged what
+// it could and after a reopen.
+func TestWALTruncateInsideTransaction(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	d := openWALAt(t, dir)
+	first, err := engine.Commit(ctx, d, new(engine.Batch).Append([]byte("a0")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := engine.Commit(ctx, d, new(engine.Batch).Append([]byte("b0")).Append([]byte("b1")).Append([]byte("b2")).Put([]byte("k"), []byte("v")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := engine.Commit(ctx, d, new(engine.Batch).Append([]byte("c0"))); err != nil {
+		t.Fatal(err)
+	}
+	if s1, _ := splitKey(res.Keys[0]); s1 != uint64(res.Keys[2])>>logShift {
+		t.Fatalf("the entries of one commit span messages: %v", res.Keys)
+	}
+	if err := d.Truncate(ctx, res.Keys[1]); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		st, err := d.LogStats(ctx)
+		if err != nil {
+			t.Fatalf("%s: stats: %v", when, err)
+		}
+		if st.Entries != 3 || st.First != res.Keys[1] || st.Floor != res.Keys[1] {
+			t.Fatalf("%s: stats %+v, want 3 entries from %d", when, st, res.Keys[1])
+		}
+		var got []string
+		if err := d.ScanLog(ctx, res.Keys[1], false, func(e engine.Entry) bool {
+			got = append(got, string(e.Value))
+			return true
+		}); err != nil || !slices.Equal(got, []string{"b1", "b2", "c0"}) {
+			t.Fatalf("%s: scan from the floor = %v, %v", when, got, err)
+		}
+		err = d.ScanLog(ctx, first.Keys[0], false, func(engine.Entry) bool { return true })
+		if !errors.Is(err, engine.ErrLogTruncated) {
+			t.Fatalf("%s: scan from below the floor: %v, want ErrLogTruncated", when, err)
+		}
+	}
+	check("after truncate")
+	if err := d.mat.flush(true); err != nil {
+		t.Fatal(err)
+	}
+	info, err := d.st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := info.State.Msgs; n == 0 {
+		t.Fatal("the stream is empty after a purge")
+	}
+	check("after purge")
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d = openWALAt(t, dir)
+	defer d.Close()
+	check("after reopen")
+	if v, err := engine.Get(ctx, d, []byte("k")); err != nil || string(v) != "v" {
+		t.Fatalf("k = %q, %v after reopen", v, err)
+	}
+}
+
+// TestWALKeepsOneMessagePerKey rewrites and deletes keys many times and
+// checks that, once materialized, the stream holds one message per live
+// key and no transaction without log entries.
+func TestWALKeepsOneMessagePerKey(t *testing.T) {
+	ctx := t.Context()
+	d := openWALAt(t, t.TempDir())
+	defer d.Close()
+	for i := range 200 {
+		b := new(engine.Batch).Put([]byte(fmt.Sprintf("live%d", i%10)), []byte(fmt.Sprint(i)))
+		b.Put([]byte(fmt.Sprintf("gone%d", i)), []byte("x"))
+		if i > 0 {
+			b.Delete([]byte(fmt.Sprintf("gone%d", i-1)))
+		}
+		if _, err := engine.Commit(ctx, d, b); err != nil {
+			t.Fatal(err)
+		}
+		if i%50 == 0 {
+			if err := d.mat.flush(false); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := engine.Commit(ctx, d, new(engine.Batch).Delete([]byte("gone199"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.mat.flush(true); err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	info, err := d.st.Info(sctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Ten live keys, a delete marker for each "gone" key that was
+	// materialized before its delete, the mark; no transaction.
+	if n := info.State.Msgs; n < 11 || n > 11+5 {
+		t.Fatalf("stream holds %d messages, want the 10 live keys, the mark and at most a few delete markers", n)
+	}
+}
+
+// TestCommitModeIsTheStreams refuses to open a stream with the other commit
+// protocol, and commit=wal with a url.
+func TestCommitModeIsTheStreams(t *testing.T) {
+	dir := t.TempDir()
+	d := openWALAt(t, dir)
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := engine.Open(t.Context(), Name, engine.Options{Dir: dir, Params: map[string]string{"commit": "batch"}})
+	if !errors.Is(err, engine.ErrInvalidOption) {
+		t.Fatalf("open a wal stream with commit=batch: %v, want ErrInvalidOption", err)
+	}
+	_, err = engine.Open(t.Context(), Name, engine.Options{Params: map[string]string{"commit": "wal", "url": "nats://127.0.0.1:1"}})
+	if !errors.Is(err, engine.ErrInvalidOption) {
+		t.Fatalf("commit=wal with a url: %v, want ErrInvalidOption", err)
+	}
+	_, err = engine.Open(t.Context(), Name, engine.Options{Dir: dir, Params: map[string]string{"commit": "fast"}})
+	if !errors.Is(err, engine.ErrInvalidOption) {
+		t.Fatalf("commit=fast: %v, want ErrInvalidOption", err)
+	}
+}

@@ -1,0 +1,240 @@
+package jetstream
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/tidemark-io/tidemark/engine"
+)
+
+// hdrLogTotal, on a transaction message with log entries, counts the log
+// entries the stream received up to and including that message; LogStats
+// takes the difference between its first and last retained message.
+const hdrLogTotal = "Tidemark-Log-Total"
+
+// walGroupBytes bounds the payload of one transaction message gathered
+// from several commits; a single larger commit still goes alone.
+const walGroupBytes = 8 << 20
+
+// committerWAL is the committer of the single-writer layout. It takes
+// every queued commit (within walGroupBytes and maxTxEntries log
+// entries), decides their checks on the index plus the writes of the
+// commits before them in the group, publishes the survivors as one
+// transaction message, applies it to the index and completes the handles
+// in submission order. One message is atomic by itself, so the group
+// costs the server one plain publish, whatever its size.
+func (d *db) committerWAL() {
+	defer close(d.committerDone)
+	for {
+		d.mu.Lock()
+		if len(d.queue) == 0 {
+			closed := d.closed
+			d.mu.Unlock()
+			if closed {
+				return
+			}
+			<-d.wake
+			continue
+		}
+		n, size, logs := 0, 0, 0
+		for _, p := range d.queue {
+			if n > 0 && (size+p.bytes > walGroupBytes || logs+len(p.b.Log) > maxTxEntries) {
+				break
+			}
+			n++
+			size += p.bytes
+			logs += len(p.b.Log)
+		}
+		group := d.queue[:n:n]
+		d.queue = d.queue[n:]
+		d.mu.Unlock()
+		d.commitTx(group)
+	}
+}
+
+// commitTx settles every commit of group and completes their handles.
+func (d *db) commitTx(group []*pending) {
+	defer func() {
+		for _, p := range group {
+			p.complete(p.res, p.err)
+		}
+	}()
+	ix, _, closed := d.view.state()
+	if closed {
+		for _, p := range group {
+			settle(p, engine.Result{}, fmt.Errorf("jetstream: commit: %w", engine.ErrClosed))
+		}
+		return
+	}
+	tx := planTx(group, ix)
+	if len(tx.writes) == 0 && len(tx.logs) == 0 {
+		for _, p := range tx.commits {
+			settle(p, engine.Result{}, nil)
+		}
+		return
+	}
+	d.txBuf = encodeTx(d.txBuf[:0], tx.logs, tx.writes)
+	id := d.engineID + "-" + strconv.FormatUint(d.commitSeq.Add(1), 36)
+	m := &nats.Msg{Subject: d.txStateSubj, Header: nats.Header{}, Data: d.txBuf}
+	m.Header.Set(hdrEnd, id)
+	if len(tx.logs) > 0 {
+		m.Subject = d.txLogSubj
+		m.Header.Set(hdrLogTotal, strconv.FormatUint(d.logTotal+uint64(len(tx.logs)), 10))
+	}
+	seq, err := d.publishTx(m, id)
+	if err == nil && seq > maxTxSequence {
+		err = fmt.Errorf("jetstream: stream sequence %d is past the last one the log keys can carry", seq)
+	}
+	if err != nil {
+		for _, p := range tx.commits {
+			settle(p, engine.Result{}, err)
+		}
+		return
+	}
+	d.logTotal += uint64(len(tx.logs))
+	d.applyTx(seq, tx.writes, len(tx.logs) > 0, true)
+	for i, p := range tx.commits {
+		keys := make([]engine.LogKey, len(p.b.Log))
+		for j := range keys {
+			keys[j] = txKey(seq, tx.logAt[i]+j)
+		}
+		settle(p, engine.Result{Keys: keys}, nil)
+	}
+	if len(tx.logs) > 0 {
+		// The deferred completions run first: a watcher never hears of
+		// a commit before its handle.
+		defer d.notifier.Notify()
+	}
+}
+
+// publishTx publishes one transaction message and returns its stream
+// sequence. When the answer is lost (a timeout, a dropped connection) it
+// asks the stream: this engine is the only writer, so the message landed
+// exactly when it is the last transaction there.
+func (d *db) publishTx(m *nats.Msg, id string) (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
+	ack, err := d.js.PublishMsg(ctx, m)
+	cancel()
+	if err == nil {
+		return ack.Sequence, nil
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return 0, fmt.Errorf("jetstream: publish transaction: %w", err)
+	}
+	for attempt := 0; ; attempt++ {
+		lctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		last, lerr := d.st.GetLastMsgForSubject(lctx, d.txPrefix+">")
+		cancel()
+		switch {
+		case errors.Is(lerr, jetstream.ErrMsgNotFound):
+			return 0, fmt.Errorf("jetstream: publish transaction: no acknowledgement, and it is not in the stream: %w", err)
+		case lerr == nil && last.Header.Get(hdrEnd) == id:
+			return last.Sequence, nil
+		case lerr == nil:
+			return 0, fmt.Errorf("jetstream: publish transaction: no acknowledgement, and it is not in the stream: %w", err)
+		}
+		if d.isClosed() && attempt >= 3 {
+			// Leave the outcome open rather than guess: the engine is
+			// going away, and the next open replays whatever landed.
+			return 0, fmt.Errorf("jetstream: publish transaction: outcome unknown (%v), engine closing: %w", lerr, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// applyTx applies a transaction at stream sequence seq to the index and
+// publishes it, and marks its keys for materializing. The index keeps
+// its own copies when the values belong to a caller (own).
+func (d *db) applyTx(seq uint64, ws []txWrite, hasLog, own bool) {
+	v := &d.view
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, w := range ws {
+		val := w.val
+		if own && !w.deleted {
+			val = bytes.Clone(w.val)
+		}
+		v.work = v.work.with(w.key, version{seq: seq, val: val, deleted: w.deleted})
+		v.dirty[w.key] = struct{}{}
+	}
+	v.workSeq = seq
+	if hasLog {
+		v.workLogTop = seq
+	}
+	v.workLog = false // the committer signals Watch itself
+	v.publishLocked()
+	if len(v.dirty) >= matKick {
+		select {
+		case v.matKick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// txPlan is one transaction message: the last write of each key the
+// group's surviving commits write, their log entries in submission
+// order, and where each commit's entries start.
+type txPlan struct {
+	writes  []txWrite
+	logs    [][]byte
+	commits []*pending
+	logAt   []int
+}
+
+// planTx decides each commit's checks against ix plus the writes of the
+// commits before it in the group; a commit whose check fails is settled
+// with ErrConflict and left out. Checks decided here are final: this
+// engine is the stream's only writer and publishes one transaction at a
+// time, so the index it decides on is the stream's state.
+func planTx(group []*pending, ix index) txPlan {
+	var tx txPlan
+	at := map[string]int{} // key -> position in tx.writes
+	for _, p := range group {
+		if err := checkTx(p.b.Checks, ix, at, tx.writes); err != nil {
+			settle(p, engine.Result{}, err)
+			continue
+		}
+		for _, op := range p.b.Ops {
+			w := txWrite{key: string(op.Key), val: op.Value, deleted: op.Kind == engine.OpDelete}
+			if i, ok := at[w.key]; ok {
+				tx.writes[i] = w
+			} else {
+				at[w.key] = len(tx.writes)
+				tx.writes = append(tx.writes, w)
+			}
+		}
+		tx.logAt = append(tx.logAt, len(tx.logs))
+		tx.logs = append(tx.logs, p.b.Log...)
+		tx.commits = append(tx.commits, p)
+	}
+	return tx
+}
+
+func checkTx(checks []engine.Check, ix index, at map[string]int, ws []txWrite) error {
+	for _, c := range checks {
+		k := string(c.Key)
+		var cur []byte
+		var present bool
+		if i, ok := at[k]; ok {
+			cur, present = ws[i].val, !ws[i].deleted
+		} else {
+			v, found := ix.get(k)
+			cur, present = v.val, found && !v.deleted
+		}
+		if c.Absent == present || (!c.Absent && !bytes.Equal(cur, c.Value)) {
+			what := "is absent"
+			if present {
+				what = "holds another value"
+			}
+			return fmt.Errorf("jetstream: %w: key %q %s", engine.ErrConflict, c.Key, what)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,235 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Materializing (single-writer layout): the latest value of every key the
+// transactions wrote goes to the key's own subject, replacing the one
+// before it (a rollup), so the stream keeps one message per live key plus
+// the transactions not yet materialized and the retained log.
+const (
+	// matInterval is how often the materializer runs. Each run writes
+	// the keys changed by the transactions of the interval before the
+	// last one, so a key lives between one and two intervals before it is
+	// written to its subject: one written and deleted sooner (most of a
+	// broker's in-flight state: staged messages, delivery records,
+	// completion marks until the next checkpoint) never is.
+	matInterval = time.Second
+	// matKick is how many changed keys start a run early, bounding the
+	// memory the changed-key sets take and the transactions an open
+	// replays.
+	matKick = 1 << 18
+	// matWindow is how many key messages it has in flight at once.
+	matWindow = 1024
+	// tombstoneTTL is how long a delete marker stays on a key's subject.
+	// Once it goes, the subject is empty, which reads the same.
+	tombstoneTTL = "60s"
+)
+
+// materializer writes changed keys to their subjects, then records the
+// transaction sequence up to which every change is on its subject (the
+// mark) and purges what the mark makes redundant: transaction messages
+// without log entries below it, and those with log entries below both
+// the mark and the truncation floor. It runs on one goroutine; its fields
+// are its own. The keys changed since the last run are the young
+// generation (view.dirty); a run takes them, writes the generation taken
+// by the run before (old), whose transactions all lie at or below
+// oldTop, and then moves the mark to oldTop.
+type materializer struct {
+	d    *db
+	stop chan struct{}
+	done chan struct{}
+	// mu serializes runs; the fields below are the runs'.
+	mu sync.Mutex
+	// noFinal skips the run at close, leaving the stream as a crash
+	// would (tests).
+	noFinal bool
+	// present holds the keys whose subject holds a value rather than a
+	// delete marker or nothing: a key deleted before it was ever
+	// materialized needs no marker.
+	present map[string]bool
+	old     map[string]struct{}
+	oldTop  uint64
+	mark    uint64
+	purgedT uint64 // transaction messages without log entries below this are purged
+	purgedL uint64 // transaction messages with log entries below this are purged
+}
+
+func (m *materializer) run() {
+	defer close(m.done)
+	t := time.NewTicker(matInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			m.mu.Lock()
+			skip := m.noFinal
+			m.mu.Unlock()
+			if skip {
+				return
+			}
+			if err := m.flush(true); err != nil {
+				m.d.log.Warn("materializing on close", "err", err)
+			}
+			return
+		case <-m.d.view.matKick:
+		case <-t.C:
+		}
+		if err := m.flush(false); err != nil {
+			m.d.log.Warn("materializing keys", "err", err)
+		}
+	}
+}
+
+// flush takes the young generation and writes the old one, or with all
+// both. On an error nothing is lost: the keys not written join the next
+// generation and the mark stays where it was, so the transactions keep
+// holding the changes until a later run succeeds.
+func (m *materializer) flush(all bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	d, v := m.d, &m.d.view
+	v.mu.Lock()
+	young := v.dirty
+	if len(young) > 0 {
+		v.dirty = make(map[string]struct{}, len(young))
+	}
+	ix, top := v.ix, v.applied
+	v.mu.Unlock()
+	keys, upTo := m.old, m.oldTop
+	m.old, m.oldTop = young, top
+	if all {
+		// A key of both generations is written once, with its newest value.
+		keys = merge(keys, young)
+		upTo, m.old = top, nil
+	}
+	if len(keys) == 0 && upTo <= m.mark {
+		return m.purge()
+	}
+	if err := m.write(keys, ix); err != nil {
+		m.old = merge(m.old, keys)
+		return err
+	}
+	top = upTo
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	mk := &nats.Msg{Subject: d.markSubj, Header: nats.Header{}, Data: []byte(strconv.FormatUint(top, 10))}
+	mk.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	if _, err := d.js.PublishMsg(ctx, mk); err != nil {
+		return fmt.Errorf("jetstream: record materialized mark: %w", err)
+	}
+	m.mark = top
+	return m.purge()
+}
+
+// write publishes the current value (or a delete marker) of every key in
+// keys, matWindow at a time.
+func (m *materializer) write(keys map[string]struct{}, ix index) error {
+	d := m.d
+	type sent struct {
+		key     string
+		deleted bool
+		fut     jetstream.PubAckFuture
+	}
+	batch := make([]sent, 0, min(len(keys), matWindow))
+	wait := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
+		defer cancel()
+		var first error
+		for _, s := range batch {
+			select {
+			case <-s.fut.Ok():
+				if s.deleted {
+					delete(m.present, s.key)
+				} else {
+					m.present[s.key] = true
+				}
+			case err := <-s.fut.Err():
+				first = cmp(first, err)
+			case <-ctx.Done():
+				first = cmp(first, ctx.Err())
+			}
+		}
+		batch = batch[:0]
+		if first != nil {
+			return fmt.Errorf("jetstream: materialize keys: %w", first)
+		}
+		return nil
+	}
+	for k := range keys {
+		ver, ok := ix.get(k)
+		deleted := !ok || ver.deleted
+		if deleted && !m.present[k] {
+			continue
+		}
+		msg := &nats.Msg{Subject: d.dataSubject([]byte(k)), Header: nats.Header{}}
+		msg.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+		if deleted {
+			msg.Header.Set(hdrOp, "del")
+			msg.Header.Set(jetstream.MsgTTLHeader, tombstoneTTL)
+		} else {
+			msg.Data = ver.val
+		}
+		fut, err := d.js.PublishMsgAsync(msg)
+		if err != nil {
+			_ = wait()
+			return fmt.Errorf("jetstream: materialize key: %w", err)
+		}
+		batch = append(batch, sent{key: k, deleted: deleted, fut: fut})
+		if len(batch) == matWindow {
+			if err := wait(); err != nil {
+				return err
+			}
+		}
+	}
+	return wait()
+}
+
+// merge adds b's keys to a and returns it.
+func merge(a, b map[string]struct{}) map[string]struct{} {
+	if a == nil {
+		return b
+	}
+	for k := range b {
+		a[k] = struct{}{}
+	}
+	return a
+}
+
+func cmp(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+// purge removes the transaction messages the mark and the floor made
+// redundant.
+func (m *materializer) purge() error {
+	d := m.d
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if below := m.mark + 1; below > m.purgedT {
+		if err := d.st.Purge(ctx, jetstream.WithPurgeSubject(d.txStateSubj), jetstream.WithPurgeSequence(below)); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return fmt.Errorf("jetstream: purge materialized transactions: %w", err)
+		}
+		m.purgedT = below
+	}
+	floor, _, _ := d.view.floorNow()
+	if below := min(m.mark+1, floor>>logShift); below > m.purgedL {
+		if err := d.st.Purge(ctx, jetstream.WithPurgeSubject(d.txLogSubj), jetstream.WithPurgeSequence(below)); err != nil && !errors.Is(err, jetstream.ErrMsgNotFound) {
+			return fmt.Errorf("jetstream: purge truncated log: %w", err)
+		}
+		m.purgedL = below
+	}
+	return nil
+}
