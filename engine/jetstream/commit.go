@@ -557,6 +557,9 @@ func (d *db) plan(group []*pending, ix index) plan {
 	for _, k := range written {
 		ov := overlay[k]
 		m := &nats.Msg{Subject: d.dataSubject([]byte(k)), Header: nats.Header{}}
+		// The key's previous message goes: a subject holds its newest
+		// write only (one per key, delete markers included).
+		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 		if ov.deleted {
 			m.Header.Set(hdrOp, "del")
 		} else {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/tidemark-io/tidemark/engine"
 )
 
@@ -267,5 +268,34 @@ func TestCommitModeIsTheStreams(t *testing.T) {
 	_, err = engine.Open(t.Context(), Name, engine.Options{Dir: dir, Params: map[string]string{"commit": "fast"}})
 	if !errors.Is(err, engine.ErrInvalidOption) {
 		t.Fatalf("commit=fast: %v, want ErrInvalidOption", err)
+	}
+}
+
+// TestBatchKeepsOneMessagePerKey: on a shared stream too, a key's subject
+// holds only its newest write.
+func TestBatchKeepsOneMessagePerKey(t *testing.T) {
+	ctx := t.Context()
+	d := openEngine(t, map[string]string{"commit": "batch"})
+	for i := range 50 {
+		b := new(engine.Batch).Put([]byte("k"), []byte(fmt.Sprint(i))).Put([]byte("other"), []byte(fmt.Sprint(i)))
+		if i%2 == 0 {
+			b.ExpectAbsent([]byte(fmt.Sprint("absent", i)))
+		}
+		if _, err := engine.Commit(ctx, d, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := engine.Commit(ctx, d, new(engine.Batch).Delete([]byte("k"))); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"k", "other"} {
+		subj := d.dataSubject([]byte(k))
+		info, err := d.st.Info(ctx, jetstream.WithSubjectFilter(subj))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := info.State.Subjects[subj]; n != 1 {
+			t.Fatalf("subject of %q holds %d messages, want 1", k, n)
+		}
 	}
 }
