@@ -43,6 +43,7 @@ type view struct {
 	// them (single-writer layout); matKick wakes it when they are many.
 	dirty   map[string]struct{}
 	matKick chan struct{}
+	epoch   uint64 // the last edit epoch of the work index (index.withIn)
 
 	batches    map[string]uint64 // recent batch id -> last sequence
 	batchOrder []string

@@ -13,11 +13,14 @@ type version struct {
 
 // node is a node of an immutable treap keyed by user key. Updates copy the
 // path they change and leave every older root intact, so a snapshot is a
-// root pointer: readers never lock and never see a later commit.
+// root pointer: readers never lock and never see a later commit. A node
+// made by an update in edit epoch e (see withIn) may be changed in place
+// by later updates of the same epoch: no root anyone holds reaches it yet.
 type node struct {
 	key         string
 	v           version
 	prio        uint64
+	epoch       uint64 // 0: shared from the start, never changed in place
 	left, right *node
 }
 
@@ -32,38 +35,52 @@ func newIndex() index { return index{seed: maphash.MakeSeed()} }
 
 // with returns the index with key set to v; ix itself is unchanged.
 func (ix index) with(key string, v version) index {
-	ix.root = insert(ix.root, key, v, maphash.String(ix.seed, key))
+	return ix.withIn(key, v, 0)
+}
+
+// withIn is with for a run of updates that publish only their last
+// result: the nodes the run made (epoch e, non-zero and unique to the run)
+// are changed in place rather than copied again, so a run of many keys
+// allocates each changed path once. No root returned during the run may
+// be handed to a reader before the run ends.
+func (ix index) withIn(key string, v version, e uint64) index {
+	ix.root = insert(ix.root, key, v, maphash.String(ix.seed, key), e)
 	return ix
 }
 
-func insert(n *node, key string, v version, prio uint64) *node {
+func insert(n *node, key string, v version, prio, e uint64) *node {
 	if n == nil {
-		return &node{key: key, v: v, prio: prio}
+		return &node{key: key, v: v, prio: prio, epoch: e}
 	}
-	c := *n
+	c := n
+	if e == 0 || n.epoch != e {
+		cp := *n
+		cp.epoch = e
+		c = &cp
+	}
 	switch {
-	case key == n.key:
+	case key == c.key:
 		c.v = v
-	case key < n.key:
-		c.left = insert(n.left, key, v, prio)
+	case key < c.key:
+		c.left = insert(c.left, key, v, prio, e)
 		if c.left.prio > c.prio {
-			// c.left is a fresh copy, so rotating through it mutates
-			// nothing another root shares.
+			// c.left is this run's node, so rotating through it
+			// changes nothing another root shares.
 			l := c.left
 			c.left = l.right
-			l.right = &c
+			l.right = c
 			return l
 		}
 	default:
-		c.right = insert(n.right, key, v, prio)
+		c.right = insert(c.right, key, v, prio, e)
 		if c.right.prio > c.prio {
 			r := c.right
 			c.right = r.left
-			r.left = &c
+			r.left = c
 			return r
 		}
 	}
-	return &c
+	return c
 }
 
 // get returns the version stored under key.

@@ -28,6 +28,20 @@ func TestJetStreamIndexImmutable(t *testing.T) {
 		ix = ix.with(k, version{seq: uint64(10000 + i), deleted: i%3 == 0})
 		want[k] = uint64(10000 + i)
 	}
+	// Runs of updates in edit epochs change their own nodes in place,
+	// never a node an earlier root reaches.
+	var mids []index
+	var midWants []map[string]uint64
+	for e := uint64(1); e <= 20; e++ {
+		mids, midWants = append(mids, ix), append(midWants, maps.Clone(want))
+		for i := 0; i < 1+rng.IntN(200); i++ {
+			k := fmt.Sprintf("k%04d", rng.IntN(3000))
+			seq := 20000 + e*1000 + uint64(i)
+			ix = ix.withIn(k, version{seq: seq}, e)
+			want[k] = seq
+		}
+	}
+
 	check := func(name string, ix index, want map[string]uint64) {
 		t.Helper()
 		keys := make([]string, 0, len(want))
@@ -57,6 +71,9 @@ func TestJetStreamIndexImmutable(t *testing.T) {
 	}
 	check("old root", old, oldWant)
 	check("new root", ix, want)
+	for i := range mids {
+		check(fmt.Sprintf("root before epoch %d", i+1), mids[i], midWants[i])
+	}
 }
 
 // TestPrefersSeparateCommits: on a shared stream the engine tells callers

@@ -156,12 +156,13 @@ func (d *db) applyTx(seq uint64, ws []txWrite, hasLog, own bool) {
 	v := &d.view
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	v.epoch++
 	for _, w := range ws {
 		val := w.val
 		if own && !w.deleted {
 			val = bytes.Clone(w.val)
 		}
-		v.work = v.work.with(w.key, version{seq: seq, val: val, deleted: w.deleted})
+		v.work = v.work.withIn(w.key, version{seq: seq, val: val, deleted: w.deleted}, v.epoch)
 		v.dirty[w.key] = struct{}{}
 	}
 	v.workSeq = seq
