@@ -299,3 +299,24 @@ func TestBatchKeepsOneMessagePerKey(t *testing.T) {
 		}
 	}
 }
+
+// TestWALWatchAfterHandle: Watch never signals a commit whose handle has
+// not completed yet.
+func TestWALWatchAfterHandle(t *testing.T) {
+	ctx := t.Context()
+	d := openWALAt(t, t.TempDir())
+	defer d.Close()
+	for i := range 300 {
+		w := d.Watch(ctx)
+		h, err := d.Submit(ctx, new(engine.Batch).Append([]byte(fmt.Sprint(i))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-w
+		select {
+		case <-h.Done():
+		default:
+			t.Fatalf("commit %d: Watch signalled before the handle completed", i)
+		}
+	}
+}

@@ -58,26 +58,35 @@ func (d *db) committerWAL() {
 	}
 }
 
-// commitTx settles every commit of group and completes their handles.
+// commitTx settles every commit of group and completes their handles in
+// order, then signals Watch if the group logged anything: a watcher never
+// hears of a commit before its handle.
 func (d *db) commitTx(group []*pending) {
-	defer func() {
-		for _, p := range group {
-			p.complete(p.res, p.err)
-		}
-	}()
+	logged := d.settleTx(group)
+	for _, p := range group {
+		p.complete(p.res, p.err)
+	}
+	if logged {
+		d.notifier.Notify()
+	}
+}
+
+// settleTx settles every commit of group and reports whether a log entry
+// was committed.
+func (d *db) settleTx(group []*pending) bool {
 	ix, _, closed := d.view.state()
 	if closed {
 		for _, p := range group {
 			settle(p, engine.Result{}, fmt.Errorf("jetstream: commit: %w", engine.ErrClosed))
 		}
-		return
+		return false
 	}
 	tx := planTx(group, ix)
 	if len(tx.writes) == 0 && len(tx.logs) == 0 {
 		for _, p := range tx.commits {
 			settle(p, engine.Result{}, nil)
 		}
-		return
+		return false
 	}
 	d.txBuf = encodeTx(d.txBuf[:0], tx.logs, tx.writes)
 	id := d.engineID + "-" + strconv.FormatUint(d.commitSeq.Add(1), 36)
@@ -95,7 +104,7 @@ func (d *db) commitTx(group []*pending) {
 		for _, p := range tx.commits {
 			settle(p, engine.Result{}, err)
 		}
-		return
+		return false
 	}
 	d.logTotal += uint64(len(tx.logs))
 	d.applyTx(seq, tx.writes, len(tx.logs) > 0, true)
@@ -106,11 +115,7 @@ func (d *db) commitTx(group []*pending) {
 		}
 		settle(p, engine.Result{Keys: keys}, nil)
 	}
-	if len(tx.logs) > 0 {
-		// The deferred completions run first: a watcher never hears of
-		// a commit before its handle.
-		defer d.notifier.Notify()
-	}
+	return len(tx.logs) > 0
 }
 
 // publishTx publishes one transaction message and returns its stream
