@@ -229,8 +229,10 @@ func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error
 		}
 		if len(res.Keys) > 0 {
 			d.durable.Store(uint64(res.Keys[0]))
+			// Watch announces log entries; a state-only commit would
+			// only wake every tailer to find nothing new.
+			d.notifier.Notify()
 		}
-		d.notifier.Notify()
 		return engine.Completed(res, nil), nil
 	}
 	if err := d.pdb.ApplyNoSyncWait(pb, pebble.Sync); err != nil {
