@@ -94,7 +94,8 @@
 //
 // # Durability
 //
-// Handles complete after the server acknowledged the batch. On the
+// Handles complete after the server acknowledged the batch (with
+// commit=wal: the group message) and the index applied it. On the
 // embedded server, SyncAlways runs the server with sync always: each batch
 // is fsynced before its acknowledgement, so an acknowledged commit survives
 // an operating-system crash. SyncInterval sets the server's sync interval
@@ -127,16 +128,21 @@
 // it reached the newest entry the index had seen when the scan began.
 // Watch fires once the index has applied new log entries: for this
 // engine's commits after their handles completed, for other nodes' commits
-// as they arrive.
+// as they arrive. With commit=wal the consumer only loads the index at
+// open; after that the committer keeps it, and ScanLog decodes the log
+// entries of the group messages on "<stream>.x.l" up to the last group
+// the index applied.
 //
 // # Limits
 //
 // The index holds every live key and value (and a sequence for each
-// deleted key) in memory. The stream keeps every version of every key, not
-// only the latest: Truncate purges log entries and check carriers below
-// the floor, not superseded data. One message carries at most the
-// server's max_payload (8 MiB on the embedded server; values near
-// engine.MaxValueSize need that on an external server too). A commit whose
+// deleted key) in memory. A key's subject keeps only its newest write (a
+// rollup); on a shared stream a deleted key keeps its delete marker, which
+// its expected sequence needs. Truncate purges log entries and check
+// carriers below the floor. One message carries at most the server's
+// max_payload (48 MiB on the embedded server, so that one commit of
+// engine.MaxBatchBytes is one message; values near engine.MaxValueSize
+// need 8 MiB on an external server too). A commit whose
 // acknowledgement is lost (a timeout, a lost connection, a leader change)
 // is looked up in the stream by its id (the batch id, or on a plain
 // publish the id in its Tidemark-End header) after catching up: found, it
