@@ -33,4 +33,6 @@ var (
 	ErrInvalidOption = errors.New("engine: invalid option")
 	// ErrCorrupt reports stored data that cannot be decoded.
 	ErrCorrupt = errors.New("engine: corrupt data")
+	// ErrInUse reports a data directory another open engine holds.
+	ErrInUse = errors.New("engine: data directory in use")
 )

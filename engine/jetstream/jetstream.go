@@ -165,6 +165,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gofrs/flock"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -213,10 +214,12 @@ type db struct {
 	opts engine.Options
 	log  *slog.Logger
 	srv  *server.Server // nil with an external server
-	nc   *nats.Conn
-	js   jetstream.JetStream
-	st   jetstream.Stream
-	name string
+	// dirLock holds Options.Dir for the embedded server.
+	dirLock *flock.Flock
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	st      jetstream.Stream
+	name    string
 
 	dataPrefix, logSubj, floorSubj, checkSubj string
 
@@ -320,7 +323,11 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 	}
 	d.view.init()
 	if url == "" {
+		if d.dirLock, err = lockDir(opts.Dir); err != nil {
+			return nil, err
+		}
 		if d.srv, err = startEmbedded(opts, d.log, !d.wal); err != nil {
+			_ = d.dirLock.Unlock()
 			return nil, err
 		}
 		url = d.srv.ClientURL()
@@ -455,6 +462,9 @@ func (d *db) shutdownTransport() {
 		d.nc.Close()
 	}
 	stopEmbedded(d.srv)
+	if d.dirLock != nil {
+		_ = d.dirLock.Unlock()
+	}
 }
 
 func (d *db) isClosed() bool {
