@@ -32,6 +32,7 @@ func init() {
 		Case{Name: "watch_after_durable", Run: caseWatch},
 		Case{Name: "truncation", Run: caseTruncation},
 		Case{Name: "reopen_keeps_completed_commits", Run: caseReopen},
+		Case{Name: "second_open_refused", Run: caseSecondOpen},
 		Case{Name: "sigkill_loses_no_completed_commit", Run: caseSigkill},
 	)
 }
@@ -691,6 +692,34 @@ func caseTruncation(t T, tg Target) {
 
 // caseReopen checks completed commits survive a clean close and that keys
 // stay monotonic when the clock moved backwards across the restart.
+// caseSecondOpen: a data directory an open engine holds is refused to a
+// second engine with ErrInUse (two writers would corrupt it or break the
+// first one's view of it), and is free again once the first closes.
+func caseSecondOpen(t T, tg Target) {
+	dir := t.TempDir()
+	e, err := tg.TryOpen(t.Context(), dir)
+	if err != nil {
+		t.Fatalf("open: %v", err)
+	}
+	commit(t, e, new(engine.Batch).Put([]byte("k"), []byte("v")))
+	e2, err := tg.TryOpen(t.Context(), dir)
+	if err == nil {
+		_ = e2.Close()
+		_ = e.Close()
+		t.Fatalf("a second engine opened %s while the first held it", dir)
+	}
+	if !errors.Is(err, engine.ErrInUse) {
+		_ = e.Close()
+		t.Fatalf("second open: %v, want an error wrapping engine.ErrInUse", err)
+	}
+	wantValue(t, e, "k", "v")
+	if err := e.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	e3 := tg.Open(t, dir)
+	wantValue(t, e3, "k", "v")
+}
+
 func caseReopen(t T, tg Target) {
 	dir := t.TempDir()
 	now := time.Now()

@@ -84,6 +84,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/skl"
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 )
 
@@ -136,6 +137,7 @@ func init() {
 // the writer while a group commits, so Truncate can wait out a group that
 // holds keys below its floor. regMu guards readers.
 type db struct {
+	lock *dirlock.Lock // the data directory, held while open
 	bdb  *badger.DB
 	opts engine.Options
 	hlc  *engine.HLC
@@ -197,11 +199,17 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	lock, err := dirlock.Take(Name, opts.Dir)
+	if err != nil {
+		return nil, err
+	}
 	bdb, err := badger.Open(bopts)
 	if err != nil {
+		lock.Release()
 		return nil, fmt.Errorf("badger: open %s: %w", opts.Dir, err)
 	}
 	d := &db{
+		lock:       lock,
 		bdb:        bdb,
 		opts:       opts,
 		log:        log,
@@ -219,6 +227,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 	}
 	if err != nil {
 		_ = bdb.Close()
+		lock.Release()
 		return nil, err
 	}
 	d.floor.Store(uint64(floor))
@@ -372,6 +381,7 @@ func (d *db) Close() error {
 	}
 	d.readers = nil
 	d.regMu.Unlock()
+	defer d.lock.Release()
 	if err := d.bdb.Close(); err != nil {
 		return fmt.Errorf("badger: close: %w", err)
 	}

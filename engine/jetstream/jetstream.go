@@ -165,11 +165,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gofrs/flock"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
 )
 
 // Name is the registered engine name.
@@ -215,7 +215,7 @@ type db struct {
 	log  *slog.Logger
 	srv  *server.Server // nil with an external server
 	// dirLock holds Options.Dir for the embedded server.
-	dirLock *flock.Flock
+	dirLock *dirlock.Lock
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	st      jetstream.Stream
@@ -323,11 +323,11 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 	}
 	d.view.init()
 	if url == "" {
-		if d.dirLock, err = lockDir(opts.Dir); err != nil {
+		if d.dirLock, err = dirlock.Take("jetstream", opts.Dir); err != nil {
 			return nil, err
 		}
 		if d.srv, err = startEmbedded(opts, d.log, !d.wal); err != nil {
-			_ = d.dirLock.Unlock()
+			d.dirLock.Release()
 			return nil, err
 		}
 		url = d.srv.ClientURL()
@@ -462,9 +462,7 @@ func (d *db) shutdownTransport() {
 		d.nc.Close()
 	}
 	stopEmbedded(d.srv)
-	if d.dirLock != nil {
-		_ = d.dirLock.Unlock()
-	}
+	d.dirLock.Release()
 }
 
 func (d *db) isClosed() bool {

@@ -3,12 +3,10 @@ package jetstream
 import (
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
-	"github.com/gofrs/flock"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/tidemark-io/tidemark/engine"
 )
@@ -59,23 +57,6 @@ func startEmbedded(opts engine.Options, log *slog.Logger, listen bool) (*server.
 		return nil, fmt.Errorf("jetstream: embedded server in %s did not become ready", sopts.StoreDir)
 	}
 	return s, nil
-}
-
-// lockDir takes the data directory for this process: two embedded servers
-// on one store would both write it.
-func lockDir(dir string) (*flock.Flock, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("jetstream: data directory: %w", err)
-	}
-	l := flock.New(filepath.Join(dir, "jetstream.lock"))
-	ok, err := l.TryLock()
-	if err != nil {
-		return nil, fmt.Errorf("jetstream: lock data directory %s: %w", dir, err)
-	}
-	if !ok {
-		return nil, fmt.Errorf("jetstream: %w: %s is open in another engine (another Tidemark process?); stop it or use another data directory", engine.ErrInUse, dir)
-	}
-	return l, nil
 }
 
 // stopEmbedded shuts the server down and waits until its store is closed.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/PowerDNS/lmdb-go/lmdb"
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 )
 
@@ -54,7 +55,7 @@ type db struct {
 	opts engine.Options
 	log  *slog.Logger
 	hlc  *engine.HLC
-	lock *dirLock
+	lock *dirlock.Lock
 
 	mu         sync.RWMutex
 	closed     bool
@@ -89,13 +90,13 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("lmdb: create %s: %w", opts.Dir, err)
 	}
-	lock, err := lockDir(opts.Dir)
+	lock, err := dirlock.Take("lmdb", opts.Dir)
 	if err != nil {
 		return nil, err
 	}
 	env, err := openEnv(opts, int64(mapMB)<<20, readers)
 	if err != nil {
-		lock.release()
+		lock.Release()
 		return nil, err
 	}
 	d := &db{
@@ -120,7 +121,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 	top, floor, stale, err := d.recover(ctx)
 	if err != nil {
 		_ = env.Close()
-		lock.release()
+		lock.Release()
 		return nil, err
 	}
 	// Never reissue a key at or below one on disk, whatever the clock says.
@@ -322,7 +323,7 @@ func (d *db) Close() error {
 	d.regMu.Unlock()
 	err := d.env.Close()
 	d.rw.Unlock()
-	d.lock.release()
+	d.lock.Release()
 	if err != nil {
 		return fmt.Errorf("lmdb: close: %w", err)
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 )
 
@@ -60,6 +61,7 @@ type pendingCommit struct {
 // applied under mu, so log-key order is Pebble's sequence order. rw guards
 // the Pebble handle against reads racing Close.
 type db struct {
+	lock  *dirlock.Lock // the data directory, held while open
 	pdb   *pebble.DB
 	opts  engine.Options
 	hlc   *engine.HLC
@@ -108,15 +110,22 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 	// Commit checks are point reads, often of keys that are absent (a free
 	// staging slot): without filters each one searches every level.
 	popts.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
+	lock, err := dirlock.Take(Name, opts.Dir)
+	if err != nil {
+		cache.Unref()
+		return nil, err
+	}
 	pdb, err := pebble.Open(opts.Dir, popts)
 	if err != nil {
 		cache.Unref()
+		lock.Release()
 		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("pebble: open %s: the directory is locked by another process (is a broker running on it?): %w", opts.Dir, err)
+			return nil, fmt.Errorf("pebble: open %s: %w: pebble's lock is held by another process: %w", opts.Dir, engine.ErrInUse, err)
 		}
 		return nil, fmt.Errorf("pebble: open %s: %w", opts.Dir, err)
 	}
 	d := &db{
+		lock:    lock,
 		pdb:     pdb,
 		opts:    opts,
 		cache:   cache,
@@ -128,6 +137,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 	if err != nil {
 		_ = pdb.Close()
 		cache.Unref()
+		lock.Release()
 		return nil, err
 	}
 	d.floor = floor
@@ -440,6 +450,7 @@ func (d *db) Close() error {
 	}
 	err := d.pdb.Close()
 	d.cache.Unref()
+	d.lock.Release()
 	if err != nil {
 		return fmt.Errorf("pebble: close: %w", err)
 	}
