@@ -320,22 +320,3 @@ func TestWALWatchAfterHandle(t *testing.T) {
 		}
 	}
 }
-
-// TestDataDirectoryLocked: a second engine on an open data directory is
-// refused (two embedded servers would both write one store), and the
-// directory is free again once the first closes.
-func TestDataDirectoryLocked(t *testing.T) {
-	dir := t.TempDir()
-	a := openWALAt(t, dir)
-	_, err := engine.Open(t.Context(), Name, engine.Options{Dir: dir, Params: map[string]string{"commit": "batch"}})
-	if !errors.Is(err, engine.ErrInUse) {
-		t.Fatalf("second open of %s: %v, want ErrInUse", dir, err)
-	}
-	if err := a.Close(); err != nil {
-		t.Fatal(err)
-	}
-	b := openWALAt(t, dir)
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
-}
