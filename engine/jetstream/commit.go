@@ -96,33 +96,53 @@ const maxGroupBytes = 48 << 20
 func (d *db) committer() {
 	defer close(d.committerDone)
 	for {
-		d.mu.Lock()
-		if len(d.queue) == 0 {
-			closed := d.closed
-			d.mu.Unlock()
-			if closed {
-				return
+		msgs, size := 0, 0
+		group := d.nextGroup(func(first bool, p *pending) bool {
+			if !first && (msgs+p.msgs > d.maxBatch || size+p.bytes > maxGroupBytes) {
+				return false
 			}
-			<-d.wake
-			continue
-		}
-		n, msgs, size := 0, 0, 0
-		for _, p := range d.queue {
-			if n > 0 && (msgs+p.msgs > d.maxBatch || size+p.bytes > maxGroupBytes) {
-				break
-			}
-			n++
 			msgs += p.msgs
 			size += p.bytes
+			return true
+		})
+		if group == nil {
+			return
 		}
-		group := d.queue[:n:n]
-		d.queue = d.queue[n:]
-		d.mu.Unlock()
 		start := time.Now()
 		d.commitGroup(group)
 		if len(group) >= gatherMin {
 			d.gather(len(group), min(max(time.Since(start)/4, minGather), maxGather))
 		}
+	}
+}
+
+// nextGroup waits for queued commits and takes the longest prefix of the
+// queue that fits admits (always at least one); nil once the engine closed
+// and the queue is empty. Committer only.
+func (d *db) nextGroup(fits func(first bool, p *pending) bool) []*pending {
+	for {
+		d.mu.Lock()
+		if len(d.queue) == 0 {
+			closed := d.closed
+			d.mu.Unlock()
+			if closed {
+				return nil
+			}
+			<-d.wake
+			continue
+		}
+		n := 0
+		for _, p := range d.queue {
+			if !fits(n == 0, p) {
+				break
+			}
+			n++
+		}
+		n = max(n, 1)
+		group := d.queue[:n:n]
+		d.queue = d.queue[n:]
+		d.mu.Unlock()
+		return group
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 	"github.com/tidemark-io/tidemark/engine"
 )
 
@@ -193,42 +192,17 @@ func (d *db) scanPage(ctx context.Context, start, limit uint64, fn func(engine.E
 	if start > limit {
 		return start, false, false, nil
 	}
-	rctx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
-	msgs, err := jetstreamext.GetBatch(rctx, d.js, d.name, scanPage,
-		jetstreamext.GetBatchSeq(start), jetstreamext.GetBatchSubject(d.logSubj), jetstreamext.GetBatchMaxBytes(maxPayload))
+	msgs, next, more, err := d.getPage(ctx, d.logSubj, start, limit)
 	if err != nil {
 		return start, false, false, fmt.Errorf("jetstream: scan log: %w", err)
 	}
-	next = start
-	n := 0
-	var page []engine.Entry
-	for m, err := range msgs {
-		if errors.Is(err, jetstreamext.ErrNoMessages) {
-			break
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				err = ctx.Err()
-			}
-			return start, false, false, fmt.Errorf("jetstream: scan log: %w", err)
-		}
-		if m.Sequence > limit {
-			more = false
-			break
-		}
-		n++
-		page = append(page, engine.Entry{Key: engine.LogKey(m.Sequence), Count: 1, Value: m.Data})
-		next = m.Sequence + 1
-		more = m.Header.Get("Nats-Num-Pending") != "0"
-	}
 	// fn runs after the page is read, so it may call back into the engine.
-	for _, e := range page {
-		if !fn(e) {
+	for _, m := range msgs {
+		if !fn(engine.Entry{Key: engine.LogKey(m.Sequence), Count: 1, Value: m.Data}) {
 			return next, false, true, nil
 		}
 	}
-	return next, more && n > 0, false, nil
+	return next, more && len(msgs) > 0, false, nil
 }
 
 // Truncate persists the new floor first and purges after, so a crash in

@@ -32,28 +32,18 @@ const walGroupBytes = 8 << 20
 func (d *db) committerWAL() {
 	defer close(d.committerDone)
 	for {
-		d.mu.Lock()
-		if len(d.queue) == 0 {
-			closed := d.closed
-			d.mu.Unlock()
-			if closed {
-				return
+		size, logs := 0, 0
+		group := d.nextGroup(func(first bool, p *pending) bool {
+			if !first && (size+p.bytes > walGroupBytes || logs+len(p.b.Log) > maxTxEntries) {
+				return false
 			}
-			<-d.wake
-			continue
-		}
-		n, size, logs := 0, 0, 0
-		for _, p := range d.queue {
-			if n > 0 && (size+p.bytes > walGroupBytes || logs+len(p.b.Log) > maxTxEntries) {
-				break
-			}
-			n++
 			size += p.bytes
 			logs += len(p.b.Log)
+			return true
+		})
+		if group == nil {
+			return
 		}
-		group := d.queue[:n:n]
-		d.queue = d.queue[n:]
-		d.mu.Unlock()
 		d.commitTx(group)
 	}
 }

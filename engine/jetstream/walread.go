@@ -62,38 +62,56 @@ func (d *db) loadWAL(ctx context.Context) error {
 		}
 	}
 	for next := mark + 1; ; {
-		rctx, cancel := context.WithTimeout(ctx, opTimeout)
-		msgs, err := jetstreamext.GetBatch(rctx, d.js, d.name, scanPage,
-			jetstreamext.GetBatchSeq(next), jetstreamext.GetBatchSubject(d.txPrefix+">"), jetstreamext.GetBatchMaxBytes(maxPayload))
+		page, after, more, err := d.getPage(ctx, d.txPrefix+">", next, ^uint64(0))
 		if err != nil {
-			cancel()
 			return fmt.Errorf("jetstream: replay transactions: %w", err)
 		}
-		n := 0
-		more := false
-		for m, err := range msgs {
-			if errors.Is(err, jetstreamext.ErrNoMessages) {
-				break
-			}
-			if err != nil {
-				cancel()
-				return fmt.Errorf("jetstream: replay transactions: %w", err)
-			}
+		for _, m := range page {
 			_, ws, err := decodeTx(m.Data)
 			if err != nil {
-				cancel()
 				return fmt.Errorf("jetstream: replay transaction %d: %w", m.Sequence, err)
 			}
 			d.applyTx(m.Sequence, ws, m.Subject == d.txLogSubj, false)
-			n++
-			next = m.Sequence + 1
-			more = m.Header.Get("Nats-Num-Pending") != "0"
 		}
-		cancel()
-		if n == 0 || !more {
+		if len(page) == 0 || !more {
 			return nil
 		}
+		next = after
 	}
+}
+
+// getPage reads up to scanPage messages on subject from sequence from on,
+// none past limit. It returns the sequence after the last one read and
+// whether the stream holds more.
+func (d *db) getPage(ctx context.Context, subject string, from, limit uint64) ([]*jetstream.RawStreamMsg, uint64, bool, error) {
+	rctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	msgs, err := jetstreamext.GetBatch(rctx, d.js, d.name, scanPage,
+		jetstreamext.GetBatchSeq(from), jetstreamext.GetBatchSubject(subject), jetstreamext.GetBatchMaxBytes(maxPayload))
+	if err != nil {
+		return nil, from, false, err
+	}
+	var page []*jetstream.RawStreamMsg
+	more := false
+	for m, err := range msgs {
+		if errors.Is(err, jetstreamext.ErrNoMessages) {
+			break
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			return nil, from, false, err
+		}
+		if m.Sequence > limit {
+			more = false
+			break
+		}
+		page = append(page, m)
+		from = m.Sequence + 1
+		more = m.Header.Get("Nats-Num-Pending") != "0"
+	}
+	return page, from, more, nil
 }
 
 // lastNumber returns the number in the last message of subj, 0 if none.
@@ -121,33 +139,14 @@ func (d *db) scanLogWAL(ctx context.Context, start uint64, fn func(engine.Entry)
 		if d.isClosed() {
 			return fmt.Errorf("jetstream: scan log: %w", engine.ErrClosed)
 		}
-		rctx, cancel := context.WithTimeout(ctx, opTimeout)
-		msgs, err := jetstreamext.GetBatch(rctx, d.js, d.name, scanPage,
-			jetstreamext.GetBatchSeq(seq), jetstreamext.GetBatchSubject(d.txLogSubj), jetstreamext.GetBatchMaxBytes(maxPayload))
+		msgs, after, more, err := d.getPage(ctx, d.txLogSubj, seq, applied)
 		if err != nil {
-			cancel()
 			return fmt.Errorf("jetstream: scan log: %w", err)
 		}
 		var page []engine.Entry
-		more := false
-		for m, err := range msgs {
-			if errors.Is(err, jetstreamext.ErrNoMessages) {
-				break
-			}
-			if err != nil {
-				cancel()
-				if ctx.Err() != nil {
-					err = ctx.Err()
-				}
-				return fmt.Errorf("jetstream: scan log: %w", err)
-			}
-			if m.Sequence > applied {
-				more = false
-				break
-			}
+		for _, m := range msgs {
 			logs, err := decodeTxLog(m.Data)
 			if err != nil {
-				cancel()
 				return fmt.Errorf("jetstream: scan log: message %d: %w", m.Sequence, err)
 			}
 			for i, e := range logs {
@@ -155,19 +154,17 @@ func (d *db) scanLogWAL(ctx context.Context, start uint64, fn func(engine.Entry)
 					page = append(page, engine.Entry{Key: k, Count: 1, Value: e})
 				}
 			}
-			seq = m.Sequence + 1
-			more = m.Header.Get("Nats-Num-Pending") != "0"
 		}
-		cancel()
 		// fn runs after the page is read, so it may call back into the engine.
 		for _, e := range page {
 			if !fn(e) {
 				return nil
 			}
 		}
-		if !more {
+		if len(msgs) == 0 || !more {
 			return nil
 		}
+		seq = after
 	}
 	return nil
 }
