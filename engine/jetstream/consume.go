@@ -201,7 +201,12 @@ func (d *db) applyMsgLocked(seq uint64, subj string, h nats.Header, data []byte)
 			d.log.Error("index consumer: undecodable data subject", "subject", subj, "seq", seq)
 			break
 		}
-		v.work = v.work.with(string(key), version{seq: seq, val: data, deleted: h.Get(hdrOp) == "del"})
+		deleted := h.Get(hdrOp) == "del"
+		if deleted && d.wal {
+			v.work = v.work.withoutIn(string(key), 0)
+			break
+		}
+		v.work = v.work.with(string(key), version{seq: seq, val: data, deleted: deleted})
 	case subj == d.logSubj:
 		v.workLog = true
 		v.workLogTop = seq

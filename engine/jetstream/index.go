@@ -48,16 +48,72 @@ func (ix index) withIn(key string, v version, e uint64) index {
 	return ix
 }
 
+// own returns n itself when edit epoch e made it, else a copy made in e.
+func own(n *node, e uint64) *node {
+	if e != 0 && n.epoch == e {
+		return n
+	}
+	c := *n
+	c.epoch = e
+	return &c
+}
+
+// withoutIn returns the index without key, in edit epoch e (see withIn;
+// 0 copies every node it changes).
+func (ix index) withoutIn(key string, e uint64) index {
+	ix.root, _ = remove(ix.root, key, e)
+	return ix
+}
+
+func remove(n *node, key string, e uint64) (*node, bool) {
+	if n == nil {
+		return nil, false
+	}
+	if key == n.key {
+		return join(n.left, n.right, e), true
+	}
+	if key < n.key {
+		l, found := remove(n.left, key, e)
+		if !found {
+			return n, false
+		}
+		c := own(n, e)
+		c.left = l
+		return c, true
+	}
+	r, found := remove(n.right, key, e)
+	if !found {
+		return n, false
+	}
+	c := own(n, e)
+	c.right = r
+	return c, true
+}
+
+// join merges two treaps whose keys are all below (a) and above (b) one
+// another.
+func join(a, b *node, e uint64) *node {
+	switch {
+	case a == nil:
+		return b
+	case b == nil:
+		return a
+	case a.prio > b.prio:
+		c := own(a, e)
+		c.right = join(a.right, b, e)
+		return c
+	default:
+		c := own(b, e)
+		c.left = join(a, b.left, e)
+		return c
+	}
+}
+
 func insert(n *node, key string, v version, prio, e uint64) *node {
 	if n == nil {
 		return &node{key: key, v: v, prio: prio, epoch: e}
 	}
-	c := n
-	if e == 0 || n.epoch != e {
-		cp := *n
-		cp.epoch = e
-		c = &cp
-	}
+	c := own(n, e)
 	switch {
 	case key == c.key:
 		c.v = v

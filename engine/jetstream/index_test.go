@@ -37,6 +37,11 @@ func TestJetStreamIndexImmutable(t *testing.T) {
 		for i := 0; i < 1+rng.IntN(200); i++ {
 			k := fmt.Sprintf("k%04d", rng.IntN(3000))
 			seq := 20000 + e*1000 + uint64(i)
+			if rng.IntN(3) == 0 {
+				ix = ix.withoutIn(k, e)
+				delete(want, k)
+				continue
+			}
 			ix = ix.withIn(k, version{seq: seq}, e)
 			want[k] = seq
 		}
@@ -62,6 +67,15 @@ func TestJetStreamIndexImmutable(t *testing.T) {
 			if !slices.Equal(got, keys[i:]) {
 				t.Fatalf("%s: from %q got %d keys, want %d in order", name, lower, len(got), len(keys[i:]))
 			}
+		}
+		n := 0
+		for c, nd := ix.seek(""), (*node)(nil); ; n++ {
+			if nd = c.next(); nd == nil {
+				break
+			}
+		}
+		if n != len(want) {
+			t.Fatalf("%s: %d keys, want %d", name, n, len(want))
 		}
 		for k, seq := range want {
 			if v, ok := ix.get(k); !ok || v.seq != seq {

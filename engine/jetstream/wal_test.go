@@ -242,6 +242,13 @@ func TestWALKeepsOneMessagePerKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ix, _, _ := d.view.state()
+	n := 0
+	for c := ix.seek(""); c.next() != nil; n++ {
+	}
+	if n != 10 {
+		t.Fatalf("the index holds %d keys, want the 10 live ones (deleted keys leave it)", n)
+	}
 	// Ten live keys, a delete marker for each "gone" key that was
 	// materialized before its delete, the mark; no transaction.
 	if n := info.State.Msgs; n < 11 || n > 11+5 {

@@ -153,12 +153,18 @@ func (d *db) applyTx(seq uint64, ws []txWrite, hasLog, own bool) {
 	defer v.mu.Unlock()
 	v.epoch++
 	for _, w := range ws {
+		v.dirty[w.key] = struct{}{}
+		if w.deleted {
+			// Nothing needs a deleted key's sequence here (checks are
+			// decided locally), so it leaves the index altogether.
+			v.work = v.work.withoutIn(w.key, v.epoch)
+			continue
+		}
 		val := w.val
-		if own && !w.deleted {
+		if own {
 			val = bytes.Clone(w.val)
 		}
-		v.work = v.work.withIn(w.key, version{seq: seq, val: val, deleted: w.deleted}, v.epoch)
-		v.dirty[w.key] = struct{}{}
+		v.work = v.work.withIn(w.key, version{seq: seq, val: val}, v.epoch)
 	}
 	v.workSeq = seq
 	if hasLog {
