@@ -444,6 +444,7 @@ func (d *db) publishFailed(ctx context.Context, live []*pending, pl plan, attemp
 		if err := d.catchUp(ctx); err != nil {
 			d.log.Warn("catching up after a conflict", "err", err)
 		}
+		d.refreshChecked(ctx, live)
 		if len(live) == 1 && attempt >= 3 {
 			settle(live[0], engine.Result{}, fmt.Errorf("jetstream: commit: %w: %s", engine.ErrConflict, apiErr.Description))
 			return
@@ -478,6 +479,37 @@ func (d *db) publishFailed(ctx context.Context, live []*pending, pl plan, attemp
 	default:
 		for _, p := range live {
 			settle(p, engine.Result{}, fmt.Errorf("jetstream: publish batch: %w", err))
+		}
+	}
+}
+
+// refreshChecked makes the index agree with the stream on the keys group
+// checks that the index holds as deleted or absent: the server expires a
+// delete marker without a message the consumer could bring, and the index
+// may have swept one the server still holds, so the expected sequence the
+// index gives such a key can be wrong without any other node writing it.
+func (d *db) refreshChecked(ctx context.Context, group []*pending) {
+	ix, _, _ := d.view.state()
+	seen := map[string]bool{}
+	for _, p := range group {
+		for _, c := range p.b.Checks {
+			k := string(c.Key)
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			if v, ok := ix.get(k); ok && !v.deleted {
+				continue
+			}
+			m, err := d.st.GetLastMsgForSubject(ctx, d.dataSubject(c.Key))
+			switch {
+			case errors.Is(err, jetstream.ErrMsgNotFound):
+				d.view.settleKey(k, 0, false)
+			case err != nil:
+				d.log.Debug("refreshing a checked key", "err", err)
+			case m.Header.Get(hdrOp) == "del":
+				d.view.settleKey(k, m.Sequence, true)
+			}
 		}
 	}
 }
@@ -578,10 +610,11 @@ func (d *db) plan(group []*pending, ix index) plan {
 		ov := overlay[k]
 		m := &nats.Msg{Subject: d.dataSubject([]byte(k)), Header: nats.Header{}}
 		// The key's previous message goes: a subject holds its newest
-		// write only (one per key, delete markers included).
+		// write only, and a delete marker expires.
 		m.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 		if ov.deleted {
 			m.Header.Set(hdrOp, "del")
+			m.Header.Set(jetstream.MsgTTLHeader, d.tombTTLHeader())
 		} else {
 			m.Data = ov.val
 		}

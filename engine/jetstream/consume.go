@@ -39,6 +39,12 @@ type view struct {
 	inflight      bool
 	pendingNotify bool
 
+	// tombs lists the delete markers the index holds on a shared stream,
+	// oldest first; each leaves the index tombTTL after it arrived, about
+	// when the server expires it (see sweepLocked).
+	tombs   []tomb
+	tombTTL time.Duration
+
 	// dirty holds the keys written since the materializer last took
 	// them (single-writer layout); matKick wakes it when they are many.
 	dirty   map[string]struct{}
@@ -207,6 +213,9 @@ func (d *db) applyMsgLocked(seq uint64, subj string, h nats.Header, data []byte)
 			break
 		}
 		v.work = v.work.with(string(key), version{seq: seq, val: data, deleted: deleted})
+		if deleted {
+			v.tombs = append(v.tombs, tomb{key: string(key), seq: seq, at: time.Now()})
+		}
 	case subj == d.logSubj:
 		v.workLog = true
 		v.workLogTop = seq
@@ -225,6 +234,7 @@ func (d *db) applyMsgLocked(seq uint64, subj string, h nats.Header, data []byte)
 // publishLocked makes the work index the one readers see and reports
 // whether Watch should signal now. v.mu held.
 func (v *view) publishLocked() (notify bool) {
+	v.sweepLocked()
 	v.ix = v.work
 	v.applied = v.workSeq
 	v.floor = max(v.floor, v.workFloor)
@@ -238,6 +248,55 @@ func (v *view) publishLocked() (notify bool) {
 	close(v.changed)
 	v.changed = make(chan struct{})
 	return notify
+}
+
+// tomb is a delete marker in the index.
+type tomb struct {
+	key string
+	seq uint64
+	at  time.Time
+}
+
+// sweepLocked drops from the work index the delete markers older than
+// tombTTL, which the server has expired (or is about to) without a
+// message the consumer could see. If the index and the stream disagree
+// on a marker for a while, a check on its key fails on the server and
+// refreshChecked settles it. v.mu held, at a batch boundary.
+func (v *view) sweepLocked() {
+	if len(v.tombs) == 0 || time.Since(v.tombs[0].at) < v.tombTTL {
+		return
+	}
+	n := 0
+	for _, t := range v.tombs {
+		if time.Since(t.at) < v.tombTTL {
+			break
+		}
+		n++
+		if cur, ok := v.work.get(t.key); ok && cur.deleted && cur.seq == t.seq {
+			v.work = v.work.withoutIn(t.key, 0)
+		}
+	}
+	// Reslicing is O(1); the next growth copies only the live part.
+	v.tombs = v.tombs[n:]
+}
+
+// settleKey makes the index say what the stream holds for key, as found
+// by a direct get after a failed check: nothing (found false) or a delete
+// marker at seq. It does nothing while a batch is half applied, or when
+// the stream moved past what the index applied (the consumer brings that).
+func (v *view) settleKey(key string, seq uint64, found bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.workSeq != v.applied || seq > v.applied {
+		return
+	}
+	if found {
+		v.work = v.work.with(key, version{seq: seq, deleted: true})
+		v.tombs = append(v.tombs, tomb{key: key, seq: seq, at: time.Now()})
+	} else {
+		v.work = v.work.withoutIn(key, 0)
+	}
+	v.ix = v.work
 }
 
 func (v *view) markCaughtLocked() {

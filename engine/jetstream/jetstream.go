@@ -41,7 +41,7 @@
 //
 // A materializer copies each changed key's newest value to "<stream>.d.<hex>"
 // (replacing the one before it: Nats-Rollup) or, for a deleted key that has
-// a value there, a delete marker that expires after a minute; it runs every
+// a value there, a delete marker that expires (tombstone_ttl); it runs every
 // second and writes the keys changed in the second before last, so a key
 // written and deleted within a second (a broker's staged messages,
 // delivery records, completion marks) is never copied. It then records up
@@ -136,10 +136,12 @@
 // # Limits
 //
 // The index holds every live key and value (and a sequence for each
-// deleted key) in memory. A key's subject keeps only its newest write (a
-// rollup); on a shared stream a deleted key keeps its delete marker, which
-// its expected sequence needs. Truncate purges log entries and check
-// carriers below the floor. One message carries at most the server's
+// deleted key, for tombstone_ttl) in memory. A key's subject keeps only
+// its newest write (a rollup), and a delete marker expires after
+// tombstone_ttl, in the stream and in every node's index; a check on a key
+// whose marker one side forgot first fails on the server, and the engine
+// then reads the key's subject and decides again. Truncate purges log
+// entries and check carriers below the floor. One message carries at most the server's
 // max_payload (48 MiB on the embedded server, so that one commit of
 // engine.MaxBatchBytes is one message; values near engine.MaxValueSize
 // need 8 MiB on an external server too). A commit whose
@@ -160,6 +162,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -184,6 +187,7 @@ func init() {
 			{Name: "stream", Default: "tidemark", Doc: "stream name and subject prefix; letters, digits, '-' and '_'"},
 			{Name: "replicas", Default: "1", Doc: "stream replicas (use 3 on a cluster)"},
 			{Name: "max_batch", Default: "16384 embedded, 1000 with url", Doc: "most messages per atomic batch (commit=batch); lowered when the server reports a smaller limit"},
+			{Name: "tombstone_ttl", Default: "60s", Doc: "how long a deleted key's delete marker stays in the stream (at least 1s)"},
 			{Name: "commit", Default: "wal embedded, batch with url", Doc: "wal: this engine is the stream's only writer, one message per group of commits (embedded server only); batch: any number of nodes share the stream, atomic batch publish"},
 		},
 		Doc: "NATS JetStream (embedded server or a cluster); one log key per record; group commit as one transaction message (single writer) or one atomic batch (shared stream)",
@@ -300,6 +304,12 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 	case mode == commitWAL && url != "":
 		return nil, fmt.Errorf("%w: jetstream parameter commit=wal needs the embedded server (it must be the stream's only writer); drop url, or use commit=batch to share a stream on %s", engine.ErrInvalidOption, url)
 	}
+	tombTTL := time.Minute
+	if v := opts.Params["tombstone_ttl"]; v != "" {
+		if tombTTL, err = time.ParseDuration(v); err != nil || tombTTL < time.Second {
+			return nil, fmt.Errorf("%w: jetstream parameter tombstone_ttl=%q: use a duration of at least 1s, such as 60s", engine.ErrInvalidOption, v)
+		}
+	}
 	if url == "" && opts.Dir == "" {
 		return nil, fmt.Errorf("%w: jetstream needs a data directory (Options.Dir) for its embedded server", engine.ErrInvalidOption)
 	}
@@ -322,6 +332,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		engineID:      newEngineID(),
 	}
 	d.view.init()
+	d.view.tombTTL = tombTTL
 	if url == "" {
 		if d.dirLock, err = dirlock.Take("jetstream", opts.Dir); err != nil {
 			return nil, err
@@ -477,6 +488,11 @@ func newEngineID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// tombTTLHeader is the Nats-TTL value of a delete marker.
+func (d *db) tombTTLHeader() string {
+	return strconv.Itoa(int(d.view.tombTTL/time.Second)) + "s"
 }
 
 func (d *db) dataSubject(key []byte) string {

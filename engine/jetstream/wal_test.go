@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/tidemark-io/tidemark/engine"
@@ -324,6 +325,74 @@ func TestWALWatchAfterHandle(t *testing.T) {
 		case <-h.Done():
 		default:
 			t.Fatalf("commit %d: Watch signalled before the handle completed", i)
+		}
+	}
+}
+
+// TestBatchDeleteMarkersExpire: on a shared stream a delete marker leaves
+// the stream and the index after tombstone_ttl, and a check on its key
+// still decides right whether the index or the server forgot it first.
+func TestBatchDeleteMarkersExpire(t *testing.T) {
+	ctx := t.Context()
+	d := openEngine(t, map[string]string{"commit": "batch", "tombstone_ttl": "1s"})
+	for i := range 20 {
+		k := []byte(fmt.Sprint("gone", i))
+		if _, err := engine.Commit(ctx, d, new(engine.Batch).Put(k, []byte("x"))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := engine.Commit(ctx, d, new(engine.Batch).Delete(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The index forgets a marker the server still holds: the check
+	// fails on the server, the engine looks the key up and decides again.
+	early := []byte("early")
+	if _, err := engine.Commit(ctx, d, new(engine.Batch).Put(early, []byte("x"))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := engine.Commit(ctx, d, new(engine.Batch).Delete(early)); err != nil {
+		t.Fatal(err)
+	}
+	d.view.settleKey(string(early), 0, false)
+	if _, err := engine.Commit(ctx, d, new(engine.Batch).ExpectAbsent(early).Put(early, []byte("again"))); err != nil {
+		t.Fatalf("ExpectAbsent on a key whose marker only the server held: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := d.st.Info(ctx, jetstream.WithSubjectFilter(d.dataPrefix+">"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(info.State.Subjects) == 1 { // "early", written again
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("delete markers still in the stream after 10s: %v", info.State.Subjects)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// The server forgot the markers; the index may still hold some. A
+	// staging-like check on every key must pass, then hold.
+	for i := range 20 {
+		k := []byte(fmt.Sprint("gone", i))
+		if _, err := engine.Commit(ctx, d, new(engine.Batch).ExpectAbsent(k).Put(k, []byte("again"))); err != nil {
+			t.Fatalf("ExpectAbsent on %s after its delete marker expired: %v", k, err)
+		}
+		if _, err := engine.Commit(ctx, d, new(engine.Batch).ExpectAbsent(k).Put(k, []byte("twice"))); !errors.Is(err, engine.ErrConflict) {
+			t.Fatalf("second ExpectAbsent on %s: %v, want ErrConflict", k, err)
+		}
+	}
+	// The markers left the index too.
+	if _, err := engine.Commit(ctx, d, new(engine.Batch).Put([]byte("tick"), nil)); err != nil {
+		t.Fatal(err)
+	}
+	ix, _, _ := d.view.state()
+	for c, n := ix.seek(""), (*node)(nil); ; {
+		if n = c.next(); n == nil {
+			break
+		}
+		if n.v.deleted {
+			t.Fatalf("the index still holds the delete marker of %q", n.key)
 		}
 	}
 }

@@ -30,9 +30,6 @@ const (
 	matKick = 1 << 18
 	// matWindow is how many key messages it has in flight at once.
 	matWindow = 1024
-	// tombstoneTTL is how long a delete marker stays on a key's subject.
-	// Once it goes, the subject is empty, which reads the same.
-	tombstoneTTL = "60s"
 )
 
 // materializer writes changed keys to their subjects, then records the
@@ -175,7 +172,7 @@ func (m *materializer) write(keys map[string]struct{}, ix index) error {
 		msg.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 		if deleted {
 			msg.Header.Set(hdrOp, "del")
-			msg.Header.Set(jetstream.MsgTTLHeader, tombstoneTTL)
+			msg.Header.Set(jetstream.MsgTTLHeader, d.tombTTLHeader())
 		} else {
 			msg.Data = ver.val
 		}
