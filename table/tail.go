@@ -185,17 +185,20 @@ func (t *tail) run(ctx context.Context) {
 	}
 }
 
-// readAll reads every entry after head and publishes it in batches.
+// readAll reads every entry after head and publishes it in batches. A
+// short batch ends it without a scan that would find nothing: a commit
+// that landed meanwhile has signalled the watch, so run scans again.
 func (t *tail) readAll(ctx context.Context) error {
+	const page = 512
 	for {
-		batch, err := scanFrom(ctx, t.db.e, t.headPos(), 512)
+		batch, err := scanFrom(ctx, t.db.e, t.headPos(), page)
 		if err != nil {
 			return err
 		}
-		if len(batch) == 0 {
+		t.publish(batch)
+		if len(batch) < page {
 			return nil
 		}
-		t.publish(batch)
 	}
 }
 
