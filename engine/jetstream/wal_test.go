@@ -396,3 +396,32 @@ func TestBatchDeleteMarkersExpire(t *testing.T) {
 		}
 	}
 }
+
+// TestWALLostAnswerLookup: the lookup a committer makes when a
+// transaction's answer is lost finds the stream's last transaction by its
+// id, and no other.
+func TestWALLostAnswerLookup(t *testing.T) {
+	ctx := t.Context()
+	d := openWALAt(t, t.TempDir())
+	defer d.Close()
+	if _, err := engine.Commit(ctx, d, new(engine.Batch).Put([]byte("a"), []byte("b")).Append([]byte("x"))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := engine.Commit(ctx, d, new(engine.Batch).Put([]byte("c"), []byte("d"))); err != nil {
+		t.Fatal(err)
+	}
+	last, err := d.st.GetLastMsgForSubject(ctx, d.txStateSubj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seq, ok, err := d.txLanded(last.Header.Get(hdrEnd)); err != nil || !ok || seq != last.Sequence {
+		t.Fatalf("lookup of the last transaction = %d, %v, %v; want %d", seq, ok, err, last.Sequence)
+	}
+	first, err := d.st.GetLastMsgForSubject(ctx, d.txLogSubj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := d.txLanded(first.Header.Get(hdrEnd)); err != nil || ok {
+		t.Fatalf("lookup of an earlier transaction = %v, %v; want not the last", ok, err)
+	}
+}

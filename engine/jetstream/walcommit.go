@@ -124,14 +124,10 @@ func (d *db) publishTx(m *nats.Msg, id string) (uint64, error) {
 		return 0, fmt.Errorf("jetstream: publish transaction: %w", err)
 	}
 	for attempt := 0; ; attempt++ {
-		lctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		last, lerr := d.st.GetLastMsgForSubject(lctx, d.txPrefix+">")
-		cancel()
+		seq, landed, lerr := d.txLanded(id)
 		switch {
-		case errors.Is(lerr, jetstream.ErrMsgNotFound):
-			return 0, fmt.Errorf("jetstream: publish transaction: no acknowledgement, and it is not in the stream: %w", err)
-		case lerr == nil && last.Header.Get(hdrEnd) == id:
-			return last.Sequence, nil
+		case lerr == nil && landed:
+			return seq, nil
 		case lerr == nil:
 			return 0, fmt.Errorf("jetstream: publish transaction: no acknowledgement, and it is not in the stream: %w", err)
 		}
@@ -142,6 +138,24 @@ func (d *db) publishTx(m *nats.Msg, id string) (uint64, error) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// txLanded reports whether the transaction message carrying id is the
+// stream's last one, and its sequence. With one writer publishing one at
+// a time, a transaction whose answer was lost landed exactly then.
+func (d *db) txLanded(id string) (uint64, bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	last, err := d.st.GetLastMsgForSubject(ctx, d.txPrefix+">")
+	switch {
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, err
+	case last.Header.Get(hdrEnd) == id:
+		return last.Sequence, true, nil
+	}
+	return 0, false, nil
 }
 
 // applyTx applies a transaction at stream sequence seq to the index and
