@@ -151,7 +151,10 @@
 // completes normally; not found, its handle fails with the transport
 // error. Such a batch could still land afterwards only if a server held
 // it unapplied past the catch-up, so a caller must treat that failure as
-// "outcome unknown", as with any lost acknowledgement.
+// "outcome unknown", as with any lost acknowledgement. With commit=wal the
+// engine first gets a fence message acknowledged on the same connection
+// ("<stream>.n"): the server handles one connection's messages in order,
+// so the lookup after it is final.
 package jetstream
 
 import (
@@ -229,12 +232,13 @@ type db struct {
 
 	// Single-writer layout (commit=wal): transaction messages under
 	// txPrefix, on txLogSubj when they carry log entries and txStateSubj
-	// when not, and the materialized mark on markSubj.
-	wal                                        bool
-	txPrefix, txLogSubj, txStateSubj, markSubj string
-	mat                                        *materializer
-	txBuf                                      []byte // committer only
-	logTotal                                   uint64 // committer only: log entries the stream received
+	// when not, the materialized mark on markSubj, and fences for a
+	// lost answer on fenceSubj.
+	wal                                                   bool
+	txPrefix, txLogSubj, txStateSubj, markSubj, fenceSubj string
+	mat                                                   *materializer
+	txBuf                                                 []byte // committer only
+	logTotal                                              uint64 // committer only: log entries the stream received
 
 	maxBatch   int // messages per atomic batch; committer only
 	maxMessage int // largest message payload the connection allows
@@ -326,6 +330,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		txLogSubj:     name + ".x.l",
 		txStateSubj:   name + ".x.t",
 		markSubj:      name + ".w",
+		fenceSubj:     name + ".n",
 		maxBatch:      maxBatch,
 		wake:          make(chan struct{}, 1),
 		committerDone: make(chan struct{}),

@@ -414,7 +414,7 @@ func TestWALLostAnswerLookup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if seq, ok, err := d.txLanded(last.Header.Get(hdrEnd)); err != nil || !ok || seq != last.Sequence {
+	if seq, ok, err := d.fencedLookup(last.Header.Get(hdrEnd)); err != nil || !ok || seq != last.Sequence {
 		t.Fatalf("lookup of the last transaction = %d, %v, %v; want %d", seq, ok, err, last.Sequence)
 	}
 	first, err := d.st.GetLastMsgForSubject(ctx, d.txLogSubj)

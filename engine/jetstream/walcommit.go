@@ -124,7 +124,7 @@ func (d *db) publishTx(m *nats.Msg, id string) (uint64, error) {
 		return 0, fmt.Errorf("jetstream: publish transaction: %w", err)
 	}
 	for attempt := 0; ; attempt++ {
-		seq, landed, lerr := d.txLanded(id)
+		seq, landed, lerr := d.fencedLookup(id)
 		switch {
 		case lerr == nil && landed:
 			return seq, nil
@@ -138,6 +138,21 @@ func (d *db) publishTx(m *nats.Msg, id string) (uint64, error) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// fencedLookup first gets a fence message acknowledged on the same
+// connection: the server handles one connection's messages in order, so
+// the transaction either landed before the fence or never will. Then it
+// looks the transaction up.
+func (d *db) fencedLookup(id string) (uint64, bool, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	f := &nats.Msg{Subject: d.fenceSubj, Header: nats.Header{}}
+	f.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	if _, err := d.js.PublishMsg(ctx, f); err != nil {
+		return 0, false, fmt.Errorf("fence: %w", err)
+	}
+	return d.txLanded(id)
 }
 
 // txLanded reports whether the transaction message carrying id is the
