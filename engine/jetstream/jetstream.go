@@ -7,9 +7,11 @@
 //
 // With no "url" parameter the engine starts an embedded nats-server
 // (github.com/nats-io/nats-server/v2) with JetStream, storing under
-// Options.Dir/nats, listening only on 127.0.0.1 on a random port, and shuts
-// it down on Close. With "url" it connects to that server or cluster
-// (comma-separated URLs) and leaves it running.
+// Options.Dir/nats (the directory locked against a second engine), and
+// shuts it down on Close. With commit=wal it has no listener; with
+// commit=batch it listens on 127.0.0.1, random port (see ClientURL). With
+// "url" the engine connects to that server or cluster (comma-separated
+// URLs) and leaves it running.
 //
 // Parameters (Options.Params):
 //
@@ -21,6 +23,8 @@
 //   - commit: "wal" (the default with the embedded server) or "batch"
 //     (the default, and the only choice, with "url"); see below. A stream
 //     records the protocol it was created with and refuses the other.
+//   - tombstone_ttl: how long a deleted key's delete marker stays in the
+//     stream and in each node's index; 60s by default, at least 1s.
 //   - max_batch: the most messages one atomic batch may carry; by default
 //     the limit the engine configures on the embedded server (16384), or
 //     the nats-server default (1000) with "url". A server that reports a
