@@ -2,11 +2,9 @@ package conformance
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"maps"
 	"slices"
-	"testing"
 	"time"
 
 	"github.com/tidemark-io/tidemark/mqtt"
@@ -119,10 +117,7 @@ func (op q20op) packet() packet.Packet {
 }
 
 func caseQ20(t T, tg Target) {
-	if flag.Lookup("test.short") == nil {
-		testing.Init()
-	}
-	_ = flag.Set("rapid.nofailfile", "true")
+	initRapid()
 	delays := make(chan time.Duration, 1<<14)
 	delay := func() time.Duration {
 		select {

@@ -2,12 +2,10 @@ package conformance
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/tidemark-io/tidemark/mqtt"
@@ -181,10 +179,7 @@ func caseQ15(t T, tg Target) {
 // reaches the subscriber; no PUBACK for the failed store or anything after
 // it on that connection. 60 bursts per engine (the note gives no count).
 func caseQ21(t T, tg Target) {
-	if flag.Lookup("test.short") == nil {
-		testing.Init()
-	}
-	_ = flag.Set("rapid.nofailfile", "true")
+	initRapid()
 	f := newBrokerFaults()
 	var mu sync.Mutex
 	failAt := map[string]int{} // client -> store number that fails

@@ -56,13 +56,27 @@ func lag(evs []table.Event, c table.Cursor, composite bool) error {
 // 1..200 and 2,000 cases per engine; this draws 1..15 transactions of
 // size 1..40 and runs 200 cases (two rapid runs of its default 100), which
 // covers the same stop shapes within seconds. -rapid.checks raises it.
+var rapidOnce sync.Once
+
+// initRapid readies rapid's flags for a property case, in `go test` and in
+// the tidemark binary alike: rapid reads testing.Short, which needs the
+// testing flags registered and parsed, and a failing case is reported with
+// its draws, so rapid must not write fail files into the directory of
+// whichever package runs the suite.
+func initRapid() {
+	rapidOnce.Do(func() {
+		if flag.Lookup("test.short") == nil {
+			testing.Init()
+		}
+		if !flag.Parsed() {
+			_ = flag.CommandLine.Parse(nil)
+		}
+		_ = flag.Set("rapid.nofailfile", "true")
+	})
+}
+
 func caseC20(t T, tg Target) {
-	if flag.Lookup("test.short") == nil {
-		testing.Init() // rapid reads testing.Short, also outside go test
-	}
-	// A failing case is reported with its draws; rapid must not write
-	// fail files into the directory of whichever package runs the suite.
-	_ = flag.Set("rapid.nofailfile", "true")
+	initRapid()
 	r := newRig(t, tg)
 	n := 0
 	prop := func(rt *rapid.T) {
