@@ -25,6 +25,7 @@ type mqttBenchFlags struct {
 	syncInterval time.Duration
 	duration     time.Duration
 	quick        bool
+	loads        []string
 	jsonOut      string
 	chart        string
 	dir          string
@@ -49,7 +50,8 @@ duplicated or reordered a message.`,
   tidemark bench mqtt --engines pebble --sync always,none --duration 2s --chart curves.svg
   tidemark bench --engines jetstream --sync interval --peers nats
   tidemark bench --engines pebble --sync none --peers nats,mochi,mosquitto
-  tidemark bench --quick --duration 200ms --json -`,
+  tidemark bench --quick --duration 200ms --json -
+  tidemark bench --engines pebble --peers mosquitto --sync none --loads qos2-w1,qos0-w1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runMQTTBench(cmd, &f) },
 	}
@@ -61,6 +63,7 @@ duplicated or reordered a message.`,
 	fs.DurationVar(&f.syncInterval, "sync-interval", engine.DefaultSyncInterval, "fsync period for --sync interval")
 	fs.DurationVar(&f.duration, "duration", 2*time.Second, "sending time per point")
 	fs.BoolVar(&f.quick, "quick", false, "fewer points: windows 1 and 16, 10 connections")
+	fs.StringSliceVar(&f.loads, "loads", nil, "only these points, by name: qos<0-2>-w<window>[-x<connections>], for example qos2-w1,qos1-w16-x50 (default: all; see --quick)")
 	fs.StringVar(&f.jsonOut, "json", "", "write the results as JSON to this file (- for standard output, instead of the table)")
 	fs.StringVar(&f.chart, "chart", "", "draw msgs/s against the window per target and QoS to this .svg or .png file")
 	fs.StringVar(&f.dir, "dir", "", "directory for the brokers' data (default: a temporary directory)")
@@ -145,8 +148,30 @@ func (f *mqttBenchFlags) targets() ([]mqttbench.Target, error) {
 	return out, nil
 }
 
+// pointLoads returns the loads --loads names, or the default set.
+func (f *mqttBenchFlags) pointLoads() ([]mqttbench.Load, error) {
+	if len(f.loads) == 0 {
+		return mqttbench.Loads(f.quick), nil
+	}
+	var out []mqttbench.Load
+	for _, s := range f.loads {
+		l, err := mqttbench.ParseLoad(strings.TrimSpace(s))
+		if err != nil {
+			return nil, fmt.Errorf("--loads: %w", err)
+		}
+		if !slices.Contains(out, l) {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
 func runMQTTBench(cmd *cobra.Command, f *mqttBenchFlags) error {
 	targets, err := f.targets()
+	if err != nil {
+		return err
+	}
+	loads, err := f.pointLoads()
 	if err != nil {
 		return err
 	}
@@ -163,7 +188,6 @@ func runMQTTBench(cmd *cobra.Command, f *mqttBenchFlags) error {
 	if err != nil {
 		return fmt.Errorf("fsync probe in %s: %w", dir, err)
 	}
-	loads := mqttbench.Loads(f.quick)
 	stderr := cmd.ErrOrStderr()
 	bar := progressbar.NewOptions(len(targets)*len(loads),
 		progressbar.OptionSetWriter(stderr), progressbar.OptionShowCount(), progressbar.OptionShowElapsedTimeOnFinish(),

@@ -2,7 +2,6 @@ package main_test
 
 import (
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -11,11 +10,7 @@ import (
 // through the tidemark binary, where no test framework parsed the testing
 // flags the property library reads.
 func TestConformanceCommandRunsPropertyCases(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "tidemark")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	out, err := exec.Command(bin, "conformance", "--engines", "pebble", "--run", "C20_property").CombinedOutput()
+	out, err := exec.Command(tidemarkBinary(t), "conformance", "--engines", "pebble", "--run", "C20_property").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "1 passed, 0 failed") {
 		t.Fatalf("tidemark conformance --run C20_property: %v\n%s", err, out)
 	}

@@ -23,11 +23,7 @@ import (
 // messages.
 func TestServeEndToEnd(t *testing.T) {
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "tidemark")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := tidemarkBinary(t)
 	mqttAddr, metricsAddr := freeAddr(t), freeAddr(t)
 	cfg := filepath.Join(dir, "tidemark.yaml")
 	os.WriteFile(cfg, []byte(fmt.Sprintf("data: %s\nmqtt: %s\nmetrics: %s\nlog-level: debug\n",

@@ -1,7 +1,6 @@
 package mqttbench
 
 import (
-	"fmt"
 	"testing"
 	"time"
 )
@@ -16,11 +15,7 @@ import (
 // profiler, say).
 func Benchmark(b *testing.B, target Target, loads []Load, d time.Duration, before func(b *testing.B)) {
 	for _, l := range loads {
-		name := fmt.Sprintf("qos%d-w%d", l.QoS, l.Window)
-		if l.Conns > 1 {
-			name += fmt.Sprintf("-x%d", l.Conns)
-		}
-		b.Run(name, func(b *testing.B) {
+		b.Run(l.Name(), func(b *testing.B) {
 			var last Result
 			for b.Loop() {
 				if before != nil {

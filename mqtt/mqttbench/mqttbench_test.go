@@ -187,3 +187,17 @@ func BenchmarkPebble(b *testing.B) {
 	}
 	Benchmark(b, tm, []Load{{QoS: 1, Window: 256, Conns: 1}, {QoS: 2, Window: 256, Conns: 1}}, time.Second, nil)
 }
+
+func TestParseLoad(t *testing.T) {
+	for _, l := range append(Loads(false), Loads(true)...) {
+		got, err := ParseLoad(l.Name())
+		if err != nil || got != l {
+			t.Errorf("ParseLoad(%q) = %+v, %v; want %+v", l.Name(), got, err, l)
+		}
+	}
+	for _, s := range []string{"", "qos3-w1", "qos1-w0", "qos1", "qos1-w16-x0", "qos1-w16-x5y", "qos1-w16x5", "QoS 1 w16", "qos1-w70000"} {
+		if l, err := ParseLoad(s); err == nil {
+			t.Errorf("ParseLoad(%q) = %+v, want an error", s, l)
+		}
+	}
+}

@@ -32,6 +32,38 @@ func (l Load) String() string {
 	return s
 }
 
+// Name is the load's short name, as ParseLoad reads it and sub-benchmarks
+// are named: "qos2-w256" or "qos1-w16-x50".
+func (l Load) Name() string {
+	s := fmt.Sprintf("qos%d-w%d", l.QoS, l.Window)
+	if l.Conns > 1 {
+		s += fmt.Sprintf("-x%d", l.Conns)
+	}
+	return s
+}
+
+// ParseLoad reads a load's Name ("qos2-w1", "qos1-w16-x50"; the
+// connection count defaults to one).
+func ParseLoad(s string) (Load, error) {
+	var l Load
+	var rest string
+	bad := fmt.Errorf("load %q: want qos<0-2>-w<window>[-x<connections>], for example qos2-w1 or qos1-w16-x50", s)
+	n, err := fmt.Sscanf(s, "qos%d-w%d%s", &l.QoS, &l.Window, &rest)
+	if n < 2 || (err != nil && n != 2) {
+		return Load{}, bad
+	}
+	l.Conns = 1
+	if rest != "" {
+		if _, err := fmt.Sscanf(rest, "-x%d", &l.Conns); err != nil || fmt.Sprintf("-x%d", l.Conns) != rest {
+			return Load{}, bad
+		}
+	}
+	if l.QoS > 2 || l.Window < 1 || l.Window > 65535 || l.Conns < 1 {
+		return Load{}, bad
+	}
+	return l, nil
+}
+
 // Windows are the windows of the single-connection curves.
 var Windows = []int{1, 16, 256}
 
