@@ -22,10 +22,19 @@ func NewHandle() (*Handle, func(Result, error)) {
 	return h, h.complete
 }
 
+// closedDone is the Done channel of every handle created complete: most
+// commits at SyncNone and every refused batch complete inside Submit, and
+// a channel made only to be closed at once is an allocation per commit.
+var closedDone = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
+
 // Completed returns a handle that is already complete.
 func Completed(res Result, err error) *Handle {
-	h, complete := NewHandle()
-	complete(res, err)
+	h := &Handle{done: closedDone, res: res, err: err}
+	h.set.Store(true)
 	return h
 }
 

@@ -34,10 +34,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
@@ -154,6 +154,8 @@ type Broker struct {
 	wills     map[string]*pendingWill // client id -> will waiting for its delay
 	closing   bool
 	wg        sync.WaitGroup
+	// sharedStarted is set once the shared-subscription follower runs.
+	sharedStarted atomic.Bool
 
 	metrics metrics
 
@@ -178,8 +180,7 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 		b.group = 1
 	}
 	b.recoverWills()
-	b.wg.Add(3)
-	go b.followShared()
+	b.wg.Add(2)
 	go b.expireSessions()
 	go b.retentionLoop()
 	if opts.NodeID != "" {
@@ -258,4 +259,13 @@ func assignClientID() string {
 // prefix with another's.
 const slotSep = "\x00"
 
-func slotID(client string, pi uint16) string { return fmt.Sprintf("%s%s%05d", client, slotSep, pi) }
+func slotID(client string, pi uint16) string {
+	b := make([]byte, 0, len(client)+len(slotSep)+5)
+	b = append(append(b, client...), slotSep...)
+	var digits [5]byte
+	for i := 4; i >= 0; i-- {
+		digits[i] = byte('0' + pi%10)
+		pi /= 10
+	}
+	return string(append(b, digits[:]...))
+}

@@ -151,7 +151,15 @@ func (c *conn) connect(cp *packet.Connect) bool {
 	}
 	c.b.metrics.connects.Add(1)
 	for _, s := range c.rec.Subs {
-		c.b.index.Add(s.sub(c.client))
+		sub := s.sub(c.client)
+		if sub.Group != "" {
+			if err := c.b.startSharedNow(c.ctx); err != nil {
+				c.log.Warn("connect: log head", "err", err)
+				c.disconnect(packet.UnspecifiedError, "store unavailable")
+				return false
+			}
+		}
+		c.b.index.Add(sub)
 	}
 	c.out.start()
 	c.log.Debug("connected", "version", c.version.String(), "clean", cp.CleanStart, "present", present)

@@ -30,6 +30,7 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 		c.disconnect(packet.UnspecifiedError, "store unavailable")
 		return false
 	}
+	anyShared := false
 	o.mu.Lock()
 	for i, req := range p.Subscriptions {
 		s := topic.Subscription{Client: c.client, Filter: req.Filter, QoS: byte(req.QoS), NoLocal: req.NoLocal,
@@ -45,6 +46,7 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 			return false
 		case shared:
 			s.Group, s.Filter = sh.Group, sh.Filter
+			anyShared = true
 		}
 		existed := false
 		for j := range o.subs {
@@ -63,6 +65,9 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 		ack.ReasonCodes[i] = packet.ReasonCode(s.QoS)
 	}
 	o.mu.Unlock()
+	if anyShared {
+		c.b.startShared(head)
+	}
 	if c.version == packet.V311 {
 		for i, rc := range ack.ReasonCodes {
 			if rc.IsError() {
