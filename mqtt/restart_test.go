@@ -519,3 +519,23 @@ func TestAutopahoAcrossRestart(t *testing.T) {
 	publish(n/2, n)
 	check(t, collect(t, "ap-sub", msgs, n), n)
 }
+
+// A shared subscription restored with its session after a restart gets
+// the group's messages without being subscribed again (the broker starts
+// routing shared subscriptions when the first one appears, here from the
+// stored session).
+func TestRestartKeepsSharedSubscriptions(t *testing.T) {
+	s := startBroker(t)
+	c := connect5(t, s.Addr, "rsh", false, 3600)
+	c.sub("$share/g/rsh/+", 1)
+	c.close()
+	restart(t, s)
+
+	c = connect5(t, s.Addr, "rsh", false, 3600)
+	if !c.ack.SessionPresent {
+		t.Fatal("session lost in the restart")
+	}
+	pub := connect5(t, s.Addr, "rsh-pub", true, 0)
+	pub.pub("rsh/a", 1, false, "after")
+	c.expectOne("rsh/a", "after")
+}
