@@ -332,6 +332,12 @@ func caseM05(t T, tg Target) {
 	pub.expect(packet.TypePuback, 1)
 	exchange(pub, 2, "m05/x", "offline-qos2")
 	pub.send(&packet.Publish{Topic: "m05/x", Payload: []byte("offline-qos0")})
+	// The broker handles a connection's packets in order: once this
+	// PUBACK is back, the QoS 0 message was routed while q0 was offline
+	// (without it, a busy machine may route it after q0 is back online,
+	// where receiving it is right).
+	pub.send(pubQoS1(4, "m05-fence", "fence"))
+	pub.expect(packet.TypePuback, 4)
 	q0.reconnect(s.Addr)
 	q1.reconnect(s.Addr)
 	q1.waitTook("offline-qos1", "offline-qos2")
