@@ -243,6 +243,7 @@ type db struct {
 	mat                                                   *materializer
 	txBuf                                                 []byte // committer only
 	logTotal                                              uint64 // committer only: log entries the stream received
+	recent                                                recentLog
 
 	maxBatch   int // messages per atomic batch; committer only
 	maxMessage int // largest message payload the connection allows
@@ -357,6 +358,8 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		return nil, err
 	}
 	if d.wal {
+		_, applied, _ := d.view.state()
+		d.recent.reset(applied + 1)
 		go d.committerWAL()
 		go d.mat.run()
 	} else {

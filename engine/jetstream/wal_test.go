@@ -425,3 +425,89 @@ func TestWALLostAnswerLookup(t *testing.T) {
 		t.Fatalf("lookup of an earlier transaction = %v, %v; want not the last", ok, err)
 	}
 }
+
+// TestWALRecentLog scans the log from every position while it grows past
+// what the engine keeps in memory, with truncations and a reopen: the
+// scans answered from memory and those that must read the stream (below
+// what is kept, or after the reopen) return the same entries as a model.
+func TestWALRecentLog(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	d := openWALAt(t, dir)
+	d.recent.maxEntries = 40
+	rng := rand.New(rand.NewPCG(3, 5))
+	var logs []string
+	var keys []engine.LogKey
+	var floor engine.LogKey
+	check := func(when string, wantMemory bool) {
+		t.Helper()
+		for i := -1; i < len(keys); i++ {
+			from, exclusive := floor, false
+			if i >= 0 {
+				if keys[i] < floor {
+					continue
+				}
+				from, exclusive = keys[i], rng.IntN(2) == 0
+			}
+			var want []string
+			for j, k := range keys {
+				if k >= floor && (k > from || (k == from && !exclusive)) {
+					want = append(want, logs[j])
+				}
+			}
+			var got []string
+			if err := d.ScanLog(ctx, from, exclusive, func(e engine.Entry) bool {
+				got = append(got, string(e.Value))
+				return true
+			}); err != nil {
+				t.Fatalf("%s: scan from %d: %v", when, from, err)
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("%s: scan from %d (exclusive %v) = %v, want %v", when, from, exclusive, got, want)
+			}
+		}
+		if len(keys) > 0 {
+			_, applied, _ := d.view.state()
+			if _, ok := d.recent.scan(uint64(keys[len(keys)-1]), applied); ok != wantMemory {
+				t.Fatalf("%s: the newest entry answered from memory: %v, want %v", when, ok, wantMemory)
+			}
+		}
+	}
+	for round := range 8 {
+		var hs []*engine.Handle
+		for j := range 5 + rng.IntN(10) {
+			b := new(engine.Batch).Put([]byte(fmt.Sprintf("k%d", j)), []byte("v"))
+			for n := range rng.IntN(4) {
+				e := fmt.Sprintf("e%d.%d.%d", round, j, n)
+				b.Append([]byte(e))
+				logs = append(logs, e)
+			}
+			h, err := d.Submit(ctx, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			hs = append(hs, h)
+		}
+		for _, h := range hs {
+			res, err := h.Wait(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keys = append(keys, res.Keys...)
+		}
+		check(fmt.Sprintf("round %d", round), true)
+		if round%3 == 2 && len(keys) > 10 {
+			floor = keys[len(keys)-10]
+			if err := d.Truncate(ctx, floor); err != nil {
+				t.Fatal(err)
+			}
+			check(fmt.Sprintf("round %d, truncated below %d", round, floor), true)
+		}
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	d = openWALAt(t, dir)
+	defer d.Close()
+	check("after reopen", false)
+}

@@ -97,6 +97,11 @@ func (d *db) settleTx(group []*pending) bool {
 		return false
 	}
 	d.logTotal += uint64(len(tx.logs))
+	if len(tx.logs) > 0 {
+		// Before the index publishes seq: a scan that sees it applied
+		// finds its entries here.
+		d.recent.add(seq, tx.logs)
+	}
 	d.applyTx(seq, tx.writes, len(tx.logs) > 0, true)
 	for i, p := range tx.commits {
 		keys := make([]engine.LogKey, len(p.b.Log))

@@ -134,6 +134,14 @@ func (d *db) scanLogWAL(ctx context.Context, start uint64, fn func(engine.Entry)
 		return fmt.Errorf("jetstream: scan log: %w: scan starts at %d, retained log starts at %d", engine.ErrLogTruncated, start, floor)
 	}
 	_, applied, _ := d.view.state()
+	if page, ok := d.recent.scan(start, applied); ok {
+		for _, e := range page {
+			if !fn(e) {
+				return nil
+			}
+		}
+		return nil
+	}
 	seq := max(start>>logShift, 1)
 	for seq <= applied {
 		if d.isClosed() {
