@@ -378,6 +378,10 @@ func (d *db) connect(ctx context.Context, url string, replicas int) error {
 		// A reply to a request sent before a disconnect is never
 		// delivered; stop waiting for the batch in flight at once.
 		nats.DisconnectErrHandler(func(*nats.Conn, error) { d.cancelInflight() }),
+		// Each page of a log scan (a batch direct get) is a synchronous
+		// subscription of its own; the default queue (64k messages) made
+		// every one allocate half a megabyte for at most scanPage+1.
+		nats.SyncQueueLen(4 * scanPage),
 	}
 	if d.wal {
 		// The embedded server has no listener: nobody else can write.
