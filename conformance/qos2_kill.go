@@ -258,6 +258,31 @@ func caseQ18(t T, tg Target) {
 	s = dialRaw(t, "q18-sub", b.Addr, packet.V5)
 	s.connect(connectPacket("q18-sub", packet.V5, false))
 	s.silence(time.Second)
+
+	// Killed right after a PUBCOMP, before the end of that exchange need
+	// be stored: the resumed session may get that PUBREL once more (as if
+	// the PUBCOMP had been lost on the way), never its PUBLISH.
+	exchange(pub, 3, "q18/foo", "third")
+	p3 := s.expect(packet.TypePublish, 0).(*packet.Publish)
+	if string(p3.Payload) != "third" {
+		t.Fatalf("got %s, want the third message", describe(p3))
+	}
+	s.send(&packet.Pubrec{PacketID: p3.PacketID})
+	s.expect(packet.TypePubrel, p3.PacketID)
+	s.send(&packet.Pubcomp{PacketID: p3.PacketID})
+	time.Sleep(50 * time.Millisecond) // the broker read the PUBCOMP
+	b.kill()
+	b = b.restart(tg, brokerArgs{})
+	s = dialRaw(t, "q18-sub", b.Addr, packet.V5)
+	s.connect(connectPacket("q18-sub", packet.V5, false))
+	if again, ok := s.next(time.Second); ok {
+		if again.Type() != packet.TypePubrel || packetID(again) != p3.PacketID {
+			t.Fatalf("after a kill following PUBCOMP %d got %s, want nothing or that PUBREL", p3.PacketID, describe(again))
+		}
+		s.send(&packet.Pubcomp{PacketID: p3.PacketID})
+		t.Logf("PUBREL %d sent again after the kill", p3.PacketID)
+	}
+	s.silence(time.Second)
 }
 
 // caseQ19: a QoS 2 subscriber that never answers gets the PUBLISH again

@@ -3,6 +3,8 @@ package mqtt
 import (
 	"fmt"
 	"testing"
+
+	"github.com/tidemark-io/tidemark/table"
 )
 
 // TestSlotIDFormat pins the stored form of per-exchange record ids: the
@@ -16,5 +18,24 @@ func TestSlotIDFormat(t *testing.T) {
 				t.Errorf("slotID(%q, %d) = %q, want %q", client, pi, got, want)
 			}
 		}
+	}
+}
+
+// TestAllocPISkipsHeldEndings: a packet id whose exchange ended but whose
+// record delete is not stored yet is not handed out again, so the delete
+// can never land on a newer exchange's record.
+func TestAllocPISkipsHeldEndings(t *testing.T) {
+	o := &outbound{inflight: map[uint16]*outMsg{}, ending: map[uint16]table.Cursor{}}
+	o.nextPI = 65534
+	o.ending[65535] = table.Cursor{Key: 7}
+	o.ending[1] = table.Cursor{Key: 8}
+	o.inflight[2] = &outMsg{}
+	if pi := o.allocPI(); pi != 3 {
+		t.Fatalf("allocPI = %d, want 3 (65535 and 1 held, 2 in flight)", pi)
+	}
+	o.ended([]lazyEnd{{pi: 65535}, {pi: 1}})
+	o.nextPI = 65534
+	if pi := o.allocPI(); pi != 65535 {
+		t.Fatalf("allocPI after the endings were stored = %d, want 65535", pi)
 	}
 }

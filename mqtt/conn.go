@@ -60,6 +60,7 @@ type conn struct {
 	// connection began (by an earlier connection of the session).
 	stagedBefore map[uint16]bool
 	grp          group // writes of the packets read so far, not yet submitted
+	lazy         lazyEnds
 	aliases      map[uint16]string
 
 	rec       sessionRecord

@@ -128,6 +128,16 @@ func (c *conn) flushGroup() bool {
 	if c.grp.tx == nil {
 		return true
 	}
+	if !c.grp.checked && c.lazy.pending() {
+		// Held-back exchange endings ride along (see lazyEnds).
+		ends, err := c.writeLazy(c.grp.tx)
+		if err != nil {
+			c.disconnect(packet.UnspecifiedError, err.Error())
+			return false
+		}
+		o := c.out
+		c.grp.entries = append(c.grp.entries, ackEntry{then: func() { o.ended(ends) }})
+	}
 	g := c.grp
 	c.grp = group{entries: c.grp.entries[:0]}
 	h, err := c.submitNow(g.tx)

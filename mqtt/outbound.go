@@ -39,6 +39,10 @@ type outbound struct {
 	inflight map[uint16]*outMsg
 	resumed  map[table.Cursor]*outMsg // restored QoS 2 state awaiting its log event
 	done     map[table.Cursor]bool    // QoS 2 completed above the checkpoint
+	// ending holds the packet ids of ended QoS 2 exchanges whose record
+	// delete is held back (see lazyEnds), with their log positions: the
+	// ids are not reused and the marks not dropped until it commits.
+	ending   map[uint16]table.Cursor
 	nextPI   uint16
 	sentHigh table.Cursor // the furthest log position ever sent
 	// q1ids holds the packet ids of QoS 1 deliveries unacknowledged when
@@ -91,7 +95,8 @@ func newOutbound(c *conn, window int) (*outbound, error) {
 	o := &outbound{
 		c: c, window: window,
 		inflight: map[uint16]*outMsg{}, resumed: map[table.Cursor]*outMsg{}, done: map[table.Cursor]bool{},
-		freed: make(chan struct{}, 1), direct: make(chan direct, 1024), stopped: make(chan struct{}),
+		ending: map[uint16]table.Cursor{},
+		freed:  make(chan struct{}, 1), direct: make(chan direct, 1024), stopped: make(chan struct{}),
 		persisted: c.rec.Checkpoint, nextPI: c.rec.NextPI, sentHigh: c.rec.SentHigh,
 	}
 	for _, s := range c.rec.Subs {
@@ -487,7 +492,7 @@ func (o *outbound) allocPI() uint16 {
 		if o.nextPI == 0 {
 			o.nextPI = 1
 		}
-		if o.inflight[o.nextPI] == nil {
+		if _, held := o.ending[o.nextPI]; !held && o.inflight[o.nextPI] == nil {
 			return o.nextPI
 		}
 	}
@@ -614,9 +619,11 @@ func (o *outbound) pubcomp(pi uint16) {
 }
 
 // finishQoS2 deletes the outbound record and marks the message done above
-// the checkpoint in one commit, then completes the exchange: from the read
-// loop in its pending group, from the ack loop itself (inLoop), which must
-// not wait on its own FIFO, in a commit of its own.
+// the checkpoint in one commit, and completes the exchange. From the read
+// loop the writes are held back for a commit that comes anyway (see
+// lazyEnds) and the exchange completes at once; past maxLazy they go in
+// the pending group and it completes after. From the ack loop itself
+// (inLoop), which must not wait on its own FIFO, they commit on their own.
 func (o *outbound) finishQoS2(om *outMsg, inLoop bool) bool {
 	c := o.c
 	if !om.rec {
@@ -626,13 +633,16 @@ func (o *outbound) finishQoS2(om *outMsg, inLoop bool) bool {
 	o.mu.Lock()
 	o.done[om.pos] = true
 	o.mu.Unlock()
-	write := func(tx *table.Tx) error {
-		if err := tx.DeleteStateUnchecked(tableOut, slotID(c.client, om.pi)); err != nil {
-			return err
-		}
-		return tx.PutStateUnchecked(tableDone, c.client+slotSep+om.pos.String(), nil)
-	}
+	write := func(tx *table.Tx) error { return c.endWrite(tx, om.pi, om.pos) }
 	if !inLoop {
+		o.mu.Lock()
+		o.ending[om.pi] = om.pos
+		o.mu.Unlock()
+		if c.lazy.add(om.pi, om.pos) {
+			o.complete(om.pi)
+			return true
+		}
+		o.ended([]lazyEnd{{pi: om.pi}})
 		return c.later(write, ackEntry{then: func() { o.complete(om.pi) }})
 	}
 	tx := c.b.db.Begin()
@@ -671,10 +681,15 @@ func (o *outbound) persist(ctx context.Context, final bool) error {
 	if sub == nil {
 		return nil
 	}
-	if !final && sub.Checkpoint() == o.persisted && !o.garbage() {
+	if !final && sub.Checkpoint() == o.persisted && !o.garbage() && !o.c.lazy.pending() {
 		return nil
 	}
 	tx, err := o.sessionTx()
+	if err != nil {
+		return err
+	}
+	// The exchange endings held back go with the checkpoint.
+	ends, err := o.c.writeLazy(tx)
 	if err != nil {
 		return err
 	}
@@ -683,9 +698,15 @@ func (o *outbound) persist(ctx context.Context, final bool) error {
 		return err
 	}
 	if final {
-		_, err = h.Wait(ctx)
+		if _, err = h.Wait(ctx); err == nil {
+			o.ended(ends)
+		}
+		return err
 	}
-	return err
+	if len(ends) > 0 {
+		o.c.push(ackEntry{h: h, then: func() { o.ended(ends) }})
+	}
+	return nil
 }
 
 // setSince records that the plain subscription filter matches only
@@ -753,11 +774,15 @@ func (o *outbound) sessionTx() (*table.Tx, error) {
 	// maxStateDeletes per commit so the transaction stays within the
 	// engine's batch limit; the rest go with the next persist.
 	n := 0
+	held := map[table.Cursor]bool{}
+	for _, pos := range o.ending {
+		held[pos] = true // its mark may not be written yet
+	}
 	for pos := range o.done {
 		if n == maxStateDeletes {
 			break
 		}
-		if !cp.Less(pos) {
+		if !cp.Less(pos) && !held[pos] {
 			tx.DeleteStateUnchecked(tableDone, c.client+slotSep+pos.String())
 			delete(o.done, pos)
 			n++

@@ -143,3 +143,38 @@ func TestGroupedStagingWithATakenSlot(t *testing.T) {
 	}
 	sub.expectNone(300 * time.Millisecond)
 }
+
+// TestEndedExchangesLeaveNoState: the end of an outbound QoS 2 exchange is
+// stored with a later commit, not one of its own; once traffic stops, the
+// next checkpoints still remove every in-flight record and completion
+// mark of an online session that received everything.
+func TestEndedExchangesLeaveNoState(t *testing.T) {
+	s := startBroker(t, func(o *mqtt.Options) { o.CheckpointEvery = 20 * time.Millisecond })
+	sub := connect5(t, s.Addr, "ends", false, 3600)
+	sub.sub("ends/#", 2)
+	pub := connect5(t, s.Addr, "ends-pub", true, 0)
+	const n = 20
+	for i := range n {
+		pub.pub("ends/x", 2, false, strconv.Itoa(i))
+	}
+	sub.expect(n)
+	count := func(tbl string) int {
+		k := 0
+		if err := s.DB().Range(ctxT(t), tbl, "ends\x00", func(r table.Record) bool {
+			if !r.Deleted {
+				k++
+			}
+			return true
+		}); err != nil {
+			t.Fatalf("range %s: %v", tbl, err)
+		}
+		return k
+	}
+	deadline := time.Now().Add(wait)
+	for count("mqtt.out")+count(doneTable) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d in-flight records and %d completion marks left after %v", count("mqtt.out"), count(doneTable), wait)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
