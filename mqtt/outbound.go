@@ -695,6 +695,9 @@ func (o *outbound) persist(ctx context.Context, final bool) error {
 	}
 	h, err := tx.Submit(ctx)
 	if err != nil {
+		// Never submitted: the records stay, and their ids may be reused
+		// (a reuse overwrites the record).
+		o.ended(ends)
 		return err
 	}
 	if final {
