@@ -45,9 +45,11 @@ type view struct {
 	tombs   []tomb
 	tombTTL time.Duration
 
-	// dirty holds the keys written since the materializer last took
-	// them (single-writer layout); matKick wakes it when they are many.
-	dirty   map[string]struct{}
+	// dirty lists the keys written since the materializer last took
+	// them, repeats included (single-writer layout): an append is all the
+	// committer pays, the materializer dedupes. matKick wakes it when the
+	// list is long.
+	dirty   []string
 	matKick chan struct{}
 	epoch   uint64 // the last edit epoch of the work index (index.withIn)
 
@@ -65,7 +67,6 @@ func (v *view) init() {
 	v.work = v.ix
 	v.changed = make(chan struct{})
 	v.caught = make(chan struct{})
-	v.dirty = map[string]struct{}{}
 	v.matKick = make(chan struct{}, 1)
 }
 

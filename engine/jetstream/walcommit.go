@@ -187,7 +187,7 @@ func (d *db) applyTx(seq uint64, ws []txWrite, hasLog, own bool) {
 	defer v.mu.Unlock()
 	v.epoch++
 	for _, w := range ws {
-		v.dirty[w.key] = struct{}{}
+		v.dirty = append(v.dirty, w.key)
 		if w.deleted {
 			// Nothing needs a deleted key's sequence here (checks are
 			// decided locally), so it leaves the index altogether.

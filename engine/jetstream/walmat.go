@@ -96,12 +96,16 @@ func (m *materializer) flush(all bool) error {
 	defer m.mu.Unlock()
 	d, v := m.d, &m.d.view
 	v.mu.Lock()
-	young := v.dirty
-	if len(young) > 0 {
-		v.dirty = make(map[string]struct{}, len(young))
+	written := v.dirty
+	if len(written) > 0 {
+		v.dirty = make([]string, 0, cap(written))
 	}
 	ix, top := v.ix, v.applied
 	v.mu.Unlock()
+	young := make(map[string]struct{}, len(written))
+	for _, k := range written {
+		young[k] = struct{}{}
+	}
 	keys, upTo := m.old, m.oldTop
 	m.old, m.oldTop = young, top
 	if all {
