@@ -246,13 +246,7 @@ func caseQ18(t T, tg Target) {
 	// and neither comes back on a reconnect.
 	pub, _ = connectRaw(t, "pub", b.Addr, "q18-pub", packet.V311, true)
 	exchange(pub, 2, "q18/foo", "second")
-	p2 := s.expect(packet.TypePublish, 0).(*packet.Publish)
-	if string(p2.Payload) != "second" {
-		t.Fatalf("got %s, want the second message", describe(p2))
-	}
-	s.send(&packet.Pubrec{PacketID: p2.PacketID})
-	s.expect(packet.TypePubrel, p2.PacketID)
-	s.send(&packet.Pubcomp{PacketID: p2.PacketID})
+	receiveQoS2(t, s, "second")
 	time.Sleep(quiet) // let the checkpoint move
 	s.disconnect()
 	s = dialRaw(t, "q18-sub", b.Addr, packet.V5)
@@ -263,13 +257,7 @@ func caseQ18(t T, tg Target) {
 	// be stored: the resumed session may get that PUBREL once more (as if
 	// the PUBCOMP had been lost on the way), never its PUBLISH.
 	exchange(pub, 3, "q18/foo", "third")
-	p3 := s.expect(packet.TypePublish, 0).(*packet.Publish)
-	if string(p3.Payload) != "third" {
-		t.Fatalf("got %s, want the third message", describe(p3))
-	}
-	s.send(&packet.Pubrec{PacketID: p3.PacketID})
-	s.expect(packet.TypePubrel, p3.PacketID)
-	s.send(&packet.Pubcomp{PacketID: p3.PacketID})
+	p3 := receiveQoS2(t, s, "third")
 	time.Sleep(50 * time.Millisecond) // the broker read the PUBCOMP
 	b.kill()
 	b = b.restart(tg, brokerArgs{})
@@ -283,6 +271,20 @@ func caseQ18(t T, tg Target) {
 		t.Logf("PUBREL %d sent again after the kill", p3.PacketID)
 	}
 	s.silence(time.Second)
+}
+
+// receiveQoS2 takes the next PUBLISH on s, checks its payload, and runs
+// the subscriber's side of the exchange to PUBCOMP.
+func receiveQoS2(t T, s *rawClient, payload string) *packet.Publish {
+	t.Helper()
+	p := s.expect(packet.TypePublish, 0).(*packet.Publish)
+	if string(p.Payload) != payload {
+		t.Fatalf("got %s, want the message %q", describe(p), payload)
+	}
+	s.send(&packet.Pubrec{PacketID: p.PacketID})
+	s.expect(packet.TypePubrel, p.PacketID)
+	s.send(&packet.Pubcomp{PacketID: p.PacketID})
+	return p
 }
 
 // caseQ19: a QoS 2 subscriber that never answers gets the PUBLISH again
