@@ -54,7 +54,9 @@
 // those with log entries below both the mark and the truncation floor.
 // Opening reads the last message of every subject, then replays every
 // group message above the mark in stream order; a crash anywhere loses
-// nothing acknowledged.
+// nothing acknowledged. The log entries of the last group messages
+// (32Ki entries or 8 MiB) stay in memory, so a live reader is answered
+// without a request to the server; older ones are read from the stream.
 //
 // # Layout (commit=batch)
 //
