@@ -216,6 +216,7 @@ func rawSubscribe(t T, addr, id, filter string) *rawClient {
 // recorded (the PUBREL came out). After the restart the resumed session
 // gets the PUBREL again within a second (not after an ack timeout), never
 // the PUBLISH; after the PUBCOMP nothing more, also on later reconnects.
+// A kill right after a later PUBCOMP brings at most that PUBREL again.
 func caseQ18(t T, tg Target) {
 	dir := t.TempDir()
 	b := startBrokerChild(t, tg, dir, brokerArgs{})
