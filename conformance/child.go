@@ -68,6 +68,7 @@ func runChildMode(spec childSpec) error {
 
 // childCommits streams synced commits from 8 goroutines and prints the id
 // of each after its handle completed; it runs until killed (or a minute).
+// Half the goroutines defer their commits (engine.Batch.Defer).
 func childCommits(spec childSpec) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -84,7 +85,9 @@ func childCommits(spec childSpec) error {
 			defer wg.Done()
 			for i := 0; ctx.Err() == nil; i++ {
 				id := fmt.Sprintf("%d/%d", w, i)
-				_, err := engine.Commit(ctx, e, new(engine.Batch).Put([]byte("k/"+id), []byte(id)).Append([]byte(id)))
+				b := new(engine.Batch).Put([]byte("k/"+id), []byte(id)).Append([]byte(id))
+				b.Defer = w%2 == 1
+				_, err := engine.Commit(ctx, e, b)
 				if err != nil {
 					return
 				}

@@ -26,6 +26,7 @@ func init() {
 		Case{Name: "snapshot_isolation", Run: caseSnapshotIsolation},
 		Case{Name: "ordered_range_iteration", Run: caseOrderedIteration},
 		Case{Name: "async_completion_order", Run: caseCompletionOrder},
+		Case{Name: "deferred_commits", Run: caseDeferred},
 		Case{Name: "log_keys_ordered_across_commits", Run: caseLogOrder},
 		Case{Name: "log_key_granularity", Run: caseGranularity},
 		Case{Name: "exclusive_scan_skips_whole_key", Run: caseExclusiveScan},
@@ -394,6 +395,14 @@ func caseCompletionOrder(t T, tg Target) {
 		}
 		hs[i] = h
 	}
+	checkCompletionOrder(t, hs)
+}
+
+// checkCompletionOrder fails unless every handle of hs completed after all
+// the handles before it, without error, with one log key above the one
+// before it.
+func checkCompletionOrder(t T, hs []*engine.Handle) {
+	t.Helper()
 	var mu sync.Mutex
 	var violations []string
 	var wg sync.WaitGroup

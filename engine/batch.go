@@ -54,6 +54,12 @@ type Batch struct {
 	// Log holds the change-log entries the commit appends, in order. The
 	// engine assigns their keys (see Granularity).
 	Log [][]byte
+	// Defer says nobody waits on this commit at once, so under SyncAlways
+	// the engine may hold its sync for up to Options.DeferWindow to share
+	// the sync of a commit submitted after it. The handle still completes
+	// only when the commit is durable; checks, ordering and visibility are
+	// those of any commit. Engines that group commits treat it as a hint.
+	Defer bool
 }
 
 // Put appends a put of key to value.

@@ -215,6 +215,12 @@ func ParseSyncMode(s string) (SyncMode, error) {
 // DefaultSyncInterval is the sync period of SyncInterval when none is set.
 const DefaultSyncInterval = 100 * time.Millisecond
 
+// DefaultDeferWindow is how long a deferred commit (Batch.Defer) may wait
+// for another commit's sync when Options.DeferWindow is zero: about two
+// fsyncs of a disk, so a commit that comes after a round trip of the
+// client being served still finds the held sync.
+const DefaultDeferWindow = time.Millisecond
+
 // Options configures Open. The zero value (with Dir set) is a synced
 // engine on the system clock.
 type Options struct {
@@ -224,6 +230,10 @@ type Options struct {
 	Sync SyncMode
 	// SyncInterval is the sync period under SyncInterval.
 	SyncInterval time.Duration
+	// DeferWindow bounds how long a deferred commit (Batch.Defer) waits
+	// under SyncAlways for a later commit's sync before the engine syncs
+	// it alone; DefaultDeferWindow when zero, never when negative.
+	DeferWindow time.Duration
 	// Clock is the wall clock log keys are derived from; time.Now when nil.
 	// Tests move it to check that keys stay monotonic across restarts.
 	Clock func() time.Time
@@ -256,6 +266,18 @@ func (o *Options) Interval() time.Duration {
 		return o.SyncInterval
 	}
 	return DefaultSyncInterval
+}
+
+// Deferral returns how long a deferred commit may wait, defaulted; zero
+// means commits are never deferred.
+func (o *Options) Deferral() time.Duration {
+	switch {
+	case o.Sync != SyncAlways || o.DeferWindow < 0:
+		return 0
+	case o.DeferWindow == 0:
+		return DefaultDeferWindow
+	}
+	return o.DeferWindow
 }
 
 // Commit submits b and waits for its durable completion.

@@ -28,6 +28,7 @@ type Tx struct {
 	loaded  map[string]bool
 	err     error
 	done    bool
+	deferd  bool
 	version Version
 }
 
@@ -165,6 +166,11 @@ func (tx *Tx) ExpectAbsent(table, id string) error {
 	return nil
 }
 
+// Defer marks the Tx as one nobody waits on at once (see engine.Batch's
+// Defer): its durable completion may wait a little to share a later
+// commit's sync. For state behind a pipeline that keeps going meanwhile.
+func (tx *Tx) Defer() { tx.deferd = true }
+
 // Version is the version the Tx's writes carry; zero before Submit.
 func (tx *Tx) Version() Version { return tx.version }
 
@@ -188,7 +194,7 @@ func (tx *Tx) Submit(ctx context.Context) (*engine.Handle, error) {
 	// The batch is encoded before the lock, with the version left blank:
 	// every commit of the DB passes through the lock, so it holds only
 	// what must happen in version order.
-	b := &engine.Batch{Checks: tx.checks}
+	b := &engine.Batch{Checks: tx.checks, Defer: tx.deferd}
 	stamps := make([][]byte, 0, 2*len(tx.writes))
 	record := func(deleted bool, value []byte) []byte {
 		r := encodeRecord(0, deleted, value)

@@ -23,6 +23,8 @@
 // group completed than that group held, the writer waits a little (at most
 // 250µs, and at most half the last group's commit time) for the rest, so
 // closed-loop submitters do not split into two groups and pay two syncs.
+// Under SyncAlways a group of only deferred commits (Batch.Defer) waits up
+// to the defer window for a commit that is not deferred, and goes with it.
 // A commit becomes visible to readers when the Badger transaction carrying
 // it commits, which under SyncAlways is after its sync: readers never see a
 // commit that is not yet durable.
@@ -160,6 +162,7 @@ type db struct {
 
 	notifier   engine.Notifier
 	writerDone chan struct{}
+	deferral   time.Duration // how long a group of deferred commits waits for company
 	bg         sync.WaitGroup
 	stop       chan struct{}
 }
@@ -217,6 +220,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		queue:      make(chan *pending, queueLen),
 		readers:    map[*snapshot]struct{}{},
 		writerDone: make(chan struct{}),
+		deferral:   opts.Deferral(),
 		stop:       make(chan struct{}),
 	}
 	top, floor, err := d.recoverKeys()

@@ -91,12 +91,27 @@ func (d *db) writer() {
 	var took time.Duration
 	for p := range d.queue {
 		group = d.gather(append(group[:0], p), last, min(gatherWait, took/2))
+		if d.deferral > 0 && allDeferred(group) {
+			kvlog.Linger(d.queue, d.deferral, func(q *pending) bool {
+				group = append(group, q)
+				return q.b.Defer && len(group) < queueLen
+			})
+		}
 		start := time.Now()
 		d.commitGroup(group)
 		took = time.Since(start)
 		last = len(group)
 		clear(group)
 	}
+}
+
+func allDeferred(group []*pending) bool {
+	for _, p := range group {
+		if !p.b.Defer {
+			return false
+		}
+	}
+	return true
 }
 
 // gatherWait bounds how long the writer waits for stragglers: small next

@@ -101,7 +101,10 @@
 // # Durability
 //
 // Handles complete after the server acknowledged the batch (with
-// commit=wal: the group message) and the index applied it. On the
+// commit=wal: the group message) and the index applied it. Under
+// SyncAlways with commit=wal, a queue of only deferred commits
+// (Batch.Defer) waits up to the defer window for a commit that is not
+// deferred, so one message and one server sync carry them all. On the
 // embedded server, SyncAlways runs the server with sync always: each batch
 // is fsynced before its acknowledgement, so an acknowledged commit survives
 // an operating-system crash. SyncInterval sets the server's sync interval
@@ -255,6 +258,9 @@ type db struct {
 	closed bool
 	queue  []*pending
 	wake   chan struct{}
+	// deferral is how long deferred commits wait for company
+	// (single-writer protocol only).
+	deferral time.Duration
 
 	view      view // the index and what the consumer applied
 	consumer  jetstream.ConsumeContext
@@ -340,6 +346,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		fenceSubj:     name + ".n",
 		maxBatch:      maxBatch,
 		wake:          make(chan struct{}, 1),
+		deferral:      opts.Deferral(),
 		committerDone: make(chan struct{}),
 		engineID:      newEngineID(),
 	}

@@ -32,6 +32,9 @@ const walGroupBytes = 8 << 20
 func (d *db) committerWAL() {
 	defer close(d.committerDone)
 	for {
+		if d.deferral > 0 {
+			d.lingerDeferred()
+		}
 		size, logs := 0, 0
 		group := d.nextGroup(func(first bool, p *pending) bool {
 			if !first && (size+p.bytes > walGroupBytes || logs+len(p.b.Log) > maxTxEntries) {
@@ -46,6 +49,44 @@ func (d *db) committerWAL() {
 		}
 		d.commitTx(group)
 	}
+}
+
+// lingerDeferred waits for a queued commit and, while every queued commit
+// is deferred (engine.Batch.Defer), for one that is not, at most the
+// deferral: the transaction message its caller waits for then carries
+// them too, one server write and sync instead of two. Committer only.
+func (d *db) lingerDeferred() {
+	var timer *time.Timer
+	for {
+		d.mu.Lock()
+		n, closed := len(d.queue), d.closed
+		hold := n > 0 && allDeferred(d.queue)
+		d.mu.Unlock()
+		switch {
+		case closed || (n > 0 && !hold):
+			return
+		case n == 0:
+			<-d.wake
+			continue
+		case timer == nil:
+			timer = time.NewTimer(d.deferral)
+			defer timer.Stop()
+		}
+		select {
+		case <-d.wake:
+		case <-timer.C:
+			return
+		}
+	}
+}
+
+func allDeferred(queue []*pending) bool {
+	for _, p := range queue {
+		if !p.b.Defer {
+			return false
+		}
+	}
+	return true
 }
 
 // commitTx settles every commit of group and completes their handles in

@@ -40,7 +40,9 @@
 //     commit returns only after LMDB fdatasync'ed the data pages and then
 //     the meta page, so a handle completes only when the commit survives an
 //     operating-system crash or power loss (given a disk that honours
-//     flushes). One sync pair covers every commit of the group.
+//     flushes). One sync pair covers every commit of the group; a group
+//     of only deferred commits (Batch.Defer) waits up to the defer window
+//     for a commit that is not deferred, and shares its sync pair.
 //   - interval: the environment runs with MDB_NOSYNC. A commit completes
 //     once LMDB wrote it to the operating system (it survives a process
 //     crash), and the writer forces env.Sync every Options.SyncInterval and

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/PowerDNS/lmdb-go/lmdb"
 	"github.com/tidemark-io/tidemark/engine"
@@ -61,6 +62,7 @@ type db struct {
 	closed     bool
 	queue      chan *job
 	writerDone chan struct{}
+	deferral   time.Duration // how long a group of deferred commits waits for company
 
 	rw      sync.RWMutex
 	rclosed bool
@@ -106,6 +108,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		lock:       lock,
 		queue:      make(chan *job, queueLen),
 		writerDone: make(chan struct{}),
+		deferral:   opts.Deferral(),
 		done:       make(chan struct{}),
 		slots:      make(chan struct{}, readers),
 		snaps:      map[*snapshot]struct{}{},

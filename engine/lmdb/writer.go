@@ -45,6 +45,7 @@ type job struct {
 	checks   []check
 	log      [][]byte
 	size     int
+	deferred bool // engine.Batch.Defer
 	complete func(engine.Result, error)
 
 	trunc bool
@@ -77,7 +78,7 @@ func newCommitJob(b *engine.Batch) *job {
 		buf = append(buf, k...)
 		return buf[start:len(buf):len(buf)]
 	}
-	j := &job{ops: make([]op, len(b.Ops)), checks: make([]check, len(b.Checks)), log: b.Log}
+	j := &job{ops: make([]op, len(b.Ops)), checks: make([]check, len(b.Checks)), log: b.Log, deferred: b.Defer}
 	for i := range b.Ops {
 		o := &b.Ops[i]
 		j.ops[i] = op{del: o.Kind == engine.OpDelete, key: stored(o.Key), value: o.Value}
@@ -129,22 +130,31 @@ func (d *db) writer() {
 		// this one: that is the group commit.
 		group = append(group[:0], first)
 		size := first.size
+		deferred := first.deferred
+		// add takes j into the group unless it would overfill it.
+		add := func(j *job) bool {
+			if len(group) >= maxGroupCommits || size+j.size > maxGroupBytes {
+				carry = j
+				return false
+			}
+			group = append(group, j)
+			size += j.size
+			deferred = deferred && j.deferred
+			return true
+		}
 	fill:
 		for len(group) < maxGroupCommits {
 			select {
 			case j, ok := <-d.queue:
-				if !ok {
+				if !ok || !add(j) {
 					break fill
 				}
-				if size+j.size > maxGroupBytes {
-					carry = j
-					break fill
-				}
-				group = append(group, j)
-				size += j.size
 			default:
 				break fill
 			}
+		}
+		if deferred && carry == nil && d.deferral > 0 {
+			kvlog.Linger(d.queue, d.deferral, func(j *job) bool { return add(j) && deferred })
 		}
 		for rest := group; len(rest) > 0; {
 			rest = rest[d.commitGroup(rest):]

@@ -9,7 +9,10 @@
 // Durability: with SyncAlways a commit is applied through Pebble's commit
 // pipeline without waiting (ApplyNoSyncWait) and its handle completes after
 // the WAL sync that covers it, so concurrent submitters share fsyncs (group
-// commit); handles complete in commit order. SyncInterval applies without
+// commit); handles complete in commit order. A deferred commit
+// (Batch.Defer) is applied without a sync request and completes with the
+// next sync, someone else's or, after the defer window, one of its own.
+// SyncInterval applies without
 // sync and syncs the WAL every interval; SyncNone never syncs explicitly.
 // A commit's data keys are visible to snapshots as soon as it is applied,
 // before its sync; its log entries are visible to ScanLog only once the
@@ -27,6 +30,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -52,7 +56,7 @@ func init() {
 
 // pendingCommit is an applied commit waiting for its WAL sync.
 type pendingCommit struct {
-	batch    *pebble.Batch
+	batch    *pebble.Batch // nil for a deferred commit, applied without sync
 	complete func(engine.Result, error)
 	res      engine.Result
 }
@@ -71,6 +75,8 @@ type db struct {
 	mu      sync.Mutex
 	closed  bool
 	pending chan pendingCommit // SyncAlways only; completed in order
+	// deferral is how long a deferred commit may wait for a later sync.
+	deferral time.Duration
 
 	rw      sync.RWMutex
 	rclosed bool
@@ -125,13 +131,14 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		return nil, fmt.Errorf("pebble: open %s: %w", opts.Dir, err)
 	}
 	d := &db{
-		lock:    lock,
-		pdb:     pdb,
-		opts:    opts,
-		cache:   cache,
-		log:     opts.Log().With("engine", Name),
-		readers: map[*snapshot]struct{}{},
-		stop:    make(chan struct{}),
+		lock:     lock,
+		pdb:      pdb,
+		opts:     opts,
+		cache:    cache,
+		log:      opts.Log().With("engine", Name),
+		readers:  map[*snapshot]struct{}{},
+		stop:     make(chan struct{}),
+		deferral: opts.Deferral(),
 	}
 	top, floor, err := d.recoverKeys()
 	if err != nil {
@@ -245,12 +252,25 @@ func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error
 		}
 		return engine.Completed(res, nil), nil
 	}
+	h, complete := engine.NewHandle()
+	if b.Defer && d.deferral > 0 {
+		// In the WAL before any later commit, so that commit's sync
+		// makes it durable too (see complete).
+		err := d.pdb.Apply(pb, pebble.NoSync)
+		_ = pb.Close()
+		if err != nil {
+			d.mu.Unlock()
+			return engine.Completed(engine.Result{}, fmt.Errorf("pebble: apply: %w", err)), nil
+		}
+		d.pending <- pendingCommit{complete: complete, res: res}
+		d.mu.Unlock()
+		return h, nil
+	}
 	if err := d.pdb.ApplyNoSyncWait(pb, pebble.Sync); err != nil {
 		d.mu.Unlock()
 		_ = pb.Close()
 		return engine.Completed(engine.Result{}, fmt.Errorf("pebble: apply: %w", err)), nil
 	}
-	h, complete := engine.NewHandle()
 	// Queued under mu so the completer sees commits in apply order.
 	d.pending <- pendingCommit{batch: pb, complete: complete, res: res}
 	d.mu.Unlock()
@@ -286,28 +306,88 @@ func (d *db) checkLocked(checks []engine.Check) error {
 // complete waits for each applied commit's sync, in apply order. Syncs are
 // sequential in the WAL, so waiting in order costs nothing and makes
 // completion order equal commit order.
+//
+// Deferred commits were applied without a sync: they are held until a
+// later commit's sync, which covers everything before it in the WAL, or
+// until the defer window of the first of them has passed, when one sync
+// of the WAL covers them all.
 func (d *db) complete() {
 	defer d.completer.Done()
-	for p := range d.pending {
+	var held []pendingCommit
+	var one [1]pendingCommit
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	for {
+		var p pendingCommit
+		ok := true
+		if len(held) == 0 {
+			p, ok = <-d.pending
+		} else {
+			select {
+			case p, ok = <-d.pending:
+			case <-timer.C:
+				d.finish(held, d.syncWAL())
+				held = held[:0]
+				continue
+			}
+		}
+		if !ok {
+			if len(held) > 0 {
+				d.finish(held, d.syncWAL())
+			}
+			break
+		}
+		if p.batch == nil {
+			if len(held) == 0 {
+				timer.Reset(d.deferral)
+			}
+			held = append(held, p)
+			continue
+		}
 		err := p.batch.SyncWait()
 		_ = p.batch.Close()
 		if err != nil {
-			p.complete(engine.Result{}, fmt.Errorf("pebble: sync: %w", err))
+			err = fmt.Errorf("pebble: sync: %w", err)
+		}
+		if len(held) > 0 {
+			timer.Stop()
+			d.finish(held, err)
+			held = held[:0]
+		}
+		one[0] = p
+		d.finish(one[:], err)
+	}
+	d.notifier.Notify()
+}
+
+// syncWAL makes every applied commit durable.
+func (d *db) syncWAL() error {
+	if err := d.pdb.LogData(nil, pebble.Sync); err != nil {
+		return fmt.Errorf("pebble: sync: %w", err)
+	}
+	return nil
+}
+
+// finish completes durable (or failed) commits, in order.
+func (d *db) finish(ps []pendingCommit, err error) {
+	announce := false
+	for _, p := range ps {
+		if err != nil {
+			p.complete(engine.Result{}, err)
 			continue
 		}
 		if len(p.res.Keys) > 0 {
 			d.durable.Store(uint64(p.res.Keys[0]))
+			announce = true
 		}
 		p.complete(p.res, nil)
-		// Announce every durable log entry at once: waiting for a lull in
-		// the queue would starve watchers under sustained load. Watch
-		// channels coalesce, so this costs a non-blocking send per
-		// watcher.
-		if len(p.res.Keys) > 0 {
-			d.notifier.Notify()
-		}
 	}
-	d.notifier.Notify()
+	// Announce every durable log entry at once: waiting for a lull in
+	// the queue would starve watchers under sustained load. Watch
+	// channels coalesce, so this costs a non-blocking send per watcher.
+	if announce {
+		d.notifier.Notify()
+	}
 }
 
 func (d *db) Watch(ctx context.Context) <-chan struct{} { return d.notifier.Subscribe(ctx) }
