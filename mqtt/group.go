@@ -33,6 +33,10 @@ type group struct {
 	entries []ackEntry
 	checked bool
 	parts   []checkedPart // with checked: one per entry
+	// urgent: a write the client waits on (a message it published), not
+	// only delivery state; a group without one is deferred (table.Tx's
+	// Defer), since the subscriber's window keeps deliveries going.
+	urgent bool
 }
 
 // checkedPart is one write of a checked group: how to redo it alone, and
@@ -75,6 +79,16 @@ func (r *redo) run(c *conn, parts []checkedPart) {
 // later adds write to the pending group and queues e for when the group's
 // commit completes. Read loop only. False means the connection is ending.
 func (c *conn) later(write func(tx *table.Tx) error, e ackEntry) bool {
+	if !c.laterDelivery(write, e) {
+		return false
+	}
+	c.grp.urgent = true
+	return true
+}
+
+// laterDelivery is later for delivery state (outbound exchanges), whose
+// commit nobody waits on at once.
+func (c *conn) laterDelivery(write func(tx *table.Tx) error, e ackEntry) bool {
 	if c.grp.checked && !c.flushGroup() {
 		return false
 	}
@@ -140,6 +154,9 @@ func (c *conn) flushGroup() bool {
 	}
 	g := c.grp
 	c.grp = group{entries: c.grp.entries[:0]}
+	if !g.checked && !g.urgent {
+		g.tx.Defer()
+	}
 	h, err := c.submitNow(g.tx)
 	if err != nil {
 		return false

@@ -439,6 +439,8 @@ func (o *outbound) flushGroup() {
 	c := o.c
 	tx, entries := o.grp.tx, o.grp.entries
 	o.grp.tx, o.grp.entries = nil, o.grp.entries[:0]
+	// The subscriber's window keeps other deliveries going meanwhile.
+	tx.Defer()
 	h, err := tx.Submit(c.ctx)
 	if err != nil {
 		c.warn("record outbound QoS 2", err)
@@ -604,7 +606,7 @@ func (o *outbound) pubrec(p *packet.Pubrec) bool {
 	}
 	enc, _ := om.msg.MarshalBinary()
 	v, _ := json.Marshal(outRecord{PI: om.pi, State: outPubrec, Pos: om.pos, Msg: enc})
-	return c.later(func(tx *table.Tx) error { return tx.PutStateUnchecked(tableOut, slotID(c.client, om.pi), v) },
+	return c.laterDelivery(func(tx *table.Tx) error { return tx.PutStateUnchecked(tableOut, slotID(c.client, om.pi), v) },
 		ackEntry{pkt: &packet.Pubrel{PacketID: p.PacketID}})
 }
 
@@ -643,7 +645,7 @@ func (o *outbound) finishQoS2(om *outMsg, inLoop bool) bool {
 			return true
 		}
 		o.ended([]lazyEnd{{pi: om.pi}})
-		return c.later(write, ackEntry{then: func() { o.complete(om.pi) }})
+		return c.laterDelivery(write, ackEntry{then: func() { o.complete(om.pi) }})
 	}
 	tx := c.b.db.Begin()
 	if err := write(tx); err != nil {
@@ -692,6 +694,9 @@ func (o *outbound) persist(ctx context.Context, final bool) error {
 	ends, err := o.c.writeLazy(tx)
 	if err != nil {
 		return err
+	}
+	if !final {
+		tx.Defer()
 	}
 	h, err := tx.Submit(ctx)
 	if err != nil {

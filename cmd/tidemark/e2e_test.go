@@ -35,9 +35,11 @@ func TestServeEndToEnd(t *testing.T) {
 		t.Fatalf("--print-config: %v\n%s", err, out)
 	}
 	// A bad value is refused before anything is opened, naming the setting.
-	bad := exec.Command(bin, "serve", "--config", cfg, "--sync", "sometimes")
-	if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(string(out), "--sync") {
-		t.Fatalf("bad --sync accepted: %v\n%s", err, out)
+	for _, args := range [][]string{{"--sync", "sometimes", "--sync:"}, {"--sync-defer", "-1ms", "--sync-defer -1ms: must be"}} {
+		bad := exec.Command(bin, "serve", "--config", cfg, args[0], args[1])
+		if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(string(out), args[2]) {
+			t.Fatalf("bad %s accepted: %v\n%s", args[0], err, out)
+		}
 	}
 
 	srv := startServe(t, bin, cfg, mqttAddr)
