@@ -56,9 +56,11 @@ type Batch struct {
 	Log [][]byte
 	// Defer says nobody waits on this commit at once, so under SyncAlways
 	// the engine may hold its sync for up to Options.DeferWindow to share
-	// the sync of a commit submitted after it. The handle still completes
+	// the sync of a commit submitted after it. Engines do so only while
+	// commits not marked Defer keep coming (one within the window before
+	// it): otherwise there is no sync to share. The handle still completes
 	// only when the commit is durable; checks, ordering and visibility are
-	// those of any commit. Engines that group commits treat it as a hint.
+	// those of any commit.
 	Defer bool
 }
 

@@ -162,7 +162,7 @@ type db struct {
 
 	notifier   engine.Notifier
 	writerDone chan struct{}
-	deferral   time.Duration // how long a group of deferred commits waits for company
+	deferGate  *kvlog.DeferGate // picks the deferred commits that wait for company
 	bg         sync.WaitGroup
 	stop       chan struct{}
 }
@@ -220,7 +220,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		queue:      make(chan *pending, queueLen),
 		readers:    map[*snapshot]struct{}{},
 		writerDone: make(chan struct{}),
-		deferral:   opts.Deferral(),
+		deferGate:  kvlog.NewDeferGate(opts.Deferral()),
 		stop:       make(chan struct{}),
 	}
 	top, floor, err := d.recoverKeys()

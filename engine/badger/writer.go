@@ -24,6 +24,7 @@ type pending struct {
 	size     int64    // Badger's size estimate of the commit's entries
 	count    int64    // number of Badger entries
 	after    uint64   // transactions the writer had committed when it was submitted
+	deferred bool     // engine.Batch.Defer, and the gate let it wait
 
 	res engine.Result
 	err error // set when the commit fails on its own (conflict, too big)
@@ -38,6 +39,7 @@ func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error
 	}
 	p := d.prepare(b)
 	p.after = d.txns.Load()
+	p.deferred = d.deferGate.Defer(b)
 	h, complete := engine.NewHandle()
 	p.complete = complete
 
@@ -91,10 +93,10 @@ func (d *db) writer() {
 	var took time.Duration
 	for p := range d.queue {
 		group = d.gather(append(group[:0], p), last, min(gatherWait, took/2))
-		if d.deferral > 0 && allDeferred(group) {
-			kvlog.Linger(d.queue, d.deferral, func(q *pending) bool {
+		if allDeferred(group) {
+			kvlog.Linger(d.queue, d.deferGate.Window(), func(q *pending) bool {
 				group = append(group, q)
-				return q.b.Defer && len(group) < queueLen
+				return q.deferred && len(group) < queueLen
 			})
 		}
 		start := time.Now()
@@ -107,7 +109,7 @@ func (d *db) writer() {
 
 func allDeferred(group []*pending) bool {
 	for _, p := range group {
-		if !p.b.Defer {
+		if !p.deferred {
 			return false
 		}
 	}

@@ -36,6 +36,7 @@ type pending struct {
 	res      engine.Result
 	err      error
 	done     bool
+	deferred bool // engine.Batch.Defer, and the gate let it wait
 }
 
 func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error) {
@@ -65,6 +66,9 @@ func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error
 		}
 	}
 	p := &pending{b: b, msgs: b.Len(), bytes: size}
+	if d.wal {
+		p.deferred = d.gate.Defer(b)
+	}
 	h, complete := engine.NewHandle()
 	p.complete = complete
 	d.mu.Lock()

@@ -185,6 +185,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
+	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 )
 
 // Name is the registered engine name.
@@ -258,9 +259,9 @@ type db struct {
 	closed bool
 	queue  []*pending
 	wake   chan struct{}
-	// deferral is how long deferred commits wait for company
+	// gate picks the deferred commits that wait for company
 	// (single-writer protocol only).
-	deferral time.Duration
+	gate *kvlog.DeferGate
 
 	view      view // the index and what the consumer applied
 	consumer  jetstream.ConsumeContext
@@ -346,7 +347,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		fenceSubj:     name + ".n",
 		maxBatch:      maxBatch,
 		wake:          make(chan struct{}, 1),
-		deferral:      opts.Deferral(),
+		gate:          kvlog.NewDeferGate(opts.Deferral()),
 		committerDone: make(chan struct{}),
 		engineID:      newEngineID(),
 	}

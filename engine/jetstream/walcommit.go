@@ -32,7 +32,7 @@ const walGroupBytes = 8 << 20
 func (d *db) committerWAL() {
 	defer close(d.committerDone)
 	for {
-		if d.deferral > 0 {
+		if d.gate.Window() > 0 {
 			d.lingerDeferred()
 		}
 		size, logs := 0, 0
@@ -69,7 +69,7 @@ func (d *db) lingerDeferred() {
 			<-d.wake
 			continue
 		case timer == nil:
-			timer = time.NewTimer(d.deferral)
+			timer = time.NewTimer(d.gate.Window())
 			defer timer.Stop()
 		}
 		select {
@@ -82,7 +82,7 @@ func (d *db) lingerDeferred() {
 
 func allDeferred(queue []*pending) bool {
 	for _, p := range queue {
-		if !p.b.Defer {
+		if !p.deferred {
 			return false
 		}
 	}

@@ -11,7 +11,6 @@ import (
 	"os"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/PowerDNS/lmdb-go/lmdb"
 	"github.com/tidemark-io/tidemark/engine"
@@ -62,7 +61,7 @@ type db struct {
 	closed     bool
 	queue      chan *job
 	writerDone chan struct{}
-	deferral   time.Duration // how long a group of deferred commits waits for company
+	gate       *kvlog.DeferGate // picks the deferred commits that wait for company
 
 	rw      sync.RWMutex
 	rclosed bool
@@ -108,7 +107,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		lock:       lock,
 		queue:      make(chan *job, queueLen),
 		writerDone: make(chan struct{}),
-		deferral:   opts.Deferral(),
+		gate:       kvlog.NewDeferGate(opts.Deferral()),
 		done:       make(chan struct{}),
 		slots:      make(chan struct{}, readers),
 		snaps:      map[*snapshot]struct{}{},
@@ -248,6 +247,7 @@ func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error
 		return nil, fmt.Errorf("lmdb: submit: %w", err)
 	}
 	j := newCommitJob(b)
+	j.deferred = d.gate.Defer(b)
 	h, complete := engine.NewHandle()
 	j.complete = complete
 	if err := d.enqueue(ctx, j); err != nil {

@@ -45,7 +45,7 @@ type job struct {
 	checks   []check
 	log      [][]byte
 	size     int
-	deferred bool // engine.Batch.Defer
+	deferred bool // engine.Batch.Defer, and the gate let it wait
 	complete func(engine.Result, error)
 
 	trunc bool
@@ -78,7 +78,7 @@ func newCommitJob(b *engine.Batch) *job {
 		buf = append(buf, k...)
 		return buf[start:len(buf):len(buf)]
 	}
-	j := &job{ops: make([]op, len(b.Ops)), checks: make([]check, len(b.Checks)), log: b.Log, deferred: b.Defer}
+	j := &job{ops: make([]op, len(b.Ops)), checks: make([]check, len(b.Checks)), log: b.Log}
 	for i := range b.Ops {
 		o := &b.Ops[i]
 		j.ops[i] = op{del: o.Kind == engine.OpDelete, key: stored(o.Key), value: o.Value}
@@ -153,8 +153,8 @@ func (d *db) writer() {
 				break fill
 			}
 		}
-		if deferred && carry == nil && d.deferral > 0 {
-			kvlog.Linger(d.queue, d.deferral, func(j *job) bool { return add(j) && deferred })
+		if deferred && carry == nil {
+			kvlog.Linger(d.queue, d.gate.Window(), func(j *job) bool { return add(j) && deferred })
 		}
 		for rest := group; len(rest) > 0; {
 			rest = rest[d.commitGroup(rest):]

@@ -75,8 +75,9 @@ type db struct {
 	mu      sync.Mutex
 	closed  bool
 	pending chan pendingCommit // SyncAlways only; completed in order
-	// deferral is how long a deferred commit may wait for a later sync.
-	deferral time.Duration
+	// gate picks the deferred commits (Batch.Defer) that wait for a
+	// later sync.
+	gate *kvlog.DeferGate
 
 	rw      sync.RWMutex
 	rclosed bool
@@ -131,14 +132,14 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		return nil, fmt.Errorf("pebble: open %s: %w", opts.Dir, err)
 	}
 	d := &db{
-		lock:     lock,
-		pdb:      pdb,
-		opts:     opts,
-		cache:    cache,
-		log:      opts.Log().With("engine", Name),
-		readers:  map[*snapshot]struct{}{},
-		stop:     make(chan struct{}),
-		deferral: opts.Deferral(),
+		lock:    lock,
+		pdb:     pdb,
+		opts:    opts,
+		cache:   cache,
+		log:     opts.Log().With("engine", Name),
+		readers: map[*snapshot]struct{}{},
+		stop:    make(chan struct{}),
+		gate:    kvlog.NewDeferGate(opts.Deferral()),
 	}
 	top, floor, err := d.recoverKeys()
 	if err != nil {
@@ -253,7 +254,7 @@ func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error
 		return engine.Completed(res, nil), nil
 	}
 	h, complete := engine.NewHandle()
-	if b.Defer && d.deferral > 0 {
+	if d.gate.Defer(b) {
 		// In the WAL before any later commit, so that commit's sync
 		// makes it durable too (see complete).
 		err := d.pdb.Apply(pb, pebble.NoSync)
@@ -339,7 +340,7 @@ func (d *db) complete() {
 		}
 		if p.batch == nil {
 			if len(held) == 0 {
-				timer.Reset(d.deferral)
+				timer.Reset(d.gate.Window())
 			}
 			held = append(held, p)
 			continue

@@ -1,6 +1,11 @@
 package kvlog
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+
+	"github.com/tidemark-io/tidemark/engine"
+)
 
 // Linger keeps a group of deferred commits (engine.Batch.Defer) open for
 // company, so they share the sync of the next commit someone waits on
@@ -24,4 +29,42 @@ func Linger[T any](queue <-chan T, window time.Duration, take func(T) (more bool
 			return
 		}
 	}
+}
+
+// DeferGate decides which commits marked engine.Batch.Defer an engine
+// defers: those submitted within the defer window after a commit that is
+// not deferred. Deferring pays while such commits keep coming, since their
+// syncs are the ones to share; without them a deferred commit would only
+// wait out the window and then sync alone (a subscriber replaying a
+// backlog with nobody publishing, say). The zero window defers nothing.
+type DeferGate struct {
+	window time.Duration
+	base   time.Time
+	last   atomic.Int64 // since base: the latest commit not marked Defer
+}
+
+// NewDeferGate returns a gate for window (engine.Options.Deferral).
+func NewDeferGate(window time.Duration) *DeferGate {
+	g := &DeferGate{window: window, base: time.Now()}
+	g.last.Store(-int64(window))
+	return g
+}
+
+// Window is how long a deferred commit may wait; zero when none is
+// deferred.
+func (g *DeferGate) Window() time.Duration { return g.window }
+
+// Defer reports whether the commit of b is to be deferred, and notes the
+// submission of a commit that is not marked. Call it once per commit, at
+// submission.
+func (g *DeferGate) Defer(b *engine.Batch) bool {
+	if g.window <= 0 {
+		return false
+	}
+	now := int64(time.Since(g.base))
+	if !b.Defer {
+		g.last.Store(now)
+		return false
+	}
+	return now-g.last.Load() < int64(g.window)
 }

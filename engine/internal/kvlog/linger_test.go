@@ -3,6 +3,8 @@ package kvlog
 import (
 	"testing"
 	"time"
+
+	"github.com/tidemark-io/tidemark/engine"
 )
 
 func TestLinger(t *testing.T) {
@@ -29,4 +31,28 @@ func TestLinger(t *testing.T) {
 	closed := make(chan int)
 	close(closed)
 	Linger(closed, time.Hour, func(int) bool { t.Fatal("took from a closed queue"); return false })
+}
+
+func TestDeferGate(t *testing.T) {
+	marked := &engine.Batch{Defer: true}
+	plain := &engine.Batch{}
+	g := NewDeferGate(time.Hour)
+	if g.Defer(marked) {
+		t.Fatal("deferred a commit with no plain commit before it")
+	}
+	if g.Defer(plain) {
+		t.Fatal("deferred a commit not marked Defer")
+	}
+	if !g.Defer(marked) || !g.Defer(marked) {
+		t.Fatal("did not defer marked commits right after a plain one")
+	}
+	short := NewDeferGate(time.Millisecond)
+	short.Defer(plain)
+	time.Sleep(5 * time.Millisecond)
+	if short.Defer(marked) {
+		t.Fatal("deferred a marked commit a window after the last plain one")
+	}
+	if off := NewDeferGate(0); off.Defer(plain) || off.Defer(marked) || off.Window() != 0 {
+		t.Fatal("a zero window deferred a commit")
+	}
 }
