@@ -23,6 +23,7 @@ type mqttBenchFlags struct {
 	peers        []string
 	syncs        []string
 	syncInterval time.Duration
+	syncDefer    time.Duration
 	duration     time.Duration
 	quick        bool
 	loads        []string
@@ -61,6 +62,7 @@ duplicated or reordered a message.`,
 		" (mosquitto runs as a separate process: apt-get install mosquitto), or none")
 	fs.StringSliceVar(&f.syncs, "sync", []string{"always"}, "durability for the engines and nats-server (mochi and mosquitto have no such setting): always, interval, none, or several")
 	fs.DurationVar(&f.syncInterval, "sync-interval", engine.DefaultSyncInterval, "fsync period for --sync interval")
+	fs.DurationVar(&f.syncDefer, "sync-defer", engine.DefaultDeferWindow, syncDeferUsage)
 	fs.DurationVar(&f.duration, "duration", 2*time.Second, "sending time per point")
 	fs.BoolVar(&f.quick, "quick", false, "fewer points: windows 1 and 16, 10 connections")
 	fs.StringSliceVar(&f.loads, "loads", nil, "only these points, by name: qos<0-2>-w<window>[-x<connections>], for example qos2-w1,qos1-w16-x50 (default: all; see --quick)")
@@ -77,6 +79,9 @@ func (f *mqttBenchFlags) targets() ([]mqttbench.Target, error) {
 	}
 	if f.syncInterval <= 0 {
 		return nil, fmt.Errorf("--sync-interval %v: must be positive", f.syncInterval)
+	}
+	if err := checkSyncDefer(f.syncDefer); err != nil {
+		return nil, err
 	}
 	if f.chart != "" && !slices.Contains(mqttbench.ChartFormats, strings.ToLower(filepath.Ext(f.chart))) {
 		return nil, fmt.Errorf("--chart %q: the file name must end in %s", f.chart, strings.Join(mqttbench.ChartFormats, " or "))
@@ -120,7 +125,7 @@ func (f *mqttBenchFlags) targets() ([]mqttbench.Target, error) {
 	var out, once []mqttbench.Target
 	for i, m := range modes {
 		for _, e := range engines {
-			t, err := mqttbench.Tidemark(e, m, f.syncInterval)
+			t, err := mqttbench.Tidemark(e, engine.Options{Sync: m, SyncInterval: f.syncInterval, DeferWindow: deferWindow(f.syncDefer)})
 			if err != nil {
 				return nil, fmt.Errorf("--engines %q: %w", e, err)
 			}

@@ -34,7 +34,7 @@ func (f *engineFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.data, "data", "./data", "data directory")
 	fs.StringVar(&f.sync, "sync", "always", "durability: always, interval or none")
 	fs.DurationVar(&f.syncInterval, "sync-interval", engine.DefaultSyncInterval, "sync period for --sync interval")
-	fs.DurationVar(&f.syncDefer, "sync-defer", engine.DefaultDeferWindow, "with --sync always: how long a commit of delivery state may wait to share a later commit's fsync; 0 syncs it at once")
+	fs.DurationVar(&f.syncDefer, "sync-defer", engine.DefaultDeferWindow, syncDeferUsage)
 	fs.StringVar(&f.natsURL, "nats-url", "", "jetstream engine: NATS server or cluster URL; empty starts an embedded server")
 	fs.IntVar(&f.replicas, "replicas", 1, "jetstream engine: stream replicas (1, or 3 on a cluster)")
 	fs.StringSliceVar(&f.params, "engine-param", nil, "engine-specific parameter name=value (repeatable)")
@@ -53,12 +53,8 @@ func (f *engineFlags) options() (engine.Options, error) {
 	if f.syncInterval <= 0 {
 		return engine.Options{}, fmt.Errorf("--sync-interval %v: must be positive", f.syncInterval)
 	}
-	if f.syncDefer < 0 {
-		return engine.Options{}, fmt.Errorf("--sync-defer %v: must be 0 (no deferral) or positive", f.syncDefer)
-	}
-	deferWindow := f.syncDefer
-	if deferWindow == 0 {
-		deferWindow = -1 // engine.Options: never defer
+	if err := checkSyncDefer(f.syncDefer); err != nil {
+		return engine.Options{}, err
 	}
 	if f.data == "" {
 		return engine.Options{}, fmt.Errorf("--data: a data directory is required")
@@ -81,5 +77,23 @@ func (f *engineFlags) options() (engine.Options, error) {
 	} else if f.natsURL != "" || f.replicas != 1 {
 		return engine.Options{}, fmt.Errorf("--nats-url and --replicas apply only to --engine jetstream (got --engine %s)", f.name)
 	}
-	return engine.Options{Dir: f.data, Sync: mode, SyncInterval: f.syncInterval, DeferWindow: deferWindow, Params: params}, nil
+	return engine.Options{Dir: f.data, Sync: mode, SyncInterval: f.syncInterval, DeferWindow: deferWindow(f.syncDefer), Params: params}, nil
+}
+
+const syncDeferUsage = "with --sync always: how long a commit of delivery state may wait to share a later commit's fsync; 0 syncs it at once"
+
+func checkSyncDefer(d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("--sync-defer %v: must be 0 (no deferral) or positive", d)
+	}
+	return nil
+}
+
+// deferWindow maps --sync-defer to engine.Options.DeferWindow, where
+// zero means the default and a negative window none.
+func deferWindow(flag time.Duration) time.Duration {
+	if flag == 0 {
+		return -1
+	}
+	return flag
 }

@@ -37,7 +37,7 @@ func profileSending(b *testing.B, path string) {
 // counts. With TIDEMARK_BENCH_CPUPROFILE set it also writes a CPU profile
 // of the sending phase (see profileSending).
 func BenchmarkMQTT(b *testing.B) {
-	tm, err := mqttbench.Tidemark("jetstream", engine.SyncInterval, 0)
+	tm, err := mqttbench.Tidemark("jetstream", engine.Options{Sync: engine.SyncInterval})
 	if err != nil {
 		b.Fatal(err)
 	}

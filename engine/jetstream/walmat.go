@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/tidemark-io/tidemark/engine"
 )
 
 // Materializing (single-writer layout): the latest value of every key the
@@ -30,6 +31,11 @@ const (
 	matKick = 1 << 18
 	// matWindow is how many key messages it has in flight at once.
 	matWindow = 1024
+	// matWindowSynced is matWindow when the server fsyncs every message
+	// (SyncAlways): the server stores one connection's messages in order,
+	// so a commit published behind a full window would wait for that
+	// many fsyncs (about 300 ms of them at 1024).
+	matWindowSynced = 16
 )
 
 // materializer writes changed keys to their subjects, then records the
@@ -141,7 +147,11 @@ func (m *materializer) write(keys map[string]struct{}, ix index) error {
 		deleted bool
 		fut     jetstream.PubAckFuture
 	}
-	batch := make([]sent, 0, min(len(keys), matWindow))
+	window := matWindow
+	if d.opts.Sync == engine.SyncAlways {
+		window = matWindowSynced
+	}
+	batch := make([]sent, 0, min(len(keys), window))
 	wait := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
 		defer cancel()
@@ -186,7 +196,7 @@ func (m *materializer) write(keys map[string]struct{}, ix index) error {
 			return fmt.Errorf("jetstream: materialize key: %w", err)
 		}
 		batch = append(batch, sent{key: k, deleted: deleted, fut: fut})
-		if len(batch) == matWindow {
+		if len(batch) == window {
 			if err := wait(); err != nil {
 				return err
 			}

@@ -17,7 +17,7 @@ import (
 // mosquitto peer needs the broker installed (.ci/run installs it).
 func quickTargets(t testing.TB) []Target {
 	t.Helper()
-	tm, err := Tidemark("pebble", engine.SyncAlways, 0)
+	tm, err := Tidemark("pebble", engine.Options{Sync: engine.SyncAlways})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +181,7 @@ func TestPayloadRoundTrip(t *testing.T) {
 // subscriber's lost, duplicated and reordered counts (TestQuickRun is what
 // fails on those; a benchmark keeps its figures).
 func BenchmarkPebble(b *testing.B) {
-	tm, err := Tidemark("pebble", engine.SyncAlways, 0)
+	tm, err := Tidemark("pebble", engine.Options{Sync: engine.SyncAlways})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -60,24 +60,25 @@ type instance struct {
 }
 
 // Tidemark returns a target running Tidemark's broker in this process on
-// the registered engine name with the given sync mode (interval is the
-// sync period of engine.SyncInterval). The engine must be compiled in.
-func Tidemark(name string, mode engine.SyncMode, interval time.Duration) (Target, error) {
+// the registered engine name with opts (its sync mode, interval and defer
+// window; each run gets its own Dir and Logger). The engine must be
+// compiled in.
+func Tidemark(name string, opts engine.Options) (Target, error) {
 	if _, err := engine.Lookup(name); err != nil {
 		return Target{}, err
 	}
-	if interval <= 0 {
-		interval = engine.DefaultSyncInterval
-	}
+	mode := opts.Sync
 	t := Target{Name: "tidemark/" + name, Kind: KindTidemark, Engine: name, Sync: mode.String(),
-		Durability: tidemarkDurability(name, mode, interval)}
+		Durability: tidemarkDurability(name, mode, opts.Interval(), opts.Deferral())}
 	t.start = func(ctx context.Context, dir string, log *slog.Logger) (*instance, error) {
-		return startTidemark(ctx, name, engine.Options{Dir: dir, Sync: mode, SyncInterval: interval, Logger: log}, log)
+		o := opts
+		o.Dir, o.Logger = dir, log
+		return startTidemark(ctx, name, o, log)
 	}
 	return t, nil
 }
 
-func tidemarkDurability(name string, mode engine.SyncMode, interval time.Duration) string {
+func tidemarkDurability(name string, mode engine.SyncMode, interval, deferral time.Duration) string {
 	const ack = "PUBACK, PUBREC and PUBCOMP wait for the commit of the message (QoS 2: staged copy, then release into the log)"
 	js := ""
 	if name == "jetstream" {
@@ -85,7 +86,11 @@ func tidemarkDurability(name string, mode engine.SyncMode, interval time.Duratio
 	}
 	switch mode {
 	case engine.SyncAlways:
-		return ack + "; fsynced" + js + " before the acknowledgement, one fsync per group of waiting commits"
+		d := ack + "; fsynced" + js + " before the acknowledgement, one fsync per group of waiting commits"
+		if deferral > 0 {
+			d += "; a subscriber's delivery records may wait up to " + deferral.String() + " to share the next fsync"
+		}
+		return d
 	case engine.SyncInterval:
 		return ack + "; written to the OS" + js + " before the acknowledgement, fsynced every " + interval.String() +
 			": an OS crash can lose that much, a process crash nothing"
