@@ -19,12 +19,31 @@ import (
 type CommitLoad struct {
 	Submitters int // concurrent goroutines, each waiting for its own commit
 	Writes     int // puts per commit, each with one log entry
+	// Follower gives each submitter a second goroutine that, after each
+	// of the submitter's commits, commits once of its own and waits for
+	// it: a broker's subscriber side writing delivery state behind the
+	// publisher's commits. Only the submitters' commits are counted.
+	Follower Follower
+}
+
+// Follower says whether a commit load has followers, and how they commit.
+type Follower uint8
+
+const (
+	NoFollower       Follower = iota
+	FollowerPlain             // the followers' commits are like the submitters'
+	FollowerDeferred          // the followers' commits are marked engine.Batch.Defer
+)
+
+func (f Follower) String() string {
+	return [...]string{"none", "plain", "deferred"}[f]
 }
 
 // CommitLoads are the points the commit benchmark measures.
 var CommitLoads = []CommitLoad{
-	{1, 1}, {16, 1}, {64, 1},
-	{1, 1000}, {16, 1000}, {64, 1000},
+	{Submitters: 1, Writes: 1}, {Submitters: 16, Writes: 1}, {Submitters: 64, Writes: 1},
+	{Submitters: 1, Writes: 1000}, {Submitters: 16, Writes: 1000}, {Submitters: 64, Writes: 1000},
+	{Submitters: 1, Writes: 1, Follower: FollowerPlain}, {Submitters: 1, Writes: 1, Follower: FollowerDeferred},
 }
 
 // CommitStats is what one commit-benchmark point measured.
@@ -52,13 +71,33 @@ func RunCommits(e engine.Engine, load CommitLoad, n int) (CommitStats, error) {
 	}
 	var next atomic.Int64
 	lat := make([][]time.Duration, load.Submitters)
-	errs := make(chan error, load.Submitters)
-	var wg sync.WaitGroup
+	errs := make(chan error, 2*load.Submitters)
+	var wg, followers sync.WaitGroup
 	start := time.Now()
 	for s := 0; s < load.Submitters; s++ {
+		var kick chan struct{}
+		if load.Follower != NoFollower {
+			kick = make(chan struct{}, 1)
+			followers.Add(1)
+			go func() {
+				defer followers.Done()
+				key := []byte(fmt.Sprintf("bench/%03d/follower", s))
+				for range kick {
+					b := new(engine.Batch).Put(key, val)
+					b.Defer = load.Follower == FollowerDeferred
+					if _, err := engine.Commit(context.Background(), e, b); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}()
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			if kick != nil {
+				defer close(kick)
+			}
 			keys := make([][]byte, load.Writes)
 			for j := range keys {
 				keys[j] = []byte(fmt.Sprintf("bench/%03d/%04d", s, j))
@@ -74,11 +113,16 @@ func RunCommits(e engine.Engine, load CommitLoad, n int) (CommitStats, error) {
 					return
 				}
 				lat[s] = append(lat[s], time.Since(t0))
+				select {
+				case kick <- struct{}{}:
+				default: // the follower is still busy with the last one
+				}
 			}
 		}()
 	}
 	wg.Wait()
 	st := CommitStats{Elapsed: time.Since(start)}
+	followers.Wait()
 	close(errs)
 	if err := <-errs; err != nil {
 		return st, err
@@ -136,7 +180,11 @@ func BenchmarkCommits(b *testing.B, tg Target) {
 		b.ReportMetric(r, "syncs/s")
 	})
 	for _, load := range CommitLoads {
-		b.Run(fmt.Sprintf("%s/submitters=%d/writes=%d", tg.Engine, load.Submitters, load.Writes), func(b *testing.B) {
+		name := fmt.Sprintf("%s/submitters=%d/writes=%d", tg.Engine, load.Submitters, load.Writes)
+		if load.Follower != NoFollower {
+			name += "/follower=" + load.Follower.String()
+		}
+		b.Run(name, func(b *testing.B) {
 			e, err := tg.TryOpen(b.Context(), b.TempDir())
 			if err != nil {
 				b.Fatalf("open: %v", err)
