@@ -79,22 +79,23 @@ func (r *redo) run(c *conn, parts []checkedPart) {
 // later adds write to the pending group and queues e for when the group's
 // commit completes. Read loop only. False means the connection is ending.
 func (c *conn) later(write func(tx *table.Tx) error, e ackEntry) bool {
-	if !c.laterDelivery(write, e) {
-		return false
-	}
-	c.grp.urgent = true
-	return true
+	return c.addLater(write, e, true)
 }
 
 // laterDelivery is later for delivery state (outbound exchanges), whose
 // commit nobody waits on at once.
 func (c *conn) laterDelivery(write func(tx *table.Tx) error, e ackEntry) bool {
+	return c.addLater(write, e, false)
+}
+
+func (c *conn) addLater(write func(tx *table.Tx) error, e ackEntry, urgent bool) bool {
 	if c.grp.checked && !c.flushGroup() {
 		return false
 	}
 	if c.grp.tx == nil {
 		c.grp.tx = c.b.db.Begin()
 	}
+	c.grp.urgent = c.grp.urgent || urgent
 	if err := write(c.grp.tx); err != nil {
 		c.disconnect(packet.UnspecifiedError, err.Error())
 		return false
