@@ -65,7 +65,7 @@ a flag wins over the environment, which wins over the file.`,
 			if err != nil {
 				return fmt.Errorf("open engine %s in %s: %w", f.name, f.data, err)
 			}
-			log.Info("engine open", "engine", f.name, "data", f.data, "sync", opts.Sync.String(), "granularity", e.Granularity().String())
+			log.Info("engine open", "engine", f.name, "data", f.data, "sync", opts.Sync.String(), "defer", opts.Deferral().String(), "granularity", e.Granularity().String())
 			err = runBroker(ctx, log, instrument(e), f.mqttAddr, f.metrics, bopts)
 			if cerr := e.Close(); cerr != nil && err == nil {
 				err = fmt.Errorf("close engine: %w", cerr)
