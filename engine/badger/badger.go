@@ -86,6 +86,7 @@ import (
 	"github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/skl"
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/internal/deferral"
 	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 )
@@ -162,7 +163,7 @@ type db struct {
 
 	notifier   engine.Notifier
 	writerDone chan struct{}
-	deferGate  *kvlog.DeferGate // picks the deferred commits that wait for company
+	deferGate  *deferral.Gate // picks the deferred commits that wait for company
 	bg         sync.WaitGroup
 	stop       chan struct{}
 }
@@ -220,7 +221,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		queue:      make(chan *pending, queueLen),
 		readers:    map[*snapshot]struct{}{},
 		writerDone: make(chan struct{}),
-		deferGate:  kvlog.NewDeferGate(opts.Deferral()),
+		deferGate:  deferral.NewGate(opts.Deferral()),
 		stop:       make(chan struct{}),
 	}
 	top, floor, err := d.recoverKeys()

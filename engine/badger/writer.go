@@ -9,6 +9,7 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/internal/deferral"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 )
 
@@ -94,7 +95,7 @@ func (d *db) writer() {
 	for p := range d.queue {
 		group = d.gather(append(group[:0], p), last, min(gatherWait, took/2))
 		if allDeferred(group) {
-			kvlog.Linger(d.queue, d.deferGate.Window(), func(q *pending) bool {
+			deferral.Linger(d.queue, d.deferGate.Window(), func(q *pending) bool {
 				group = append(group, q)
 				return q.deferred && len(group) < queueLen
 			})

@@ -184,8 +184,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/internal/deferral"
 	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
-	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 )
 
 // Name is the registered engine name.
@@ -261,7 +261,7 @@ type db struct {
 	wake   chan struct{}
 	// gate picks the deferred commits that wait for company
 	// (single-writer protocol only).
-	gate *kvlog.DeferGate
+	gate *deferral.Gate
 
 	view      view // the index and what the consumer applied
 	consumer  jetstream.ConsumeContext
@@ -347,7 +347,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		fenceSubj:     name + ".n",
 		maxBatch:      maxBatch,
 		wake:          make(chan struct{}, 1),
-		gate:          kvlog.NewDeferGate(opts.Deferral()),
+		gate:          deferral.NewGate(opts.Deferral()),
 		committerDone: make(chan struct{}),
 		engineID:      newEngineID(),
 	}

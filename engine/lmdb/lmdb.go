@@ -14,6 +14,7 @@ import (
 
 	"github.com/PowerDNS/lmdb-go/lmdb"
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/internal/deferral"
 	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 )
@@ -61,7 +62,7 @@ type db struct {
 	closed     bool
 	queue      chan *job
 	writerDone chan struct{}
-	gate       *kvlog.DeferGate // picks the deferred commits that wait for company
+	gate       *deferral.Gate // picks the deferred commits that wait for company
 
 	rw      sync.RWMutex
 	rclosed bool
@@ -107,7 +108,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		lock:       lock,
 		queue:      make(chan *job, queueLen),
 		writerDone: make(chan struct{}),
-		gate:       kvlog.NewDeferGate(opts.Deferral()),
+		gate:       deferral.NewGate(opts.Deferral()),
 		done:       make(chan struct{}),
 		slots:      make(chan struct{}, readers),
 		snaps:      map[*snapshot]struct{}{},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/PowerDNS/lmdb-go/lmdb"
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/internal/deferral"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 )
 
@@ -154,7 +155,7 @@ func (d *db) writer() {
 			}
 		}
 		if deferred && carry == nil {
-			kvlog.Linger(d.queue, d.gate.Window(), func(j *job) bool { return add(j) && deferred })
+			deferral.Linger(d.queue, d.gate.Window(), func(j *job) bool { return add(j) && deferred })
 		}
 		for rest := group; len(rest) > 0; {
 			rest = rest[d.commitGroup(rest):]

@@ -35,6 +35,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/internal/deferral"
 	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 )
@@ -77,7 +78,7 @@ type db struct {
 	pending chan pendingCommit // SyncAlways only; completed in order
 	// gate picks the deferred commits (Batch.Defer) that wait for a
 	// later sync.
-	gate *kvlog.DeferGate
+	gate *deferral.Gate
 
 	rw      sync.RWMutex
 	rclosed bool
@@ -139,7 +140,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		log:     opts.Log().With("engine", Name),
 		readers: map[*snapshot]struct{}{},
 		stop:    make(chan struct{}),
-		gate:    kvlog.NewDeferGate(opts.Deferral()),
+		gate:    deferral.NewGate(opts.Deferral()),
 	}
 	top, floor, err := d.recoverKeys()
 	if err != nil {

@@ -1,4 +1,4 @@
-package kvlog
+package deferral
 
 import (
 	"testing"
@@ -33,10 +33,10 @@ func TestLinger(t *testing.T) {
 	Linger(closed, time.Hour, func(int) bool { t.Fatal("took from a closed queue"); return false })
 }
 
-func TestDeferGate(t *testing.T) {
+func TestGate(t *testing.T) {
 	marked := &engine.Batch{Defer: true}
 	plain := &engine.Batch{}
-	g := NewDeferGate(time.Hour)
+	g := NewGate(time.Hour)
 	if g.Defer(marked) {
 		t.Fatal("deferred a commit with no plain commit before it")
 	}
@@ -46,13 +46,13 @@ func TestDeferGate(t *testing.T) {
 	if !g.Defer(marked) || !g.Defer(marked) {
 		t.Fatal("did not defer marked commits right after a plain one")
 	}
-	short := NewDeferGate(time.Millisecond)
+	short := NewGate(time.Millisecond)
 	short.Defer(plain)
 	time.Sleep(5 * time.Millisecond)
 	if short.Defer(marked) {
 		t.Fatal("deferred a marked commit a window after the last plain one")
 	}
-	if off := NewDeferGate(0); off.Defer(plain) || off.Defer(marked) || off.Window() != 0 {
+	if off := NewGate(0); off.Defer(plain) || off.Defer(marked) || off.Window() != 0 {
 		t.Fatal("a zero window deferred a commit")
 	}
 }

@@ -1,4 +1,4 @@
-package kvlog
+package deferral
 
 import (
 	"sync/atomic"
@@ -31,33 +31,33 @@ func Linger[T any](queue <-chan T, window time.Duration, take func(T) (more bool
 	}
 }
 
-// DeferGate decides which commits marked engine.Batch.Defer an engine
+// Gate decides which commits marked engine.Batch.Defer an engine
 // defers: those submitted within the defer window after a commit that is
 // not deferred. Deferring pays while such commits keep coming, since their
 // syncs are the ones to share; without them a deferred commit would only
 // wait out the window and then sync alone (a subscriber replaying a
 // backlog with nobody publishing, say). The zero window defers nothing.
-type DeferGate struct {
+type Gate struct {
 	window time.Duration
 	base   time.Time
 	last   atomic.Int64 // since base: the latest commit not marked Defer
 }
 
-// NewDeferGate returns a gate for window (engine.Options.Deferral).
-func NewDeferGate(window time.Duration) *DeferGate {
-	g := &DeferGate{window: window, base: time.Now()}
+// NewGate returns a gate for window (engine.Options.Deferral).
+func NewGate(window time.Duration) *Gate {
+	g := &Gate{window: window, base: time.Now()}
 	g.last.Store(-int64(window))
 	return g
 }
 
 // Window is how long a deferred commit may wait; zero when none is
 // deferred.
-func (g *DeferGate) Window() time.Duration { return g.window }
+func (g *Gate) Window() time.Duration { return g.window }
 
 // Defer reports whether the commit of b is to be deferred, and notes the
 // submission of a commit that is not marked. Call it once per commit, at
 // submission.
-func (g *DeferGate) Defer(b *engine.Batch) bool {
+func (g *Gate) Defer(b *engine.Batch) bool {
 	if g.window <= 0 {
 		return false
 	}
