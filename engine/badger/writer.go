@@ -94,7 +94,7 @@ func (d *db) writer() {
 	var took time.Duration
 	for p := range d.queue {
 		group = d.gather(append(group[:0], p), last, min(gatherWait, took/2))
-		if allDeferred(group) {
+		if deferral.All(group, isDeferred) {
 			deferral.Linger(d.queue, d.deferGate.Window(), func(q *pending) bool {
 				group = append(group, q)
 				return q.deferred && len(group) < queueLen
@@ -108,14 +108,7 @@ func (d *db) writer() {
 	}
 }
 
-func allDeferred(group []*pending) bool {
-	for _, p := range group {
-		if !p.deferred {
-			return false
-		}
-	}
-	return true
-}
+func isDeferred(p *pending) bool { return p.deferred }
 
 // gatherWait bounds how long the writer waits for stragglers: small next
 // to a sync, which is what splitting them into a group of their own costs.

@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/internal/deferral"
 )
 
 // hdrLogTotal, on a transaction message with log entries, counts the log
@@ -60,7 +61,7 @@ func (d *db) lingerDeferred() {
 	for {
 		d.mu.Lock()
 		n, closed := len(d.queue), d.closed
-		hold := n > 0 && allDeferred(d.queue)
+		hold := n > 0 && deferral.All(d.queue, func(p *pending) bool { return p.deferred })
 		d.mu.Unlock()
 		switch {
 		case closed || (n > 0 && !hold):
@@ -78,15 +79,6 @@ func (d *db) lingerDeferred() {
 			return
 		}
 	}
-}
-
-func allDeferred(queue []*pending) bool {
-	for _, p := range queue {
-		if !p.deferred {
-			return false
-		}
-	}
-	return true
 }
 
 // commitTx settles every commit of group and completes their handles in
