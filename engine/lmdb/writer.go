@@ -96,10 +96,23 @@ func newCommitJob(b *engine.Batch) *job {
 }
 
 // writer owns every write transaction. LMDB ties a write transaction to
-// the OS thread that began it, so the goroutine stays locked to its thread
-// for its whole life.
+// the OS thread that began it, so the goroutine is locked to its thread
+// while a transaction is open: for its whole life under SyncAlways, else
+// one group at a time.
+//
+// Why it differs: a goroutine locked to a thread costs an OS thread switch
+// each time it blocks and wakes. Without fsyncs a transaction takes tens
+// of microseconds and those switches were most of a commit's cost
+// (measured, QoS 2 window 1 over MQTT: twice the messages per second when
+// unlocked between groups). Under SyncAlways a transaction waits about
+// 0.4 ms in fsyncs, and keeping the thread measured faster (about 15% at
+// the same point): the goroutine that returns from the long call finds its
+// thread waiting instead of queueing for one.
 func (d *db) writer() {
-	runtime.LockOSThread()
+	pinned := d.opts.Sync == engine.SyncAlways
+	if pinned {
+		runtime.LockOSThread()
+	}
 	defer close(d.writerDone)
 	var tick <-chan time.Time
 	if d.opts.Sync == engine.SyncInterval {
@@ -157,8 +170,14 @@ func (d *db) writer() {
 		if deferred && carry == nil {
 			deferral.Linger(d.queue, d.gate.Window(), func(j *job) bool { return add(j) && deferred })
 		}
+		if !pinned {
+			runtime.LockOSThread()
+		}
 		for rest := group; len(rest) > 0; {
 			rest = rest[d.commitGroup(rest):]
+		}
+		if !pinned {
+			runtime.UnlockOSThread()
 		}
 		clear(group)
 	}
