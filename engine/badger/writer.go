@@ -92,8 +92,16 @@ func (d *db) writer() {
 	group := make([]*pending, 0, queueLen)
 	var last int
 	var took time.Duration
+	// Only a sync is worth waiting for: without one, a commit that comes
+	// late costs a Badger transaction of its own (tens of microseconds),
+	// about what the wait would have cost every group.
+	syncs := d.opts.Sync == engine.SyncAlways
 	for p := range d.queue {
-		group = d.gather(append(group[:0], p), last, min(gatherWait, took/2))
+		wait := time.Duration(0)
+		if syncs {
+			wait = min(gatherWait, took/2)
+		}
+		group = d.gather(append(group[:0], p), last, wait)
 		if deferral.All(group, isDeferred) {
 			deferral.Linger(d.queue, d.deferGate.Window(), func(q *pending) bool {
 				group = append(group, q)
@@ -119,7 +127,8 @@ const gatherWait = 250 * time.Microsecond
 // without waiting for them, the first few that arrive start a group of
 // their own and the rest a second one, and the split persists, costing a
 // sync per group. So when fewer commits arrived since the last group
-// completed than it held, gather waits up to wait for the rest.
+// completed than it held, gather waits up to wait for the rest (the writer
+// passes 0 unless every commit syncs).
 func (d *db) gather(group []*pending, last int, wait time.Duration) []*pending {
 	done := d.txns.Load()
 	back := 0 // commits submitted after the last group completed
