@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
@@ -677,7 +678,14 @@ func (o *outbound) offer(d direct) {
 }
 
 // persist writes the session record with the acknowledged checkpoint and
-// drops completion marks it covers. final waits for the commit.
+// drops completion marks it covers. final waits for the commits.
+//
+// One commit drops at most maxStateDeletes marks. A subscriber taking more
+// QoS 2 messages than that between two persists leaves more behind, so
+// persist goes on with further commits until none is left: otherwise the
+// marks (in memory and in the store) would grow for as long as the load
+// lasts. Each of those commits carries the session record too, so no
+// commit deletes a mark without the checkpoint that covers it.
 func (o *outbound) persist(ctx context.Context, final bool) error {
 	sub := o.currentSub()
 	if sub == nil {
@@ -686,7 +694,7 @@ func (o *outbound) persist(ctx context.Context, final bool) error {
 	if !final && sub.Checkpoint() == o.persisted && !o.garbage() && !o.c.lazy.pending() {
 		return nil
 	}
-	tx, err := o.sessionTx()
+	tx, more, err := o.sessionSweepTx()
 	if err != nil {
 		return err
 	}
@@ -695,24 +703,38 @@ func (o *outbound) persist(ctx context.Context, final bool) error {
 	if err != nil {
 		return err
 	}
-	if !final {
-		tx.Defer()
-	}
-	h, err := tx.Submit(ctx)
-	if err != nil {
-		// Never submitted: the records stay, and their ids may be reused
-		// (a reuse overwrites the record).
-		o.ended(ends)
-		return err
+	var last *engine.Handle
+	for {
+		if !final {
+			tx.Defer()
+		}
+		h, err := tx.Submit(ctx)
+		if err != nil {
+			if last == nil {
+				// Never submitted: the records stay, and their ids may
+				// be reused (a reuse overwrites the record).
+				o.ended(ends)
+			}
+			return err
+		}
+		if last == nil && len(ends) > 0 && !final {
+			o.c.push(ackEntry{h: h, then: func() { o.ended(ends) }})
+		}
+		last = h
+		if !more {
+			break
+		}
+		if tx, more, err = o.sessionSweepTx(); err != nil {
+			return err
+		}
 	}
 	if final {
-		if _, err = h.Wait(ctx); err == nil {
+		// Handles complete in submission order: the last one done means
+		// every one is.
+		if _, err = last.Wait(ctx); err == nil {
 			o.ended(ends)
 		}
 		return err
-	}
-	if len(ends) > 0 {
-		o.c.push(ackEntry{h: h, then: func() { o.ended(ends) }})
 	}
 	return nil
 }
@@ -740,8 +762,16 @@ func (o *outbound) garbage() bool {
 }
 
 // sessionTx returns a transaction writing the session record as it stands:
-// subscriptions, acknowledged checkpoint, completion marks it covers.
+// subscriptions, acknowledged checkpoint, and the deletes of up to
+// maxStateDeletes completion marks it covers (persist drops the rest).
 func (o *outbound) sessionTx() (*table.Tx, error) {
+	tx, _, err := o.sessionSweepTx()
+	return tx, err
+}
+
+// sessionSweepTx is sessionTx, also reporting whether covered completion
+// marks are left for another commit.
+func (o *outbound) sessionSweepTx() (*table.Tx, bool, error) {
 	c := o.c
 	var cp table.Cursor
 	if sub := o.currentSub(); sub != nil {
@@ -780,27 +810,29 @@ func (o *outbound) sessionTx() (*table.Tx, error) {
 	tx := c.b.db.Begin()
 	// Marks at or below the checkpoint are garbage: drop them, at most
 	// maxStateDeletes per commit so the transaction stays within the
-	// engine's batch limit; the rest go with the next persist.
-	n := 0
+	// engine's batch limit.
+	n, more := 0, false
 	held := map[table.Cursor]bool{}
 	for _, pos := range o.ending {
 		held[pos] = true // its mark may not be written yet
 	}
 	for pos := range o.done {
+		if cp.Less(pos) || held[pos] {
+			continue
+		}
 		if n == maxStateDeletes {
+			more = true
 			break
 		}
-		if !cp.Less(pos) && !held[pos] {
-			tx.DeleteStateUnchecked(tableDone, c.client+slotSep+pos.String())
-			delete(o.done, pos)
-			n++
-		}
+		tx.DeleteStateUnchecked(tableDone, c.client+slotSep+pos.String())
+		delete(o.done, pos)
+		n++
 	}
 	if err := putSession(tx, c.client, &c.rec); err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	o.persisted = cp
-	return tx, nil
+	return tx, more, nil
 }
 
 // stop ends the sender and the subscription.

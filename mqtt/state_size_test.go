@@ -178,3 +178,76 @@ func TestEndedExchangesLeaveNoState(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestCompletionMarksKeepUpWithDeliveries: a subscriber that completes
+// more QoS 2 deliveries between two checkpoints than one commit drops
+// marks for keeps none below the next checkpoint. Shedding one commit's
+// worth per checkpoint instead, marks grew for as long as such a load
+// lasted: three checkpoints could not have dropped them all.
+func TestCompletionMarksKeepUpWithDeliveries(t *testing.T) {
+	const perCommit = engine.MaxBatchEntries / 4 // the broker's limit of deletes per commit
+	const n = 3*perCommit + 500
+	s := startBroker(t, func(o *mqtt.Options) { o.CheckpointEvery = time.Hour })
+	sub, _ := connectRaw(t, s.Addr, connect5Packet("keep-sub", false, 3600))
+	sub.send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "keep/#", QoS: 2}}})
+	if _, ok := sub.read().(*packet.Suback); !ok {
+		t.Fatal("no SUBACK")
+	}
+	sub.send(&packet.Disconnect{})
+	sub.expectClose()
+
+	// Published while the subscriber is away, so it takes them in one go.
+	pub, _ := connectRaw(t, s.Addr, connect5Packet("keep-pub", true, 0))
+	const burst = 100
+	total := 0
+	for ; total < n; total += burst {
+		var b bytes.Buffer
+		w := packet.NewWriter(&b, packet.V5)
+		for pi := uint16(1); pi <= burst; pi++ {
+			if err := w.WritePacket(&packet.Publish{QoS: packet.QoS2, PacketID: pi, Topic: "keep/t", Payload: []byte("m")}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		pub.sendBytes(b.Bytes())
+		for pi := uint16(1); pi <= burst; pi++ {
+			if _, ok := pub.read().(*packet.Pubrec); !ok {
+				t.Fatalf("PUBREC %d missing", pi)
+			}
+		}
+		for pi := uint16(1); pi <= burst; pi++ {
+			pub.send(&packet.Pubrel{PacketID: pi})
+		}
+		for pi := uint16(1); pi <= burst; pi++ {
+			if _, ok := pub.read().(*packet.Pubcomp); !ok {
+				t.Fatalf("PUBCOMP %d missing", pi)
+			}
+		}
+	}
+
+	sub, _ = connectRaw(t, s.Addr, connect5Packet("keep-sub", false, 3600))
+	for completed := 0; completed < total; {
+		switch p := sub.read().(type) {
+		case *packet.Publish:
+			sub.send(&packet.Pubrec{PacketID: p.PacketID})
+		case *packet.Pubrel:
+			sub.send(&packet.Pubcomp{PacketID: p.PacketID})
+			completed++
+		default:
+			t.Fatalf("unexpected %T", p)
+		}
+	}
+	// Each disconnect persists the checkpoint. The last completions reach
+	// it a moment after their PUBCOMPs, and the endings a disconnect's own
+	// commit writes go with the next one: a few sessions may be needed.
+	left := 0
+	for round := 1; round <= 3; round++ {
+		time.Sleep(100 * time.Millisecond)
+		sub.send(&packet.Disconnect{})
+		sub.expectClose()
+		if left = countDoneMarks(t, s, "keep-sub"); left == 0 {
+			return
+		}
+		sub, _ = connectRaw(t, s.Addr, connect5Packet("keep-sub", false, 3600))
+	}
+	t.Fatalf("%d of %d completion marks left after three checkpoints", left, total)
+}
