@@ -45,8 +45,10 @@ mochi-mqtt (Badger storage hook) and, with --peers including mosquitto, a mosqui
 16 and 256, and QoS 1 and 2 over 50 connections at window 16. A subscriber checks every point for
 lost, duplicated and reordered messages. Prints msgs/s, p50/p99 acknowledgement latency and the
 ratios to each peer that ran, and what each side fsyncs. Everything listens on 127.0.0.1 only;
-each point starts its broker afresh and stops it. Exits non-zero if any point failed or lost,
-duplicated or reordered a message.`,
+each point starts its broker afresh and stops it. Rates and latencies leave out each point's
+first fifth of --duration (sent on top of it) and a one-second point that runs first, unreported:
+both are warm-up, and their messages are checked all the same. Exits non-zero if any point
+failed or lost, duplicated or reordered a message.`,
 		Example: `  tidemark bench
   tidemark bench mqtt --engines pebble --sync always,none --duration 2s --chart curves.svg
   tidemark bench --engines jetstream --sync interval --peers nats
@@ -63,7 +65,7 @@ duplicated or reordered a message.`,
 	fs.StringSliceVar(&f.syncs, "sync", []string{"always"}, "durability for the engines and nats-server (mochi and mosquitto have no such setting): always, interval, none, or several")
 	fs.DurationVar(&f.syncInterval, "sync-interval", engine.DefaultSyncInterval, "fsync period for --sync interval")
 	fs.DurationVar(&f.syncDefer, "sync-defer", engine.DefaultDeferWindow, syncDeferUsage)
-	fs.DurationVar(&f.duration, "duration", 2*time.Second, "sending time per point")
+	fs.DurationVar(&f.duration, "duration", 2*time.Second, "measured sending time per point (after a warm-up of a fifth of it)")
 	fs.BoolVar(&f.quick, "quick", false, "fewer points: windows 1 and 16, 10 connections")
 	fs.StringSliceVar(&f.loads, "loads", nil, "only these points, by name: qos<0-2>-w<window>[-x<connections>], for example qos2-w1,qos1-w16-x50 (default: all; see --quick)")
 	fs.StringVar(&f.jsonOut, "json", "", "write the results as JSON to this file (- for standard output, instead of the table)")

@@ -47,7 +47,8 @@ func TestQuickRun(t *testing.T) {
 	if want := len(targets) * len(loads); len(rep.Results) != want {
 		t.Fatalf("%d results, want %d", len(rep.Results), want)
 	}
-	if len(progress) != len(rep.Results)+1 || progress[len(progress)-1] != len(rep.Results) {
+	// One call for the process warm-up, one before each point, one at the end.
+	if len(progress) != len(rep.Results)+2 || progress[0] != 0 || progress[len(progress)-1] != len(rep.Results) {
 		t.Errorf("progress calls %v", progress)
 	}
 	for _, r := range rep.Results {
@@ -56,6 +57,9 @@ func TestQuickRun(t *testing.T) {
 		}
 		if r.Messages < r.Load.Conns || r.PerSecond <= 0 || r.P50Ms <= 0 || r.P99Ms < r.P50Ms {
 			t.Errorf("%s %s: implausible figures %+v", r.Target, r.Load, r)
+		}
+		if r.Measured <= 0 || r.Measured > r.Messages {
+			t.Errorf("%s %s: %d measured of %d acknowledged", r.Target, r.Load, r.Measured, r.Messages)
 		}
 		if r.Delivered != r.Messages {
 			t.Errorf("%s %s: %d delivered, %d acknowledged", r.Target, r.Load, r.Delivered, r.Messages)

@@ -149,9 +149,11 @@ type publisher struct {
 	inflight  []flight // by packet id (QoS 1/2), by seq % window (QoS 0)
 	nextPI    uint16
 	nextSeq   uint64
-	low       uint64 // QoS 0: lowest sequence not yet delivered
-	acked     bitset // QoS 1/2: acknowledged; QoS 0: sent
-	done      int    // completed exchanges (QoS 0: delivered)
+	low       uint64    // QoS 0: lowest sequence not yet delivered
+	acked     bitset    // QoS 1/2: acknowledged; QoS 0: sent
+	done      int       // completed exchanges (QoS 0: delivered)
+	from      time.Time // completions before it are the warm-up: not measured
+	measured  int       // completed exchanges from from on
 	last      time.Time
 	hist      histogram
 	protoErrs int
@@ -279,6 +281,17 @@ func (p *publisher) pending(pi uint16, qos packet.QoS) bool {
 	return p.qos == qos && p.inflight[pi].used
 }
 
+// measure counts an exchange sent at sent and completed at at, unless it
+// completed during the warm-up; p.mu held.
+func (p *publisher) measure(at, sent time.Time) {
+	if at.Before(p.from) {
+		return
+	}
+	p.hist.add(at.Sub(sent))
+	p.measured++
+	p.last = at
+}
+
 // complete ends the exchange of packet id pi.
 func (p *publisher) complete(pi uint16, qos packet.QoS) {
 	now := time.Now()
@@ -290,10 +303,9 @@ func (p *publisher) complete(pi uint16, qos packet.QoS) {
 		return
 	}
 	f.used = false
-	p.hist.add(now.Sub(f.sent))
 	p.acked.set(f.seq)
 	p.done++
-	p.last = now
+	p.measure(now, f.sent)
 	p.mu.Unlock()
 	p.credits <- struct{}{}
 }
@@ -308,9 +320,8 @@ func (p *publisher) delivered(seq uint64, at time.Time) {
 		return
 	}
 	if f := p.inflight[seq%uint64(p.window)]; f.used && f.seq == seq {
-		p.hist.add(at.Sub(f.sent))
 		p.done++
-		p.last = at
+		p.measure(at, f.sent)
 	}
 	for ; p.low <= seq; p.low++ {
 		p.inflight[p.low%uint64(p.window)].used = false

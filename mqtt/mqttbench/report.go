@@ -11,8 +11,10 @@ import (
 
 // Report is the outcome of a run.
 type Report struct {
-	// Duration is the send phase of each point.
+	// Duration is the measured send phase of each point.
 	Duration time.Duration `json:"duration_ns"`
+	// Warmup is the unmeasured send phase before it.
+	Warmup time.Duration `json:"warmup_ns"`
 	// Targets are the brokers driven, with what each fsyncs.
 	Targets []Target `json:"targets"`
 	// Results holds one entry per target and load, in run order.
@@ -149,7 +151,7 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	for _, f := range failed {
 		fmt.Fprintln(w, "FAIL", f)
 	}
-	fmt.Fprintf(w, "\n%d-byte payloads, MQTT 3.1.1, %v of sending per point, each point on a fresh broker on 127.0.0.1.\n", PayloadSize, rep.Duration)
+	fmt.Fprintf(w, "\n%d-byte payloads, MQTT 3.1.1, %v of sending measured per point after %v of warm-up, each point on a fresh broker on 127.0.0.1.\n", PayloadSize, rep.Duration, rep.Warmup)
 	fmt.Fprintln(w, "window: PUBLISHes kept unacknowledged per connection (QoS 0: not yet delivered); xN: N connections.")
 	fmt.Fprintln(w, "latency: PUBLISH to PUBACK (QoS 1) or PUBCOMP (QoS 2); QoS 0: PUBLISH to delivery.")
 	fmt.Fprintln(w, "lost: acknowledged (QoS 0: sent) but never delivered; dup: delivered twice; reord: delivered after a later message.")

@@ -96,6 +96,20 @@ type Config struct {
 	// Duration is how long publishers send at each point; the point then
 	// waits for the messages in flight and for the subscriber to drain.
 	Duration time.Duration
+	// Warmup is how long publishers send before Duration starts: those
+	// messages are checked for loss, duplicates and order like the rest
+	// but left out of rates and latencies, so every point is measured
+	// with its broker and the process warm (the first point of 50
+	// connections in a process measured half its later rate without
+	// one). Zero means Duration/5; negative, none.
+	Warmup time.Duration
+	// ProcessWarmup is how long an unmeasured point runs before the
+	// first one: the load with the most connections on the first target.
+	// The process itself needs it: without it, the first point of 50
+	// connections measured half the rate of the same point run after one
+	// second of such load, whatever the target. Zero means one second;
+	// negative, none.
+	ProcessWarmup time.Duration
 	// Dir is where the brokers' data directories go, each removed after
 	// its point; a temporary directory when empty.
 	Dir string
@@ -120,12 +134,15 @@ type Result struct {
 	Sync   string `json:"sync,omitempty"`
 	Load   Load   `json:"load"`
 	// Messages is the number of messages acknowledged (QoS 0: delivered),
-	// Seconds the time from the first send to the last acknowledgement.
+	// warm-up included; Measured those acknowledged after the warm-up,
+	// Seconds the time from the end of the warm-up to the last
+	// acknowledgement, and PerSecond their quotient.
 	Messages  int     `json:"messages"`
+	Measured  int     `json:"measured"`
 	Seconds   float64 `json:"seconds"`
 	PerSecond float64 `json:"msgs_per_sec"`
 	// P50Ms and P99Ms are the acknowledgement latency quantiles (QoS 0:
-	// publish to delivery) in milliseconds.
+	// publish to delivery) in milliseconds, after the warm-up.
 	P50Ms float64 `json:"p50_ms"`
 	P99Ms float64 `json:"p99_ms"`
 	// Delivered counts distinct messages the subscriber received; Lost the
@@ -176,6 +193,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = 30 * time.Second
 	}
+	switch {
+	case cfg.Warmup == 0:
+		cfg.Warmup = cfg.Duration / 5
+	case cfg.Warmup < 0:
+		cfg.Warmup = 0
+	}
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = 10 * time.Second
 	}
@@ -188,12 +211,32 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	rep := &Report{Duration: cfg.Duration}
+	rep := &Report{Duration: cfg.Duration, Warmup: cfg.Warmup}
 	for _, t := range cfg.Targets {
 		rep.Targets = append(rep.Targets, t)
 	}
 	total := len(cfg.Targets) * len(cfg.Loads)
 	base := rand.Uint32()
+	if cfg.ProcessWarmup == 0 {
+		cfg.ProcessWarmup = time.Second
+	}
+	if cfg.ProcessWarmup > 0 {
+		heavy := cfg.Loads[0]
+		for _, l := range cfg.Loads {
+			if l.Conns > heavy.Conns {
+				heavy = l
+			}
+		}
+		t := cfg.Targets[0]
+		if cfg.Progress != nil {
+			cfg.Progress(0, total, "warm-up: "+t.Label()+" "+heavy.String())
+		}
+		wcfg := cfg
+		wcfg.Duration, wcfg.Warmup = cfg.ProcessWarmup, 0
+		pdir := filepath.Join(dir, "warm-up")
+		_ = runPoint(ctx, wcfg, t, heavy, pdir, base-1) // its figures are not reported
+		_ = os.RemoveAll(pdir)
+	}
 	i := 0
 	for _, l := range cfg.Loads {
 		for _, t := range cfg.Targets {
@@ -287,8 +330,11 @@ func runPoint(ctx context.Context, cfg Config, t Target, l Load, dir string, run
 	}
 
 	stop := make(chan struct{})
-	start := time.Now()
-	timer := time.AfterFunc(cfg.Duration, func() { close(stop) })
+	start := time.Now().Add(cfg.Warmup)
+	for _, p := range pubs {
+		p.from = start
+	}
+	timer := time.AfterFunc(cfg.Warmup+cfg.Duration, func() { close(stop) })
 	defer timer.Stop()
 	for i, p := range pubs {
 		wg.Go(func() {
@@ -306,6 +352,7 @@ func runPoint(ctx context.Context, cfg Config, t Target, l Load, dir string, run
 		p.mu.Lock()
 		acked[i] = append(bitset(nil), p.acked...)
 		r.Messages += p.done
+		r.Measured += p.measured
 		r.Unacked += int(p.nextSeq) - p.done
 		r.ProtocolErrors += p.protoErrs
 		hist.merge(&p.hist)
@@ -326,7 +373,7 @@ func runPoint(ctx context.Context, cfg Config, t Target, l Load, dir string, run
 	sub.mu.Unlock()
 	if last.After(start) {
 		r.Seconds = last.Sub(start).Seconds()
-		r.PerSecond = float64(r.Messages) / r.Seconds
+		r.PerSecond = float64(r.Measured) / r.Seconds
 	}
 	r.P50Ms = ms(hist.quantile(0.50))
 	r.P99Ms = ms(hist.quantile(0.99))
