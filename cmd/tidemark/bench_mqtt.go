@@ -46,8 +46,8 @@ mochi-mqtt (Badger storage hook) and, with --peers including mosquitto, a mosqui
 lost, duplicated and reordered messages. Prints msgs/s, p50/p99 acknowledgement latency and the
 ratios to each peer that ran, and what each side fsyncs. Everything listens on 127.0.0.1 only;
 each point starts its broker afresh and stops it. Rates and latencies leave out each point's
-first fifth of --duration (sent on top of it) and a one-second point that runs first, unreported:
-both are warm-up, and their messages are checked all the same. Exits non-zero if any point
+first fifth of --duration (sent on top of it), and each load of 50 connections starts with an
+unreported one-second point: both are warm-up, and their messages are checked all the same. Exits non-zero if any point
 failed or lost, duplicated or reordered a message.`,
 		Example: `  tidemark bench
   tidemark bench mqtt --engines pebble --sync always,none --duration 2s --chart curves.svg

@@ -47,8 +47,15 @@ func TestQuickRun(t *testing.T) {
 	if want := len(targets) * len(loads); len(rep.Results) != want {
 		t.Fatalf("%d results, want %d", len(rep.Results), want)
 	}
-	// One call for the process warm-up, one before each point, one at the end.
-	if len(progress) != len(rep.Results)+2 || progress[0] != 0 || progress[len(progress)-1] != len(rep.Results) {
+	// One call before each point, one before the warm-up of each load of
+	// several connections, one at the end.
+	warmups := 0
+	for _, l := range loads {
+		if l.Conns > 1 {
+			warmups++
+		}
+	}
+	if len(progress) != len(rep.Results)+warmups+1 || progress[0] != 0 || progress[len(progress)-1] != len(rep.Results) {
 		t.Errorf("progress calls %v", progress)
 	}
 	for _, r := range rep.Results {

@@ -103,13 +103,15 @@ type Config struct {
 	// connections in a process measured half its later rate without
 	// one). Zero means Duration/5; negative, none.
 	Warmup time.Duration
-	// ProcessWarmup is how long an unmeasured point runs before the
-	// first one: the load with the most connections on the first target.
-	// The process itself needs it: without it, the first point of 50
-	// connections measured half the rate of the same point run after one
-	// second of such load, whatever the target. Zero means one second;
-	// negative, none.
-	ProcessWarmup time.Duration
+	// LoadWarmup is how long an unmeasured point of a load of several
+	// connections runs on the first target before the load's first
+	// point. The process needs it, not the broker: memory the Go runtime
+	// gave back to the OS in between costs a page fault per page when a
+	// load needs it again, and the first point of 50 connections after a
+	// while measured half the rate of the same point run right after it,
+	// whatever the target (GODEBUG=madvdontneed=0 avoids that too). Zero
+	// means one second; negative, none.
+	LoadWarmup time.Duration
 	// Dir is where the brokers' data directories go, each removed after
 	// its point; a temporary directory when empty.
 	Dir string
@@ -217,28 +219,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	total := len(cfg.Targets) * len(cfg.Loads)
 	base := rand.Uint32()
-	if cfg.ProcessWarmup == 0 {
-		cfg.ProcessWarmup = time.Second
-	}
-	if cfg.ProcessWarmup > 0 {
-		heavy := cfg.Loads[0]
-		for _, l := range cfg.Loads {
-			if l.Conns > heavy.Conns {
-				heavy = l
-			}
-		}
-		t := cfg.Targets[0]
-		if cfg.Progress != nil {
-			cfg.Progress(0, total, "warm-up: "+t.Label()+" "+heavy.String())
-		}
-		wcfg := cfg
-		wcfg.Duration, wcfg.Warmup = cfg.ProcessWarmup, 0
-		pdir := filepath.Join(dir, "warm-up")
-		_ = runPoint(ctx, wcfg, t, heavy, pdir, base-1) // its figures are not reported
-		_ = os.RemoveAll(pdir)
+	if cfg.LoadWarmup == 0 {
+		cfg.LoadWarmup = time.Second
 	}
 	i := 0
 	for _, l := range cfg.Loads {
+		if l.Conns > 1 && cfg.LoadWarmup > 0 {
+			t := cfg.Targets[0]
+			if cfg.Progress != nil {
+				cfg.Progress(i, total, "warm-up: "+t.Label()+" "+l.String())
+			}
+			wcfg := cfg
+			wcfg.Duration, wcfg.Warmup = cfg.LoadWarmup, 0
+			pdir := filepath.Join(dir, "warm-up")
+			_ = runPoint(ctx, wcfg, t, l, pdir, base-1) // its figures are not reported
+			_ = os.RemoveAll(pdir)
+		}
 		for _, t := range cfg.Targets {
 			if cfg.Progress != nil {
 				cfg.Progress(i, total, t.Label()+" "+l.String())
