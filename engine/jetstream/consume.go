@@ -47,8 +47,8 @@ type view struct {
 
 	// dirty lists the keys written since the materializer last took
 	// them, repeats included (single-writer layout): an append is all the
-	// committer pays, the materializer dedupes. matKick wakes it when the
-	// list is long.
+	// committer pays, the materializer dedupes. matKick wakes it to do so
+	// when the list is long.
 	dirty   []string
 	matKick chan struct{}
 	epoch   uint64 // the last edit epoch of the work index (index.withIn)

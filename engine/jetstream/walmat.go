@@ -25,9 +25,14 @@ const (
 	// broker's in-flight state: staged messages, delivery records,
 	// completion marks until the next checkpoint) never is.
 	matInterval = time.Second
-	// matKick is how many changed keys start a run early, bounding the
-	// memory the changed-key sets take and the transactions an open
-	// replays.
+	// matKick bounds the memory the changed-key sets take (and with it
+	// the transactions an open replays): this many writes listed make the
+	// materializer fold the list into a set of distinct keys, and this
+	// many distinct keys start a run early. Counting distinct keys rather
+	// than writes keeps a busy broker's runs a second apart: counted in
+	// writes (a QoS 2 message makes several, mostly to the same few keys)
+	// runs came early and wrote keys a few hundred milliseconds old, most
+	// of which were deleted soon after (a delete marker each).
 	matKick = 1 << 18
 	// matWindow is how many key messages it has in flight at once.
 	matWindow = 1024
@@ -60,6 +65,9 @@ type materializer struct {
 	// delete marker or nothing: a key deleted before it was ever
 	// materialized needs no marker.
 	present map[string]bool
+	// young holds the keys written since the last run that were folded
+	// out of view.dirty before it (see collect).
+	young   map[string]struct{}
 	old     map[string]struct{}
 	oldTop  uint64
 	mark    uint64
@@ -85,6 +93,12 @@ func (m *materializer) run() {
 			}
 			return
 		case <-m.d.view.matKick:
+			m.mu.Lock()
+			n := m.collect()
+			m.mu.Unlock()
+			if n < matKick {
+				continue
+			}
 		case <-t.C:
 		}
 		if err := m.flush(false); err != nil {
@@ -108,7 +122,11 @@ func (m *materializer) flush(all bool) error {
 	}
 	ix, top := v.ix, v.applied
 	v.mu.Unlock()
-	young := make(map[string]struct{}, len(written))
+	young := m.young
+	m.young = nil
+	if young == nil {
+		young = make(map[string]struct{}, len(written))
+	}
 	for _, k := range written {
 		young[k] = struct{}{}
 	}
@@ -136,6 +154,25 @@ func (m *materializer) flush(all bool) error {
 	}
 	m.mark = top
 	return m.purge()
+}
+
+// collect folds the keys listed in view.dirty into young and returns how
+// many distinct keys young holds; m.mu held.
+func (m *materializer) collect() int {
+	v := &m.d.view
+	v.mu.Lock()
+	written := v.dirty
+	if len(written) > 0 {
+		v.dirty = make([]string, 0, cap(written))
+	}
+	v.mu.Unlock()
+	if m.young == nil {
+		m.young = make(map[string]struct{}, len(written))
+	}
+	for _, k := range written {
+		m.young[k] = struct{}{}
+	}
+	return len(m.young)
 }
 
 // write publishes the current value (or a delete marker) of every key in
