@@ -114,22 +114,13 @@ func (m *materializer) run() {
 func (m *materializer) flush(all bool) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	d, v := m.d, &m.d.view
-	v.mu.Lock()
-	written := v.dirty
-	if len(written) > 0 {
-		v.dirty = make([]string, 0, cap(written))
-	}
-	ix, top := v.ix, v.applied
-	v.mu.Unlock()
+	d := m.d
+	// The young generation is complete up to top only when both are read
+	// at once: its keys' transactions are purged once the mark passes top.
+	written, ix, top := d.view.takeWritten()
+	m.fold(written)
 	young := m.young
 	m.young = nil
-	if young == nil {
-		young = make(map[string]struct{}, len(written))
-	}
-	for _, k := range written {
-		young[k] = struct{}{}
-	}
 	keys, upTo := m.old, m.oldTop
 	m.old, m.oldTop = young, top
 	if all {
@@ -159,13 +150,13 @@ func (m *materializer) flush(all bool) error {
 // collect folds the keys listed in view.dirty into young and returns how
 // many distinct keys young holds; m.mu held.
 func (m *materializer) collect() int {
-	v := &m.d.view
-	v.mu.Lock()
-	written := v.dirty
-	if len(written) > 0 {
-		v.dirty = make([]string, 0, cap(written))
-	}
-	v.mu.Unlock()
+	written, _, _ := m.d.view.takeWritten()
+	return m.fold(written)
+}
+
+// fold adds written to young and returns how many distinct keys young
+// holds; m.mu held.
+func (m *materializer) fold(written []string) int {
 	if m.young == nil {
 		m.young = make(map[string]struct{}, len(written))
 	}
@@ -173,6 +164,19 @@ func (m *materializer) collect() int {
 		m.young[k] = struct{}{}
 	}
 	return len(m.young)
+}
+
+// takeWritten returns the keys written since the last call (repeats
+// included), with the index and the applied sequence they are complete up
+// to, all read at once.
+func (v *view) takeWritten() ([]string, index, uint64) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	written := v.dirty
+	if len(written) > 0 {
+		v.dirty = make([]string, 0, cap(written))
+	}
+	return written, v.ix, v.applied
 }
 
 // write publishes the current value (or a delete marker) of every key in
