@@ -105,9 +105,8 @@ func newCommitJob(b *engine.Batch) *job {
 // of microseconds and those switches were most of a commit's cost
 // (measured, QoS 2 window 1 over MQTT: twice the messages per second when
 // unlocked between groups). Under SyncAlways a transaction waits about
-// 0.4 ms in fsyncs, and keeping the thread measured faster (about 15% at
-// the same point): the goroutine that returns from the long call finds its
-// thread waiting instead of queueing for one.
+// 0.4 ms in fsyncs, and keeping the thread measured faster (5-15% at the
+// same point, in interleaved runs).
 func (d *db) writer() {
 	pinned := d.opts.Sync == engine.SyncAlways
 	if pinned {
