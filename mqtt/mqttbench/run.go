@@ -99,9 +99,8 @@ type Config struct {
 	// Warmup is how long publishers send before Duration starts: those
 	// messages are checked for loss, duplicates and order like the rest
 	// but left out of rates and latencies, so every point is measured
-	// with its broker and the process warm (the first point of 50
-	// connections in a process measured half its later rate without
-	// one). Zero means Duration/5; negative, none.
+	// with its broker warm (the process's own warm-up is LoadWarmup's).
+	// Zero means Duration/5; negative, none.
 	Warmup time.Duration
 	// LoadWarmup is how long an unmeasured point of a load of several
 	// connections runs on the first target before the load's first
