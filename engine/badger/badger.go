@@ -19,7 +19,9 @@
 // queue order, so key order, commit order and visibility order agree. A
 // commit whose check fails sees the earlier commits of its own group,
 // contributes nothing and completes with engine.ErrConflict; the others in
-// the group are unaffected. When fewer commits arrived since the last
+// the group are unaffected. The engine runs Badger in managed mode and
+// issues Badger's versions itself (see versions): with one writer
+// committing in order, Badger's own timestamp bookkeeping is only cost. When fewer commits arrived since the last
 // group completed than that group held, the writer waits a little (at most
 // 250µs, and at most half the last group's commit time) for the rest, so
 // closed-loop submitters do not split into two groups and pay two syncs.
@@ -146,6 +148,7 @@ type db struct {
 	hlc  *engine.HLC
 	log  *slog.Logger
 	lim  txnLimits
+	ver  versions
 
 	gate   sync.RWMutex
 	closed bool
@@ -207,7 +210,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	bdb, err := badger.Open(bopts)
+	bdb, err := badger.OpenManaged(bopts)
 	if err != nil {
 		lock.Release()
 		return nil, fmt.Errorf("badger: open %s: %w", opts.Dir, err)
@@ -224,6 +227,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		deferGate:  deferral.NewGate(opts.Deferral()),
 		stop:       make(chan struct{}),
 	}
+	d.ver.init(bdb.MaxVersion())
 	top, floor, err := d.recoverKeys()
 	if err == nil {
 		// A truncation interrupted by a crash raised the floor first;
@@ -246,8 +250,9 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 			kvlog.SyncEvery(d.stop, opts.Interval(), d.bdb.Sync, d.log)
 		}()
 	}
-	d.bg.Add(1)
+	d.bg.Add(2)
 	go d.collectGarbage()
+	go d.advanceDiscard()
 	return d, nil
 }
 
@@ -286,8 +291,8 @@ func (l txnLimits) entrySize(key, value int) int64 {
 
 // recoverKeys returns the highest log key on disk and the truncation floor.
 func (d *db) recoverKeys() (top, floor engine.LogKey, err error) {
-	txn := d.bdb.NewTransaction(false)
-	defer txn.Discard()
+	txn := d.newTxn(false)
+	defer d.endTxn(txn)
 	item, err := txn.Get(kvlog.MetaFloor)
 	switch {
 	case errors.Is(err, badger.ErrKeyNotFound):

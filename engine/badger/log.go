@@ -67,8 +67,8 @@ func (d *db) readLogPage(seek []byte, start engine.LogKey, checkFloor bool) ([]e
 			return nil, nil, err
 		}
 	}
-	txn := d.bdb.NewTransaction(false)
-	defer txn.Discard()
+	txn := d.newTxn(false)
+	defer d.endTxn(txn)
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: logPrefix})
 	defer it.Close()
 	page := make([]engine.Entry, 0, 16)
@@ -131,12 +131,12 @@ func (d *db) setFloor(below engine.LogKey) error {
 	if d.rclosed {
 		return fmt.Errorf("badger: truncate: %w", engine.ErrClosed)
 	}
-	txn := d.bdb.NewTransaction(true)
-	defer txn.Discard()
+	txn := d.newTxn(true)
+	defer d.endTxn(txn)
 	if err := txn.Set(kvlog.MetaFloor, kvlog.EncodeFloor(below)); err != nil {
 		return fmt.Errorf("badger: truncate: %w", err)
 	}
-	if err := txn.Commit(); err != nil {
+	if err := d.commitTxn(txn); err != nil {
 		return fmt.Errorf("badger: truncate: %w", err)
 	}
 	d.floor.Store(uint64(below))
@@ -169,7 +169,7 @@ func (d *db) deleteLogBatch(upper []byte) (bool, error) {
 		return false, fmt.Errorf("badger: truncate: %w", engine.ErrClosed)
 	}
 	var keys [][]byte
-	rtxn := d.bdb.NewTransaction(false)
+	rtxn := d.newTxn(false)
 	it := rtxn.NewIterator(badger.IteratorOptions{Prefix: logPrefix})
 	for it.Rewind(); it.Valid() && len(keys) < truncateBatch; it.Next() {
 		k := it.Item().Key()
@@ -179,18 +179,18 @@ func (d *db) deleteLogBatch(upper []byte) (bool, error) {
 		keys = append(keys, it.Item().KeyCopy(nil))
 	}
 	it.Close()
-	rtxn.Discard()
+	d.endTxn(rtxn)
 	if len(keys) == 0 {
 		return true, nil
 	}
-	txn := d.bdb.NewTransaction(true)
-	defer txn.Discard()
+	txn := d.newTxn(true)
+	defer d.endTxn(txn)
 	for _, k := range keys {
 		if err := txn.Delete(k); err != nil {
 			return false, fmt.Errorf("badger: truncate: %w", err)
 		}
 	}
-	if err := txn.Commit(); err != nil {
+	if err := d.commitTxn(txn); err != nil {
 		return false, fmt.Errorf("badger: truncate: %w", err)
 	}
 	return len(keys) < truncateBatch, nil
@@ -205,8 +205,8 @@ func (d *db) LogStats(ctx context.Context) (engine.LogStats, error) {
 		return engine.LogStats{}, fmt.Errorf("badger: log stats: %w", engine.ErrClosed)
 	}
 	st := engine.LogStats{Floor: engine.LogKey(d.floor.Load())}
-	txn := d.bdb.NewTransaction(false)
-	defer txn.Discard()
+	txn := d.newTxn(false)
+	defer d.endTxn(txn)
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: logPrefix})
 	defer it.Close()
 	for it.Seek(kvlog.LogSeek(st.Floor)); it.Valid(); it.Next() {

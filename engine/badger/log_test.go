@@ -15,8 +15,8 @@ import (
 func storedLogKeys(t *testing.T, d *db) []engine.LogKey {
 	t.Helper()
 	var out []engine.LogKey
-	txn := d.bdb.NewTransaction(false)
-	defer txn.Discard()
+	txn := d.newTxn(false)
+	defer d.endTxn(txn)
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: logPrefix})
 	defer it.Close()
 	for it.Rewind(); it.Valid(); it.Next() {

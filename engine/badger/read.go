@@ -34,7 +34,7 @@ func (d *db) Snapshot(ctx context.Context) (engine.Snapshot, error) {
 	if d.rclosed {
 		return nil, fmt.Errorf("badger: snapshot: %w", engine.ErrClosed)
 	}
-	s := &snapshot{d: d, txn: d.bdb.NewTransaction(false), iters: map[*iterator]struct{}{}}
+	s := &snapshot{d: d, txn: d.newTxn(false), iters: map[*iterator]struct{}{}}
 	d.regMu.Lock()
 	d.readers[s] = struct{}{}
 	d.regMu.Unlock()
@@ -118,7 +118,7 @@ func (s *snapshot) closeAll() {
 		w.it.Close()
 	}
 	s.iters = nil
-	s.txn.Discard()
+	s.d.endTxn(s.txn)
 }
 
 // iterator walks the data keyspace of a snapshot. Next copies the key

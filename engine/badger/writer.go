@@ -190,8 +190,12 @@ func (d *db) commitGroup(group []*pending) {
 // transaction, commits it, completes the prefix's handles in order and
 // returns the prefix length and whether it appended log entries.
 func (d *db) commitSome(group []*pending) (n int, logged bool) {
-	txn := d.bdb.NewTransaction(true)
-	defer func() { txn.Discard() }()
+	txn := d.newTxn(true)
+	defer func() {
+		if txn != nil {
+			d.endTxn(txn)
+		}
+	}()
 	size, count := int64(0), int64(1)
 	var failed *pending // a commit that broke off the group with an error of its own
 	for n < len(group) {
@@ -207,7 +211,8 @@ func (d *db) commitSome(group []*pending) (n int, logged bool) {
 		}
 		// p's writes are partly in txn and Badger cannot take them back:
 		// rebuild the transaction from the commits before p.
-		txn.Discard()
+		d.endTxn(txn)
+		txn = nil
 		if n == 0 {
 			if errors.Is(err, badger.ErrTxnTooBig) {
 				err = fmt.Errorf("badger: %w: the commit does not fit one Badger transaction (%v)", engine.ErrBatchTooLarge, err)
@@ -224,14 +229,14 @@ func (d *db) commitSome(group []*pending) (n int, logged bool) {
 		}
 		// Otherwise the estimate let p in but Badger did not: p goes first
 		// in the next transaction and is checked again there.
-		txn = d.bdb.NewTransaction(true)
+		txn = d.newTxn(true)
 		if rerr := d.replay(txn, group[:n]); rerr != nil {
 			d.fail(group[:n], rerr)
 			return d.completeFailed(n, failed), false
 		}
 		break
 	}
-	err := txn.Commit()
+	err := d.commitTxn(txn)
 	// Counted before any handle completes, so a submitter woken by this
 	// transaction is seen by gather as one that came back.
 	d.txns.Add(1)
