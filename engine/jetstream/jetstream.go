@@ -247,6 +247,7 @@ type db struct {
 	wal                                                   bool
 	txPrefix, txLogSubj, txStateSubj, markSubj, fenceSubj string
 	mat                                                   *materializer
+	acks                                                  *acker
 	txBuf                                                 []byte // committer only
 	logTotal                                              uint64 // committer only: log entries the stream received
 	recent                                                recentLog
@@ -450,6 +451,9 @@ func (d *db) connect(ctx context.Context, url string, replicas int) error {
 		return fmt.Errorf("jetstream: create stream %s: %w", d.name, err)
 	}
 	if d.wal {
+		if d.acks, err = newAcker(nc); err != nil {
+			return err
+		}
 		return d.loadWAL(cctx)
 	}
 	return d.startConsumer(cctx)

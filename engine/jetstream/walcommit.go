@@ -152,7 +152,7 @@ func (d *db) settleTx(group []*pending) bool {
 // exactly when it is the last transaction there.
 func (d *db) publishTx(m *nats.Msg, id string) (uint64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
-	ack, err := d.js.PublishMsg(ctx, m)
+	ack, err := d.acks.publish(ctx, d.nc, m)
 	cancel()
 	if err == nil {
 		return ack.Sequence, nil
