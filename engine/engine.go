@@ -232,7 +232,9 @@ type Options struct {
 	SyncInterval time.Duration
 	// DeferWindow bounds how long a deferred commit (Batch.Defer) waits
 	// under SyncAlways for a later commit's sync before the engine syncs
-	// it alone; DefaultDeferWindow when zero, never when negative.
+	// it alone; DefaultDeferWindow when zero, never when negative. An
+	// engine whose every commit costs a round trip, sync or not, may apply
+	// it in every sync mode (the jetstream engine does).
 	DeferWindow time.Duration
 	// Clock is the wall clock log keys are derived from; time.Now when nil.
 	// Tests move it to check that keys stay monotonic across restarts.
@@ -268,11 +270,22 @@ func (o *Options) Interval() time.Duration {
 	return DefaultSyncInterval
 }
 
-// Deferral returns how long a deferred commit may wait, defaulted; zero
+// Deferral returns how long a deferred commit may wait for a later
+// commit's sync, defaulted; zero (always, unless Sync is SyncAlways)
 // means commits are never deferred.
 func (o *Options) Deferral() time.Duration {
+	if o.Sync != SyncAlways {
+		return 0
+	}
+	return o.DeferralAnyMode()
+}
+
+// DeferralAnyMode is Deferral in every sync mode, for an engine whose
+// commits each cost a round trip (to a server, say) with or without a
+// sync: deferring then saves the round trip.
+func (o *Options) DeferralAnyMode() time.Duration {
 	switch {
-	case o.Sync != SyncAlways || o.DeferWindow < 0:
+	case o.DeferWindow < 0:
 		return 0
 	case o.DeferWindow == 0:
 		return DefaultDeferWindow

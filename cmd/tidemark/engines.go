@@ -80,7 +80,7 @@ func (f *engineFlags) options() (engine.Options, error) {
 	return engine.Options{Dir: f.data, Sync: mode, SyncInterval: f.syncInterval, DeferWindow: deferWindow(f.syncDefer), Params: params}, nil
 }
 
-const syncDeferUsage = "with --sync always: how long a commit of delivery state may wait to share a later commit's fsync; 0 syncs it at once"
+const syncDeferUsage = "with --sync always (jetstream: any --sync): how long a commit of delivery state may wait to share a later commit's fsync (jetstream: its round trip through the server); 0 commits it at once"
 
 func checkSyncDefer(d time.Duration) error {
 	if d < 0 {

@@ -551,3 +551,45 @@ func TestWALRecentLog(t *testing.T) {
 	defer d.Close()
 	check("after reopen", false)
 }
+
+// TestWALDefersWithoutSync submits a deferred commit, then a plain one,
+// on an engine that never syncs: one transaction message carries both,
+// since each message costs a round trip through the server, sync or not.
+func TestWALDefersWithoutSync(t *testing.T) {
+	e, err := engine.Open(t.Context(), Name, engine.Options{Dir: t.TempDir(), Sync: engine.SyncNone, DeferWindow: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := e.(*db)
+	defer d.Close()
+	put := func(key string, deferred bool) *engine.Handle {
+		b := new(engine.Batch)
+		b.Put([]byte(key), []byte("v"))
+		b.Defer = deferred
+		h, err := d.Submit(t.Context(), b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	// A plain commit first: the gate defers only right after one.
+	if _, err := put("a", false).Wait(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	before := d.commitSeq.Load()
+	deferred := put("b", true)
+	select {
+	case <-deferred.Done():
+		t.Fatal("a deferred commit went alone")
+	case <-time.After(20 * time.Millisecond):
+	}
+	if _, err := put("c", false).Wait(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := deferred.Wait(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if n := d.commitSeq.Load() - before; n != 1 {
+		t.Fatalf("%d transaction messages for a deferred and a plain commit, want 1", n)
+	}
+}

@@ -70,6 +70,11 @@ func Tidemark(name string, opts engine.Options) (Target, error) {
 	mode := opts.Sync
 	t := Target{Name: "tidemark/" + name, Kind: KindTidemark, Engine: name, Sync: mode.String(),
 		Durability: tidemarkDurability(name, mode, opts.Interval(), opts.Deferral())}
+	if name == "jetstream" && mode != engine.SyncAlways {
+		if w := opts.DeferralAnyMode(); w > 0 {
+			t.Durability += "; a subscriber's delivery records may wait up to " + w.String() + " to share the next commit's message"
+		}
+	}
 	t.start = func(ctx context.Context, dir string, log *slog.Logger) (*instance, error) {
 		o := opts
 		o.Dir, o.Logger = dir, log
