@@ -85,6 +85,10 @@ type Event struct {
 
 	sub *Subscription
 	seq uint64
+	// handled is where the handled frontier stands once this event is
+	// handed over (it ends its transaction, or Composite is set); zero
+	// when it does not move it.
+	handled Cursor
 }
 
 // Cursor returns the position just after e: a resume from it starts with
@@ -147,7 +151,7 @@ type reader struct {
 	read       uint64
 	snap       engine.Snapshot
 
-	advanced func(Cursor) // called when cur moves
+	advanced func(Cursor) // called when cur moves, but past a delivered event: that carries the cursor (Event.handled)
 }
 
 func newReader(db *DB, o SubscribeOptions) *reader {
@@ -238,57 +242,71 @@ func (r *reader) handle(ctx context.Context, e *logEntry, deliver func(Event) er
 		r.keyIn = false
 	}
 	in := r.o.Table == "" || e.table == r.o.Table
-	if in {
-		if err := r.offer(ctx, e, deliver); err != nil {
-			return err
-		}
-	}
-	r.pos = e.pos
 	if !in {
+		r.pos = e.pos
 		if e.last() && r.keyIn && !r.o.Composite {
 			r.move(Cursor{Key: e.pos.key})
 		}
 		return nil
 	}
-	r.keyIn = true
+	var next Cursor
 	switch {
 	case r.o.Composite:
-		r.move(e.pos.cursorAfter(e.count))
+		next = e.pos.cursorAfter(e.count)
 	case e.last():
-		r.move(Cursor{Key: e.pos.key})
+		next = Cursor{Key: e.pos.key}
+	}
+	delivered, err := r.offer(ctx, e, next, deliver)
+	if err != nil {
+		return err
+	}
+	r.pos = e.pos
+	r.keyIn = true
+	switch {
+	case next == (Cursor{}):
+	case delivered:
+		// The subscription moved its frontier as it handed the event
+		// over (Event.handled).
+		r.cur = next
+	default:
+		r.move(next)
 	}
 	return nil
 }
 
 // offer delivers an in-table entry unless it is out of scope, filtered or
-// superseded.
-func (r *reader) offer(ctx context.Context, e *logEntry, deliver func(Event) error) error {
+// superseded, and reports whether it did. next is the handled frontier
+// once the entry is handled (zero when it does not move); a delivered
+// event carries it, so the subscription moves the frontier in the same
+// step as it hands the event over.
+func (r *reader) offer(ctx context.Context, e *logEntry, next Cursor, deliver func(Event) error) (bool, error) {
 	switch e.op {
 	case OpReload:
-		return fmt.Errorf("%w: rows of table %q were bulk-loaded without history at log key %d", ErrHistoryUnavailable, e.table, e.pos.key)
+		return false, fmt.Errorf("%w: rows of table %q were bulk-loaded without history at log key %d", ErrHistoryUnavailable, e.table, e.pos.key)
 	case OpMark:
-		return nil
+		return false, nil
 	}
 	if r.o.ID != "" && e.id != r.o.ID || r.o.Prefix != "" && !strings.HasPrefix(e.id, r.o.Prefix) {
-		return nil
+		return false, nil
 	}
 	ev := Event{Table: e.table, ID: e.id, Op: e.op, Value: e.value, Version: e.version, Key: e.pos.key, Index: e.pos.idx, Count: e.count}
 	if r.o.Filter != nil && !r.o.Filter(ev) {
-		return nil
+		return false, nil
 	}
 	if !r.o.IncludeSuperseded && (e.op == OpPut || e.op == OpDelete) {
 		cur, ok, err := r.current(ctx, e)
 		if err != nil {
-			return err
+			return false, err
 		}
 		if ok {
 			if cur.Version != e.version {
-				return nil
+				return false, nil
 			}
 			ev.Value = cur.Value
 		}
 	}
-	return deliver(ev)
+	ev.handled = next
+	return true, deliver(ev)
 }
 
 // current reads the record e wrote from a snapshot taken after e was

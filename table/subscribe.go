@@ -100,17 +100,23 @@ func (db *DB) startReader(ctx context.Context) (context.Context, context.CancelF
 	return rctx, func() { stop(); cancel() }, nil
 }
 
+// deliver hands ev over and moves the handled frontier to ev.handled in
+// the same step: when there is room in the channel, under mu, so a
+// consumer that acknowledged every event it received sees a checkpoint
+// past all of them.
 func (s *Subscription) deliver(ctx context.Context, ev Event) error {
 	s.mu.Lock()
 	ev.sub = s
 	ev.seq = s.front + uint64(len(s.pending)) + 1
 	s.pending = append(s.pending, pending{p: pos{key: ev.Key, idx: ev.Index}})
-	s.mu.Unlock()
 	select {
 	case s.events <- ev:
+		s.handedLocked(ev)
+		s.mu.Unlock()
 		return nil
 	default:
 	}
+	s.mu.Unlock()
 	if h := s.hooks.Blocked; h != nil && !h() {
 		s.mu.Lock()
 		s.pending = s.pending[:len(s.pending)-1]
@@ -119,6 +125,11 @@ func (s *Subscription) deliver(ctx context.Context, ev Event) error {
 	}
 	select {
 	case s.events <- ev:
+		// The consumer may have received and acknowledged ev already:
+		// the checkpoint catches up now.
+		s.mu.Lock()
+		s.handedLocked(ev)
+		s.mu.Unlock()
 		return nil
 	case <-ctx.Done():
 		// Never handed over: it must not hold the checkpoint back.
@@ -129,10 +140,22 @@ func (s *Subscription) deliver(ctx context.Context, ev Event) error {
 	}
 }
 
+// handedLocked moves the handled frontier to where ev leaves it, if
+// anywhere.
+func (s *Subscription) handedLocked(ev Event) {
+	if ev.handled != (Cursor{}) {
+		s.advancedLocked(ev.handled)
+	}
+}
+
 // advanced records that the handled frontier moved to c.
 func (s *Subscription) advanced(c Cursor) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.advancedLocked(c)
+}
+
+func (s *Subscription) advancedLocked(c Cursor) {
 	s.cursor = c
 	// A candidate with no delivered event after it is superseded by c.
 	if n := len(s.cands); n > 0 && (len(s.pending) == 0 || s.cands[n-1].Covers(s.pending[len(s.pending)-1].p.key, s.pending[len(s.pending)-1].p.idx)) {

@@ -111,6 +111,28 @@ func TestGetRangeDelete(t *testing.T) {
 	}
 }
 
+// TestCheckpointCoversWhatWasAcked acknowledges each live event as soon as
+// it arrives and reads the checkpoint at once: it must already stand past
+// the event (the frontier moves as the event is handed over, not after).
+func TestCheckpointCoversWhatWasAcked(t *testing.T) {
+	db, _ := openDB(t)
+	s, err := db.Subscribe(t.Context(), table.SubscribeOptions{Table: "t", IncludeSuperseded: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := range 300 {
+		put(t, db, "t", fmt.Sprint("k", i), "v")
+		ev := recv(t, s, 1)[0]
+		if err := s.Ack(ev); err != nil {
+			t.Fatal(err)
+		}
+		if c := s.Checkpoint(); c != ev.Cursor() {
+			t.Fatalf("event %d: checkpoint %v right after its ack, want %v", i, c, ev.Cursor())
+		}
+	}
+}
+
 func TestSubscribeReplayLiveAck(t *testing.T) {
 	db, _ := openDB(t)
 	ctx := context.Background()
