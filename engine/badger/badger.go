@@ -38,6 +38,11 @@
 //     returns; a handle completes after that.
 //     A completed commit survives a process crash, an operating-system crash
 //     and power loss (as far as the disk honours its flushes).
+//     Badger syncs two files per transaction, its value log (even when
+//     the transaction put nothing there) and the memtable's log, and on
+//     ext4 each sync flushes the disk's cache, written data or not: one
+//     writer commits about 0.7x as often as a raw fdatasync loop (Pebble,
+//     one sync: 0.95x), and groups pay both flushes too.
 //   - SyncInterval: SyncWrites off. A handle completes once its transaction
 //     is written to Badger's memory-mapped logs, that is into the operating
 //     system's page cache, so a process crash (even SIGKILL) loses no
