@@ -33,8 +33,8 @@ type Subscription struct {
 	err        error
 	cursor     Cursor
 	checkpoint Cursor
-	cands      []Cursor  // handled cursors above checkpoint, increasing
-	pending    []pending // delivered events from seq front on, in order
+	cands      fifo[Cursor]  // handled cursors above checkpoint, increasing
+	pending    fifo[pending] // delivered events from seq front on, in order
 	front      uint64
 }
 
@@ -107,8 +107,8 @@ func (db *DB) startReader(ctx context.Context) (context.Context, context.CancelF
 func (s *Subscription) deliver(ctx context.Context, ev Event) error {
 	s.mu.Lock()
 	ev.sub = s
-	ev.seq = s.front + uint64(len(s.pending)) + 1
-	s.pending = append(s.pending, pending{p: pos{key: ev.Key, idx: ev.Index}})
+	ev.seq = s.front + uint64(s.pending.len()) + 1
+	s.pending.push(pending{p: pos{key: ev.Key, idx: ev.Index}})
 	select {
 	case s.events <- ev:
 		s.handedLocked(ev)
@@ -119,7 +119,7 @@ func (s *Subscription) deliver(ctx context.Context, ev Event) error {
 	s.mu.Unlock()
 	if h := s.hooks.Blocked; h != nil && !h() {
 		s.mu.Lock()
-		s.pending = s.pending[:len(s.pending)-1]
+		s.pending.popBack()
 		s.mu.Unlock()
 		return errHookStop
 	}
@@ -134,7 +134,7 @@ func (s *Subscription) deliver(ctx context.Context, ev Event) error {
 	case <-ctx.Done():
 		// Never handed over: it must not hold the checkpoint back.
 		s.mu.Lock()
-		s.pending = s.pending[:len(s.pending)-1]
+		s.pending.popBack()
 		s.mu.Unlock()
 		return errStopped
 	}
@@ -158,26 +158,26 @@ func (s *Subscription) advanced(c Cursor) {
 func (s *Subscription) advancedLocked(c Cursor) {
 	s.cursor = c
 	// A candidate with no delivered event after it is superseded by c.
-	if n := len(s.cands); n > 0 && (len(s.pending) == 0 || s.cands[n-1].Covers(s.pending[len(s.pending)-1].p.key, s.pending[len(s.pending)-1].p.idx)) {
-		s.cands[n-1] = c
+	if s.cands.len() > 0 && (s.pending.len() == 0 || s.cands.back().Covers(s.pending.back().p.key, s.pending.back().p.idx)) {
+		*s.cands.back() = c
 	} else {
-		s.cands = append(s.cands, c)
+		s.cands.push(c)
 	}
 	s.advanceLocked()
 }
 
 func (s *Subscription) advanceLocked() {
-	for len(s.pending) > 0 && s.pending[0].acked {
-		s.pending = s.pending[1:]
+	for s.pending.len() > 0 && s.pending.at(0).acked {
+		s.pending.popFront()
 		s.front++
 	}
-	for len(s.cands) > 0 {
-		c := s.cands[0]
-		if len(s.pending) > 0 && c.Covers(s.pending[0].p.key, s.pending[0].p.idx) {
+	for s.cands.len() > 0 {
+		c := *s.cands.at(0)
+		if s.pending.len() > 0 && c.Covers(s.pending.at(0).p.key, s.pending.at(0).p.idx) {
 			break
 		}
 		s.checkpoint = c
-		s.cands = s.cands[1:]
+		s.cands.popFront()
 	}
 }
 
@@ -200,10 +200,10 @@ func (s *Subscription) Ack(ev Event) error {
 		return nil
 	}
 	i := seq - s.front
-	if i >= uint64(len(s.pending)) {
+	if i >= uint64(s.pending.len()) {
 		return fmt.Errorf("table: ack of event %d not yet delivered", ev.seq)
 	}
-	s.pending[i].acked = true
+	s.pending.at(int(i)).acked = true
 	s.advanceLocked()
 	return nil
 }
@@ -228,7 +228,7 @@ func (s *Subscription) Checkpoint() Cursor {
 func (s *Subscription) Unacked() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.pending)
+	return s.pending.len()
 }
 
 // Close stops the subscription and waits for its reader to end. Cursor and

@@ -24,6 +24,7 @@ import (
 type Tx struct {
 	db      *DB
 	writes  []write
+	small   [4]write // writes' first backing array: most Txs write a few
 	checks  []engine.Check
 	loaded  map[string]bool
 	err     error
@@ -39,7 +40,11 @@ type write struct {
 }
 
 // Begin starts a transaction.
-func (db *DB) Begin() *Tx { return &Tx{db: db} }
+func (db *DB) Begin() *Tx {
+	tx := &Tx{db: db}
+	tx.writes = tx.small[:0]
+	return tx
+}
 
 func (tx *Tx) add(w write, check error) error {
 	if tx.done {
@@ -194,7 +199,10 @@ func (tx *Tx) Submit(ctx context.Context) (*engine.Handle, error) {
 	// The batch is encoded before the lock, with the version left blank:
 	// every commit of the DB passes through the lock, so it holds only
 	// what must happen in version order.
-	b := &engine.Batch{Checks: tx.checks, Defer: tx.deferd}
+	// Each write takes at most two ops and one log entry; the head hint
+	// may take one more op.
+	b := &engine.Batch{Checks: tx.checks, Defer: tx.deferd,
+		Ops: make([]engine.Op, 0, 2*len(tx.writes)+1), Log: make([][]byte, 0, len(tx.writes))}
 	stamps := make([][]byte, 0, 2*len(tx.writes))
 	record := func(deleted bool, value []byte) []byte {
 		r := encodeRecord(0, deleted, value)
