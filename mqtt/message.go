@@ -49,7 +49,19 @@ const (
 
 // MarshalBinary encodes the message in the broker's stored form.
 func (m *Message) MarshalBinary() ([]byte, error) {
-	return m.AppendBinary(make([]byte, 0, 32+len(m.Topic)+len(m.Payload)))
+	return m.AppendBinary(make([]byte, 0, m.binarySize()))
+}
+
+// binarySize bounds the length of m's stored form, so MarshalBinary
+// allocates once.
+func (m *Message) binarySize() int {
+	const field = binary.MaxVarintLen32 // a length prefix
+	n := 4 + 2*binary.MaxVarintLen64 +
+		len(m.Topic) + len(m.From) + len(m.ContentType) + len(m.ResponseTopic) + len(m.CorrelationData) + len(m.Payload) + 6*field
+	for _, p := range m.UserProps {
+		n += len(p.Key) + len(p.Value) + 2*field
+	}
+	return n
 }
 
 // AppendBinary appends the stored form of m to b.
