@@ -256,8 +256,8 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		}()
 	}
 	d.bg.Add(2)
-	go d.collectGarbage()
-	go d.advanceDiscard()
+	go d.every(gcEvery, d.collectGarbage)
+	go d.every(discardEvery, d.advanceDiscard)
 	return d, nil
 }
 
@@ -341,33 +341,38 @@ func (d *db) Granularity() engine.Granularity { return engine.PerTransaction }
 
 func (d *db) Watch(ctx context.Context) <-chan struct{} { return d.notifier.Subscribe(ctx) }
 
-// collectGarbage runs value-log garbage collection periodically, rewriting
-// files until Badger finds none worth rewriting.
-func (d *db) collectGarbage() {
+// every runs fn every period until the engine stops.
+func (d *db) every(period time.Duration, fn func()) {
 	defer d.bg.Done()
-	t := time.NewTicker(gcEvery)
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
 		case <-d.stop:
 			return
 		case <-t.C:
+			fn()
 		}
-		for {
-			select {
-			case <-d.stop:
-				return
-			default:
-			}
-			err := d.bdb.RunValueLogGC(gcDiscardRatio)
-			if err == nil {
-				continue
-			}
-			if !errors.Is(err, badger.ErrNoRewrite) && !errors.Is(err, badger.ErrRejected) {
-				d.log.Warn("value-log garbage collection failed", "err", err)
-			}
-			break
+	}
+}
+
+// collectGarbage runs value-log garbage collection, rewriting files until
+// Badger finds none worth rewriting or the engine stops.
+func (d *db) collectGarbage() {
+	for {
+		select {
+		case <-d.stop:
+			return
+		default:
 		}
+		err := d.bdb.RunValueLogGC(gcDiscardRatio)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, badger.ErrNoRewrite) && !errors.Is(err, badger.ErrRejected) {
+			d.log.Warn("value-log garbage collection failed", "err", err)
+		}
+		return
 	}
 }
 

@@ -103,17 +103,6 @@ func (d *db) commitTxn(txn *badger.Txn) error {
 // deleted values.
 const discardEvery = time.Second
 
-// advanceDiscard hands Badger the discard version every discardEvery.
-func (d *db) advanceDiscard() {
-	defer d.bg.Done()
-	t := time.NewTicker(discardEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-d.stop:
-			return
-		case <-t.C:
-			d.bdb.SetDiscardTs(d.ver.discardable())
-		}
-	}
-}
+// advanceDiscard hands Badger the discard version; the engine runs it
+// every discardEvery.
+func (d *db) advanceDiscard() { d.bdb.SetDiscardTs(d.ver.discardable()) }
