@@ -69,12 +69,7 @@ func Tidemark(name string, opts engine.Options) (Target, error) {
 	}
 	mode := opts.Sync
 	t := Target{Name: "tidemark/" + name, Kind: KindTidemark, Engine: name, Sync: mode.String(),
-		Durability: tidemarkDurability(name, mode, opts.Interval(), opts.Deferral())}
-	if name == "jetstream" && mode != engine.SyncAlways {
-		if w := opts.DeferralAnyMode(); w > 0 {
-			t.Durability += "; a subscriber's delivery records may wait up to " + w.String() + " to share the next commit's message"
-		}
-	}
+		Durability: tidemarkDurability(name, opts)}
 	t.start = func(ctx context.Context, dir string, log *slog.Logger) (*instance, error) {
 		o := opts
 		o.Dir, o.Logger = dir, log
@@ -83,7 +78,19 @@ func Tidemark(name string, opts engine.Options) (Target, error) {
 	return t, nil
 }
 
-func tidemarkDurability(name string, mode engine.SyncMode, interval, deferral time.Duration) string {
+func tidemarkDurability(name string, opts engine.Options) string {
+	d := syncDurability(name, opts.Sync, opts.Interval(), opts.Deferral())
+	// The jetstream engine defers in every mode: each commit is a round
+	// trip through the server.
+	if name == "jetstream" && opts.Sync != engine.SyncAlways {
+		if w := opts.DeferralAnyMode(); w > 0 {
+			d += "; a subscriber's delivery records may wait up to " + w.String() + " to share the next commit's message"
+		}
+	}
+	return d
+}
+
+func syncDurability(name string, mode engine.SyncMode, interval, deferral time.Duration) string {
 	const ack = "PUBACK, PUBREC and PUBCOMP wait for the commit of the message (QoS 2: staged copy, then release into the log)"
 	js := ""
 	if name == "jetstream" {
