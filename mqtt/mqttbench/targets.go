@@ -78,6 +78,8 @@ func Tidemark(name string, opts engine.Options) (Target, error) {
 	return t, nil
 }
 
+// tidemarkDurability says what an acknowledgement from Tidemark on engine
+// name with opts means on disk, for the report's footer.
 func tidemarkDurability(name string, opts engine.Options) string {
 	d := syncDurability(name, opts.Sync, opts.Interval(), opts.Deferral())
 	// The jetstream engine defers in every mode: each commit is a round
@@ -90,6 +92,7 @@ func tidemarkDurability(name string, opts engine.Options) string {
 	return d
 }
 
+// syncDurability is tidemarkDurability for the sync mode alone.
 func syncDurability(name string, mode engine.SyncMode, interval, deferral time.Duration) string {
 	const ack = "PUBACK, PUBREC and PUBCOMP wait for the commit of the message (QoS 2: staged copy, then release into the log)"
 	js := ""
