@@ -8,7 +8,18 @@ BIN       ?= bin/tidemark
 RACE_PKGS ?= ./engine/... ./table/... ./mqtt/...
 FUZZTIME  ?= 30s
 
-.PHONY: build run test test-race test-all bench fuzz lint conformance clean
+.PHONY: build run test bench fuzz lint conformance clean deps
+
+# The MQTT.js interop test runs the npm packages locked in mqtt/interop;
+# they are installed again only when the lock file changes.
+INTEROP_STAMP := mqtt/interop/node_modules/.installed
+$(INTEROP_STAMP): mqtt/interop/package-lock.json mqtt/interop/package.json
+	@command -v npm >/dev/null || { echo 'npm not found: install Node.js 18+ and npm (Debian: apt-get install nodejs npm)'; exit 1; }
+	cd mqtt/interop && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
+
+# deps installs what the tests need beyond Go modules.
+deps: $(INTEROP_STAMP)
 
 build:
 	$(GO) build -o $(BIN) ./cmd/tidemark
@@ -19,7 +30,7 @@ run:
 # Every engine package runs the whole conformance suite for its engine, so
 # the conformance package's own all-engine run (`go test ./conformance/`)
 # is skipped here rather than run twice.
-test:
+test: deps
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout 14m $(RACE_PKGS)
 	$(GO) test -count=1 -timeout 14m -skip '^TestConformance$$' $$($(GO) list ./... | grep -v -e /engine -e /table -e /mqtt)

@@ -12,7 +12,7 @@ import (
 // TestInteropMQTTJS runs the MQTT.js client (mqtt/interop/interop.js)
 // against a broker: QoS 0/1/2 publish and subscribe on 3.1.1 and 5.0 and a
 // persistent-session reconnect. Node and the npm packages are part of the
-// test environment (.ci/run runs npm ci in mqtt/interop), so their absence
+// test environment (`make test` runs npm ci in mqtt/interop), so their absence
 // fails the test rather than skipping it.
 func TestInteropMQTTJS(t *testing.T) {
 	node, err := exec.LookPath("node")
