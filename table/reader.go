@@ -84,6 +84,7 @@ type Event struct {
 	Index, Count uint32
 
 	sub *Subscription
+	mem *Member
 	seq uint64
 	// handled is where the handled frontier stands once this event is
 	// handed over (it ends its transaction, or Composite is set); zero
@@ -144,6 +145,7 @@ type reader struct {
 	o  SubscribeOptions
 
 	pos        pos    // last entry read
+	past       Cursor // just past the last entry read, of any table
 	cur        Cursor // handled frontier
 	keyIn      bool   // an in-table entry carries pos.key
 	live       bool   // caught up with the log; the tail's window suffices
@@ -243,7 +245,7 @@ func (r *reader) handle(ctx context.Context, e *logEntry, deliver func(Event) er
 	}
 	in := r.o.Table == "" || e.table == r.o.Table
 	if !in {
-		r.pos = e.pos
+		r.pos, r.past = e.pos, e.pos.cursorAfter(e.count)
 		if e.last() && r.keyIn && !r.o.Composite {
 			r.move(Cursor{Key: e.pos.key})
 		}
@@ -260,7 +262,7 @@ func (r *reader) handle(ctx context.Context, e *logEntry, deliver func(Event) er
 	if err != nil {
 		return err
 	}
-	r.pos = e.pos
+	r.pos, r.past = e.pos, e.pos.cursorAfter(e.count)
 	r.keyIn = true
 	switch {
 	case next == (Cursor{}):

@@ -1,0 +1,262 @@
+package table_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// fanoutMember is a test consumer: the ids it wants and what it received.
+type fanoutMember struct {
+	m     *table.Member
+	mod   int
+	start table.Cursor
+	slow  bool
+	got   []table.Event
+}
+
+func (fm *fanoutMember) wants(id string) bool {
+	var n int
+	_, _ = fmt.Sscanf(id, "r%d", &n)
+	return n%5 == fm.mod
+}
+
+// TestFanoutDeliversEachEventOnce routes a log of multi-record commits to
+// members that join at the start, in the middle and at the head, some of
+// them slow enough to leave the route and catch up again, and checks that
+// each received exactly the entries after its start that it wants, in log
+// order, and that its checkpoint covers the whole log once all are acked.
+func TestFanoutDeliversEachEventOnce(t *testing.T) {
+	db, _ := openDB(t)
+	ctx := t.Context()
+	const tbl = "fan"
+	put(t, db, tbl, "r0", "first")
+	head, err := db.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var members []*fanoutMember
+	var mu sync.Mutex // guards members for Route
+	f, err := db.NewFanout(ctx, table.FanoutOptions{Table: tbl, Start: head, MaxQueue: 8,
+		Route: func(ev table.Event, deliver func(*table.Member)) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, fm := range members {
+				if fm.wants(ev.ID) {
+					deliver(fm.m)
+					deliver(fm.m) // a second match of the same member is ignored
+				}
+			}
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+
+	join := func(start table.Cursor, i int, slow bool) *fanoutMember {
+		fm := &fanoutMember{mod: i % 5, start: start, slow: slow}
+		fm.m = f.Join(start, func(ev table.Event) bool { return fm.wants(ev.ID) })
+		mu.Lock()
+		members = append(members, fm)
+		mu.Unlock()
+		return fm
+	}
+	const commits = 600
+	var wg sync.WaitGroup
+	consume := func(fm *fanoutMember, stop <-chan struct{}) {
+		defer wg.Done()
+		for {
+			ev, ok, err := fm.m.Next(ctx)
+			if err != nil {
+				t.Errorf("next: %v", err)
+				return
+			}
+			if ok {
+				fm.got = append(fm.got, ev)
+				if err := fm.m.Ack(ev); err != nil {
+					t.Errorf("ack: %v", err)
+				}
+				if fm.slow && rand.IntN(20) == 0 {
+					time.Sleep(time.Millisecond)
+				}
+				continue
+			}
+			select {
+			case <-fm.m.Ready():
+			case <-stop:
+				return
+			}
+		}
+	}
+	stop := make(chan struct{})
+	var all []*fanoutMember
+	for i := range 10 {
+		all = append(all, join(table.Cursor{}, i, i%3 == 0))
+		all = append(all, join(head, i, i%4 == 0))
+	}
+	for _, fm := range all {
+		wg.Add(1)
+		go consume(fm, stop)
+	}
+	for i := range commits {
+		tx := db.Begin()
+		for j := range 1 + i%3 {
+			if err := tx.Put(tbl, fmt.Sprintf("r%d", (i+j*7)%23), []byte("v")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if i == commits/2 {
+			mid, err := db.Head(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for k := range 5 {
+				fm := join(mid, k, k == 0)
+				all = append(all, fm)
+				wg.Add(1)
+				go consume(fm, stop)
+			}
+		}
+	}
+	end, err := db.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every member reaches the end (its checkpoint covers the log).
+	deadline := time.Now().Add(30 * time.Second)
+	for _, fm := range all {
+		for fm.m.Checkpoint().Less(end) && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	close(stop)
+	wg.Wait()
+
+	// The expected events per member: read the whole log once.
+	var log []table.Event
+	_, err = db.Follow(ctx, table.SubscribeOptions{Table: tbl, IncludeSuperseded: true, Composite: true}, func(ev table.Event) error {
+		log = append(log, ev)
+		if !ev.Cursor().Less(end) {
+			return errDone
+		}
+		return nil
+	})
+	if err != errDone {
+		t.Fatalf("read log: %v", err)
+	}
+	detached := 0
+	for i, fm := range all {
+		var want []table.Cursor
+		for _, ev := range log {
+			if !fm.start.Covers(ev.Key, ev.Index) && fm.wants(ev.ID) {
+				want = append(want, ev.Cursor())
+			}
+		}
+		if len(fm.got) != len(want) {
+			t.Errorf("member %d (start %v, slow %v): %d events, want %d", i, fm.start, fm.slow, len(fm.got), len(want))
+			continue
+		}
+		for j, ev := range fm.got {
+			if ev.Cursor() != want[j] {
+				t.Errorf("member %d: event %d at %v, want %v", i, j, ev.Cursor(), want[j])
+				break
+			}
+		}
+		if cp := fm.m.Checkpoint(); cp.Less(end) {
+			t.Errorf("member %d: checkpoint %v below the end %v with everything acked", i, cp, end)
+		}
+		detached += fm.m.Detaches()
+		if !fm.m.Live() {
+			t.Errorf("member %d is not on the route after catching up", i)
+		}
+	}
+	t.Logf("%d members, %d log entries, %d detaches of slow members", len(all), len(log), detached)
+}
+
+var errDone = fmt.Errorf("done")
+
+// TestFanoutCheckpointHoldsUnacked checks that a member's checkpoint stops
+// before its oldest unacknowledged event, and that a member resuming from
+// it receives that event first and loses nothing after it.
+func TestFanoutCheckpointHoldsUnacked(t *testing.T) {
+	db, _ := openDB(t)
+	ctx := t.Context()
+	const tbl = "fan"
+	head, err := db.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var route sync.Map // member -> bool
+	f, err := db.NewFanout(ctx, table.FanoutOptions{Table: tbl, Start: head, Route: func(ev table.Event, deliver func(*table.Member)) {
+		route.Range(func(k, _ any) bool { deliver(k.(*table.Member)); return true })
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m := f.Join(head, nil)
+	route.Store(m, true)
+	for i := range 20 {
+		put(t, db, tbl, fmt.Sprintf("r%d", i), "v", fmt.Sprintf("s%d", i), "w")
+	}
+	var got []table.Event
+	for len(got) < 40 {
+		ev, ok, err := m.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			select {
+			case <-m.Ready():
+			case <-time.After(10 * time.Second):
+				t.Fatalf("stalled after %d events", len(got))
+			}
+			continue
+		}
+		got = append(got, ev)
+	}
+	// Ack all but event 13 (the second entry of a two-entry commit).
+	for i, ev := range got {
+		if i != 13 {
+			if err := m.Ack(ev); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	cp := m.Checkpoint()
+	if !cp.Covers(got[12].Key, got[12].Index) || cp.Covers(got[13].Key, got[13].Index) {
+		t.Fatalf("checkpoint %v: want it just before %v", cp, got[13].Cursor())
+	}
+	m.Close()
+	route.Delete(m)
+	r := f.Join(cp, nil)
+	var again []table.Event
+	for len(again) < 40-13 {
+		ev, ok, err := r.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			t.Fatalf("resume stopped after %d events", len(again))
+		}
+		again = append(again, ev)
+	}
+	for i, ev := range again {
+		if ev.Cursor() != got[13+i].Cursor() {
+			t.Fatalf("resumed event %d at %v, want %v", i, ev.Cursor(), got[13+i].Cursor())
+		}
+	}
+	if _, ok, _ := r.Next(ctx); ok {
+		t.Fatal("resume delivered more than the log holds")
+	}
+	if !r.Live() {
+		t.Fatal("a member that read the whole log is not on the route")
+	}
+}
