@@ -103,6 +103,11 @@ type Options struct {
 	MaxQueuedMessages int
 	// RetentionEvery is the period of retention passes (default 10 s).
 	RetentionEvery time.Duration
+	// RouteQueue is how many log messages the router may queue for one
+	// online session before that session leaves the route and reads the
+	// log on its own until it has caught up (default 1024). It bounds a
+	// slow subscriber's memory without holding up any other.
+	RouteQueue int
 }
 
 func (o *Options) norm() {
@@ -130,6 +135,9 @@ func (o *Options) norm() {
 	if o.RetentionEvery <= 0 {
 		o.RetentionEvery = 10 * time.Second
 	}
+	if o.RouteQueue <= 0 {
+		o.RouteQueue = 1024
+	}
 	if o.KeepAliveGrace < 1 {
 		o.KeepAliveGrace = 1.5
 	}
@@ -154,8 +162,16 @@ type Broker struct {
 	wills     map[string]*pendingWill // client id -> will waiting for its delay
 	closing   bool
 	wg        sync.WaitGroup
-	// sharedStarted is set once the shared-subscription follower runs.
+	// members holds the router's view of each online session (b.mu).
+	members map[string]*table.Member
+	// sharedStarted is set once any shared subscription exists, so the
+	// router decodes messages for shared groups.
 	sharedStarted atomic.Bool
+	// fan is the router: the one follower of the message log.
+	fan *table.Fanout
+	// plain and shared are the router's scratch space.
+	plain  []string
+	shared []topic.Subscription
 
 	metrics metrics
 
@@ -173,8 +189,12 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Broker{
 		db: db, opts: opts, log: opts.Logger.With("component", "mqtt"), group: maxGroup,
-		conns: map[string]*conn{}, wills: map[string]*pendingWill{},
+		conns: map[string]*conn{}, wills: map[string]*pendingWill{}, members: map[string]*table.Member{},
 		ctx: ctx, cancel: cancel,
+	}
+	if err := b.startRouter(ctx); err != nil {
+		cancel()
+		return nil, err
 	}
 	if engine.PrefersSeparateCommits(db.Engine()) {
 		b.group = 1
@@ -244,7 +264,7 @@ func (b *Broker) Close() error {
 	}
 	b.cancel()
 	b.wg.Wait()
-	return nil
+	return b.fan.Close()
 }
 
 // assignClientID returns a fresh client id for a client that sent none.

@@ -15,12 +15,13 @@ import (
 	"github.com/tidemark-io/tidemark/table"
 )
 
-// outbound is a session's sending side: a table subscription over the
-// message log from the session's checkpoint (so an offline session catches
-// up by replay), plus a queue of in-memory deliveries (QoS 0 publications,
-// shared subscriptions, retained messages). QoS 2 deliveries are recorded
-// in tableOut before their PUBLISH, and after PUBREC before their PUBREL,
-// so a reconnect or restart re-sends PUBREL, never the PUBLISH again.
+// outbound is a session's sending side: its member of the broker's router
+// over the message log (fed by the router while the session keeps up; read
+// from the log from the session's checkpoint while it catches up), plus a
+// queue of in-memory deliveries (QoS 0 publications, shared subscriptions,
+// retained messages). QoS 2 deliveries are recorded in tableOut before
+// their PUBLISH, and after PUBREC before their PUBREL, so a reconnect or
+// restart re-sends PUBREL, never the PUBLISH again.
 type outbound struct {
 	c      *conn
 	window int
@@ -54,8 +55,8 @@ type outbound struct {
 	liveFrom table.Cursor
 	freed    chan struct{}
 
-	sub       *table.Subscription
-	direct    chan direct
+	sub       *table.Member
+	direct    directQueue
 	persisted table.Cursor
 	stopped   chan struct{}
 }
@@ -84,20 +85,13 @@ type outRecord struct {
 	Msg   []byte       `json:"msg"`
 }
 
-// direct is an in-memory delivery.
-type direct struct {
-	msg    *Message
-	qos    byte
-	ids    []uint32
-	retain bool
-}
-
 func newOutbound(c *conn, window int) (*outbound, error) {
 	o := &outbound{
 		c: c, window: window,
 		inflight: map[uint16]*outMsg{}, resumed: map[table.Cursor]*outMsg{}, done: map[table.Cursor]bool{},
 		ending: map[uint16]table.Cursor{},
-		freed:  make(chan struct{}, 1), direct: make(chan direct, 1024), stopped: make(chan struct{}),
+		freed:  make(chan struct{}, 1), stopped: make(chan struct{}),
+		direct:    directQueue{ready: make(chan struct{}, 1)},
 		persisted: c.rec.Checkpoint, nextPI: c.rec.NextPI, sentHigh: c.rec.SentHigh,
 	}
 	for _, s := range c.rec.Subs {
@@ -190,23 +184,20 @@ func (o *outbound) start() {
 	go o.run()
 }
 
-// subscribe (re)starts the session's subscription to the message log.
+// subscribe starts the session's member of the router: it catches up
+// from from, then joins the route.
 func (o *outbound) subscribe(from table.Cursor) error {
-	sub, err := o.c.b.db.Subscribe(o.c.ctx, table.SubscribeOptions{
-		Table: tableMsgs, Start: from, IncludeSuperseded: true, Composite: true,
-		Filter: func(ev table.Event) bool { return o.wants(ev.ID) },
-	})
-	if err != nil {
-		return err
-	}
+	b := o.c.b
+	m := b.fan.Join(from, func(ev table.Event) bool { return o.wants(ev.ID) })
 	o.mu.Lock()
-	o.sub = sub
+	o.sub = m
 	o.mu.Unlock()
+	b.join(o.c.client, m)
 	return nil
 }
 
-// skipTruncated restarts the subscription at the oldest retained message
-// after retention removed messages the session had not received yet.
+// skipTruncated moves the member to the oldest retained message after
+// retention removed messages the session had not received yet.
 func (o *outbound) skipTruncated(cause error) bool {
 	c := o.c
 	st, err := c.b.db.LogStats(c.ctx)
@@ -215,12 +206,12 @@ func (o *outbound) skipTruncated(cause error) bool {
 	}
 	c.log.Warn("retention removed queued messages before the session received them", "err", cause)
 	c.b.metrics.droppedRetention.Add(1)
-	return o.subscribe(table.Cursor{Key: st.Floor - 1}) == nil
+	o.sub.Restart(table.Cursor{Key: st.Floor - 1})
+	return true
 }
 
-// currentSub returns the session's subscription (replaced when retention
-// forced a restart).
-func (o *outbound) currentSub() *table.Subscription {
+// currentSub returns the session's member of the router.
+func (o *outbound) currentSub() *table.Member {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.sub
@@ -247,7 +238,31 @@ func (o *outbound) run() {
 		if !o.waitWindow() {
 			return
 		}
-		if len(o.sub.Events()) == 0 && len(o.direct) == 0 {
+		ev, ok, err := o.sub.Next(c.ctx)
+		if err != nil {
+			if errors.Is(err, table.ErrHistoryUnavailable) && o.skipTruncated(err) {
+				continue
+			}
+			if !errors.Is(err, table.ErrClosed) && c.ctx.Err() == nil {
+				c.log.Warn("session replay ended", "err", err)
+				c.disconnect(packet.UnspecifiedError, "session replay failed")
+			}
+			return
+		}
+		if ok {
+			o.deliverEvent(ev)
+			// In-memory deliveries and checkpoints go on between log
+			// messages, however long the log.
+			select {
+			case <-o.direct.ready:
+				o.drainDirect()
+			case <-tick.C:
+				o.checkpoint()
+			default:
+			}
+			continue
+		}
+		if o.direct.len() == 0 {
 			// About to wait: the records taken so far are committed
 			// together and the PUBLISHes written so far go out in one
 			// flush.
@@ -255,27 +270,29 @@ func (o *outbound) run() {
 			c.flush()
 		}
 		select {
-		case ev, ok := <-o.sub.Events():
-			if !ok {
-				err := o.sub.Err()
-				if errors.Is(err, table.ErrHistoryUnavailable) && o.skipTruncated(err) {
-					continue
-				}
-				if err != nil && c.ctx.Err() == nil {
-					c.log.Warn("session replay ended", "err", err)
-					c.disconnect(packet.UnspecifiedError, "session replay failed")
-				}
-				return
-			}
-			o.deliverEvent(ev)
-		case d := <-o.direct:
-			o.deliverDirect(d)
+		case <-o.sub.Ready():
+		case <-o.direct.ready:
+			o.drainDirect()
 		case <-tick.C:
-			if err := o.persist(c.ctx, false); err != nil && c.ctx.Err() == nil {
-				c.log.Warn("persist checkpoint", "err", err)
-			}
+			o.checkpoint()
 		case <-c.ctx.Done():
 			return
+		}
+	}
+}
+
+// checkpoint persists the acknowledged checkpoint when it moved.
+func (o *outbound) checkpoint() {
+	if err := o.persist(o.c.ctx, false); err != nil && o.c.ctx.Err() == nil {
+		o.c.log.Warn("persist checkpoint", "err", err)
+	}
+}
+
+// drainDirect sends the queued in-memory deliveries, within the window.
+func (o *outbound) drainDirect() {
+	for o.direct.len() > 0 && o.waitWindow() {
+		if d, ok := o.direct.take(); ok {
+			o.deliverDirect(d)
 		}
 	}
 }
@@ -669,9 +686,7 @@ func (o *outbound) finishQoS2(om *outMsg, inLoop bool) bool {
 // offer queues an in-memory delivery; a full queue drops it (the
 // subscriber is too slow for at-most-once traffic).
 func (o *outbound) offer(d direct) {
-	select {
-	case o.direct <- d:
-	default:
+	if !o.direct.offer(d) {
 		o.c.b.metrics.droppedSlow.Add(1)
 		o.c.log.Debug("slow subscriber: in-memory delivery dropped", "topic", d.msg.Topic)
 	}
@@ -835,10 +850,11 @@ func (o *outbound) sessionSweepTx() (*table.Tx, bool, error) {
 	return tx, more, nil
 }
 
-// stop ends the sender and the subscription.
+// stop ends the sender and takes the session off the route.
 func (o *outbound) stop() {
 	if sub := o.currentSub(); sub != nil {
-		_ = sub.Close()
+		sub.Close()
+		o.c.b.leave(o.c.client, sub)
 	}
 	<-o.stopped
 }

@@ -408,7 +408,15 @@ func (m *Member) Detaches() int {
 // Close ends the member: nothing more is routed to it and Next returns
 // ErrClosed once the queue is drained. Checkpoint and Ack keep working.
 func (m *Member) Close() {
+	routed := m.f.frontier()
 	m.mu.Lock()
+	if m.live {
+		// Off the route, the frontier is the member's own.
+		m.frontier = m.floor
+		if m.frontier.Less(routed) {
+			m.frontier = routed
+		}
+	}
 	m.closed, m.live, m.rd = true, false, nil
 	m.mu.Unlock()
 	m.signal()
