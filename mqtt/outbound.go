@@ -58,6 +58,11 @@ type outbound struct {
 	sub       *table.Member
 	direct    directQueue
 	persisted table.Cursor
+	// progress counts completed QoS 1/2 deliveries; persisted at
+	// persistedProgress, at persistedAt.
+	progress          atomic.Uint64
+	persistedProgress uint64
+	persistedAt       time.Time
 	stopped   chan struct{}
 }
 
@@ -589,6 +594,7 @@ func (o *outbound) complete(pi uint16) {
 	o.mu.Unlock()
 	if om != nil {
 		o.c.b.metrics.inflightOut.Add(-1)
+		o.progress.Add(1)
 	}
 	if om != nil && om.hasEv {
 		if sub := o.currentSub(); sub != nil {
@@ -706,7 +712,7 @@ func (o *outbound) persist(ctx context.Context, final bool) error {
 	if sub == nil {
 		return nil
 	}
-	if !final && sub.Checkpoint() == o.persisted && !o.garbage() && !o.c.lazy.pending() {
+	if !final && !o.due(sub.Checkpoint()) && !o.garbage() && !o.c.lazy.pending() {
 		return nil
 	}
 	tx, more, err := o.sessionSweepTx()
@@ -752,6 +758,22 @@ func (o *outbound) persist(ctx context.Context, final bool) error {
 		return err
 	}
 	return nil
+}
+
+// due reports whether a checkpoint at cp is worth a commit now. A
+// checkpoint that moved only over messages for other sessions changes
+// nothing a restart would re-send, so it is written only now and then
+// (for retention after a crash and a shorter replay scan); one that moved
+// over deliveries this session completed is written at once, so a crash
+// re-sends at most what was in flight.
+func (o *outbound) due(cp table.Cursor) bool {
+	if cp == o.persisted {
+		return false
+	}
+	if o.progress.Load() != o.persistedProgress {
+		return true
+	}
+	return time.Since(o.persistedAt) >= o.c.b.opts.RetentionEvery
 }
 
 // setSince records that the plain subscription filter matches only
@@ -847,6 +869,7 @@ func (o *outbound) sessionSweepTx() (*table.Tx, bool, error) {
 		return nil, false, err
 	}
 	o.persisted = cp
+	o.persistedProgress, o.persistedAt = o.progress.Load(), time.Now()
 	return tx, more, nil
 }
 
