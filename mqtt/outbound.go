@@ -63,7 +63,7 @@ type outbound struct {
 	progress          atomic.Uint64
 	persistedProgress uint64
 	persistedAt       time.Time
-	stopped   chan struct{}
+	stopped           chan struct{}
 }
 
 type outMsg struct {
