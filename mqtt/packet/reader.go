@@ -49,7 +49,7 @@ const (
 // the protocol's own limit, MaxPacketSize. The Reader has no protocol level
 // until it decodes a CONNECT or SetVersion is called.
 func NewReader(r io.Reader, maxPacketSize int) *Reader {
-	rd := &Reader{src: r, in: newInterner()}
+	rd := &Reader{src: r}
 	rd.br, _ = r.(io.ByteReader)
 	rd.SetMaxPacketSize(maxPacketSize)
 	return rd
@@ -65,7 +65,12 @@ func (r *Reader) SetMaxPacketSize(n int) {
 
 // SetVersion fixes the protocol level used to decode every packet but
 // CONNECT, which carries its own.
-func (r *Reader) SetVersion(v Version) { r.version = v }
+func (r *Reader) SetVersion(v Version) {
+	r.version = v
+	if r.in == nil {
+		r.in = newInterner()
+	}
+}
 
 // Version returns the protocol level in force, or 0 before any.
 func (r *Reader) Version() Version { return r.version }
@@ -117,6 +122,7 @@ func (r *Reader) ReadPacket() (Packet, error) {
 	}
 	if c, ok := p.(*Connect); ok && r.version == 0 {
 		r.version = c.Version
+		r.in = newInterner()
 	}
 	return p, nil
 }
@@ -379,4 +385,13 @@ func (r *Reader) putPublish(p *Publish) {
 		r.free = append(r.free, p)
 	}
 	r.mu.Unlock()
+}
+
+// Reset makes r read from src from now on, keeping its protocol level,
+// size limit and caches: for a connection that moves to a larger buffer
+// once its CONNECT is read. Bytes src does not hold are lost, so the
+// caller passes on what the old source had buffered.
+func (r *Reader) Reset(src io.Reader) {
+	r.src = src
+	r.br, _ = src.(io.ByteReader)
 }
