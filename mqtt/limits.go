@@ -143,3 +143,6 @@ func (b *Broker) persistentExpiry() uint32 {
 	}
 	return neverExpires
 }
+
+// Options returns the broker's options with the defaults applied.
+func (b *Broker) Options() Options { return b.opts }
