@@ -15,10 +15,20 @@ import (
 )
 
 // BenchmarkIdleSocket reports what one socket that has not sent CONNECT
-// costs the broker: heap bytes and goroutine stack bytes. The client
-// sockets are raw descriptors, so they add nothing to the Go heap. Run
-// with a fixed count, e.g. -benchtime 2000x (at most 4000 are opened).
+// costs the broker: heap bytes and goroutine stack bytes, for a socket
+// that sent nothing and for one that sent the first bytes of a CONNECT
+// announcing 256 KiB and stalled. The client sockets are raw descriptors,
+// so they add nothing to the Go heap. Run with a fixed count, e.g.
+// -benchtime 2000x (at most 4000 are opened).
 func BenchmarkIdleSocket(b *testing.B) {
+	// A CONNECT fixed header with a remaining length of 256 KiB, and the
+	// first bytes of its variable header.
+	stalled := []byte{0x10, 0x80, 0x80, 0x10, 0x00, 0x04, 'M', 'Q', 'T', 'T', 5}
+	b.Run("silent", func(b *testing.B) { idleSockets(b, nil) })
+	b.Run("stalled-connect", func(b *testing.B) { idleSockets(b, stalled) })
+}
+
+func idleSockets(b *testing.B, send []byte) {
 	n := min(b.N, 4000)
 	s := mqtttest.Start(b, testEngine, nil, mqtt.Options{MaxConnections: n + 16, ConnectTimeout: time.Hour})
 	host, port, _ := net.SplitHostPort(s.Addr)
@@ -45,6 +55,11 @@ func BenchmarkIdleSocket(b *testing.B) {
 		if err := syscall.Connect(fd, &sa); err != nil {
 			b.Fatalf("connect: %v", err)
 		}
+		if len(send) > 0 {
+			if _, err := syscall.Write(fd, send); err != nil {
+				b.Fatalf("write: %v", err)
+			}
+		}
 	}
 	deadline := time.Now().Add(time.Minute)
 	for br.Stats().AwaitingConnect < n {
@@ -54,6 +69,7 @@ func BenchmarkIdleSocket(b *testing.B) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	b.StopTimer()
+	time.Sleep(500 * time.Millisecond) // for the broker to read what was sent
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(n), "heap-B/socket")

@@ -33,6 +33,8 @@ const (
 	// readChunk is the most a Reader allocates for a packet body ahead of
 	// the bytes arriving.
 	readChunk = 64 << 10
+	// connectChunk is readChunk before the protocol level is known.
+	connectChunk = 1 << 10
 	// retainBuf is the largest buffer a Reader keeps for reuse; larger
 	// ones, needed by rare large packets, are left to the collector.
 	retainBuf = 64 << 10
@@ -189,11 +191,17 @@ func (r *Reader) readBody(buf []byte, n int) ([]byte, error) {
 		}
 		return buf, nil
 	}
+	// Before the CONNECT is read the peer has proven nothing: a socket
+	// that announces a large CONNECT and stalls gets a small buffer.
+	floor := readChunk
+	if r.version == 0 {
+		floor = connectChunk
+	}
 	got := 0
 	buf = buf[:cap(buf)]
 	for got < n {
 		if got == len(buf) {
-			nb := make([]byte, min(n, max(2*len(buf), readChunk)))
+			nb := make([]byte, min(n, max(2*len(buf), floor)))
 			copy(nb, buf[:got])
 			buf = nb
 		}
