@@ -87,8 +87,36 @@ type Options struct {
 	// Default 30 s.
 	StoreTimeout time.Duration
 	// MaxSessionExpiry caps the session expiry a 5.0 client asks for
-	// (default: no cap). 3.1.1 persistent sessions never expire.
+	// (default: no cap).
 	MaxSessionExpiry time.Duration
+	// SessionExpiry is the longest any session is kept after its
+	// connection ends: a 5.0 client asking for more, or for never, gets
+	// this, and so does a 3.1.1 persistent session, which cannot ask.
+	// Default 0: no bound, and 3.1.1 persistent sessions never expire.
+	SessionExpiry time.Duration
+
+	// MaxConnections caps the open sockets, with or without a CONNECT.
+	// At the cap a new socket takes the place of the oldest one that has
+	// not sent its CONNECT; when every socket has, the new one is closed
+	// at once. Default: DefaultMaxConnections().
+	MaxConnections int
+	// MaxConnRate is how many sockets per second one source address may
+	// open (a burst of one second's worth); past it new sockets are
+	// closed at once. Default 0: no limit (clients behind one NAT or load
+	// balancer share an address).
+	MaxConnRate float64
+	// ConnectTimeout closes a socket that has not sent its CONNECT in
+	// this time (default DefaultConnectTimeout).
+	ConnectTimeout time.Duration
+	// MaxTopicLength bounds topic names and filters, in bytes (default
+	// and maximum MaxTopicLength, the protocol's own limit).
+	MaxTopicLength int
+	// MaxTopicLevels bounds the levels of topic names and filters
+	// (default 0: no limit).
+	MaxTopicLevels int
+	// MaxSubscriptions bounds the subscriptions of one session (default
+	// 0: no limit).
+	MaxSubscriptions int
 	// CheckpointEvery is how often an online session persists its
 	// acknowledged checkpoint (default 1 s); it is also persisted on
 	// disconnect and on every subscription change.
@@ -141,6 +169,7 @@ func (o *Options) norm() {
 	if o.KeepAliveGrace < 1 {
 		o.KeepAliveGrace = 1.5
 	}
+	o.normLimits()
 }
 
 // Broker is an MQTT broker over a table.DB. It is safe for concurrent use.
@@ -174,6 +203,8 @@ type Broker struct {
 	shared []topic.Subscription
 
 	metrics metrics
+	// gate admits sockets (see accept.go).
+	gate *gate
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -190,7 +221,8 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 	b := &Broker{
 		db: db, opts: opts, log: opts.Logger.With("component", "mqtt"), group: maxGroup,
 		conns: map[string]*conn{}, wills: map[string]*pendingWill{}, members: map[string]*table.Member{},
-		ctx: ctx, cancel: cancel,
+		gate: newGate(opts.MaxConnections, opts.MaxConnRate),
+		ctx:  ctx, cancel: cancel,
 	}
 	if err := b.startRouter(ctx); err != nil {
 		cancel()
@@ -210,7 +242,9 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 	return b, nil
 }
 
-// Serve accepts connections on ln until the broker closes or ln fails.
+// Serve accepts connections on ln until the broker closes or ln is
+// closed; a failed Accept is retried (see Options.MaxConnections for what
+// keeps the process within its descriptors).
 func (b *Broker) Serve(ln net.Listener) error {
 	b.mu.Lock()
 	if b.closing {
@@ -219,25 +253,7 @@ func (b *Broker) Serve(ln net.Listener) error {
 	}
 	b.listeners = append(b.listeners, ln)
 	b.mu.Unlock()
-	for {
-		nc, err := ln.Accept()
-		if err != nil {
-			if b.ctx.Err() != nil {
-				return nil
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				time.Sleep(10 * time.Millisecond)
-				continue
-			}
-			return err
-		}
-		b.wg.Add(1)
-		go func() {
-			defer b.wg.Done()
-			newConn(b, nc).serve()
-		}()
-	}
+	return b.acceptLoop(ln)
 }
 
 // Close stops accepting, closes every connection (acknowledged messages
@@ -259,6 +275,7 @@ func (b *Broker) Close() error {
 		conns = append(conns, c)
 	}
 	b.mu.Unlock()
+	b.gate.close()
 	for _, c := range conns {
 		c.shutdown()
 	}

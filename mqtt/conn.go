@@ -84,6 +84,15 @@ type conn struct {
 	// token of a connection on another node that claimed the session.
 	token   string
 	handoff atomic.Pointer[string]
+
+	// prev and next link the sockets waiting for their CONNECT, and
+	// waiting says this one is among them; the gate's lock guards all
+	// three.
+	prev, next *conn
+	waiting    bool
+	// lingering is set when the connection ends after telling the client
+	// why: the socket is half-closed and serve drains it before closing.
+	lingering atomic.Bool
 }
 
 // exchange is the read loop's view of one inbound QoS 2 packet id.
@@ -122,25 +131,59 @@ type ackEntry struct {
 	atDone, atSent Point
 }
 
+// newConn returns a connection for a socket that has not sent its CONNECT
+// yet. It holds what reading the CONNECT needs and nothing more: a small
+// read buffer, an unbuffered writer for a refusing CONNACK, and none of the
+// connected state (see grow), so a flood of idle sockets costs little.
 func newConn(b *Broker, nc net.Conn) *conn {
-	ctx, cancel := context.WithCancel(b.ctx)
-	bw := bufio.NewWriterSize(nc, 32<<10)
-	br := bufio.NewReaderSize(nc, 32<<10)
-	c := &conn{
-		b: b, nc: nc, log: b.log.With("remote", nc.RemoteAddr().String()),
+	br := bufio.NewReaderSize(nc, connectReadBuf)
+	return &conn{
+		b: b, nc: nc, log: b.log,
 		rd: packet.NewReader(br, b.opts.MaxPacketSize), br: br,
-		bw: bw, w: packet.NewWriter(bw, packet.V311),
-		ctx: ctx, cancel: cancel,
-		// With the entry the ack loop waits for, the FIFO holds one receive
-		// maximum of entries: past it the read loop stops reading the
-		// socket until the oldest commit completes.
-		acks:      make(chan ackEntry, b.opts.ReceiveMaximum-1),
-		ackDone:   make(chan struct{}),
-		exchanges: map[uint16]*exchange{},
-		done:      make(chan struct{}),
-		token:     newToken(),
+		w: packet.NewWriter(nc, packet.V311),
 	}
-	return c
+}
+
+// grow allocates what a connection needs once its CONNECT was read: the
+// full read and write buffers, the context, the ack FIFO and the
+// per-connection maps. Bytes the client sent behind its CONNECT wait in
+// the small buffer and are read first.
+func (c *conn) grow() {
+	var src io.Reader = c.nc
+	if n := c.br.Buffered(); n > 0 {
+		rest := make([]byte, n)
+		_, _ = io.ReadFull(c.br, rest) // buffered: no read from the socket
+		src = &prefixReader{rest: rest, r: c.nc}
+	}
+	c.br = bufio.NewReaderSize(src, connReadBuf)
+	c.rd.Reset(c.br)
+	c.bw = bufio.NewWriterSize(c.nc, connWriteBuf)
+	c.w = packet.NewWriter(c.bw, packet.V311)
+	c.log = c.b.log.With("remote", c.nc.RemoteAddr().String())
+	c.ctx, c.cancel = context.WithCancel(c.b.ctx)
+	// With the entry the ack loop waits for, the FIFO holds one receive
+	// maximum of entries: past it the read loop stops reading the socket
+	// until the oldest commit completes.
+	c.acks = make(chan ackEntry, c.b.opts.ReceiveMaximum-1)
+	c.ackDone = make(chan struct{})
+	c.exchanges = map[uint16]*exchange{}
+	c.done = make(chan struct{})
+	c.token = newToken()
+}
+
+// prefixReader reads rest, then r.
+type prefixReader struct {
+	rest []byte
+	r    io.Reader
+}
+
+func (p *prefixReader) Read(b []byte) (int, error) {
+	if len(p.rest) == 0 {
+		return p.r.Read(b)
+	}
+	n := copy(b, p.rest)
+	p.rest = p.rest[n:]
+	return n, nil
 }
 
 // write sends p, flushing when no other writer is waiting behind it.
@@ -183,7 +226,7 @@ func (c *conn) flush() {
 }
 
 func (c *conn) flushLocked() error {
-	if c.bw.Buffered() == 0 {
+	if c.bw == nil || c.bw.Buffered() == 0 {
 		return nil
 	}
 	c.armWriteLocked()
@@ -218,21 +261,28 @@ func (c *conn) warn(msg string, err error) {
 func (c *conn) fail(err error) {
 	c.failOnce.Do(func() {
 		c.failErr = err
-		c.cancel()
+		if c.cancel != nil {
+			c.cancel()
+		}
 		_ = c.nc.Close()
 	})
 }
 
 // disconnect ends the connection, telling a 5.0 client why.
 func (c *conn) disconnect(rc packet.ReasonCode, why string) {
-	if c.version == packet.V5 {
-		d := &packet.Disconnect{ReasonCode: rc}
-		if why != "" {
-			d.Properties.SetReasonString(why)
-		}
-		_ = c.write(d)
+	err := fmt.Errorf("disconnected: %s (%v)", why, rc)
+	if c.version != packet.V5 {
+		c.fail(err)
+		return
 	}
-	c.fail(fmt.Errorf("disconnected: %s (%v)", why, rc))
+	d := &packet.Disconnect{ReasonCode: rc}
+	if why != "" {
+		d.Properties.SetReasonString(why)
+	}
+	if c.write(d) != nil {
+		return // the write failed the connection
+	}
+	c.failTold(err)
 }
 
 // shutdown ends the connection as the broker stops.
@@ -250,22 +300,29 @@ func (c *conn) takeover() {
 }
 
 func (c *conn) serve() {
-	defer close(c.done)
-	defer c.cancel()
-	_ = c.nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	defer c.closeSocket()
+	_ = c.nc.SetReadDeadline(time.Now().Add(c.b.opts.ConnectTimeout))
 	p, err := c.rd.ReadPacket()
+	if !c.b.gate.connected(c) {
+		return // evicted to make room, or the broker is closing
+	}
 	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			c.b.metrics.refused(refusedTimeout)
+		}
 		c.rejectConnect(err)
-		_ = c.nc.Close()
 		return
 	}
 	cp, ok := p.(*packet.Connect)
 	if !ok {
-		_ = c.nc.Close()
 		return
 	}
+	c.grow()
+	defer close(c.done)
+	defer c.cancel()
 	if !c.connect(cp) {
-		_ = c.nc.Close()
+		c.failTold(errors.New("connect refused"))
 		return
 	}
 	go c.ackLoop()
@@ -288,7 +345,9 @@ func (c *conn) rejectConnect(err error) {
 		}
 	}
 	c.w.SetVersion(v)
-	_ = c.write(&packet.Connack{ReasonCode: pe.Code})
+	if c.write(&packet.Connack{ReasonCode: pe.Code}) == nil {
+		c.failTold(err)
+	}
 }
 
 func (c *conn) readLoop() {
@@ -297,6 +356,9 @@ func (c *conn) readLoop() {
 			_ = c.nc.SetReadDeadline(time.Now().Add(time.Duration(float64(c.keepAlive) * c.b.opts.KeepAliveGrace)))
 		} else {
 			_ = c.nc.SetReadDeadline(time.Time{})
+		}
+		if c.ctx.Err() != nil {
+			return // ended by another goroutine, which may have set a deadline before ours
 		}
 		p, err := c.rd.ReadPacket()
 		if err != nil {

@@ -36,7 +36,7 @@ func (c *conn) connect(cp *packet.Connect) bool {
 	case c.version == packet.V311 && cp.CleanStart:
 		c.expiry = 0
 	case c.version == packet.V311:
-		c.expiry = neverExpires
+		c.expiry = c.b.persistentExpiry()
 	default:
 		c.expiry = c.capExpiry(props.SessionExpiry)
 	}
@@ -167,11 +167,8 @@ func (c *conn) connect(cp *packet.Connect) bool {
 }
 
 func (c *conn) capExpiry(v uint32) uint32 {
-	if m := c.b.opts.MaxSessionExpiry; m > 0 && v != neverExpires && time.Duration(v)*time.Second > m {
-		return uint32(m / time.Second)
-	}
-	if m := c.b.opts.MaxSessionExpiry; m > 0 && v == neverExpires {
-		return uint32(m / time.Second)
+	if m := c.b.expiryCap(c.version == packet.V5); m > 0 && v > m {
+		return m
 	}
 	return v
 }

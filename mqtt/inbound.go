@@ -44,6 +44,9 @@ func (c *conn) handlePublish(p *packet.Publish) bool {
 		c.disconnect(packet.TopicNameInvalid, "invalid topic name")
 		return false
 	}
+	if err := c.b.checkTopic(name); err != nil {
+		return c.refuseTopic(p, err)
+	}
 	if len(p.Properties.SubscriptionIDs) > 0 {
 		c.disconnect(packet.ProtocolError, "subscription identifier in a PUBLISH from a client") // [MQTT-3.3.4-6]
 		return false

@@ -21,6 +21,28 @@ type metrics struct {
 	truncations      atomic.Uint64
 	pipelineDepth    atomic.Int64
 	inflightOut      atomic.Int64
+
+	// Sockets closed before their CONNECT was served, by reason (see
+	// accept.go), and failed Accepts.
+	refusedCap, refusedEvicted, refusedRate, refusedTimeout, refusedClosing atomic.Uint64
+	acceptErrors                                                            atomic.Uint64
+	// Packets or subscriptions refused by a configured limit.
+	limitTopicLength, limitTopicLevels, limitSubscriptions atomic.Uint64
+}
+
+func (m *metrics) refused(reason string) {
+	switch reason {
+	case refusedCap:
+		m.refusedCap.Add(1)
+	case refusedEvicted:
+		m.refusedEvicted.Add(1)
+	case refusedRate:
+		m.refusedRate.Add(1)
+	case refusedTimeout:
+		m.refusedTimeout.Add(1)
+	case refusedClosing:
+		m.refusedClosing.Add(1)
+	}
 }
 
 // Stats is a snapshot of the broker's counters and gauges.
@@ -44,6 +66,22 @@ type Stats struct {
 	PipelineDepth, InflightOut int64
 	// Truncations counts retention passes that removed log entries.
 	Truncations uint64
+	// Sockets is the number of open sockets, with or without a CONNECT;
+	// AwaitingConnect those that have not sent one yet.
+	Sockets, AwaitingConnect int
+	// Refused counts sockets closed before their CONNECT was served, by
+	// reason: "max_connections" (at Options.MaxConnections with every
+	// socket connected), "evicted" (the oldest socket without a CONNECT,
+	// closed to make room for a new one), "rate" (over
+	// Options.MaxConnRate), "connect_timeout" (no CONNECT within
+	// Options.ConnectTimeout), "closing" (the broker was stopping).
+	Refused map[string]uint64
+	// AcceptErrors counts failed Accepts, each retried after a pause.
+	AcceptErrors uint64
+	// LimitHits counts what a configured limit refused, by limit:
+	// "topic_length" and "topic_levels" (a PUBLISH topic or a filter),
+	// "subscriptions" (a subscription past the per-session cap).
+	LimitHits map[string]uint64
 }
 
 // Stats returns the broker's current counters.
@@ -61,6 +99,16 @@ func (b *Broker) Stats() Stats {
 			"retention": m.droppedRetention.Load(), "slow": m.droppedSlow.Load(),
 			"too_large": m.droppedTooLarge.Load(), "expired": m.droppedExpired.Load(),
 		},
+	}
+	s.Sockets, s.AwaitingConnect = b.gate.counts()
+	s.Refused = map[string]uint64{
+		refusedCap: m.refusedCap.Load(), refusedEvicted: m.refusedEvicted.Load(), refusedRate: m.refusedRate.Load(),
+		refusedTimeout: m.refusedTimeout.Load(), refusedClosing: m.refusedClosing.Load(),
+	}
+	s.AcceptErrors = m.acceptErrors.Load()
+	s.LimitHits = map[string]uint64{
+		limitTopicLength: m.limitTopicLength.Load(), limitTopicLevels: m.limitTopicLevels.Load(),
+		limitSubscriptions: m.limitSubscriptions.Load(),
 	}
 	for i := range 3 {
 		s.MessagesIn[i], s.MessagesOut[i] = m.msgsIn[i].Load(), m.msgsOut[i].Load()

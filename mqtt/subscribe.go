@@ -37,7 +37,7 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 			RetainAsPublished: req.RetainAsPublished, RetainHandling: byte(req.RetainHandling), ID: subID}
 		sh, shared, err := topic.ParseShared(req.Filter)
 		switch {
-		case err != nil || !topic.ValidFilter(req.Filter):
+		case err != nil || !topic.ValidFilter(req.Filter) || c.b.checkTopic(req.Filter) != nil:
 			ack.ReasonCodes[i] = packet.TopicFilterInvalid
 			continue
 		case shared && req.NoLocal && c.version == packet.V5:
@@ -53,6 +53,10 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 			if o.subs[j].Filter == s.Filter && o.subs[j].Group == s.Group {
 				o.subs[j], existed = s, true
 			}
+		}
+		if !existed && !c.b.subscriptionAllowed(len(o.subs)) {
+			ack.ReasonCodes[i] = packet.QuotaExceeded
+			continue
 		}
 		if !existed {
 			o.subs = append(o.subs, s)

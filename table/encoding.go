@@ -1,6 +1,7 @@
 package table
 
 import (
+	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -25,9 +26,21 @@ const MaxTableName = 64
 // keyOverhead is the bytes a record key adds to table and id.
 const keyOverhead = 2
 
+// MaxID is the longest id, in bytes, of any table: as long as an MQTT topic
+// may be.
+const MaxID = 1<<16 - 1
+
 // MaxIDLen returns the longest id, in bytes, a record of table may have:
-// the engine's key limit minus the table name and the key's framing.
-func MaxIDLen(table string) int { return engine.MaxKeySize - keyOverhead - len(table) }
+// MaxID for every table. An id too long for the engine's key limit next to
+// its table name is stored under a key made of its first bytes and its
+// SHA-256 (see dataKey), with the whole id in the record.
+func MaxIDLen(table string) int { return MaxID }
+
+// inlineIDLen is the longest id of table that is its own key suffix.
+func inlineIDLen(table string) int { return engine.MaxKeySize - keyOverhead - len(table) }
+
+// idHashLen is the length of the hash that ends the key of a long id.
+const idHashLen = sha256.Size
 
 var metaHead = []byte{kindMeta, 'h', 'e', 'a', 'd'}
 
@@ -56,7 +69,21 @@ func validID(table, id string) error {
 	return nil
 }
 
+// dataKey is the engine key of table/id. An id longer than
+// inlineIDLen(table) is keyed by its first bytes and its SHA-256, so the
+// key is exactly engine.MaxKeySize bytes long: such keys sort among the
+// others by those first bytes, and below them in hash order.
 func dataKey(kind byte, table, id string) []byte {
+	inline := inlineIDLen(table)
+	if len(id) > inline {
+		sum := sha256.Sum256([]byte(id))
+		k := make([]byte, 0, engine.MaxKeySize)
+		k = append(k, kind)
+		k = append(k, table...)
+		k = append(k, 0)
+		k = append(k, id[:inline-idHashLen]...)
+		return append(k, sum[:]...)
+	}
 	k := make([]byte, 0, keyOverhead+len(table)+len(id))
 	k = append(k, kind)
 	k = append(k, table...)
@@ -64,9 +91,18 @@ func dataKey(kind byte, table, id string) []byte {
 	return append(k, id...)
 }
 
+// longID reports whether table/id is keyed by its hash.
+func longID(table, id string) bool { return len(id) > inlineIDLen(table) }
+
 // prefixBounds returns the key range of table's records whose id starts
-// with prefix.
-func prefixBounds(table, prefix string) (lower, upper []byte) {
+// with prefix. A prefix longer than the part of a long id its key keeps
+// gives the bounds of that part: exact says whether every record in the
+// range has the prefix, or the caller must check.
+func prefixBounds(table, prefix string) (lower, upper []byte, exact bool) {
+	exact = true
+	if keep := inlineIDLen(table) - idHashLen; len(prefix) > keep {
+		prefix, exact = prefix[:keep], false
+	}
 	lower = dataKey(kindRecord, table, prefix)
 	p := []byte(prefix)
 	for len(p) > 0 && p[len(p)-1] == 0xff {
@@ -74,39 +110,64 @@ func prefixBounds(table, prefix string) (lower, upper []byte) {
 	}
 	if len(p) == 0 {
 		upper = append([]byte{kindRecord}, table...)
-		return lower, append(upper, 1)
+		return lower, append(upper, 1), exact
 	}
 	p[len(p)-1]++
-	return lower, dataKey(kindRecord, table, string(p))
+	return lower, dataKey(kindRecord, table, string(p)), exact
 }
 
-// Stored record: format, flags, version, value.
+// Stored record: format, flags, version, value; a record whose id is
+// keyed by its hash (recordFormatLong) holds the id between version and
+// value, as a uvarint length and the bytes.
 const (
-	recordFormat  = 1
-	flagDeleted   = 1
-	recordHdrSize = 1 + 1 + 8
+	recordFormat     = 1
+	recordFormatLong = 2
+	flagDeleted      = 1
+	recordHdrSize    = 1 + 1 + 8
 )
 
-func encodeRecord(v Version, deleted bool, value []byte) []byte {
-	b := make([]byte, recordHdrSize, recordHdrSize+len(value))
-	b[0] = recordFormat
+// encodeRecord encodes a record of table/id.
+func encodeRecord(table, id string, v Version, deleted bool, value []byte) []byte {
+	format, extra := byte(recordFormat), 0
+	if longID(table, id) {
+		format, extra = recordFormatLong, binary.MaxVarintLen32+len(id)
+	}
+	b := make([]byte, recordHdrSize, recordHdrSize+extra+len(value))
+	b[0] = format
 	if deleted {
 		b[1] = flagDeleted
 	}
 	binary.BigEndian.PutUint64(b[recordVersionAt:], uint64(v))
+	if format == recordFormatLong {
+		b = binary.AppendUvarint(b, uint64(len(id)))
+		b = append(b, id...)
+	}
 	return append(b, value...)
 }
 
 // recordVersionAt is the offset of the version in an encoded record.
 const recordVersionAt = 2
 
+// decodeRecord decodes the record stored under the key of table/id. For a
+// record keyed by its hash the id comes from the record itself, so id may
+// be the truncated one a key holds; the caller that looked up a whole id
+// compares it with Record.ID.
 func decodeRecord(table, id string, b []byte) (Record, error) {
-	if len(b) < recordHdrSize || b[0] != recordFormat {
+	if len(b) < recordHdrSize || (b[0] != recordFormat && b[0] != recordFormatLong) {
 		return Record{}, fmt.Errorf("table: record %s/%q: %w: bad header", table, id, engine.ErrCorrupt)
 	}
 	r := Record{Table: table, ID: id, Version: Version(binary.BigEndian.Uint64(b[2:])), Deleted: b[1]&flagDeleted != 0}
+	value := b[recordHdrSize:]
+	if b[0] == recordFormatLong {
+		n, k := binary.Uvarint(value)
+		if k <= 0 || n > uint64(len(value)-k) {
+			return Record{}, fmt.Errorf("table: record %s/%.40q: %w: bad id", table, id, engine.ErrCorrupt)
+		}
+		r.ID = string(value[k : k+int(n)])
+		value = value[k+int(n):]
+	}
 	if !r.Deleted {
-		r.Value = append([]byte{}, b[recordHdrSize:]...)
+		r.Value = append([]byte{}, value...)
 	}
 	return r, nil
 }
@@ -123,7 +184,7 @@ func encodeEntry(op Op, table, id string, v Version, value []byte) []byte {
 
 // encodeEntryAt is encodeEntry that also returns the version's offset.
 func encodeEntryAt(op Op, table, id string, v Version, value []byte) ([]byte, int) {
-	b := make([]byte, 0, 2+2*binary.MaxVarintLen16+len(table)+len(id)+8+len(value))
+	b := make([]byte, 0, 2+2*binary.MaxVarintLen32+len(table)+len(id)+8+len(value))
 	b = append(b, entryFormat, byte(op))
 	b = binary.AppendUvarint(b, uint64(len(table)))
 	b = append(b, table...)

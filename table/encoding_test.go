@@ -66,7 +66,7 @@ func TestKeysAreOrderedAndUnambiguous(t *testing.T) {
 			t.Fatalf("key of %q sorts at or after %q", pairs[i-1], pairs[i])
 		}
 	}
-	lo, hi := prefixBounds("a", "b\xff\xff")
+	lo, hi, _ := prefixBounds("a", "b\xff\xff")
 	for _, id := range []string{"b\xff\xff", "b\xff\xff\xff", "b\xff\xff\x00"} {
 		if k := dataKey(kindRecord, "a", id); bytes.Compare(k, lo) < 0 || bytes.Compare(k, hi) >= 0 {
 			t.Fatalf("id %q outside prefix bounds", id)
@@ -75,7 +75,7 @@ func TestKeysAreOrderedAndUnambiguous(t *testing.T) {
 	if k := dataKey(kindRecord, "a", "c"); bytes.Compare(k, hi) < 0 {
 		t.Fatalf("id c inside the bounds of prefix b\\xff\\xff")
 	}
-	lo, hi = prefixBounds("a", "")
+	lo, hi, _ = prefixBounds("a", "")
 	if k := dataKey(kindRecord, "ab", "x"); bytes.Compare(k, lo) >= 0 && bytes.Compare(k, hi) < 0 {
 		t.Fatalf("table ab inside the bounds of table a")
 	}
@@ -123,5 +123,44 @@ func TestDecodeEntryRejectsGarbage(t *testing.T) {
 	}
 	if _, err := decodeRecord("t", "x", []byte{1, 0}); !errors.Is(err, engine.ErrCorrupt) {
 		t.Fatalf("short record decoded: %v", err)
+	}
+}
+
+// An id too long for the key room is keyed by its first bytes and its
+// hash: the key stays within the engine limit, two long ids that share
+// those bytes get different keys, and the record carries the whole id.
+func TestLongIDKeys(t *testing.T) {
+	long := strings.Repeat("x", 3000)
+	a, b := long+"a", long+"b"
+	ka, kb := dataKey(kindRecord, "t", a), dataKey(kindRecord, "t", b)
+	if len(ka) != engine.MaxKeySize || len(kb) != engine.MaxKeySize {
+		t.Fatalf("long id keys of %d and %d bytes, want %d", len(ka), len(kb), engine.MaxKeySize)
+	}
+	if bytes.Equal(ka, kb) {
+		t.Fatal("two long ids share a key")
+	}
+	lo, hi, exact := prefixBounds("t", long)
+	if exact {
+		t.Fatal("bounds of a prefix longer than the key room claimed exact")
+	}
+	for _, k := range [][]byte{ka, kb, dataKey(kindRecord, "t", strings.Repeat("x", 460))} { // the last is inside, without the prefix: Range checks
+		if bytes.Compare(k, lo) < 0 || bytes.Compare(k, hi) >= 0 {
+			t.Fatalf("key %.20x... outside the bounds of its prefix", k)
+		}
+	}
+	for _, deleted := range []bool{false, true} {
+		r, err := decodeRecord("t", "ignored", encodeRecord("t", a, 9, deleted, []byte("v")))
+		if err != nil || r.ID != a || r.Version != 9 || r.Deleted != deleted || (!deleted && string(r.Value) != "v") {
+			t.Fatalf("long id record: %+v, %v", r, err)
+		}
+	}
+	enc := encodeRecord("t", a, 9, false, []byte("v"))
+	for i := recordHdrSize; i < recordHdrSize+3; i++ {
+		if _, err := decodeRecord("t", "x", enc[:i]); !errors.Is(err, engine.ErrCorrupt) {
+			t.Fatalf("long record cut at %d decoded: %v", i, err)
+		}
+	}
+	if r, err := decodeRecord("t", "short", encodeRecord("t", "short", 3, false, []byte("v"))); err != nil || r.ID != "short" {
+		t.Fatalf("short id record: %+v, %v", r, err)
 	}
 }

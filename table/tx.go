@@ -204,8 +204,8 @@ func (tx *Tx) Submit(ctx context.Context) (*engine.Handle, error) {
 	b := &engine.Batch{Checks: tx.checks, Defer: tx.deferd,
 		Ops: make([]engine.Op, 0, 2*len(tx.writes)+1), Log: make([][]byte, 0, len(tx.writes))}
 	stamps := make([][]byte, 0, 2*len(tx.writes))
-	record := func(deleted bool, value []byte) []byte {
-		r := encodeRecord(0, deleted, value)
+	record := func(w write, deleted bool, value []byte) []byte {
+		r := encodeRecord(w.table, w.id, 0, deleted, value)
 		stamps = append(stamps, r[recordVersionAt:recordVersionAt+8])
 		return r
 	}
@@ -222,19 +222,19 @@ func (tx *Tx) Submit(ctx context.Context) (*engine.Handle, error) {
 	for _, w := range tx.writes {
 		switch w.op {
 		case OpPut, OpReload, opLoadFirst:
-			b.Put(dataKey(kindRecord, w.table, w.id), record(false, w.value))
+			b.Put(dataKey(kindRecord, w.table, w.id), record(w, false, w.value))
 			b.Put(dataKey(kindVersion, w.table, w.id), version())
 		case OpDelete:
-			b.Put(dataKey(kindRecord, w.table, w.id), record(true, nil))
+			b.Put(dataKey(kindRecord, w.table, w.id), record(w, true, nil))
 			b.Delete(dataKey(kindVersion, w.table, w.id))
 		case opPutState:
-			b.Put(dataKey(kindRecord, w.table, w.id), record(false, w.value))
+			b.Put(dataKey(kindRecord, w.table, w.id), record(w, false, w.value))
 			b.Put(dataKey(kindVersion, w.table, w.id), version())
 		case opDeleteState:
 			b.Delete(dataKey(kindRecord, w.table, w.id))
 			b.Delete(dataKey(kindVersion, w.table, w.id))
 		case opPutStateUnchecked:
-			b.Put(dataKey(kindRecord, w.table, w.id), record(false, w.value))
+			b.Put(dataKey(kindRecord, w.table, w.id), record(w, false, w.value))
 		case opDeleteStateUnchecked:
 			b.Delete(dataKey(kindRecord, w.table, w.id))
 		}

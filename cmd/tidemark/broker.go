@@ -30,7 +30,7 @@ func runBroker(ctx context.Context, log *slog.Logger, e engine.Engine, mqttAddr,
 	if err != nil {
 		return fmt.Errorf("--mqtt %s: %w", mqttAddr, err)
 	}
-	log.Info("MQTT listening", "addr", ln.Addr().String())
+	log.Info("MQTT listening", "addr", ln.Addr().String(), "max_connections", b.Options().MaxConnections)
 	if metricsAddr != "" {
 		stop, err := serveMetrics(ctx, log, metricsAddr, b, db, e.Name())
 		if err != nil {

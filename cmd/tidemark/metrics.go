@@ -75,10 +75,11 @@ func serveMetrics(ctx context.Context, log *slog.Logger, addr string, b *mqtt.Br
 	reg.MustRegister(&brokerCollector{b: b, db: db, engine: engineName})
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	// A probe costs one point read, whatever the size of the log.
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		cctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if _, err := db.LogStats(cctx); err != nil {
+		if err := db.Ping(cctx); err != nil {
 			http.Error(w, "engine unavailable: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
@@ -129,10 +130,14 @@ var (
 	descLogN     = prometheus.NewDesc("tidemark_log_entries", "Entries in the retained change log.", []string{"engine"}, nil)
 	descLogB     = prometheus.NewDesc("tidemark_log_bytes", "Bytes of the retained change log.", []string{"engine"}, nil)
 	descTrunc    = prometheus.NewDesc("tidemark_retention_truncations_total", "Retention passes that removed log entries.", nil, nil)
+	descSockets  = prometheus.NewDesc("tidemark_sockets", "Open MQTT sockets, by whether they have sent CONNECT.", []string{"state"}, nil)
+	descRefused  = prometheus.NewDesc("tidemark_sockets_refused_total", "Sockets closed before their CONNECT was served, by reason.", []string{"reason"}, nil)
+	descAcceptEr = prometheus.NewDesc("tidemark_accept_errors_total", "Failed Accepts, each retried after a pause.", nil, nil)
+	descLimits   = prometheus.NewDesc("tidemark_limit_hits_total", "Packets or subscriptions refused by a configured limit, by limit.", []string{"limit"}, nil)
 )
 
 func (c *brokerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descConns, descSessions, descConnects, descIn, descOut, descBytesIn, descBytesOut, descDropped, descPipeline, descInflight, descLogN, descLogB, descTrunc} {
+	for _, d := range []*prometheus.Desc{descConns, descSessions, descConnects, descIn, descOut, descBytesIn, descBytesOut, descDropped, descPipeline, descInflight, descLogN, descLogB, descTrunc, descSockets, descRefused, descAcceptEr, descLimits} {
 		ch <- d
 	}
 }
@@ -153,6 +158,15 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descPipeline, prometheus.GaugeValue, float64(s.PipelineDepth))
 	ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(s.InflightOut))
 	ch <- prometheus.MustNewConstMetric(descTrunc, prometheus.CounterValue, float64(s.Truncations))
+	ch <- prometheus.MustNewConstMetric(descSockets, prometheus.GaugeValue, float64(s.AwaitingConnect), "awaiting_connect")
+	ch <- prometheus.MustNewConstMetric(descSockets, prometheus.GaugeValue, float64(s.Sockets-s.AwaitingConnect), "connected")
+	for reason, n := range s.Refused {
+		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(n), reason)
+	}
+	ch <- prometheus.MustNewConstMetric(descAcceptEr, prometheus.CounterValue, float64(s.AcceptErrors))
+	for limit, n := range s.LimitHits {
+		ch <- prometheus.MustNewConstMetric(descLimits, prometheus.CounterValue, float64(n), limit)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if on, off, err := c.b.SessionCounts(ctx); err == nil {

@@ -27,6 +27,14 @@ type serveFlags struct {
 	maxQueued   int
 	maxExpiry   time.Duration
 	retention   time.Duration
+
+	maxConns       int
+	maxConnRate    float64
+	connectTimeout time.Duration
+	maxTopicLen    int
+	maxTopicLevels int
+	maxSubs        int
+	sessionExpiry  time.Duration
 }
 
 func serveCmd() *cobra.Command {
@@ -87,6 +95,13 @@ a flag wins over the environment, which wins over the file.`,
 	fs.IntVar(&f.maxQueued, "max-queued", 0, "log entries a session may have behind its checkpoint before retention drops its oldest (0: no limit)")
 	fs.DurationVar(&f.maxExpiry, "max-session-expiry", 0, "cap on the session expiry 5.0 clients ask for (0: no cap)")
 	fs.DurationVar(&f.retention, "retention-every", 10*time.Second, "period of retention passes over the message log")
+	fs.IntVar(&f.maxConns, "max-connections", 0, "open sockets, with or without CONNECT; at the cap a new socket replaces the oldest one without CONNECT (0: the open-file limit less a tenth)")
+	fs.Float64Var(&f.maxConnRate, "max-conn-rate", 0, "new sockets per second from one source address, with a burst of one second's worth (0: no limit)")
+	fs.DurationVar(&f.connectTimeout, "connect-timeout", mqtt.DefaultConnectTimeout, "time a socket may take to send its CONNECT")
+	fs.IntVar(&f.maxTopicLen, "max-topic-length", mqtt.MaxTopicLength, "longest topic name or filter in bytes (1-65535)")
+	fs.IntVar(&f.maxTopicLevels, "max-topic-levels", 0, "most levels in a topic name or filter (0: no limit)")
+	fs.IntVar(&f.maxSubs, "max-subscriptions", 0, "most subscriptions of one session (0: no limit)")
+	fs.DurationVar(&f.sessionExpiry, "session-expiry", 0, "longest any session is kept after its client disconnects, 3.1.1 persistent sessions included (0: never expire)")
 	return cmd
 }
 
@@ -130,8 +145,25 @@ func (f *serveFlags) validate() (engine.Options, mqtt.Options, *slog.Logger, err
 		return opts, bo, nil, fmt.Errorf("--max-session-expiry %v: must be 0 (no cap) or positive", f.maxExpiry)
 	case f.retention <= 0:
 		return opts, bo, nil, fmt.Errorf("--retention-every %v: must be positive", f.retention)
+	case f.maxConns < 0:
+		return opts, bo, nil, fmt.Errorf("--max-connections %d: must be 0 (from the open-file limit) or positive", f.maxConns)
+	case f.maxConnRate < 0:
+		return opts, bo, nil, fmt.Errorf("--max-conn-rate %v: must be 0 (no limit) or positive, e.g. 20", f.maxConnRate)
+	case f.connectTimeout <= 0:
+		return opts, bo, nil, fmt.Errorf("--connect-timeout %v: must be positive, e.g. 10s", f.connectTimeout)
+	case f.maxTopicLen < 1 || f.maxTopicLen > mqtt.MaxTopicLength:
+		return opts, bo, nil, fmt.Errorf("--max-topic-length %d: allowed 1 to %d bytes", f.maxTopicLen, mqtt.MaxTopicLength)
+	case f.maxTopicLevels < 0:
+		return opts, bo, nil, fmt.Errorf("--max-topic-levels %d: must be 0 (no limit) or positive", f.maxTopicLevels)
+	case f.maxSubs < 0:
+		return opts, bo, nil, fmt.Errorf("--max-subscriptions %d: must be 0 (no limit) or positive", f.maxSubs)
+	case f.sessionExpiry < 0 || (f.sessionExpiry > 0 && f.sessionExpiry < time.Second):
+		return opts, bo, nil, fmt.Errorf("--session-expiry %v: must be 0 (never) or at least 1s", f.sessionExpiry)
 	}
 	bo = mqtt.Options{Logger: log, ReceiveMaximum: f.recvMax, MaxPacketSize: f.maxPacket,
-		MaxQueuedMessages: f.maxQueued, MaxSessionExpiry: f.maxExpiry, RetentionEvery: f.retention}
+		MaxQueuedMessages: f.maxQueued, MaxSessionExpiry: f.maxExpiry, RetentionEvery: f.retention,
+		MaxConnections: f.maxConns, MaxConnRate: f.maxConnRate, ConnectTimeout: f.connectTimeout,
+		MaxTopicLength: f.maxTopicLen, MaxTopicLevels: f.maxTopicLevels, MaxSubscriptions: f.maxSubs,
+		SessionExpiry: f.sessionExpiry}
 	return opts, bo, log, nil
 }

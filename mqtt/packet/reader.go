@@ -33,6 +33,8 @@ const (
 	// readChunk is the most a Reader allocates for a packet body ahead of
 	// the bytes arriving.
 	readChunk = 64 << 10
+	// connectChunk is readChunk before the protocol level is known.
+	connectChunk = 1 << 10
 	// retainBuf is the largest buffer a Reader keeps for reuse; larger
 	// ones, needed by rare large packets, are left to the collector.
 	retainBuf = 64 << 10
@@ -49,7 +51,7 @@ const (
 // the protocol's own limit, MaxPacketSize. The Reader has no protocol level
 // until it decodes a CONNECT or SetVersion is called.
 func NewReader(r io.Reader, maxPacketSize int) *Reader {
-	rd := &Reader{src: r, in: newInterner()}
+	rd := &Reader{src: r}
 	rd.br, _ = r.(io.ByteReader)
 	rd.SetMaxPacketSize(maxPacketSize)
 	return rd
@@ -65,7 +67,12 @@ func (r *Reader) SetMaxPacketSize(n int) {
 
 // SetVersion fixes the protocol level used to decode every packet but
 // CONNECT, which carries its own.
-func (r *Reader) SetVersion(v Version) { r.version = v }
+func (r *Reader) SetVersion(v Version) {
+	r.version = v
+	if r.in == nil {
+		r.in = newInterner()
+	}
+}
 
 // Version returns the protocol level in force, or 0 before any.
 func (r *Reader) Version() Version { return r.version }
@@ -117,6 +124,7 @@ func (r *Reader) ReadPacket() (Packet, error) {
 	}
 	if c, ok := p.(*Connect); ok && r.version == 0 {
 		r.version = c.Version
+		r.in = newInterner()
 	}
 	return p, nil
 }
@@ -183,11 +191,17 @@ func (r *Reader) readBody(buf []byte, n int) ([]byte, error) {
 		}
 		return buf, nil
 	}
+	// Before the CONNECT is read the peer has proven nothing: a socket
+	// that announces a large CONNECT and stalls gets a small buffer.
+	floor := readChunk
+	if r.version == 0 {
+		floor = connectChunk
+	}
 	got := 0
 	buf = buf[:cap(buf)]
 	for got < n {
 		if got == len(buf) {
-			nb := make([]byte, min(n, max(2*len(buf), readChunk)))
+			nb := make([]byte, min(n, max(2*len(buf), floor)))
 			copy(nb, buf[:got])
 			buf = nb
 		}
@@ -379,4 +393,13 @@ func (r *Reader) putPublish(p *Publish) {
 		r.free = append(r.free, p)
 	}
 	r.mu.Unlock()
+}
+
+// Reset makes r read from src from now on, keeping its protocol level,
+// size limit and caches: for a connection that moves to a larger buffer
+// once its CONNECT is read. Bytes src does not hold are lost, so the
+// caller passes on what the old source had buffered.
+func (r *Reader) Reset(src io.Reader) {
+	r.src = src
+	r.br, _ = src.(io.ByteReader)
 }

@@ -1,0 +1,148 @@
+package mqtt
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tidemark-io/tidemark/mqtt/packet"
+)
+
+// Limit defaults.
+const (
+	// DefaultConnectTimeout is how long a socket may take to send its
+	// CONNECT.
+	DefaultConnectTimeout = 10 * time.Second
+	// MaxTopicLength is the longest topic name or filter the protocol can
+	// carry, in bytes, and the default of Options.MaxTopicLength.
+	MaxTopicLength = 65535
+	// connectReadBuf is the read buffer of a socket until its CONNECT is
+	// read; the CONNECT itself may be larger and is read through it.
+	connectReadBuf = 512
+	// connReadBuf and connWriteBuf are a connected client's buffers.
+	connReadBuf  = 32 << 10
+	connWriteBuf = 32 << 10
+	// lingerTimeout bounds how long a connection that sent a DISCONNECT
+	// or a refusing CONNACK reads what the client still sends before the
+	// socket closes (see conn.linger).
+	lingerTimeout = 2 * time.Second
+)
+
+// Names of the configured limits in Stats.LimitHits.
+const (
+	limitTopicLength   = "topic_length"
+	limitTopicLevels   = "topic_levels"
+	limitSubscriptions = "subscriptions"
+)
+
+// normLimits applies the defaults of the limit options.
+func (o *Options) normLimits() {
+	if o.MaxConnections <= 0 {
+		o.MaxConnections = DefaultMaxConnections()
+	}
+	if o.MaxConnRate < 0 {
+		o.MaxConnRate = 0
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultConnectTimeout
+	}
+	if o.MaxTopicLength <= 0 || o.MaxTopicLength > MaxTopicLength {
+		o.MaxTopicLength = MaxTopicLength
+	}
+	if o.MaxTopicLevels < 0 {
+		o.MaxTopicLevels = 0
+	}
+	if o.MaxSubscriptions < 0 {
+		o.MaxSubscriptions = 0
+	}
+	if o.SessionExpiry < 0 {
+		o.SessionExpiry = 0
+	}
+}
+
+// DefaultMaxConnections is the default of Options.MaxConnections: the
+// process's open-file limit less the descriptors the engine, listeners and
+// logs need (a tenth of the limit, at least 64), so a flood of sockets
+// meets the cap before the process runs out of descriptors.
+func DefaultMaxConnections() int {
+	n := openFileLimit()
+	if n <= 0 {
+		return 10000
+	}
+	return max(n-max(n/10, 64), 1)
+}
+
+// ErrTopicLimit reports a topic name or filter over a configured limit.
+var ErrTopicLimit = fmt.Errorf("mqtt: topic over a configured limit")
+
+// checkTopic checks a topic name or filter against the configured length
+// and level limits, counting a refusal. It reports which limit was hit.
+func (b *Broker) checkTopic(name string) error {
+	if len(name) > b.opts.MaxTopicLength {
+		b.metrics.limitTopicLength.Add(1)
+		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrTopicLimit, len(name), b.opts.MaxTopicLength)
+	}
+	if m := b.opts.MaxTopicLevels; m > 0 && strings.Count(name, "/")+1 > m {
+		b.metrics.limitTopicLevels.Add(1)
+		return fmt.Errorf("%w: %d levels, the limit is %d", ErrTopicLimit, strings.Count(name, "/")+1, m)
+	}
+	return nil
+}
+
+// refuseTopic answers a PUBLISH whose topic is over a limit without storing
+// it: a 5.0 QoS 1 or 2 PUBLISH gets its PUBACK or PUBREC with 0x90 Topic
+// Name invalid, in packet order, so the client stops re-sending it; a 5.0
+// QoS 0 PUBLISH gets DISCONNECT 0x90; a 3.1.1 client, which has no way to
+// hear a refusal, loses its connection, and the message is never
+// acknowledged. False ends the read loop.
+func (c *conn) refuseTopic(p *packet.Publish, err error) bool {
+	c.log.Debug("publish refused", "err", err)
+	if c.version != packet.V5 {
+		c.fail(err)
+		return false
+	}
+	switch p.QoS {
+	case packet.QoS1:
+		return c.ack(ackEntry{pkt: &packet.Puback{PacketID: p.PacketID, ReasonCode: packet.TopicNameInvalid}, pi: p.PacketID})
+	case packet.QoS2:
+		return c.ack(ackEntry{pkt: &packet.Pubrec{PacketID: p.PacketID, ReasonCode: packet.TopicNameInvalid}, pi: p.PacketID})
+	}
+	c.disconnect(packet.TopicNameInvalid, err.Error())
+	return false
+}
+
+// subscriptionAllowed reports whether a session holding have subscriptions
+// may add one more, counting a refusal.
+func (b *Broker) subscriptionAllowed(have int) bool {
+	if m := b.opts.MaxSubscriptions; m > 0 && have >= m {
+		b.metrics.limitSubscriptions.Add(1)
+		return false
+	}
+	return true
+}
+
+// expiryCap is the longest session expiry a session gets, in seconds, or 0
+// for no cap: Options.SessionExpiry for every session, and
+// Options.MaxSessionExpiry as well for 5.0 ones.
+func (b *Broker) expiryCap(v5 bool) uint32 {
+	m := b.opts.SessionExpiry
+	if v5 && b.opts.MaxSessionExpiry > 0 && (m == 0 || b.opts.MaxSessionExpiry < m) {
+		m = b.opts.MaxSessionExpiry
+	}
+	if m <= 0 {
+		return 0
+	}
+	return uint32(min(m/time.Second, neverExpires-1))
+}
+
+// persistentExpiry is the session expiry of a 3.1.1 persistent session:
+// never, unless Options.SessionExpiry bounds it.
+func (b *Broker) persistentExpiry() uint32 {
+	if m := b.expiryCap(false); m > 0 {
+		return m
+	}
+	return neverExpires
+}
+
+// Options returns the broker's options with the defaults applied.
+func (b *Broker) Options() Options { return b.opts }

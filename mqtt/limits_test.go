@@ -1,0 +1,209 @@
+package mqtt_test
+
+// Limits on what a client can grow, long topics on every engine, and the
+// reason code of a DISCONNECT reaching a client that is still sending.
+
+import (
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt"
+	"github.com/tidemark-io/tidemark/mqtt/mqtttest"
+	"github.com/tidemark-io/tidemark/mqtt/packet"
+)
+
+// longTopic returns a topic of n bytes.
+func longTopic(prefix string, n int) string {
+	return prefix + strings.Repeat("x", n-len(prefix))
+}
+
+// A topic of any length MQTT allows is stored and delivered on every
+// engine: a 3.1.1 QoS 1 PUBLISH with a 600-byte topic, a 5.0 QoS 2 one
+// with 3,000 bytes, a retained one at the protocol's 65,535, and a
+// persistent session's subscription to it across a reconnect.
+func TestLongTopicEveryEngine(t *testing.T) {
+	for _, name := range engine.Drivers() {
+		t.Run(name, func(t *testing.T) {
+			s := mqtttest.Start(t, name, nil, mqtt.Options{})
+			t600, t3000, tMax := longTopic("lt/600/", 600), longTopic("lt/3000/", 3000), longTopic("lt/max/", mqtt.MaxTopicLength)
+
+			sub := connect5(t, s.Addr, "lt-sub", true, 0)
+			sub.sub("lt/#", 2)
+			pub3 := connect3(t, s.Addr, "lt-pub3", true)
+			pub3.pub(t600, 1, false, "qos1")
+			sub.expectOne(t600, "qos1")
+			pub5 := connect5(t, s.Addr, "lt-pub5", true, 0)
+			pub5.pub(t3000, 2, false, "qos2")
+			sub.expectOne(t3000, "qos2")
+			pub5.pub(tMax, 1, true, "retained")
+			sub.expectOne(tMax, "retained")
+
+			// The retained message is a record keyed by its topic.
+			late := connect5(t, s.Addr, "lt-late", true, 0)
+			late.sub(tMax, 1)
+			if m := late.expectOne(tMax, "retained"); !m.Retain {
+				t.Fatal("retained message with a 65,535-byte topic delivered without RETAIN")
+			}
+
+			// A persistent session subscribed to a long filter catches up.
+			p := connect5(t, s.Addr, "lt-persist", false, 3600)
+			p.sub(t3000, 1)
+			p.close()
+			pub5.pub(t3000, 1, false, "while offline")
+			p = connect5(t, s.Addr, "lt-persist", false, 3600)
+			p.expectOne(t3000, "while offline")
+		})
+	}
+}
+
+// A topic over the configured length is refused before anything is
+// acknowledged: 5.0 QoS 1 and 2 get PUBACK and PUBREC 0x90 (the client
+// stops re-sending), 3.1.1 loses the connection without a PUBACK, and a
+// filter over the limit gets SUBACK 0x8F. Nothing is delivered.
+func TestTopicLengthLimit(t *testing.T) {
+	s := startBroker(t, func(o *mqtt.Options) { o.MaxTopicLength = 100; o.MaxTopicLevels = 4 })
+	sub := connect5(t, s.Addr, "tl-sub", true, 0)
+	sub.sub("tl/#", 2)
+	long := longTopic("tl/", 101)
+
+	pub := connect5(t, s.Addr, "tl-pub", true, 0)
+	for _, qos := range []byte{1, 2} {
+		r, err := pub.Publish(ctxT(t), &paho.Publish{Topic: long, QoS: qos, Payload: []byte("no")})
+		if r == nil || r.ReasonCode != byte(packet.TopicNameInvalid) {
+			t.Fatalf("QoS %d over the topic length: %+v, %v; want reason 0x90", qos, r, err)
+		}
+	}
+	r, err := pub.Publish(ctxT(t), &paho.Publish{Topic: "tl/a/b/c/d", QoS: 1, Payload: []byte("no")})
+	if r == nil || r.ReasonCode != byte(packet.TopicNameInvalid) {
+		t.Fatalf("QoS 1 over the topic levels: %+v, %v; want reason 0x90", r, err)
+	}
+	pub.pub("tl/ok", 1, false, "yes") // the connection is still fine
+	sub.expectOne("tl/ok", "yes")
+
+	raw, _ := connectRaw(t, s.Addr, &packet.Connect{Version: packet.V311, ClientID: "tl-raw3", CleanStart: true, KeepAlive: 30})
+	raw.send(&packet.Publish{QoS: packet.QoS1, PacketID: 1, Topic: long, Payload: []byte("no")})
+	if p, err := raw.next(wait); err == nil {
+		t.Fatalf("3.1.1 over the topic length: got %v, want the connection closed", p.Type())
+	}
+
+	sa, err := sub.Subscribe(ctxT(t), &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: long, QoS: 1}}})
+	if sa == nil || sa.Reasons[0] != byte(packet.TopicFilterInvalid) { // paho reports the refusal as err too
+		t.Fatalf("filter over the topic length: %+v, %v; want 0x8F", sa, err)
+	}
+	sub.expectNone(100 * time.Millisecond)
+	if h := s.Broker().Stats().LimitHits; h["topic_length"] != 4 || h["topic_levels"] != 1 {
+		t.Fatalf("limit hits %v, want topic_length 4 and topic_levels 1", h)
+	}
+}
+
+// A session past its subscription cap is refused the new filter (0x97),
+// and may still replace one it has.
+func TestSubscriptionLimit(t *testing.T) {
+	s := startBroker(t, func(o *mqtt.Options) { o.MaxSubscriptions = 2 })
+	c := connect5(t, s.Addr, "sl", true, 0)
+	c.sub("sl/1", 1)
+	c.sub("sl/2", 1)
+	sa, err := c.Subscribe(ctxT(t), &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: "sl/3", QoS: 1}}})
+	if sa == nil || sa.Reasons[0] != byte(packet.QuotaExceeded) { // paho reports the refusal as err too
+		t.Fatalf("third subscription: %+v, %v; want 0x97", sa, err)
+	}
+	c.sub("sl/2", 2) // a replacement is not a new subscription
+	if n := s.Broker().Stats().LimitHits["subscriptions"]; n != 1 {
+		t.Fatalf("subscription limit hits %d, want 1", n)
+	}
+}
+
+// One QoS 2 PUBLISH more than the receive maximum, with a megabyte behind
+// it: the client's writes meet no connection reset and it reads
+// DISCONNECT 0x93, then the end of the stream.
+func TestDisconnectReasonReachesSendingClient(t *testing.T) {
+	const recvMax = 4
+	s := startBroker(t, func(o *mqtt.Options) { o.ReceiveMaximum = recvMax })
+	r, _ := connectRaw(t, s.Addr, connect5Packet("rm-over", true, 0))
+	var burst []byte
+	for i := range recvMax + 1 {
+		p := &packet.Publish{QoS: packet.QoS2, PacketID: uint16(i + 1), Topic: "rm/t", Payload: []byte("x")}
+		burst, _ = p.Append(burst, packet.V5)
+	}
+	// Far more than the broker's read buffer: unread input when it closes.
+	filler := &packet.Publish{QoS: packet.QoS0, Topic: "rm/t", Payload: make([]byte, 16<<10)}
+	for range 64 {
+		burst, _ = filler.Append(burst, packet.V5)
+	}
+	// Read only once the writing is over, as a client busy sending does:
+	// by then a reset would have discarded the DISCONNECT.
+	// A client that meets a reset on its write gives up before reading
+	// anything (paho does): the broker must take the whole burst.
+	wrote := make(chan error, 1)
+	go func() { _, err := r.nc.Write(burst); wrote <- err }()
+	select {
+	case err := <-wrote:
+		if err != nil {
+			t.Fatalf("writing behind the overflow: %v", err)
+		}
+	case <-time.After(wait):
+		t.Fatal("the broker neither read nor closed")
+	}
+	time.Sleep(100 * time.Millisecond)
+	got := -1
+	for {
+		p, err := r.next(wait)
+		if err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Fatal("the broker did not close the connection")
+			}
+			if got == -1 {
+				t.Fatalf("connection ended without a DISCONNECT: %v", err)
+			}
+			if !errors.Is(err, io.EOF) {
+				t.Fatalf("after the DISCONNECT: %v, want the end of the stream (a reset loses the reason on many stacks)", err)
+			}
+			break
+		}
+		if d, ok := p.(*packet.Disconnect); ok {
+			got = int(d.ReasonCode)
+		}
+	}
+	if got != int(packet.ReceiveMaximumExceeded) {
+		t.Fatalf("DISCONNECT reason %#x, want 0x93", got)
+	}
+}
+
+// --session-expiry bounds a 3.1.1 persistent session, which cannot ask for
+// an expiry, and caps a 5.0 client that asks for never.
+func TestSessionExpiryOption(t *testing.T) {
+	s := startBroker(t, func(o *mqtt.Options) { o.SessionExpiry = time.Second })
+	c3 := connect3(t, s.Addr, "se3", false)
+	c3.sub("se/t", 1)
+	c3.close()
+	c5 := connect5(t, s.Addr, "se5", false, 0xFFFFFFFF)
+	if c5.ack.Properties == nil || c5.ack.Properties.SessionExpiryInterval == nil || *c5.ack.Properties.SessionExpiryInterval != 1 {
+		t.Fatalf("CONNACK session expiry %+v, want 1", c5.ack.Properties)
+	}
+	c5.close()
+	deadline := time.Now().Add(wait)
+	for {
+		on, off, err := s.Broker().SessionCounts(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if on == 0 && off == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sessions still stored after their expiry: %d online, %d offline", on, off)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	c3, _, err := dial3(t, s.Addr, "se3", false, nil)
+	if err != nil || c3.present {
+		t.Fatalf("3.1.1 session after its expiry: present %v, %v", c3 != nil && c3.present, err)
+	}
+}
