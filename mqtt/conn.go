@@ -1,7 +1,6 @@
 package mqtt
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -30,12 +29,12 @@ type conn struct {
 	b   *Broker
 	nc  net.Conn
 	rd  *packet.Reader
-	br  *bufio.Reader // rd's buffer
+	br  *connReader // rd's buffer
 	log *slog.Logger
 
 	wmu      sync.Mutex
 	armed    time.Time // when armWriteLocked last set the write deadline
-	bw       *bufio.Writer
+	bw       *connWriter
 	w        *packet.Writer
 	nwriters atomic.Int32
 
@@ -46,7 +45,7 @@ type conn struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	acks    chan ackEntry
+	acks    *ackQueue
 	ackDone chan struct{}
 	// inQoS1 counts QoS 1 PUBLISHes whose PUBACK is not sent yet.
 	inQoS1 atomic.Int32
@@ -136,7 +135,7 @@ type ackEntry struct {
 // read buffer, an unbuffered writer for a refusing CONNACK, and none of the
 // connected state (see grow), so a flood of idle sockets costs little.
 func newConn(b *Broker, nc net.Conn) *conn {
-	br := bufio.NewReaderSize(nc, connectReadBuf)
+	br := newConnReader(nc)
 	return &conn{
 		b: b, nc: nc, log: b.log,
 		rd: packet.NewReader(br, b.opts.MaxPacketSize), br: br,
@@ -145,45 +144,22 @@ func newConn(b *Broker, nc net.Conn) *conn {
 }
 
 // grow allocates what a connection needs once its CONNECT was read: the
-// full read and write buffers, the context, the ack FIFO and the
-// per-connection maps. Bytes the client sent behind its CONNECT wait in
-// the small buffer and are read first.
+// buffered writer, the context, the ack FIFO and the per-connection maps.
+// The reader and the writer take large buffers from a pool only while
+// there is traffic (see connReader and connWriter).
 func (c *conn) grow() {
-	var src io.Reader = c.nc
-	if n := c.br.Buffered(); n > 0 {
-		rest := make([]byte, n)
-		_, _ = io.ReadFull(c.br, rest) // buffered: no read from the socket
-		src = &prefixReader{rest: rest, r: c.nc}
-	}
-	c.br = bufio.NewReaderSize(src, connReadBuf)
-	c.rd.Reset(c.br)
-	c.bw = bufio.NewWriterSize(c.nc, connWriteBuf)
+	c.bw = &connWriter{dst: c.nc}
 	c.w = packet.NewWriter(c.bw, packet.V311)
 	c.log = c.b.log.With("remote", c.nc.RemoteAddr().String())
 	c.ctx, c.cancel = context.WithCancel(c.b.ctx)
 	// With the entry the ack loop waits for, the FIFO holds one receive
 	// maximum of entries: past it the read loop stops reading the socket
 	// until the oldest commit completes.
-	c.acks = make(chan ackEntry, c.b.opts.ReceiveMaximum-1)
+	c.acks = newAckQueue(c.b.opts.ReceiveMaximum - 1)
 	c.ackDone = make(chan struct{})
 	c.exchanges = map[uint16]*exchange{}
 	c.done = make(chan struct{})
 	c.token = newToken()
-}
-
-// prefixReader reads rest, then r.
-type prefixReader struct {
-	rest []byte
-	r    io.Reader
-}
-
-func (p *prefixReader) Read(b []byte) (int, error) {
-	if len(p.rest) == 0 {
-		return p.r.Read(b)
-	}
-	n := copy(b, p.rest)
-	p.rest = p.rest[n:]
-	return n, nil
 }
 
 // write sends p, flushing when no other writer is waiting behind it.
@@ -451,13 +427,11 @@ func (c *conn) handleDisconnect(p *packet.Disconnect) {
 // push queues an acknowledgement, blocking while the FIFO is full (back-
 // pressure on the read loop). False means the connection is ending.
 func (c *conn) push(e ackEntry) bool {
-	select {
-	case c.acks <- e:
-		c.b.metrics.pipelineDepth.Add(1)
-		return true
-	case <-c.ctx.Done():
+	if !c.acks.push(c.ctx, e) {
 		return false
 	}
+	c.b.metrics.pipelineDepth.Add(1)
+	return true
 }
 
 // ackLoop sends acknowledgements in FIFO order as their commits complete.
@@ -468,16 +442,12 @@ func (c *conn) ackLoop() {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		var e ackEntry
-		select {
-		case e = <-c.acks:
-		default:
+		e, ok := c.acks.tryPop()
+		if !ok {
 			// Nothing ready: send the acknowledgements written so far in
 			// one flush, then wait.
 			c.flush()
-			select {
-			case e = <-c.acks:
-			case <-c.ctx.Done():
+			if e, ok = c.acks.pop(c.ctx); !ok {
 				return
 			}
 		}

@@ -134,7 +134,7 @@ func (c *conn) laterChecked(part checkedPart, e ackEntry) bool {
 // without groups.
 func (c *conn) groupFull() bool {
 	n := len(c.grp.entries)
-	return n >= c.b.group || n >= cap(c.acks)-len(c.acks)
+	return n >= c.b.group || n >= c.acks.free()
 }
 
 // flushGroup submits the pending group and queues its acknowledgements.
@@ -221,7 +221,7 @@ func (c *conn) packetReady() bool {
 	if n < 2 {
 		return false
 	}
-	head, _ := c.br.Peek(min(n, 5))
+	head := c.br.Peek(min(n, 5))
 	size, mult := 0, 1
 	for i := 1; i < len(head); i++ {
 		size += int(head[i]&0x7f) * mult

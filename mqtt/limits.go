@@ -16,10 +16,12 @@ const (
 	// MaxTopicLength is the longest topic name or filter the protocol can
 	// carry, in bytes, and the default of Options.MaxTopicLength.
 	MaxTopicLength = 65535
-	// connectReadBuf is the read buffer of a socket until its CONNECT is
-	// read; the CONNECT itself may be larger and is read through it.
+	// connectReadBuf is the read buffer every socket waits for input in
+	// (a CONNECT, or the next packet of an idle client); larger packets
+	// are read through it.
 	connectReadBuf = 512
-	// connReadBuf and connWriteBuf are a connected client's buffers.
+	// connReadBuf and connWriteBuf are the pooled buffers a connection
+	// borrows while it has traffic (see connReader and connWriter).
 	connReadBuf  = 32 << 10
 	connWriteBuf = 32 << 10
 	// lingerTimeout bounds how long a connection that sent a DISCONNECT

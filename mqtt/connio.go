@@ -1,0 +1,187 @@
+package mqtt
+
+import (
+	"errors"
+	"io"
+	"sync"
+)
+
+// Connection buffers come from a pool and go back to it whenever a
+// connection has nothing buffered, so a fleet of idle connections holds
+// no buffer at all, and a busy one reads and writes in large chunks.
+var (
+	readBufs  = sync.Pool{New: func() any { b := make([]byte, connReadBuf); return &b }}
+	writeBufs = sync.Pool{New: func() any { b := make([]byte, 0, connWriteBuf); return &b }}
+)
+
+// connReader is a buffered reader for a connection that lends its buffer
+// out between bursts. It waits for input in a small buffer of its own;
+// a read that fills that buffer means a burst, and the next reads go
+// into a large pooled one until the socket has nothing more waiting, when
+// the large buffer goes back to the pool.
+type connReader struct {
+	src   io.Reader
+	small [connectReadBuf]byte
+	big   *[]byte
+	buf   []byte // small[:] or *big
+	r, w  int
+	full  bool // the last fill filled buf
+	err   error
+}
+
+func newConnReader(src io.Reader) *connReader {
+	cr := &connReader{src: src}
+	cr.buf = cr.small[:]
+	return cr
+}
+
+// fill reads into an empty buffer, choosing it first (see connReader).
+func (cr *connReader) fill() error {
+	if cr.err != nil {
+		return cr.err
+	}
+	cr.r, cr.w = 0, 0
+	switch {
+	case cr.full && cr.big == nil:
+		cr.big = readBufs.Get().(*[]byte)
+		cr.buf = *cr.big
+	case !cr.full && cr.big != nil:
+		readBufs.Put(cr.big)
+		cr.big, cr.buf = nil, cr.small[:]
+	}
+	n, err := cr.src.Read(cr.buf)
+	cr.w, cr.full = n, n == len(cr.buf)
+	if n > 0 {
+		cr.err = err
+		return nil
+	}
+	if err == nil {
+		err = io.ErrNoProgress
+	}
+	return err
+}
+
+// Read reads from the buffer, or straight into p when p is at least as
+// large as the buffer and nothing is buffered.
+func (cr *connReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if cr.r == cr.w {
+		if len(p) >= len(cr.buf) && cr.err == nil {
+			n, err := cr.src.Read(p)
+			cr.full = n == len(p)
+			return n, err
+		}
+		if err := cr.fill(); err != nil {
+			return 0, err
+		}
+	}
+	n := copy(p, cr.buf[cr.r:cr.w])
+	cr.r += n
+	return n, nil
+}
+
+// ReadByte reads one byte.
+func (cr *connReader) ReadByte() (byte, error) {
+	if cr.r == cr.w {
+		if err := cr.fill(); err != nil {
+			return 0, err
+		}
+	}
+	b := cr.buf[cr.r]
+	cr.r++
+	return b, nil
+}
+
+// Buffered returns how many bytes can be read without a read from src.
+func (cr *connReader) Buffered() int { return cr.w - cr.r }
+
+// Peek returns the next n buffered bytes without consuming them; it
+// never reads from src, and returns fewer when fewer are buffered.
+func (cr *connReader) Peek(n int) []byte {
+	return cr.buf[cr.r:min(cr.r+n, cr.w)]
+}
+
+// release gives the large buffer back; the reader is not used after.
+func (cr *connReader) release() {
+	if cr.big != nil {
+		readBufs.Put(cr.big)
+		cr.big, cr.buf, cr.r, cr.w = nil, cr.small[:], 0, 0
+	}
+}
+
+// errShortWrite is a writer that took less than it was given.
+var errShortWrite = errors.New("mqtt: short write")
+
+// connWriter is a buffered writer whose buffer comes from a pool on the
+// first write and goes back at each Flush, so a connection holds a write
+// buffer only while it has something to send. It is not safe for
+// concurrent use (the connection's write lock guards it).
+type connWriter struct {
+	dst io.Writer
+	buf *[]byte
+	err error
+}
+
+// Write buffers p, sending the buffer first when p does not fit, and p
+// directly when it is larger than the buffer.
+func (cw *connWriter) Write(p []byte) (int, error) {
+	if cw.err != nil {
+		return 0, cw.err
+	}
+	if cw.buf == nil {
+		cw.buf = writeBufs.Get().(*[]byte)
+	}
+	b := *cw.buf
+	if len(b)+len(p) > cap(b) {
+		if err := cw.send(); err != nil {
+			return 0, err
+		}
+		b = (*cw.buf)[:0]
+		if len(p) >= cap(b) {
+			return cw.write(p)
+		}
+	}
+	*cw.buf = append(b, p...)
+	return len(p), nil
+}
+
+func (cw *connWriter) write(p []byte) (int, error) {
+	n, err := cw.dst.Write(p)
+	if err == nil && n < len(p) {
+		err = errShortWrite
+	}
+	if err != nil {
+		cw.err = err
+	}
+	return n, err
+}
+
+// send writes the buffer out and empties it.
+func (cw *connWriter) send() error {
+	if cw.buf == nil || len(*cw.buf) == 0 {
+		return cw.err
+	}
+	_, err := cw.write(*cw.buf)
+	*cw.buf = (*cw.buf)[:0]
+	return err
+}
+
+// Buffered returns how many bytes wait for Flush.
+func (cw *connWriter) Buffered() int {
+	if cw.buf == nil {
+		return 0
+	}
+	return len(*cw.buf)
+}
+
+// Flush sends what is buffered and gives the buffer back to the pool.
+func (cw *connWriter) Flush() error {
+	err := cw.send()
+	if cw.buf != nil {
+		writeBufs.Put(cw.buf)
+		cw.buf = nil
+	}
+	return err
+}
