@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/tidemark-io/tidemark/conformance"
 	"github.com/tidemark-io/tidemark/engine"
-	"github.com/tidemark-io/tidemark/mqtt/mqttbench"
+	"github.com/tidemark-io/tidemark/bench/mqttbench"
 )
 
 // mqttBenchFlags are the flags of the MQTT benchmark.

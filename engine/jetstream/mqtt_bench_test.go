@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
-	"github.com/tidemark-io/tidemark/mqtt/mqttbench"
+	"github.com/tidemark-io/tidemark/bench/mqttbench"
 )
 
 // profileSending writes a CPU profile of the middle of a point's sending
