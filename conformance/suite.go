@@ -1,8 +1,8 @@
 // Package conformance is Tidemark's one conformance suite: engine contract
 // cases, cursor-resume cases and QoS2 pipeline cases, run against every
-// engine through a Target. Engine packages run it from their tests
-// (TestConformance/<engine>/<suite>/<case>); `tidemark conformance` runs
-// the engine x case matrix from the command line.
+// engine through a Target. Engine packages run it from their tests through
+// conformancetest (TestConformance/<engine>/<suite>/<case>); `tidemark
+// conformance` runs the engine x case matrix from the command line.
 package conformance
 
 import (
@@ -10,7 +10,6 @@ import (
 	"errors"
 	"maps"
 	"regexp"
-	"testing"
 
 	"github.com/tidemark-io/tidemark/engine"
 )
@@ -68,27 +67,6 @@ func Suites() []string {
 		}
 	}
 	return out
-}
-
-// Run runs every case against tg as subtests <engine>/<suite>/<case>.
-func Run(t *testing.T, tg Target) {
-	RunCases(t, tg, cases)
-}
-
-// RunCases runs cs (see Filter) against tg as subtests
-// <engine>/<suite>/<case>, the way Run runs every case.
-func RunCases(t *testing.T, tg Target, cs []Case) {
-	t.Run(tg.Engine, func(t *testing.T) {
-		for _, suite := range Suites() {
-			t.Run(suite, func(t *testing.T) {
-				for _, c := range cs {
-					if c.Suite == suite {
-						t.Run(c.Name, func(t *testing.T) { c.Run(t, tg) })
-					}
-				}
-			})
-		}
-	})
 }
 
 // Filter returns the cases whose "suite/name" matches re (all when nil).

@@ -1,6 +1,8 @@
 package badger_test
 
 import (
+	"github.com/tidemark-io/tidemark/bench/benchtest"
+	"github.com/tidemark-io/tidemark/conformance/conformancetest"
 	"os"
 	"testing"
 
@@ -14,9 +16,9 @@ func TestMain(m *testing.M) {
 }
 
 func TestConformance(t *testing.T) {
-	conformance.Run(t, conformance.Target{Engine: "badger"})
+	conformancetest.Run(t, conformance.Target{Engine: "badger"})
 }
 
 func BenchmarkCommits(b *testing.B) {
-	conformance.BenchmarkCommits(b, conformance.Target{Engine: "badger"})
+	benchtest.Commits(b, "badger")
 }

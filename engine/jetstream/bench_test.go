@@ -1,9 +1,9 @@
 package jetstream_test
 
 import (
+	"github.com/tidemark-io/tidemark/bench/benchtest"
 	"testing"
 
-	"github.com/tidemark-io/tidemark/conformance"
 )
 
 // BenchmarkCommits runs the shared commit benchmark (synced commits of
@@ -11,5 +11,5 @@ import (
 // server. Gathering concurrent commits into one atomic batch is what makes
 // the rate grow with the submitters.
 func BenchmarkCommits(b *testing.B) {
-	conformance.BenchmarkCommits(b, conformance.Target{Engine: "jetstream"})
+	benchtest.Commits(b, "jetstream")
 }

@@ -1,6 +1,7 @@
 package jetstream_test
 
 import (
+	"github.com/tidemark-io/tidemark/conformance/conformancetest"
 	"os"
 	"testing"
 
@@ -14,7 +15,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestConformance(t *testing.T) {
-	conformance.Run(t, conformance.Target{Engine: "jetstream"})
+	conformancetest.Run(t, conformance.Target{Engine: "jetstream"})
 }
 
 // TestConformanceShared runs the whole suite again with commit=batch, the
@@ -22,5 +23,5 @@ func TestConformance(t *testing.T) {
 // node of the cross-node cases is an engine of its own on the first one's
 // stream, as on a NATS cluster.
 func TestConformanceShared(t *testing.T) {
-	conformance.Run(t, conformance.Target{Engine: "jetstream", Params: map[string]string{"commit": "batch"}})
+	conformancetest.Run(t, conformance.Target{Engine: "jetstream", Params: map[string]string{"commit": "batch"}})
 }

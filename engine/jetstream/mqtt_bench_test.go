@@ -1,13 +1,14 @@
 package jetstream_test
 
 import (
+	"github.com/tidemark-io/tidemark/bench/benchtest"
 	"os"
 	"runtime/pprof"
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/bench/mqttbench"
+	"github.com/tidemark-io/tidemark/engine"
 )
 
 // profileSending writes a CPU profile of the middle of a point's sending
@@ -41,7 +42,7 @@ func BenchmarkMQTT(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	mqttbench.Benchmark(b, tm, []mqttbench.Load{
+	benchtest.MQTT(b, tm, []mqttbench.Load{
 		{QoS: 1, Window: 1, Conns: 1},
 		{QoS: 1, Window: 16, Conns: 1},
 		{QoS: 1, Window: 256, Conns: 1},
