@@ -8,9 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tidemark-io/tidemark/internal/prop"
 	"github.com/tidemark-io/tidemark/mqtt"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
-	"pgregory.net/rapid"
 )
 
 // The qos2 cases about the pipeline itself: its window, its copy caps and
@@ -179,7 +179,6 @@ func caseQ15(t T, tg Target) {
 // reaches the subscriber; no PUBACK for the failed store or anything after
 // it on that connection. 60 bursts per engine (the note gives no count).
 func caseQ21(t T, tg Target) {
-	initRapid()
 	f := newBrokerFaults()
 	var mu sync.Mutex
 	failAt := map[string]int{} // client -> store number that fails
@@ -208,22 +207,22 @@ func caseQ21(t T, tg Target) {
 	s := startBroker(t, tg, mqtt.Options{Hooks: f.hooks()})
 	sub := newSubscriber(t, "sub", s.Addr, "q21-sub", packet.V311, "q21/#", packet.QoS1)
 	round := 0
-	rapid.Check(rapidTB{T: t, name: "Q21"}, func(rt *rapid.T) {
+	prop.Check(t, "Q21", func(rt *prop.T) {
 		round++
 		client := fmt.Sprintf("q21-pub-%d", round)
 		topic := "q21/" + client
-		n := rapid.IntRange(1, 25).Draw(rt, "burst")
+		n := rt.IntRange(1, 25, "burst")
 		fail := 0
-		if rapid.IntRange(0, 2).Draw(rt, "fail?") == 0 {
-			fail = rapid.IntRange(1, n).Draw(rt, "fail at")
+		if rt.IntRange(0, 2, "fail?") == 0 {
+			fail = rt.IntRange(1, n, "fail at")
 		}
 		closeAfter := 0
-		if rapid.IntRange(0, 2).Draw(rt, "close?") == 0 {
-			closeAfter = rapid.IntRange(1, n).Draw(rt, "close after")
+		if rt.IntRange(0, 2, "close?") == 0 {
+			closeAfter = rt.IntRange(1, n, "close after")
 		}
 		for i := 0; i < n; i++ {
-			if rapid.IntRange(0, 3).Draw(rt, "delay?") == 0 {
-				delays <- time.Duration(rapid.IntRange(0, 3000).Draw(rt, "delay us")) * time.Microsecond
+			if rt.IntRange(0, 3, "delay?") == 0 {
+				delays <- time.Duration(rt.IntRange(0, 3000, "delay us")) * time.Microsecond
 			}
 		}
 		mu.Lock()
@@ -240,7 +239,7 @@ func caseQ21(t T, tg Target) {
 		}
 		if closeAfter > 0 {
 			pub.send(ps[:closeAfter]...)
-			time.Sleep(time.Duration(rapid.IntRange(0, 2000).Draw(rt, "close delay us")) * time.Microsecond)
+			time.Sleep(time.Duration(rt.IntRange(0, 2000, "close delay us")) * time.Microsecond)
 			pub.drop()
 		} else {
 			pub.send(ps...)
