@@ -15,14 +15,16 @@ import (
 )
 
 // T is the part of *testing.T the cases use, so the same cases run under
-// go test and under `tidemark conformance`. Fatalf and FailNow must not
-// return (testing.T calls runtime.Goexit).
+// go test and under `tidemark conformance`. Fatalf, FailNow and Skipf must
+// not return (testing.T calls runtime.Goexit). A case skips only when the
+// build lacks what it needs (see needFaults), never for an engine.
 type T interface {
 	Helper()
 	Logf(format string, args ...any)
 	Errorf(format string, args ...any)
 	Fatalf(format string, args ...any)
 	FailNow()
+	Skipf(format string, args ...any)
 	Failed() bool
 	Cleanup(func())
 	TempDir() string
