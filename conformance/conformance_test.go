@@ -1,12 +1,12 @@
 package conformance_test
 
 import (
-	"github.com/tidemark-io/tidemark/bench/benchtest"
-	"github.com/tidemark-io/tidemark/conformance/conformancetest"
 	"os"
 	"testing"
 
+	"github.com/tidemark-io/tidemark/bench/benchtest"
 	"github.com/tidemark-io/tidemark/conformance"
+	"github.com/tidemark-io/tidemark/conformance/conformancetest"
 	"github.com/tidemark-io/tidemark/engine"
 
 	// Every engine built into this binary runs the whole suite.

@@ -1,12 +1,14 @@
+//go:build !nobadger
+
 package badger_test
 
 import (
-	"github.com/tidemark-io/tidemark/bench/benchtest"
-	"github.com/tidemark-io/tidemark/conformance/conformancetest"
 	"os"
 	"testing"
 
+	"github.com/tidemark-io/tidemark/bench/benchtest"
 	"github.com/tidemark-io/tidemark/conformance"
+	"github.com/tidemark-io/tidemark/conformance/conformancetest"
 	_ "github.com/tidemark-io/tidemark/engine/badger"
 )
 

@@ -1,9 +1,11 @@
+//go:build !nojetstream
+
 package jetstream_test
 
 import (
-	"github.com/tidemark-io/tidemark/bench/benchtest"
 	"testing"
 
+	"github.com/tidemark-io/tidemark/bench/benchtest"
 )
 
 // BenchmarkCommits runs the shared commit benchmark (synced commits of

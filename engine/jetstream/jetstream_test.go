@@ -1,11 +1,13 @@
+//go:build !nojetstream
+
 package jetstream_test
 
 import (
-	"github.com/tidemark-io/tidemark/conformance/conformancetest"
 	"os"
 	"testing"
 
 	"github.com/tidemark-io/tidemark/conformance"
+	"github.com/tidemark-io/tidemark/conformance/conformancetest"
 	_ "github.com/tidemark-io/tidemark/engine/jetstream"
 )
 

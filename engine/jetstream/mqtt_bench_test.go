@@ -1,12 +1,14 @@
+//go:build !nojetstream
+
 package jetstream_test
 
 import (
-	"github.com/tidemark-io/tidemark/bench/benchtest"
 	"os"
 	"runtime/pprof"
 	"testing"
 	"time"
 
+	"github.com/tidemark-io/tidemark/bench/benchtest"
 	"github.com/tidemark-io/tidemark/bench/mqttbench"
 	"github.com/tidemark-io/tidemark/engine"
 )

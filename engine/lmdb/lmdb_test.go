@@ -7,15 +7,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/tidemark-io/tidemark/bench/benchtest"
-	"github.com/tidemark-io/tidemark/conformance/conformancetest"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/tidemark-io/tidemark/bench/benchtest"
 	"github.com/tidemark-io/tidemark/conformance"
+	"github.com/tidemark-io/tidemark/conformance/conformancetest"
 	"github.com/tidemark-io/tidemark/engine"
 	_ "github.com/tidemark-io/tidemark/engine/lmdb"
 )
