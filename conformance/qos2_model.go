@@ -16,16 +16,17 @@ import (
 // Q20: random QoS 2 packet sequences from one client against a reference
 // model, on two broker nodes sharing the store.
 //
-// The model is the MQTT receiver state machine of the semantics note with
-// the broker's durable state: per packet id the staged slot (the first
-// accepted bytes, or empty) is durable, and the connection's exchange map
-// (pending, released) is volatile. A PUBLISH gets a PUBREC and stages its
-// bytes only when the slot is empty and the id is not pending on this
-// connection; a PUBREL of a staged id delivers the slot's bytes, empties
-// it and marks the id released; a PUBREL of a released id gets a plain
-// PUBCOMP; one of an id neither released here nor staged gets PUBCOMP
-// 0x92 (5.0). The release is one atomic commit, so "delivered" and "slot
-// emptied" are the same event: the model needs no separate watermark.
+// The model is the MQTT receiver state machine of the semantics note
+// (docs/semantics.md, section 3.2) with the broker's durable state: per
+// packet id the staged slot (the first accepted bytes, or empty) is durable,
+// and the connection's exchange map (pending, released) is volatile. A
+// PUBLISH gets a PUBREC and stages its bytes only when the slot is empty and
+// the id is not pending on this connection; a PUBREL of a staged id delivers
+// the slot's bytes, empties it and marks the id released; a PUBREL of a
+// released id gets a plain PUBCOMP; one of an id neither released here nor
+// staged gets PUBCOMP 0x92 (5.0). The release is one atomic commit, so
+// "delivered" and "slot emptied" are the same event: the model needs no
+// separate watermark.
 //
 // Sequences draw bursts of PUBLISH (random bytes, random DUP, ids 1..4 to
 // force reuse) and PUBREL, sent without reading; abrupt drops in the
@@ -117,7 +118,7 @@ func (op q20op) packet() packet.Packet {
 	return pubrel(op.pi)
 }
 
-func caseQ20(t T, tg Target) {
+func casePropertyRandomQoS2Sequences(t T, tg Target) {
 	delays := make(chan time.Duration, 1<<14)
 	delay := func() time.Duration {
 		select {

@@ -33,13 +33,13 @@ func lag(evs []table.Event, c table.Cursor, composite bool) error {
 	return nil
 }
 
-// caseC20 is the property test of random transaction sizes, scopes,
-// filters and stop points. The note asks for 1..300 transactions of size
-// 1..200 and 2,000 cases per engine; this draws 1..15 transactions of
-// size 1..40 and runs 200 cases (two runs of prop.Check's default 100),
-// which covers the same stop shapes within seconds.
-// TIDEMARK_PROP_CHECKS raises it.
-func caseC20(t T, tg Target) {
+// casePropertyRandomTransactionsAndStops (C20) is the property test of
+// random transaction sizes, scopes, filters and stop points. The note asks
+// for 1..300 transactions of size 1..200 and 2,000 cases per engine; this
+// draws 1..15 transactions of size 1..40 and runs 200 cases (two runs of
+// prop.Check's default 100), which covers the same stop shapes within
+// seconds. TIDEMARK_PROP_CHECKS raises it.
+func casePropertyRandomTransactionsAndStops(t T, tg Target) {
 	r := newRig(t, tg)
 	n := 0
 	property := func(rt *prop.T) {
@@ -190,12 +190,12 @@ func killStop(t T, db *table.DB, o table.SubscribeOptions, n int, share float64)
 	return evs, s.Checkpoint()
 }
 
-// caseC21 runs 4 writers and 3 subscribers that subscribe, take some
-// events, acknowledge some, unsubscribe and resume from their saved
-// checkpoint, for 1.5 s (the note says 5 s). Each subscriber's stream per
-// id must go up in version without a missing version, and with its final
-// catch-up it must hold every version.
-func caseC21(t T, tg Target) {
+// casePropertyWritersAndResumingSubscribers (C21) runs 4 writers and 3
+// subscribers that subscribe, take some events, acknowledge some,
+// unsubscribe and resume from their saved checkpoint, for 1.5 s (the note
+// says 5 s). Each subscriber's stream per id must go up in version without a
+// missing version, and with its final catch-up it must hold every version.
+func casePropertyWritersAndResumingSubscribers(t T, tg Target) {
 	seed := rand.Uint64()
 	r := newRig(t, tg)
 	start := r.head()

@@ -3,6 +3,10 @@
 // engine through a Target. Engine packages run it from their tests through
 // conformancetest (TestConformance/<engine>/<suite>/<case>); `tidemark
 // conformance` runs the engine x case matrix from the command line.
+//
+// The cases, their identifiers (C01, Q01, M01, ...) and the rules they
+// check are catalogued in docs/semantics.md; each case's name starts with
+// its identifier, so reports stay comparable across versions.
 package conformance
 
 import (
