@@ -7,8 +7,12 @@ BIN       ?= bin/tidemark
 # the time budget with it on); the rest run without it.
 RACE_PKGS ?= ./engine/... ./table/... ./mqtt/...
 FUZZTIME  ?= 30s
+# The tests build with tag faults: the conformance cases that crash, hold
+# or fail the broker at named points need its fault hooks, which other
+# builds leave out.
+TEST_TAGS ?= faults
 
-.PHONY: build run test bench fuzz lint conformance clean deps
+.PHONY: build build-pebble run test bench fuzz lint conformance clean deps
 
 # The MQTT.js interop test runs the npm packages locked in mqtt/interop;
 # they are installed again only when the lock file changes.
@@ -21,8 +25,17 @@ $(INTEROP_STAMP): mqtt/interop/package-lock.json mqtt/interop/package.json
 # deps installs what the tests need beyond Go modules.
 deps: $(INTEROP_STAMP)
 
+# Engine tags: each leaves one engine (and the bench peer that embeds the
+# same library) out of the build.
+ENGINE_TAGS  := nobadger nojetstream nolmdb nopebble
+PEBBLE_ONLY  := nobadger,nojetstream,nolmdb
+
 build:
 	$(GO) build -o $(BIN) ./cmd/tidemark
+
+# build-pebble builds a binary with the Pebble engine alone.
+build-pebble:
+	$(GO) build -tags $(PEBBLE_ONLY) -o $(BIN)-pebble ./cmd/tidemark
 
 run:
 	$(GO) run ./cmd/tidemark serve
@@ -32,14 +45,17 @@ run:
 # is skipped here rather than run twice.
 test: deps
 	$(GO) vet ./...
-	$(GO) test -race -count=1 -timeout 14m $(RACE_PKGS)
-	$(GO) test -count=1 -timeout 14m -skip '^TestConformance$$' $$($(GO) list ./... | grep -v -e /engine -e /table -e /mqtt)
+	$(GO) test -tags $(TEST_TAGS) -race -count=1 -timeout 14m $(RACE_PKGS)
+	$(GO) test -tags $(TEST_TAGS) -count=1 -timeout 14m -skip '^TestConformance$$' $$($(GO) list ./... | grep -v -e /engine -e /table -e /mqtt)
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./conformance/
 
-conformance: build
-	$(BIN) conformance
+# The product binary skips the cases that inject broker faults; this one
+# is built with them.
+conformance:
+	$(GO) build -tags $(TEST_TAGS) -o $(BIN)-faults ./cmd/tidemark
+	$(BIN)-faults conformance
 
 fuzz:
 	@for pkg in $$($(GO) list ./...); do \
@@ -52,7 +68,9 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo 'gofmt needed'; exit 1)
 	$(GO) vet ./...
 	CGO_ENABLED=0 $(GO) build ./...
-	$(GO) build -tags nolmdb ./...
+	@for tag in $(ENGINE_TAGS) $(PEBBLE_ONLY) $(TEST_TAGS); do \
+	  echo "$(GO) vet -tags $$tag ./..."; $(GO) vet -tags $$tag ./... || exit 1; \
+	done
 
 clean:
 	rm -rf bin

@@ -4,7 +4,9 @@ import (
 	"os"
 	"testing"
 
+	"github.com/tidemark-io/tidemark/bench/benchtest"
 	"github.com/tidemark-io/tidemark/conformance"
+	"github.com/tidemark-io/tidemark/conformance/conformancetest"
 	"github.com/tidemark-io/tidemark/engine"
 
 	// Every engine built into this binary runs the whole suite.
@@ -21,7 +23,7 @@ func TestMain(m *testing.M) {
 
 func TestConformance(t *testing.T) {
 	for _, name := range engine.Drivers() {
-		conformance.Run(t, conformance.Target{Engine: name})
+		conformancetest.Run(t, conformance.Target{Engine: name})
 	}
 }
 
@@ -29,6 +31,6 @@ func TestConformance(t *testing.T) {
 // beside a raw fdatasync loop on the same disk.
 func BenchmarkCommits(b *testing.B) {
 	for _, name := range engine.Drivers() {
-		conformance.BenchmarkCommits(b, conformance.Target{Engine: name})
+		benchtest.Commits(b, name)
 	}
 }

@@ -10,39 +10,39 @@ import (
 	"github.com/tidemark-io/tidemark/table"
 )
 
-// The qos2 suite: the QoS 2 receive pipeline cases Q01..Q21 of the
-// semantics note, driven through real TCP connections against a real
-// broker on each engine (harness in mqtt_harness.go, client in
-// rawclient.go). The broker releases a QoS 2 message in one atomic commit
+// The qos2 suite: the QoS 2 receive pipeline cases Q01..Q21 of the semantics
+// note (docs/semantics.md, section 4), driven through real TCP connections
+// against a real broker on each engine (harness in mqtt_harness.go, client
+// in rawclient.go). The broker releases a QoS 2 message in one atomic commit
 // (message log append plus removal of the staged copy, conditional on the
 // staged version), so the note's "discard" is that commit, its "release
-// watermark" is the staged slot being gone, and "broadcast" is
-// subscribers reading the log after the commit. Repetition counts are
-// scaled down where the note asks for thousands (each case says where) so
-// the suite stays well under a minute per engine.
+// watermark" is the staged slot being gone, and "broadcast" is subscribers
+// reading the log after the commit. Repetition counts are scaled down where
+// the note asks for thousands (each case says where) so the suite stays well
+// under a minute per engine.
 func init() {
 	register("qos2",
-		Case{Name: "Q01_burst_ordering_exactly_once", Run: caseQ01},
-		Case{Name: "Q02_duplicate_publish_different_bytes", Run: caseQ02},
-		Case{Name: "Q03_retransmitted_pubrel_while_release_held", Run: caseQ03},
-		Case{Name: "Q04_pi_reuse_with_release_delayed", Run: caseQ04},
-		Case{Name: "Q05_dup_publish_across_reconnect", Run: caseQ05},
-		Case{Name: "Q06_crash_between_pubrec_and_pubrel", Run: caseQ06},
-		Case{Name: "Q07_crash_between_pubrel_and_pubcomp", Run: caseQ07},
-		Case{Name: "Q08_retried_pubrel_on_another_node", Run: caseQ08},
-		Case{Name: "Q09_close_with_unreleased_exchanges", Run: caseQ09},
-		Case{Name: "Q10_corrupt_staged_slot", Run: caseQ10},
-		Case{Name: "Q11_unknown_pubrel", Run: caseQ11},
-		Case{Name: "Q12_window_full_with_stalled_store", Run: caseQ12},
-		Case{Name: "Q13_copy_cap_exceeded", Run: caseQ13},
-		Case{Name: "Q14_mixed_qos_on_one_connection", Run: caseQ14},
-		Case{Name: "Q15_store_error_mid_burst", Run: caseQ15},
-		Case{Name: "Q16_session_takeover_with_exchanges_in_flight", Run: caseQ16},
-		Case{Name: "Q17_clean_start_discards_inbound_state", Run: caseQ17},
-		Case{Name: "Q18_outbound_crash_after_subscriber_pubrec", Run: caseQ18},
-		Case{Name: "Q19_outbound_resend_before_pubrec", Run: caseQ19},
-		Case{Name: "Q20_property_random_qos2_sequences", Run: caseQ20},
-		Case{Name: "Q21_property_qos1_pipeline", Run: caseQ21},
+		Case{Name: "Q01_burst_ordering_exactly_once", Run: caseBurstOrderingExactlyOnce},
+		Case{Name: "Q02_duplicate_publish_different_bytes", Run: caseDuplicatePublishDifferentBytes},
+		Case{Name: "Q03_retransmitted_pubrel_while_release_held", Run: caseRetransmittedPubrelWhileReleaseHeld},
+		Case{Name: "Q04_pi_reuse_with_release_delayed", Run: casePIReuseWithReleaseDelayed},
+		Case{Name: "Q05_dup_publish_across_reconnect", Run: caseDupPublishAcrossReconnect},
+		Case{Name: "Q06_crash_between_pubrec_and_pubrel", Run: caseCrashBetweenPubrecAndPubrel},
+		Case{Name: "Q07_crash_between_pubrel_and_pubcomp", Run: caseCrashBetweenPubrelAndPubcomp},
+		Case{Name: "Q08_retried_pubrel_on_another_node", Run: caseRetriedPubrelOnAnotherNode},
+		Case{Name: "Q09_close_with_unreleased_exchanges", Run: caseCloseWithUnreleasedExchanges},
+		Case{Name: "Q10_corrupt_staged_slot", Run: caseCorruptStagedSlot},
+		Case{Name: "Q11_unknown_pubrel", Run: caseUnknownPubrel},
+		Case{Name: "Q12_window_full_with_stalled_store", Run: caseWindowFullWithStalledStore},
+		Case{Name: "Q13_copy_cap_exceeded", Run: caseCopyCapExceeded},
+		Case{Name: "Q14_mixed_qos_on_one_connection", Run: caseMixedQoSOnOneConnection},
+		Case{Name: "Q15_store_error_mid_burst", Run: caseStoreErrorMidBurst},
+		Case{Name: "Q16_session_takeover_with_exchanges_in_flight", Run: caseSessionTakeoverWithExchangesInFlight},
+		Case{Name: "Q17_clean_start_discards_inbound_state", Run: caseCleanStartDiscardsInboundState},
+		Case{Name: "Q18_outbound_crash_after_subscriber_pubrec", Run: caseOutboundCrashAfterSubscriberPubrec},
+		Case{Name: "Q19_outbound_resend_before_pubrec", Run: caseOutboundResendBeforePubrec},
+		Case{Name: "Q20_property_random_qos2_sequences", Run: casePropertyRandomQoS2Sequences},
+		Case{Name: "Q21_property_qos1_pipeline", Run: casePropertyQoS1Pipeline},
 	)
 }
 
@@ -79,9 +79,10 @@ func exchange(c *rawClient, pi uint16, topic, payload string) {
 	c.expectSeq(ack{packet.TypePubcomp, pi})
 }
 
-// caseQ01: 100 QoS 2 PUBLISHes without reading; PUBRECs and PUBCOMPs
-// come back in packet order and the subscriber gets each message once.
-func caseQ01(t T, tg Target) {
+// caseBurstOrderingExactlyOnce (Q01): 100 QoS 2 PUBLISHes without reading;
+// PUBRECs and PUBCOMPs come back in packet order and the subscriber gets
+// each message once.
+func caseBurstOrderingExactlyOnce(t T, tg Target) {
 	s := startBroker(t, tg, mqtt.Options{})
 	sub := newSubscriber(t, "sub", s.Addr, "q01-sub", packet.V311, "q01/foo", packet.QoS1)
 	pub, _ := connectRaw(t, "pub", s.Addr, "q01-pub", packet.V5, true)
@@ -93,10 +94,11 @@ func caseQ01(t T, tg Target) {
 	pub.silence(quiet)
 }
 
-// caseQ02: three PUBLISHes on one id with other bytes (the second with
-// DUP) before any PUBREC is read: three PUBRECs, three PUBCOMPs, the
-// first bytes delivered once; the id is then reusable.
-func caseQ02(t T, tg Target) {
+// caseDuplicatePublishDifferentBytes (Q02): three PUBLISHes on one id with
+// other bytes (the second with DUP) before any PUBREC is read: three
+// PUBRECs, three PUBCOMPs, the first bytes delivered once; the id is then
+// reusable.
+func caseDuplicatePublishDifferentBytes(t T, tg Target) {
 	s := startBroker(t, tg, mqtt.Options{})
 	sub := newSubscriber(t, "sub", s.Addr, "q02-sub", packet.V5, "q02/foo", packet.QoS2)
 	pub, _ := connectRaw(t, "pub", s.Addr, "q02-pub", packet.V5, true)
@@ -109,12 +111,13 @@ func caseQ02(t T, tg Target) {
 	pub.silence(quiet)
 }
 
-// caseQ03: PUBREL retransmitted twice while the release is in flight. In
-// the first round the pipeline sees the release commit stalled (an Ack
-// hold): the retransmits are read and screened by the connection's
-// released mark, and no PUBCOMP may overtake the held one. In the second
-// the release commit itself is held before submission.
-func caseQ03(t T, tg Target) {
+// caseRetransmittedPubrelWhileReleaseHeld (Q03): PUBREL retransmitted twice
+// while the release is in flight. In the first round the pipeline sees the
+// release commit stalled (an Ack hold): the retransmits are read and
+// screened by the connection's released mark, and no PUBCOMP may overtake
+// the held one. In the second the release commit itself is held before
+// submission.
+func caseRetransmittedPubrelWhileReleaseHeld(t T, tg Target) {
 	f := newBrokerFaults()
 	s := startBroker(t, tg, mqtt.Options{Hooks: f.hooks()})
 	sub := newSubscriber(t, "sub", s.Addr, "q03-sub", packet.V311, "q03/foo", packet.QoS2)
@@ -142,10 +145,10 @@ func caseQ03(t T, tg Target) {
 	sub.expectExactly("m7", "m8")
 }
 
-// caseQ04: ten back-to-back exchanges on one packet id with the release
-// delayed 20 ms in the pipeline: each publication is new, none is refused
-// as a duplicate, each is delivered once, in order.
-func caseQ04(t T, tg Target) {
+// casePIReuseWithReleaseDelayed (Q04): ten back-to-back exchanges on one
+// packet id with the release delayed 20 ms in the pipeline: each publication
+// is new, none is refused as a duplicate, each is delivered once, in order.
+func casePIReuseWithReleaseDelayed(t T, tg Target) {
 	f := newBrokerFaults()
 	f.delayAcks(mqtt.KindRelease, func() time.Duration { return 20 * time.Millisecond })
 	s := startBroker(t, tg, mqtt.Options{Hooks: f.hooks()})
@@ -165,9 +168,10 @@ func caseQ04(t T, tg Target) {
 	sub.expectExactly(seqPayloads("cycle-", 1, 10)...)
 }
 
-// caseQ05: a DUP PUBLISH with other bytes on a resumed session is deduped
-// by the staged slot: the first bytes are delivered, once.
-func caseQ05(t T, tg Target) {
+// caseDupPublishAcrossReconnect (Q05): a DUP PUBLISH with other bytes on a
+// resumed session is deduped by the staged slot: the first bytes are
+// delivered, once.
+func caseDupPublishAcrossReconnect(t T, tg Target) {
 	s := startBroker(t, tg, mqtt.Options{})
 	sub := newSubscriber(t, "sub", s.Addr, "q05-sub", packet.V5, "q05/foo", packet.QoS2)
 	pub, _ := connectRaw(t, "pub", s.Addr, "q05-pub", packet.V311, false)
@@ -202,12 +206,13 @@ func sessionOnline(t T, db *table.DB, client string) (online, ok bool) {
 	return rec.Online, true
 }
 
-// caseQ09: 50 exchanges staged, 25 released, then an abrupt close. The
-// released ones are delivered once, the others not; the connection's
-// pipeline ends and the session is stored offline within 2 s (the
-// broker's counterpart of "no pending reply registrations"); a successor
-// connection completes an exchange and sees no stray acknowledgement.
-func caseQ09(t T, tg Target) {
+// caseCloseWithUnreleasedExchanges (Q09): 50 exchanges staged, 25 released,
+// then an abrupt close. The released ones are delivered once, the others
+// not; the connection's pipeline ends and the session is stored offline
+// within 2 s (the broker's counterpart of "no pending reply registrations");
+// a successor connection completes an exchange and sees no stray
+// acknowledgement.
+func caseCloseWithUnreleasedExchanges(t T, tg Target) {
 	s := startBroker(t, tg, mqtt.Options{})
 	sub := newSubscriber(t, "sub", s.Addr, "q09-sub", packet.V311, "q09/foo", packet.QoS1)
 	pub, _ := connectRaw(t, "pub", s.Addr, "q09-pub", packet.V5, false)
@@ -237,10 +242,11 @@ func caseQ09(t T, tg Target) {
 	sub.expectExactly(append(seqPayloads("msg-", 1, 25), "after")...)
 }
 
-// caseQ10: a staged slot that does not decode fails the PUBREL's
-// connection without a PUBCOMP and is discarded; nothing is delivered and
-// the retried PUBREL on the next connection gets a clean PUBCOMP.
-func caseQ10(t T, tg Target) {
+// caseCorruptStagedSlot (Q10): a staged slot that does not decode fails the
+// PUBREL's connection without a PUBCOMP and is discarded; nothing is
+// delivered and the retried PUBREL on the next connection gets a clean
+// PUBCOMP.
+func caseCorruptStagedSlot(t T, tg Target) {
 	s := startBroker(t, tg, mqtt.Options{})
 	sub := newSubscriber(t, "sub", s.Addr, "q10-sub", packet.V311, "q10/#", packet.QoS2)
 	pub, _ := connectRaw(t, "pub", s.Addr, "q10-pub", packet.V5, false)
@@ -277,9 +283,9 @@ func caseQ10(t T, tg Target) {
 	sub.expectExactly("clean")
 }
 
-// caseQ11: a PUBREL for an id the broker never saw gets a PUBCOMP (5.0:
-// 0x92) and the connection stays usable.
-func caseQ11(t T, tg Target) {
+// caseUnknownPubrel (Q11): a PUBREL for an id the broker never saw gets a
+// PUBCOMP (5.0: 0x92) and the connection stays usable.
+func caseUnknownPubrel(t T, tg Target) {
 	s := startBroker(t, tg, mqtt.Options{})
 	sub := newSubscriber(t, "sub", s.Addr, "q11-sub", packet.V311, "q11/foo", packet.QoS1)
 	for _, v := range []packet.Version{packet.V5, packet.V311} {
@@ -298,9 +304,9 @@ func caseQ11(t T, tg Target) {
 	sub.expectExactly("after-5", "after-4")
 }
 
-// caseQ14: QoS 1 and QoS 2 interleaved on one connection, sent without
-// reading: one FIFO across types.
-func caseQ14(t T, tg Target) {
+// caseMixedQoSOnOneConnection (Q14): QoS 1 and QoS 2 interleaved on one
+// connection, sent without reading: one FIFO across types.
+func caseMixedQoSOnOneConnection(t T, tg Target) {
 	s := startBroker(t, tg, mqtt.Options{})
 	sub := newSubscriber(t, "sub", s.Addr, "q14-sub", packet.V5, "q14/#", packet.QoS2)
 	pub, _ := connectRaw(t, "pub", s.Addr, "q14-pub", packet.V5, true)
@@ -312,9 +318,10 @@ func caseQ14(t T, tg Target) {
 	pub.silence(quiet)
 }
 
-// caseQ17: a clean start discards the staged inbound QoS 2 state: the old
-// id's PUBREL gets a PUBCOMP and delivers nothing.
-func caseQ17(t T, tg Target) {
+// caseCleanStartDiscardsInboundState (Q17): a clean start discards the
+// staged inbound QoS 2 state: the old id's PUBREL gets a PUBCOMP and
+// delivers nothing.
+func caseCleanStartDiscardsInboundState(t T, tg Target) {
 	s := startBroker(t, tg, mqtt.Options{})
 	sub := newSubscriber(t, "sub", s.Addr, "q17-sub", packet.V311, "q17/foo", packet.QoS2)
 	pub, _ := connectRaw(t, "pub", s.Addr, "q17-pub", packet.V5, false)

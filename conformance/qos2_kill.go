@@ -46,12 +46,12 @@ func countPayloads(ds []delivery) map[string]int {
 	return n
 }
 
-// caseQ06: the broker dies right after the PUBREC of a retained QoS 2
-// PUBLISH. After a restart the PUBREL on a resumed session releases it:
-// each subscriber gets it once at min(2, its QoS), and a new subscriber
-// gets it as retained, still at QoS 2 (the staged copy kept QoS and
-// retain).
-func caseQ06(t T, tg Target) {
+// caseCrashBetweenPubrecAndPubrel (Q06): the broker dies right after the
+// PUBREC of a retained QoS 2 PUBLISH. After a restart the PUBREL on a
+// resumed session releases it: each subscriber gets it once at min(2, its
+// QoS), and a new subscriber gets it as retained, still at QoS 2 (the staged
+// copy kept QoS and retain).
+func caseCrashBetweenPubrecAndPubrel(t T, tg Target) {
 	dir := t.TempDir()
 	b := startBrokerChild(t, tg, dir, brokerArgs{Kill: mqtt.PointPubrecSent, KillClient: "q06-pub", KillPI: 9})
 	subs := newQoSSubs(t, b.Addr, "q06", "q06/foo")
@@ -83,27 +83,28 @@ func caseQ06(t T, tg Target) {
 	}
 }
 
-// caseQ07: the broker dies between PUBREL and PUBCOMP. The note's points
-// are after-pubrel-read, after-broadcast, after-delivery-ack and
-// after-discard-applied; with the release one atomic commit (log append
-// and discard together) and subscribers reading the log after it, the
-// last three are the same instant here: after-release-committed. The
-// runs are at after-pubrel-read, after-release-committed,
-// after-pubcomp-sent, plus three at a random instant after the PUBREL
-// (the note asks for 50; three keep the case within seconds). All runs
-// share one store: each restart finishes the previous run's exchange.
+// caseCrashBetweenPubrelAndPubcomp (Q07): the broker dies between PUBREL and
+// PUBCOMP. The note's points are after-pubrel-read, after-broadcast,
+// after-delivery-ack and after-discard-applied; with the release one atomic
+// commit (log append and discard together) and subscribers reading the log
+// after it, the last three are the same instant here:
+// after-release-committed. The runs are at after-pubrel-read,
+// after-release-committed, after-pubcomp-sent, plus three at a random
+// instant after the PUBREL (the note asks for 50; three keep the case within
+// seconds). All runs share one store: each restart finishes the previous
+// run's exchange.
 //
 // After every run the publisher re-sends the PUBREL and gets a PUBCOMP.
-// Assert: the message log holds every publication exactly once (the
-// release happened once across both lifetimes); the QoS 2 subscriber
-// took each exactly once; the QoS 1 subscriber at least once, a second
-// time only when the kill came after the commit (a QoS 1 redelivery of a
-// message whose acknowledgement died with the broker); the QoS 0
-// subscriber at most once, and exactly once when the kill came before
-// the commit. (A QoS 0 delivery has no acknowledgement: no broker can
-// know after a crash whether it went out, so a kill after the commit may
-// lose it, and must never send it twice.)
-func caseQ07(t T, tg Target) {
+// Assert: the message log holds every publication exactly once (the release
+// happened once across both lifetimes); the QoS 2 subscriber took each
+// exactly once; the QoS 1 subscriber at least once, a second time only when
+// the kill came after the commit (a QoS 1 redelivery of a message whose
+// acknowledgement died with the broker); the QoS 0 subscriber at most once,
+// and exactly once when the kill came before the commit. (A QoS 0 delivery
+// has no acknowledgement: no broker can know after a crash whether it went
+// out, so a kill after the commit may lose it, and must never send it
+// twice.)
+func caseCrashBetweenPubrelAndPubcomp(t T, tg Target) {
 	type run struct {
 		point mqtt.Point // "" : the case kills at a random instant
 		pi    uint16
@@ -212,12 +213,13 @@ func rawSubscribe(t T, addr, id, filter string) *rawClient {
 	return c
 }
 
-// caseQ18: the broker dies after a QoS 2 subscriber's PUBREC was
-// recorded (the PUBREL came out). After the restart the resumed session
-// gets the PUBREL again within a second (not after an ack timeout), never
-// the PUBLISH; after the PUBCOMP nothing more, also on later reconnects.
-// A kill right after a later PUBCOMP brings at most that PUBREL again.
-func caseQ18(t T, tg Target) {
+// caseOutboundCrashAfterSubscriberPubrec (Q18): the broker dies after a QoS
+// 2 subscriber's PUBREC was recorded (the PUBREL came out). After the
+// restart the resumed session gets the PUBREL again within a second (not
+// after an ack timeout), never the PUBLISH; after the PUBCOMP nothing more,
+// also on later reconnects. A kill right after a later PUBCOMP brings at
+// most that PUBREL again.
+func caseOutboundCrashAfterSubscriberPubrec(t T, tg Target) {
 	dir := t.TempDir()
 	b := startBrokerChild(t, tg, dir, brokerArgs{})
 	s := rawSubscribe(t, b.Addr, "q18-sub", "q18/foo")
@@ -288,11 +290,11 @@ func receiveQoS2(t T, s *rawClient, payload string) *packet.Publish {
 	return p
 }
 
-// caseQ19: a QoS 2 subscriber that never answers gets the PUBLISH again
-// with DUP=1 and the same packet id promptly on every resume, across a
-// reconnect and across a broker kill; after its PUBREC, exactly one
-// PUBREL.
-func caseQ19(t T, tg Target) {
+// caseOutboundResendBeforePubrec (Q19): a QoS 2 subscriber that never
+// answers gets the PUBLISH again with DUP=1 and the same packet id promptly
+// on every resume, across a reconnect and across a broker kill; after its
+// PUBREC, exactly one PUBREL.
+func caseOutboundResendBeforePubrec(t T, tg Target) {
 	dir := t.TempDir()
 	b := startBrokerChild(t, tg, dir, brokerArgs{})
 	s := rawSubscribe(t, b.Addr, "q19-sub", "q19/foo")

@@ -7,25 +7,26 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tidemark-io/tidemark/internal/prop"
 	"github.com/tidemark-io/tidemark/mqtt"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
-	"pgregory.net/rapid"
 )
 
 // Q20: random QoS 2 packet sequences from one client against a reference
 // model, on two broker nodes sharing the store.
 //
-// The model is the MQTT receiver state machine of the semantics note with
-// the broker's durable state: per packet id the staged slot (the first
-// accepted bytes, or empty) is durable, and the connection's exchange map
-// (pending, released) is volatile. A PUBLISH gets a PUBREC and stages its
-// bytes only when the slot is empty and the id is not pending on this
-// connection; a PUBREL of a staged id delivers the slot's bytes, empties
-// it and marks the id released; a PUBREL of a released id gets a plain
-// PUBCOMP; one of an id neither released here nor staged gets PUBCOMP
-// 0x92 (5.0). The release is one atomic commit, so "delivered" and "slot
-// emptied" are the same event: the model needs no separate watermark.
+// The model is the MQTT receiver state machine of the semantics note
+// (docs/semantics.md, section 3.2) with the broker's durable state: per
+// packet id the staged slot (the first accepted bytes, or empty) is durable,
+// and the connection's exchange map (pending, released) is volatile. A
+// PUBLISH gets a PUBREC and stages its bytes only when the slot is empty and
+// the id is not pending on this connection; a PUBREL of a staged id delivers
+// the slot's bytes, empties it and marks the id released; a PUBREL of a
+// released id gets a plain PUBCOMP; one of an id neither released here nor
+// staged gets PUBCOMP 0x92 (5.0). The release is one atomic commit, so
+// "delivered" and "slot emptied" are the same event: the model needs no
+// separate watermark.
 //
 // Sequences draw bursts of PUBLISH (random bytes, random DUP, ids 1..4 to
 // force reuse) and PUBREL, sent without reading; abrupt drops in the
@@ -38,7 +39,8 @@ import (
 // subscriber, with its first accepted bytes, in release order, and at
 // most once to the QoS 0 subscriber. Broker kills are Q06's and Q07's
 // (a process kill per sequence would cost seconds); the note's 5,000
-// sequences are 100 here (rapid's default, -rapid.checks raises it).
+// sequences are 100 here (prop.Check's default; TIDEMARK_PROP_CHECKS
+// raises it).
 
 type q20op struct {
 	publish bool
@@ -116,8 +118,7 @@ func (op q20op) packet() packet.Packet {
 	return pubrel(op.pi)
 }
 
-func caseQ20(t T, tg Target) {
-	initRapid()
+func casePropertyRandomQoS2Sequences(t T, tg Target) {
 	delays := make(chan time.Duration, 1<<14)
 	delay := func() time.Duration {
 		select {
@@ -142,12 +143,12 @@ func caseQ20(t T, tg Target) {
 	expected := map[string][]string{} // topic -> delivered, from each sequence's model
 	seq := 0
 	var stats [4]int // bursts, cut bursts, reconnects, takeovers
-	rapid.Check(rapidTB{T: t, name: "Q20"}, func(rt *rapid.T) {
+	prop.Check(t, "Q20", func(rt *prop.T) {
 		seq++
 		client := fmt.Sprintf("q20-%d", seq)
 		topic := "q20/" + client
 		v := packet.V5
-		if rapid.Bool().Draw(rt, "3.1.1") {
+		if rt.Bool("3.1.1") {
 			v = packet.V311
 		}
 		npub := 0
@@ -157,7 +158,7 @@ func caseQ20(t T, tg Target) {
 		// 3.1.1 sequences never start clean (their client id is new).
 		node := 0
 		connect := func(clean bool) *rawClient {
-			node = rapid.IntRange(0, 1).Draw(rt, "node")
+			node = rt.IntRange(0, 1, "node")
 			c := dialRaw(t, client, nodes[node], v)
 			cp := connectPacket(client, v, false)
 			clean = clean && v == packet.V5
@@ -180,16 +181,16 @@ func caseQ20(t T, tg Target) {
 			return out
 		}
 		burst := func() []q20op {
-			ops := make([]q20op, rapid.IntRange(1, 6).Draw(rt, "burst"))
+			ops := make([]q20op, rt.IntRange(1, 6, "burst"))
 			for i := range ops {
-				ops[i].pi = uint16(rapid.IntRange(1, 4).Draw(rt, "pi"))
-				if ops[i].publish = rapid.IntRange(0, 2).Draw(rt, "op") > 0; ops[i].publish {
+				ops[i].pi = uint16(rt.IntRange(1, 4, "pi"))
+				if ops[i].publish = rt.IntRange(0, 2, "op") > 0; ops[i].publish {
 					npub++
 					ops[i].payload = fmt.Sprintf("%s/p%d", client, npub)
-					ops[i].dup = rapid.IntRange(0, 3).Draw(rt, "dup") == 0
+					ops[i].dup = rt.IntRange(0, 3, "dup") == 0
 				}
-				if rapid.IntRange(0, 3).Draw(rt, "delay?") == 0 {
-					delays <- time.Duration(rapid.IntRange(0, 2000).Draw(rt, "delay us")) * time.Microsecond
+				if rt.IntRange(0, 3, "delay?") == 0 {
+					delays <- time.Duration(rt.IntRange(0, 2000, "delay us")) * time.Microsecond
 				}
 			}
 			return ops
@@ -205,9 +206,9 @@ func caseQ20(t T, tg Target) {
 			}
 			c.send(ps...)
 		}
-		steps := rapid.IntRange(1, 5).Draw(rt, "steps")
+		steps := rt.IntRange(1, 5, "steps")
 		for range steps {
-			switch kind := rapid.IntRange(0, 9).Draw(rt, "step"); {
+			switch kind := rt.IntRange(0, 9, "step"); {
 			case kind <= 5: // a burst, all responses read and checked
 				stats[0]++
 				ops := burst()
@@ -230,7 +231,7 @@ func caseQ20(t T, tg Target) {
 			case kind == 7: // drop and reconnect, possibly to the other node
 				stats[2]++
 				c.drop()
-				c = connect(rapid.IntRange(0, 5).Draw(rt, "clean") == 0)
+				c = connect(rt.IntRange(0, 5, "clean") == 0)
 			case kind >= 8: // a second connection takes the session over
 				stats[3]++
 				old := c
@@ -289,7 +290,7 @@ func isSubsequence(sub, of []string) bool {
 // connection's session is stored offline (its commits all landed before
 // that write), the staged slots must equal the model's after some prefix
 // of the burst; the model continues from there.
-func q20Resolve(rt *rapid.T, t T, db *table.DB, client string, m *q20model, ops []q20op, v packet.Version, took func() []string) *q20model {
+func q20Resolve(rt *prop.T, t T, db *table.DB, client string, m *q20model, ops []q20op, v packet.Version, took func() []string) *q20model {
 	deadline := time.Now().Add(waitFor)
 	for {
 		if online, ok := sessionOnline(t, db, client); ok && !online {

@@ -14,16 +14,16 @@ import (
 // table.DB). Both run with node ids, so a client moving from one to the
 // other takes its session over across nodes.
 
-// caseQ08: a PUBREL retried on node B while node A's release of the same
-// message is in flight. (a) A's release commit is held before it reaches
-// the store; the client gives up on A and retries on B, which finds the
-// message still staged and releases it (PUBCOMP success). A stays stuck,
-// so B takes the session over after its takeover timeout; the held
-// release, once let go, must deliver nothing. (b) A's release is
-// committed but A's pipeline holds its completion, so no PUBCOMP comes;
-// the retry on B finds nothing staged (PUBCOMP 0x92). Either way every
-// subscriber, on either node, gets the message exactly once.
-func caseQ08(t T, tg Target) {
+// caseRetriedPubrelOnAnotherNode (Q08): a PUBREL retried on node B while
+// node A's release of the same message is in flight. (a) A's release commit
+// is held before it reaches the store; the client gives up on A and retries
+// on B, which finds the message still staged and releases it (PUBCOMP
+// success). A stays stuck, so B takes the session over after its takeover
+// timeout; the held release, once let go, must deliver nothing. (b) A's
+// release is committed but A's pipeline holds its completion, so no PUBCOMP
+// comes; the retry on B finds nothing staged (PUBCOMP 0x92). Either way
+// every subscriber, on either node, gets the message exactly once.
+func caseRetriedPubrelOnAnotherNode(t T, tg Target) {
 	fa := newBrokerFaults()
 	a := startBroker(t, tg, mqtt.Options{NodeID: "A", Hooks: fa.hooks()})
 	bAddr := secondNode(t, tg, a, mqtt.Options{NodeID: "B", TakeoverTimeout: 500 * time.Millisecond}).Addr
@@ -66,12 +66,13 @@ func caseQ08(t T, tg Target) {
 	subB.expectExactly("held-before-commit", "held-after-commit")
 }
 
-// caseQ16: client C has 20 staged and 10 released exchanges in flight on
-// node A (A's pipeline holds the releases' completions) when a CONNECT
-// with C's id arrives on node B. A's connection is closed (DISCONNECT
-// 0x8E) before B's CONNACK; nothing of A's pipeline reaches B's
-// connection; C's re-sends on B deliver every message exactly once.
-func caseQ16(t T, tg Target) {
+// caseSessionTakeoverWithExchangesInFlight (Q16): client C has 20 staged and
+// 10 released exchanges in flight on node A (A's pipeline holds the
+// releases' completions) when a CONNECT with C's id arrives on node B. A's
+// connection is closed (DISCONNECT 0x8E) before B's CONNACK; nothing of A's
+// pipeline reaches B's connection; C's re-sends on B deliver every message
+// exactly once.
+func caseSessionTakeoverWithExchangesInFlight(t T, tg Target) {
 	fa := newBrokerFaults()
 	a := startBroker(t, tg, mqtt.Options{NodeID: "A", Hooks: fa.hooks()})
 	bAddr := secondNode(t, tg, a, mqtt.Options{NodeID: "B"}).Addr

@@ -8,20 +8,21 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tidemark-io/tidemark/internal/prop"
 	"github.com/tidemark-io/tidemark/mqtt"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
-	"pgregory.net/rapid"
 )
 
 // The qos2 cases about the pipeline itself: its window, its copy caps and
 // how it fails.
 
-// caseQ12: with every staging commit stalled, the broker reads one
-// window of PUBLISHes (its receive maximum, 1,024 FIFO entries) and stops
-// reading; after the store timeout the connection fails with no
-// acknowledgement sent. Once the store recovers, the client's re-sends on
-// a new connection complete with each message delivered exactly once.
-func caseQ12(t T, tg Target) {
+// caseWindowFullWithStalledStore (Q12): with every staging commit stalled,
+// the broker reads one window of PUBLISHes (its receive maximum, 1,024 FIFO
+// entries) and stops reading; after the store timeout the connection fails
+// with no acknowledgement sent. Once the store recovers, the client's
+// re-sends on a new connection complete with each message delivered exactly
+// once.
+func caseWindowFullWithStalledStore(t T, tg Target) {
 	const n, window = 1100, 1024
 	f := newBrokerFaults()
 	// The store timeout also bounds every commit of the second phase,
@@ -56,12 +57,12 @@ func caseQ12(t T, tg Target) {
 	sub.expectExactly(seqPayloads("msg-", 1, n)...)
 }
 
-// caseQ13: 1,100 publications of 4 KB in flight (over both copy caps,
-// 1,024 messages and 4 MB; the note's 8 KB doubles the bytes for nothing)
-// before any PUBREL. Past the cap the connection keeps no copy and the
-// PUBREL reads the staged message: deliveries are the same as within the
+// caseCopyCapExceeded (Q13): 1,100 publications of 4 KB in flight (over both
+// copy caps, 1,024 messages and 4 MB; the note's 8 KB doubles the bytes for
+// nothing) before any PUBREL. Past the cap the connection keeps no copy and
+// the PUBREL reads the staged message: deliveries are the same as within the
 // cap, and the store is read exactly once per uncached publication.
-func caseQ13(t T, tg Target) {
+func caseCopyCapExceeded(t T, tg Target) {
 	const n = 1100
 	f := newBrokerFaults()
 	s := startBroker(t, tg, mqtt.Options{Hooks: f.hooks()})
@@ -100,11 +101,11 @@ func caseQ13(t T, tg Target) {
 	}
 }
 
-// caseQ15: the 30th store of a 60-packet burst (QoS 1 and 2 alternating)
-// fails: acknowledgements 1..29 come out, none after, and the connection
-// closes. After reconnecting, the client's re-sends deliver the QoS 2
-// messages exactly once and the QoS 1 ones at least once.
-func caseQ15(t T, tg Target) {
+// caseStoreErrorMidBurst (Q15): the 30th store of a 60-packet burst (QoS 1
+// and 2 alternating) fails: acknowledgements 1..29 come out, none after, and
+// the connection closes. After reconnecting, the client's re-sends deliver
+// the QoS 2 messages exactly once and the QoS 1 ones at least once.
+func caseStoreErrorMidBurst(t T, tg Target) {
 	const n, failAt = 60, 30
 	f := newBrokerFaults()
 	var mu sync.Mutex
@@ -173,13 +174,13 @@ func caseQ15(t T, tg Target) {
 	}
 }
 
-// caseQ21 is the QoS 1 pipeline property: random bursts, random store
-// delays, a random injected store failure and a random abrupt close.
-// Invariants: PUBACKs come in PUBLISH order; every PUBACKed message
-// reaches the subscriber; no PUBACK for the failed store or anything after
-// it on that connection. 60 bursts per engine (the note gives no count).
-func caseQ21(t T, tg Target) {
-	initRapid()
+// casePropertyQoS1Pipeline (Q21) is the QoS 1 pipeline property: random
+// bursts, random store delays, a random injected store failure and a random
+// abrupt close. Invariants: PUBACKs come in PUBLISH order; every PUBACKed
+// message reaches the subscriber; no PUBACK for the failed store or anything
+// after it on that connection. 60 bursts per engine (the note gives no
+// count).
+func casePropertyQoS1Pipeline(t T, tg Target) {
 	f := newBrokerFaults()
 	var mu sync.Mutex
 	failAt := map[string]int{} // client -> store number that fails
@@ -208,22 +209,22 @@ func caseQ21(t T, tg Target) {
 	s := startBroker(t, tg, mqtt.Options{Hooks: f.hooks()})
 	sub := newSubscriber(t, "sub", s.Addr, "q21-sub", packet.V311, "q21/#", packet.QoS1)
 	round := 0
-	rapid.Check(rapidTB{T: t, name: "Q21"}, func(rt *rapid.T) {
+	prop.Check(t, "Q21", func(rt *prop.T) {
 		round++
 		client := fmt.Sprintf("q21-pub-%d", round)
 		topic := "q21/" + client
-		n := rapid.IntRange(1, 25).Draw(rt, "burst")
+		n := rt.IntRange(1, 25, "burst")
 		fail := 0
-		if rapid.IntRange(0, 2).Draw(rt, "fail?") == 0 {
-			fail = rapid.IntRange(1, n).Draw(rt, "fail at")
+		if rt.IntRange(0, 2, "fail?") == 0 {
+			fail = rt.IntRange(1, n, "fail at")
 		}
 		closeAfter := 0
-		if rapid.IntRange(0, 2).Draw(rt, "close?") == 0 {
-			closeAfter = rapid.IntRange(1, n).Draw(rt, "close after")
+		if rt.IntRange(0, 2, "close?") == 0 {
+			closeAfter = rt.IntRange(1, n, "close after")
 		}
 		for i := 0; i < n; i++ {
-			if rapid.IntRange(0, 3).Draw(rt, "delay?") == 0 {
-				delays <- time.Duration(rapid.IntRange(0, 3000).Draw(rt, "delay us")) * time.Microsecond
+			if rt.IntRange(0, 3, "delay?") == 0 {
+				delays <- time.Duration(rt.IntRange(0, 3000, "delay us")) * time.Microsecond
 			}
 		}
 		mu.Lock()
@@ -240,7 +241,7 @@ func caseQ21(t T, tg Target) {
 		}
 		if closeAfter > 0 {
 			pub.send(ps[:closeAfter]...)
-			time.Sleep(time.Duration(rapid.IntRange(0, 2000).Draw(rt, "close delay us")) * time.Microsecond)
+			time.Sleep(time.Duration(rt.IntRange(0, 2000, "close delay us")) * time.Microsecond)
 			pub.drop()
 		} else {
 			pub.send(ps...)

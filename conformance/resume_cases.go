@@ -12,36 +12,37 @@ import (
 	"github.com/tidemark-io/tidemark/table"
 )
 
-// The resume suite: the table layer's storage, cursor and subscription
-// cases C01..C24 of the semantics note, on every engine. Counts are scaled
-// down from the note where it asks for minutes of load (each case says
-// where), so the suite stays well under a minute per engine.
+// The resume suite: the table layer's storage, cursor and subscription cases
+// C01..C24 of the semantics note (docs/semantics.md, section 4), on every
+// engine. Counts are scaled down from the note where it asks for minutes of
+// load (each case says where), so the suite stays well under a minute per
+// engine.
 func init() {
 	register("resume",
-		Case{Name: "C01_key_granularity_probe", Run: caseC01},
-		Case{Name: "C02_send_fails_after_two_deliveries", Run: caseC02},
-		Case{Name: "C03_send_fails_inside_transaction", Run: caseC03},
-		Case{Name: "C04_filter_rejects_last_record", Run: caseC04},
-		Case{Name: "C05_close_at_yield_in_150_record_transaction", Run: caseC05},
-		Case{Name: "C06_close_while_waiting_for_drain", Run: caseC06},
-		Case{Name: "C07_foreign_entries_do_not_move_cursor", Run: caseC07},
-		Case{Name: "C08_superseded_handling", Run: caseC08},
-		Case{Name: "C09_replay_to_live_handoff_under_writes", Run: caseC09},
-		Case{Name: "C10_live_gate", Run: caseC10},
-		Case{Name: "C11_fresh_durable_subscription", Run: caseC11},
-		Case{Name: "C12_single_record_history_send_fails", Run: caseC12},
-		Case{Name: "C13_queued_vs_consumed", Run: caseC13},
-		Case{Name: "C14_partial_ack_in_shared_key_transaction", Run: caseC14},
-		Case{Name: "C15_out_of_order_ack_in_shared_key_transaction", Run: caseC15},
-		Case{Name: "C16_kill_mid_replay", Run: caseC16},
-		Case{Name: "C17_clock_rollback_across_restart", Run: caseC17},
-		Case{Name: "C18_retention_below_cursor", Run: caseC18},
-		Case{Name: "C19_bulk_load_marker_in_range", Run: caseC19},
-		Case{Name: "C20_property_random_transactions_and_stops", Run: caseC20},
-		Case{Name: "C21_property_writers_and_resuming_subscribers", Run: caseC21},
-		Case{Name: "C22_deterministic_resume", Run: caseC22},
-		Case{Name: "C23_yield_cadence_and_fairness", Run: caseC23},
-		Case{Name: "C24_point_reads_under_load", Run: caseC24},
+		Case{Name: "C01_key_granularity_probe", Run: caseKeyGranularityProbe},
+		Case{Name: "C02_send_fails_after_two_deliveries", Run: caseSendFailsAfterTwoDeliveries},
+		Case{Name: "C03_send_fails_inside_transaction", Run: caseSendFailsInsideTransaction},
+		Case{Name: "C04_filter_rejects_last_record", Run: caseFilterRejectsLastRecord},
+		Case{Name: "C05_close_at_yield_in_150_record_transaction", Run: caseCloseAtYieldIn150RecordTransaction},
+		Case{Name: "C06_close_while_waiting_for_drain", Run: caseCloseWhileWaitingForDrain},
+		Case{Name: "C07_foreign_entries_do_not_move_cursor", Run: caseForeignEntriesDoNotMoveCursor},
+		Case{Name: "C08_superseded_handling", Run: caseSupersededHandling},
+		Case{Name: "C09_replay_to_live_handoff_under_writes", Run: caseReplayToLiveHandoffUnderWrites},
+		Case{Name: "C10_live_gate", Run: caseLiveGate},
+		Case{Name: "C11_fresh_durable_subscription", Run: caseFreshDurableSubscription},
+		Case{Name: "C12_single_record_history_send_fails", Run: caseSingleRecordHistorySendFails},
+		Case{Name: "C13_queued_vs_consumed", Run: caseQueuedVsConsumed},
+		Case{Name: "C14_partial_ack_in_shared_key_transaction", Run: casePartialAckInSharedKeyTransaction},
+		Case{Name: "C15_out_of_order_ack_in_shared_key_transaction", Run: caseOutOfOrderAckInSharedKeyTransaction},
+		Case{Name: "C16_kill_mid_replay", Run: caseKillMidReplay},
+		Case{Name: "C17_clock_rollback_across_restart", Run: caseClockRollbackAcrossRestart},
+		Case{Name: "C18_retention_below_cursor", Run: caseRetentionBelowCursor},
+		Case{Name: "C19_bulk_load_marker_in_range", Run: caseBulkLoadMarkerInRange},
+		Case{Name: "C20_property_random_transactions_and_stops", Run: casePropertyRandomTransactionsAndStops},
+		Case{Name: "C21_property_writers_and_resuming_subscribers", Run: casePropertyWritersAndResumingSubscribers},
+		Case{Name: "C22_deterministic_resume", Run: caseDeterministicResume},
+		Case{Name: "C23_yield_cadence_and_fairness", Run: caseYieldCadenceAndFairness},
+		Case{Name: "C24_point_reads_under_load", Run: casePointReadsUnderLoad},
 	)
 }
 
@@ -51,7 +52,7 @@ func durableOpts(tbl string, start table.Cursor) table.SubscribeOptions {
 	return table.SubscribeOptions{Table: tbl, Start: start, IncludeSuperseded: true}
 }
 
-func caseC01(t T, tg Target) {
+func caseKeyGranularityProbe(t T, tg Target) {
 	r := newRig(t, tg)
 	start := r.head()
 	t1 := r.txn("t", "1", "2", "3")
@@ -115,7 +116,7 @@ func scenarioSendFails(r *rig, tbl string, txns [][]string, refuseAt int, naive,
 	return first, second, checkResume(expected, first.events, c, second.events, composite)
 }
 
-func caseC02(t T, tg Target) {
+func caseSendFailsAfterTwoDeliveries(t T, tg Target) {
 	r := newRig(t, tg)
 	txns := [][]string{{"r1"}, {"r2"}, {"r3"}, {"r4"}, {"r5"}}
 	first, second, err := scenarioSendFails(r, "t", txns, 3, false, false)
@@ -143,7 +144,7 @@ func caseC02(t T, tg Target) {
 	wantIDs(t, "resume from the checkpoint", r.replayAll(durableOpts("s", s.Checkpoint())).events, "r3", "r4", "r5")
 }
 
-func caseC03(t T, tg Target) {
+func caseSendFailsInsideTransaction(t T, tg Target) {
 	txns := [][]string{{"a"}, {"b", "c", "d"}, {"e"}}
 	for _, composite := range []bool{false, true} {
 		r := newRig(t, tg)
@@ -159,7 +160,7 @@ func caseC03(t T, tg Target) {
 	}
 }
 
-func caseC04(t T, tg Target) {
+func caseFilterRejectsLastRecord(t T, tg Target) {
 	r := newRig(t, tg)
 	start := r.head()
 	ws := slices.Concat(r.txn("t", "r1"), r.txn("t", "r2"), r.txn("t", "r3"))
@@ -198,7 +199,7 @@ func scenarioCloseAtYield(r *rig, naive, composite bool) (run, run, error) {
 	return first, second, checkResume(expected, first.events, c, second.events, composite)
 }
 
-func caseC05(t T, tg Target) {
+func caseCloseAtYieldIn150RecordTransaction(t T, tg Target) {
 	for _, composite := range []bool{false, true} {
 		r := newRig(t, tg)
 		_, second, err := scenarioCloseAtYield(r, false, composite)
@@ -244,7 +245,7 @@ func (r *rig) pipelined(tbl string, ids []string) []wrote {
 	return out
 }
 
-func caseC06(t T, tg Target) {
+func caseCloseWhileWaitingForDrain(t T, tg Target) {
 	r := newRig(t, tg)
 	start := r.head()
 	ws := r.pipelined("t", ids("r", 500))
@@ -285,7 +286,7 @@ func caseC06(t T, tg Target) {
 	wantIDs(t, "resume from the checkpoint", r.replayAll(durableOpts("t", s.Checkpoint())).events, ids("r", 500)...)
 }
 
-func caseC07(t T, tg Target) {
+func caseForeignEntriesDoNotMoveCursor(t T, tg Target) {
 	seed := rand.Uint64()
 	rng := rand.New(rand.NewPCG(seed, 7))
 	r := newRig(t, tg)
@@ -368,7 +369,7 @@ func caseC07(t T, tg Target) {
 	}
 }
 
-func caseC08(t T, tg Target) {
+func caseSupersededHandling(t T, tg Target) {
 	r := newRig(t, tg)
 	start := r.head()
 	v := slices.Concat(r.txn("t", "X"), r.txn("t", "Y"), r.txn("t", "X"), r.txn("t", "X"))
@@ -398,12 +399,12 @@ func caseC08(t T, tg Target) {
 	}
 }
 
-// caseC09 checks the replay-to-live hand-off while a writer commits. The
-// note asks for 10,000 existing records and 500 repeats; this runs one
-// round over 3,000 records and 7 shorter rounds with a random writer
-// phase, each forcing one commit exactly when the reader has exhausted
-// the log and is about to wait for live entries.
-func caseC09(t T, tg Target) {
+// caseReplayToLiveHandoffUnderWrites (C09) checks the replay-to-live
+// hand-off while a writer commits. The note asks for 10,000 existing records
+// and 500 repeats; this runs one round over 3,000 records and 7 shorter
+// rounds with a random writer phase, each forcing one commit exactly when
+// the reader has exhausted the log and is about to wait for live entries.
+func caseReplayToLiveHandoffUnderWrites(t T, tg Target) {
 	r := newRig(t, tg)
 	seed := rand.Uint64()
 	rng := rand.New(rand.NewPCG(seed, 9))
@@ -487,7 +488,7 @@ func caseC09(t T, tg Target) {
 	}
 }
 
-func caseC10(t T, tg Target) {
+func caseLiveGate(t T, tg Target) {
 	r := newRig(t, tg)
 	a := r.txn("t", "a") // K-1
 	b := r.txn("t", "b") // K
@@ -509,7 +510,7 @@ func caseC10(t T, tg Target) {
 	wantIDs(t, "inclusive start", r.replayAll(o).events, "b", "c", "d")
 }
 
-func caseC11(t T, tg Target) {
+func caseFreshDurableSubscription(t T, tg Target) {
 	r := newRig(t, tg)
 	r.txn("t", "r1")
 	session := r.head() // persisted before the subscription is acknowledged
@@ -524,7 +525,7 @@ func caseC11(t T, tg Target) {
 	wantIDs(t, "resume", r.replayAll(durableOpts("t", session)).events, "r3")
 }
 
-func caseC12(t T, tg Target) {
+func caseSingleRecordHistorySendFails(t T, tg Target) {
 	r := newRig(t, tg)
 	r.txn("t", "X")
 	c := r.head()

@@ -13,7 +13,7 @@ import (
 	"github.com/tidemark-io/tidemark/table"
 )
 
-func caseC17(t T, tg Target) {
+func caseClockRollbackAcrossRestart(t T, tg Target) {
 	r := newRig(t, tg)
 	ws := slices.Concat(r.txn("t", "r1"), r.txn("t", "r2"), r.txn("t", "r3"))
 	c := table.Cursor{Key: ws[2].at.key} // persisted by a consumer
@@ -34,7 +34,7 @@ func caseC17(t T, tg Target) {
 	}
 }
 
-func caseC18(t T, tg Target) {
+func caseRetentionBelowCursor(t T, tg Target) {
 	// A one-entry tail window makes every reader scan the engine, where
 	// retention acts.
 	r := newRig(t, tg, tailWindow(1))
@@ -86,7 +86,7 @@ func caseC18(t T, tg Target) {
 	}
 }
 
-func caseC19(t T, tg Target) {
+func caseBulkLoadMarkerInRange(t T, tg Target) {
 	r := newRig(t, tg)
 	start := r.head()
 	ws := slices.Concat(r.txn("t", "r1"), r.txn("t", "r2"))
@@ -132,7 +132,7 @@ func caseC19(t T, tg Target) {
 	wantIDs(t, "resume after the marker", r.replayAll(durableOpts("t", table.Cursor{Key: marker})).events, "r3")
 }
 
-func caseC22(t T, tg Target) {
+func caseDeterministicResume(t T, tg Target) {
 	r := newRig(t, tg)
 	start := r.head()
 	order := []string{"m", "c", "x", "a", "q", "b"}
@@ -159,9 +159,10 @@ func caseC22(t T, tg Target) {
 // cursorAfter is the composite cursor right after a.
 func (a at) cursorAfter() table.Cursor { return table.Cursor{Key: a.key, Next: a.idx + 1} }
 
-// caseC23 replays 5,000 records (the note says 10,000; the cadence and the
-// bound are the same at half the size) while a writer commits.
-func caseC23(t T, tg Target) {
+// caseYieldCadenceAndFairness (C23) replays 5,000 records (the note says
+// 10,000; the cadence and the bound are the same at half the size) while a
+// writer commits.
+func caseYieldCadenceAndFairness(t T, tg Target) {
 	r := newRig(t, tg)
 	start := r.head()
 	var groups [][]string
@@ -232,9 +233,9 @@ func caseC23(t T, tg Target) {
 	t.Logf("%d yields; slowest concurrent point write %v", f.count("yield"), time.Duration(maxLatency.Load()))
 }
 
-// caseC24 checks point reads against scans while 8 writers commit (for
-// about a second; the note leaves the duration open).
-func caseC24(t T, tg Target) {
+// casePointReadsUnderLoad (C24) checks point reads against scans while 8
+// writers commit (for about a second; the note leaves the duration open).
+func casePointReadsUnderLoad(t T, tg Target) {
 	r := newRig(t, tg)
 	start := r.head()
 	ctx := t.Context()

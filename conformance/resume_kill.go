@@ -258,11 +258,11 @@ func (r *rig) persistSession(s session) {
 	}
 }
 
-// caseC13: the persisted cursor is the acknowledged frontier, not what
-// was queued. 50 records are pending; the consumer takes and acks 10
-// while the reader has queued the rest, subscribes to a second table
-// (which persists the session), and the process is killed.
-func caseC13(t T, tg Target) {
+// caseQueuedVsConsumed (C13): the persisted cursor is the acknowledged
+// frontier, not what was queued. 50 records are pending; the consumer takes
+// and acks 10 while the reader has queued the rest, subscribes to a second
+// table (which persists the session), and the process is killed.
+func caseQueuedVsConsumed(t T, tg Target) {
 	r := newRig(t, tg)
 	start := r.head()
 	r.persistSession(session{"t": start})
@@ -307,14 +307,14 @@ func scenarioPartialAck(t T, tg Target, acks []int) {
 	}
 }
 
-func caseC14(t T, tg Target) { scenarioPartialAck(t, tg, []int{0}) }
+func casePartialAckInSharedKeyTransaction(t T, tg Target) { scenarioPartialAck(t, tg, []int{0}) }
 
-func caseC15(t T, tg Target) { scenarioPartialAck(t, tg, []int{2}) }
+func caseOutOfOrderAckInSharedKeyTransaction(t T, tg Target) { scenarioPartialAck(t, tg, []int{2}) }
 
-// caseC16 kills a durable consumer in the middle of a replay. The note
-// asks for 20,000 records; this uses 3,000 in transactions of random
-// size 1..200 (the same shapes, a fifth of the time).
-func caseC16(t T, tg Target) {
+// caseKillMidReplay (C16) kills a durable consumer in the middle of a
+// replay. The note asks for 20,000 records; this uses 3,000 in transactions
+// of random size 1..200 (the same shapes, a fifth of the time).
+func caseKillMidReplay(t T, tg Target) {
 	seed := rand.Uint64()
 	rng := rand.New(rand.NewPCG(seed, 16))
 	r := newRig(t, tg)

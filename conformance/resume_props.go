@@ -1,35 +1,17 @@
 package conformance
 
 import (
-	"flag"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
 	"sync"
-	"testing"
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/internal/prop"
 	"github.com/tidemark-io/tidemark/table"
-	"pgregory.net/rapid"
 )
-
-// rapidTB adapts the suite's T to rapid. Skipping is not allowed in the
-// suite, so a skip fails.
-type rapidTB struct {
-	T
-	name string
-}
-
-func (r rapidTB) Name() string                     { return r.name }
-func (r rapidTB) Log(args ...any)                  { r.Logf("%s", fmt.Sprint(args...)) }
-func (r rapidTB) Error(args ...any)                { r.Errorf("%s", fmt.Sprint(args...)) }
-func (r rapidTB) Fatal(args ...any)                { r.Fatalf("%s", fmt.Sprint(args...)) }
-func (r rapidTB) Fail()                            { r.Errorf("failed") }
-func (r rapidTB) Skip(args ...any)                 { r.Fatalf("skip is not allowed: %s", fmt.Sprint(args...)) }
-func (r rapidTB) Skipf(format string, args ...any) { r.Fatalf("skip is not allowed: "+format, args...) }
-func (r rapidTB) SkipNow()                         { r.Fatalf("skip is not allowed") }
 
 // lag checks the cursor rule at a stop inside the reader: every event of
 // the run that the cursor does not cover belongs to the one partial key
@@ -51,41 +33,22 @@ func lag(evs []table.Event, c table.Cursor, composite bool) error {
 	return nil
 }
 
-// caseC20 is the property test of random transaction sizes, scopes,
-// filters and stop points. The note asks for 1..300 transactions of size
-// 1..200 and 2,000 cases per engine; this draws 1..15 transactions of
-// size 1..40 and runs 200 cases (two rapid runs of its default 100), which
-// covers the same stop shapes within seconds. -rapid.checks raises it.
-var rapidOnce sync.Once
-
-// initRapid readies rapid's flags for a property case, in `go test` and in
-// the tidemark binary alike: rapid reads testing.Short, which needs the
-// testing flags registered and parsed, and a failing case is reported with
-// its draws, so rapid must not write fail files into the directory of
-// whichever package runs the suite.
-func initRapid() {
-	rapidOnce.Do(func() {
-		if flag.Lookup("test.short") == nil {
-			testing.Init()
-		}
-		if !flag.Parsed() {
-			_ = flag.CommandLine.Parse(nil)
-		}
-		_ = flag.Set("rapid.nofailfile", "true")
-	})
-}
-
-func caseC20(t T, tg Target) {
-	initRapid()
+// casePropertyRandomTransactionsAndStops (C20) is the property test of
+// random transaction sizes, scopes, filters and stop points. The note asks
+// for 1..300 transactions of size 1..200 and 2,000 cases per engine; this
+// draws 1..15 transactions of size 1..40 and runs 200 cases (two runs of
+// prop.Check's default 100), which covers the same stop shapes within
+// seconds. TIDEMARK_PROP_CHECKS raises it.
+func casePropertyRandomTransactionsAndStops(t T, tg Target) {
 	r := newRig(t, tg)
 	n := 0
-	prop := func(rt *rapid.T) {
+	property := func(rt *prop.T) {
 		n++
 		tbl := fmt.Sprintf("p%d", n)
 		start := r.head()
-		nIDs := rapid.IntRange(1, 50).Draw(rt, "ids")
-		scope := rapid.IntRange(0, 2).Draw(rt, "scope") // all, filter, prefix
-		composite := rapid.Bool().Draw(rt, "composite")
+		nIDs := rt.IntRange(1, 50, "ids")
+		scope := rt.IntRange(0, 2, "scope") // all, filter, prefix
+		composite := rt.Bool("composite")
 		inScope := func(id string) bool {
 			switch scope {
 			case 1:
@@ -99,12 +62,12 @@ func caseC20(t T, tg Target) {
 		type ent struct{ tbl, id string }
 		var txs []*table.Tx
 		var entsOf [][]ent
-		for i, nTx := 0, rapid.IntRange(1, 15).Draw(rt, "transactions"); i < nTx; i++ {
-			ents := make([]ent, rapid.IntRange(1, 40).Draw(rt, "size"))
+		for i, nTx := 0, rt.IntRange(1, 15, "transactions"); i < nTx; i++ {
+			ents := make([]ent, rt.IntRange(1, 40, "size"))
 			tx := r.db.Begin()
 			for j := range ents {
-				ents[j] = ent{tbl, fmt.Sprintf("i%d", rapid.IntRange(0, nIDs-1).Draw(rt, "id"))}
-				if rapid.IntRange(0, 4).Draw(rt, "foreign") == 0 {
+				ents[j] = ent{tbl, fmt.Sprintf("i%d", rt.IntRange(0, nIDs-1, "id"))}
+				if rt.IntRange(0, 4, "foreign") == 0 {
 					ents[j].tbl = tbl + "x"
 				}
 				_ = tx.Put(ents[j].tbl, ents[j].id, nil)
@@ -133,23 +96,23 @@ func caseC20(t T, tg Target) {
 			o.Start = cursor
 			kind := 4
 			if round < 6 {
-				kind = rapid.IntRange(0, 4).Draw(rt, "stop")
+				kind = rt.IntRange(0, 4, "stop")
 			}
 			var evs []table.Event
 			var next table.Cursor
 			switch kind {
 			case 0: // send refused
-				got := r.followRun(o, rapid.IntRange(1, 60).Draw(rt, "refuse at"), nil)
+				got := r.followRun(o, rt.IntRange(1, 60, "refuse at"), nil)
 				evs, next = got.events, got.cursor
 			case 1: // close at a yield
 				oo := o
-				oo.YieldEvery = rapid.IntRange(1, 50).Draw(rt, "yield every")
-				got := r.followRun(oo, 0, newFaults().stop("yield", rapid.IntRange(1, 5).Draw(rt, "yield")))
+				oo.YieldEvery = rt.IntRange(1, 50, "yield every")
+				got := r.followRun(oo, 0, newFaults().stop("yield", rt.IntRange(1, 5, "yield")))
 				evs, next = got.events, got.cursor
 			case 2: // close while waiting for the consumer to drain
-				evs, next = drainStop(t, r.db, o, rapid.IntRange(1, 30).Draw(rt, "buffer"))
+				evs, next = drainStop(t, r.db, o, rt.IntRange(1, 30, "buffer"))
 			case 3: // the consumer acks a prefix, then the process dies
-				evs, next = killStop(t, r.db, o, rapid.IntRange(0, 60).Draw(rt, "receive"), rapid.Float64Range(0, 1).Draw(rt, "acked share"))
+				evs, next = killStop(t, r.db, o, rt.IntRange(0, 60, "receive"), rt.Float64Range(0, 1, "acked share"))
 			case 4: // resume to the end
 				evs = r.replayAll(o).events
 			}
@@ -174,7 +137,7 @@ func caseC20(t T, tg Target) {
 		}
 	}
 	for i := 0; i < 2; i++ {
-		rapid.Check(rapidTB{T: t, name: "resume/C20"}, prop)
+		prop.Check(t, "resume/C20", property)
 	}
 }
 
@@ -227,12 +190,12 @@ func killStop(t T, db *table.DB, o table.SubscribeOptions, n int, share float64)
 	return evs, s.Checkpoint()
 }
 
-// caseC21 runs 4 writers and 3 subscribers that subscribe, take some
-// events, acknowledge some, unsubscribe and resume from their saved
-// checkpoint, for 1.5 s (the note says 5 s). Each subscriber's stream per
-// id must go up in version without a missing version, and with its final
-// catch-up it must hold every version.
-func caseC21(t T, tg Target) {
+// casePropertyWritersAndResumingSubscribers (C21) runs 4 writers and 3
+// subscribers that subscribe, take some events, acknowledge some,
+// unsubscribe and resume from their saved checkpoint, for 1.5 s (the note
+// says 5 s). Each subscriber's stream per id must go up in version without a
+// missing version, and with its final catch-up it must hold every version.
+func casePropertyWritersAndResumingSubscribers(t T, tg Target) {
 	seed := rand.Uint64()
 	r := newRig(t, tg)
 	start := r.head()

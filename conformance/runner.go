@@ -12,10 +12,13 @@ import (
 
 // Outcome is the result of one case against one engine.
 type Outcome struct {
-	Engine   string        `json:"engine"`
-	Suite    string        `json:"suite"`
-	Case     string        `json:"case"`
-	Pass     bool          `json:"pass"`
+	Engine string `json:"engine"`
+	Suite  string `json:"suite"`
+	Case   string `json:"case"`
+	Pass   bool   `json:"pass"`
+	// Skip says why the case did not run in this build (it needs one with
+	// tag faults); Pass is false then.
+	Skip     string        `json:"skip,omitempty"`
 	Error    string        `json:"error,omitempty"`
 	Duration time.Duration `json:"duration_ns"`
 }
@@ -50,7 +53,9 @@ func RunCase(ctx context.Context, tg Target, c Case, timeout time.Duration) Outc
 	}
 	o := Outcome{Engine: tg.Engine, Suite: c.Suite, Case: c.Name, Duration: time.Since(start)}
 	o.Pass = !t.Failed()
-	if !o.Pass {
+	if o.Skip = t.skipped(); o.Skip != "" && o.Pass {
+		o.Pass = false
+	} else if !o.Pass {
 		o.Error = t.firstError()
 	}
 	return o
@@ -63,6 +68,7 @@ type runT struct {
 	root     string
 	mu       sync.Mutex
 	failed   bool
+	skip     string
 	errs     []string
 	cleanups []func()
 	dirs     int
@@ -82,6 +88,19 @@ func (t *runT) Fatalf(format string, args ...any) {
 func (t *runT) FailNow() {
 	t.fail("FailNow")
 	runtime.Goexit()
+}
+
+func (t *runT) Skipf(format string, args ...any) {
+	t.mu.Lock()
+	t.skip = fmt.Sprintf(format, args...)
+	t.mu.Unlock()
+	runtime.Goexit()
+}
+
+func (t *runT) skipped() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.skip
 }
 
 func (t *runT) fail(msg string) {

@@ -13,17 +13,17 @@ import (
 	"github.com/tidemark-io/tidemark/table"
 )
 
-// The session suite: end-to-end durable sessions, M01..M05 of the
-// semantics note, through real MQTT connections: the proof the table
-// layer's resume cursor carries through the broker's save and resume,
-// across restarts and kills.
+// The session suite: end-to-end durable sessions, M01..M05 of the semantics
+// note (docs/semantics.md, section 4), through real MQTT connections: the
+// proof the table layer's resume cursor carries through the broker's save
+// and resume, across restarts and kills.
 func init() {
 	register("session",
-		Case{Name: "M01_qos1_resume_through_save_and_resume", Run: caseM01},
-		Case{Name: "M02_kill_mid_replay", Run: caseM02},
-		Case{Name: "M03_subscribe_second_topic_mid_replay", Run: caseM03},
-		Case{Name: "M04_duplicate_client_id_on_two_nodes", Run: caseM04},
-		Case{Name: "M05_offline_messages_for_qos0_subscription", Run: caseM05},
+		Case{Name: "M01_qos1_resume_through_save_and_resume", Run: caseQoS1ResumeThroughSaveAndResume},
+		Case{Name: "M02_kill_mid_replay", Run: caseSessionKillMidReplay},
+		Case{Name: "M03_subscribe_second_topic_mid_replay", Run: caseSubscribeSecondTopicMidReplay},
+		Case{Name: "M04_duplicate_client_id_on_two_nodes", Run: caseDuplicateClientIDOnTwoNodes},
+		Case{Name: "M05_offline_messages_for_qos0_subscription", Run: caseOfflineMessagesForQoS0Subscription},
 	)
 }
 
@@ -97,12 +97,12 @@ func checkResumed(t T, want []string, got []delivery, maxDups int, dupOn func(co
 	t.Logf("%d records, %d deliveries, %d duplicates", len(want), len(got), dups)
 }
 
-// caseM01: a wildcard QoS 1 subscriber of a persistent session drops at
-// a random point while 2,000 records are published; the broker restarts;
-// the subscriber resumes. With a Receive Maximum of 100 and every
-// delivery acknowledged at once, the duplicates are at most the 100 that
-// may have been unacknowledged at the drop.
-func caseM01(t T, tg Target) {
+// caseQoS1ResumeThroughSaveAndResume (M01): a wildcard QoS 1 subscriber of a
+// persistent session drops at a random point while 2,000 records are
+// published; the broker restarts; the subscriber resumes. With a Receive
+// Maximum of 100 and every delivery acknowledged at once, the duplicates are
+// at most the 100 that may have been unacknowledged at the drop.
+func caseQoS1ResumeThroughSaveAndResume(t T, tg Target) {
 	seed := rand.Uint64()
 	rng := rand.New(rand.NewPCG(seed, 1))
 	t.Logf("seed %d", seed)
@@ -129,12 +129,12 @@ func caseM01(t T, tg Target) {
 	checkResumed(t, want, sub.deliveries(), 100, func(conn int) bool { return conn == 1 })
 }
 
-// caseM02: as M01, but the broker runs in a child process that kills
-// itself in the middle of the replay to the resumed session (at a random
-// delivery); a new broker on the same store serves the next resume. What
-// the killed broker delivered may come again (its checkpoint is persisted
-// every 100 ms), nothing may be lost.
-func caseM02(t T, tg Target) {
+// caseSessionKillMidReplay (M02): as M01, but the broker runs in a child
+// process that kills itself in the middle of the replay to the resumed
+// session (at a random delivery); a new broker on the same store serves the
+// next resume. What the killed broker delivered may come again (its
+// checkpoint is persisted every 100 ms), nothing may be lost.
+func caseSessionKillMidReplay(t T, tg Target) {
 	seed := rand.Uint64()
 	rng := rand.New(rand.NewPCG(seed, 2))
 	t.Logf("seed %d", seed)
@@ -161,13 +161,13 @@ func caseM02(t T, tg Target) {
 	checkResumed(t, want, sub.deliveries(), firstRun, func(conn int) bool { return conn == 2 })
 }
 
-// caseM03: a resumed QoS 1 session (Receive Maximum 10) takes 10 queued
-// messages, acknowledges 5 and subscribes to a second topic, which
-// persists the session; the broker is killed right after the SUBACK. The
-// persisted checkpoint is the acknowledged frontier: after a restart the
-// 195 unacknowledged messages all come, the first five do not, and the
-// second subscription is there.
-func caseM03(t T, tg Target) {
+// caseSubscribeSecondTopicMidReplay (M03): a resumed QoS 1 session (Receive
+// Maximum 10) takes 10 queued messages, acknowledges 5 and subscribes to a
+// second topic, which persists the session; the broker is killed right after
+// the SUBACK. The persisted checkpoint is the acknowledged frontier: after a
+// restart the 195 unacknowledged messages all come, the first five do not,
+// and the second subscription is there.
+func caseSubscribeSecondTopicMidReplay(t T, tg Target) {
 	dir := t.TempDir()
 	b := startBrokerChild(t, tg, dir, brokerArgs{})
 	conn := func() *rawClient {
@@ -265,13 +265,13 @@ func willPayload(t T, msg []byte) string {
 	return string(m.Payload)
 }
 
-// caseM04: client C on node A, then C again on node B without a
-// DISCONNECT (Harper #1604). A closes its connection (0x8E) and publishes
-// A's will (delay 0, as on a takeover on one node); the session record is
-// B's, with B's will; A's keepalive lapsing later changes nothing: no
-// will of B, no second will of A, no write to the session. A third node
-// starting on the store meanwhile leaves B's live session alone.
-func caseM04(t T, tg Target) {
+// caseDuplicateClientIDOnTwoNodes (M04): client C on node A, then C again on
+// node B without a DISCONNECT (Harper #1604). A closes its connection (0x8E)
+// and publishes A's will (delay 0, as on a takeover on one node); the
+// session record is B's, with B's will; A's keepalive lapsing later changes
+// nothing: no will of B, no second will of A, no write to the session. A
+// third node starting on the store meanwhile leaves B's live session alone.
+func caseDuplicateClientIDOnTwoNodes(t T, tg Target) {
 	a := startBroker(t, tg, mqtt.Options{NodeID: "A"})
 	bAddr := secondNode(t, tg, a, mqtt.Options{NodeID: "B"}).Addr
 	watch := newSubscriber(t, "watch", bAddr, "m04-watch", packet.V311, "m04/will/#", packet.QoS1)
@@ -318,10 +318,10 @@ func caseM04(t T, tg Target) {
 	}
 }
 
-// caseM05: the documented rule (package mqtt): QoS 0 subscriptions of
-// persistent sessions do not queue messages while offline; the same
-// setup at QoS 1 does receive them (NATS #4849).
-func caseM05(t T, tg Target) {
+// caseOfflineMessagesForQoS0Subscription (M05): the documented rule (package
+// mqtt): QoS 0 subscriptions of persistent sessions do not queue messages
+// while offline; the same setup at QoS 1 does receive them (NATS #4849).
+func caseOfflineMessagesForQoS0Subscription(t T, tg Target) {
 	s := startBroker(t, tg, mqtt.Options{})
 	q0 := newSubscriber(t, "sub-qos0", s.Addr, "m05-q0", packet.V5, "m05/#", packet.QoS0)
 	q1 := newSubscriber(t, "sub-qos1", s.Addr, "m05-q1", packet.V311, "m05/#", packet.QoS1)

@@ -1,8 +1,12 @@
 // Package conformance is Tidemark's one conformance suite: engine contract
 // cases, cursor-resume cases and QoS2 pipeline cases, run against every
-// engine through a Target. Engine packages run it from their tests
-// (TestConformance/<engine>/<suite>/<case>); `tidemark conformance` runs
-// the engine x case matrix from the command line.
+// engine through a Target. Engine packages run it from their tests through
+// conformancetest (TestConformance/<engine>/<suite>/<case>); `tidemark
+// conformance` runs the engine x case matrix from the command line.
+//
+// The cases, their identifiers (C01, Q01, M01, ...) and the rules they
+// check are catalogued in docs/semantics.md; each case's name starts with
+// its identifier, so reports stay comparable across versions.
 package conformance
 
 import (
@@ -10,20 +14,21 @@ import (
 	"errors"
 	"maps"
 	"regexp"
-	"testing"
 
 	"github.com/tidemark-io/tidemark/engine"
 )
 
 // T is the part of *testing.T the cases use, so the same cases run under
-// go test and under `tidemark conformance`. Fatalf and FailNow must not
-// return (testing.T calls runtime.Goexit).
+// go test and under `tidemark conformance`. Fatalf, FailNow and Skipf must
+// not return (testing.T calls runtime.Goexit). A case skips only when the
+// build lacks what it needs (see needFaults), never for an engine.
 type T interface {
 	Helper()
 	Logf(format string, args ...any)
 	Errorf(format string, args ...any)
 	Fatalf(format string, args ...any)
 	FailNow()
+	Skipf(format string, args ...any)
 	Failed() bool
 	Cleanup(func())
 	TempDir() string
@@ -68,27 +73,6 @@ func Suites() []string {
 		}
 	}
 	return out
-}
-
-// Run runs every case against tg as subtests <engine>/<suite>/<case>.
-func Run(t *testing.T, tg Target) {
-	RunCases(t, tg, cases)
-}
-
-// RunCases runs cs (see Filter) against tg as subtests
-// <engine>/<suite>/<case>, the way Run runs every case.
-func RunCases(t *testing.T, tg Target, cs []Case) {
-	t.Run(tg.Engine, func(t *testing.T) {
-		for _, suite := range Suites() {
-			t.Run(suite, func(t *testing.T) {
-				for _, c := range cs {
-					if c.Suite == suite {
-						t.Run(c.Name, func(t *testing.T) { c.Run(t, tg) })
-					}
-				}
-			})
-		}
-	})
 }
 
 // Filter returns the cases whose "suite/name" matches re (all when nil).

@@ -2,11 +2,11 @@ package mqtt
 
 import "time"
 
-// Hooks are fault-injection points in the broker's QoS 1 and 2 paths, for
-// tests only by convention: the conformance suite crashes a broker process
-// at a named point, holds or delays a kind of commit, and fails one. A
-// production broker leaves every hook nil, and a nil hook costs one
-// comparison. Hooks run on the broker goroutine that reached the point,
+// Hooks are fault-injection points in the broker's QoS 1 and 2 paths: the
+// conformance suite crashes a broker process at a named point, holds or
+// delays a kind of commit, and fails one. The broker calls them only in a
+// build with tag faults (HooksEnabled); in any other build they are never
+// called and the calls are not compiled in. Hooks run on the broker goroutine that reached the point,
 // with no broker lock held; they may block it or end the process.
 type Hooks struct {
 	// At is called at each named point (the Point constants) with the
@@ -60,13 +60,13 @@ const (
 )
 
 func (b *Broker) at(p Point, client string, pi uint16) {
-	if f := b.opts.Hooks.At; f != nil {
+	if f := b.opts.Hooks.At; HooksEnabled && f != nil {
 		f(p, client, pi)
 	}
 }
 
 func (b *Broker) beforeSubmit(k Kind, client string) {
-	if f := b.opts.Hooks.Submit; f != nil && k != "" {
+	if f := b.opts.Hooks.Submit; HooksEnabled && f != nil && k != "" {
 		f(k, client)
 	}
 }
@@ -76,7 +76,7 @@ func (b *Broker) beforeSubmit(k Kind, client string) {
 // timed out (timedOut).
 func (c *conn) waitCommit(e ackEntry, timer *time.Timer) (err error, ok, timedOut bool) {
 	var hold <-chan struct{}
-	if f := c.b.opts.Hooks.Ack; f != nil && e.kind != "" {
+	if f := c.b.opts.Hooks.Ack; HooksEnabled && f != nil && e.kind != "" {
 		var herr error
 		hold, herr = f(e.kind, c.client)
 		defer func() {
@@ -127,5 +127,7 @@ func (c *conn) waitCommit(e ackEntry, timer *time.Timer) (err error, ok, timedOu
 // flushed writes out what is buffered, so that a hook that ends the
 // process runs after the packet is on the wire.
 func (c *conn) flushed() {
-	c.flush()
+	if HooksEnabled {
+		c.flush()
+	}
 }

@@ -9,7 +9,7 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"github.com/tidemark-io/tidemark/conformance"
+	"github.com/tidemark-io/tidemark/bench/commitbench"
 	"github.com/tidemark-io/tidemark/engine"
 )
 
@@ -52,35 +52,35 @@ func commitsBenchCmd() *cobra.Command {
 				return err
 			}
 			defer os.RemoveAll(dir)
-			fsync, err := conformance.FsyncRate(dir, time.Second)
+			fsync, err := commitbench.FsyncRate(dir, time.Second)
 			if err != nil {
 				return fmt.Errorf("fsync probe: %w", err)
 			}
-			bar := progressbar.NewOptions(len(engines)*len(conformance.CommitLoads),
+			bar := progressbar.NewOptions(len(engines)*len(commitbench.CommitLoads),
 				progressbar.OptionSetWriter(cmd.ErrOrStderr()), progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprintf(tw, "engine\tsubmitters\twrites/commit\tfollower\tcommits/s\twrites/s\tp50 ms\tp99 ms\tx fsync\tx 1-submitter\t\n")
 			fmt.Fprintf(tw, "raw fdatasync\t1\t1\t\t%.0f\t%.0f\t\t\t1.00\t\t\n", fsync, fsync)
 			for i, name := range engines {
 				base := map[int]float64{}
-				for _, load := range conformance.CommitLoads {
+				for _, load := range commitbench.CommitLoads {
 					bar.Describe(fmt.Sprintf("%s %dx%d", name, load.Submitters, load.Writes))
 					e, err := engine.Open(cmd.Context(), name, engine.Options{Dir: fmt.Sprintf("%s/%d-%d-%d-%d", dir, i, load.Submitters, load.Writes, load.Follower), Sync: mode})
 					if err != nil {
 						return fmt.Errorf("open %s: %w", name, err)
 					}
 					// Calibrate the commit count to the duration asked for.
-					probe, err := conformance.RunCommits(e, load, 4*load.Submitters)
+					probe, err := commitbench.RunCommits(e, load, 4*load.Submitters)
 					n := max(int(probe.PerSecond()*dur.Seconds()), load.Submitters)
-					var st conformance.CommitStats
+					var st commitbench.CommitStats
 					if err == nil {
-						st, err = conformance.RunCommits(e, load, n)
+						st, err = commitbench.RunCommits(e, load, n)
 					}
 					e.Close()
 					if err != nil {
 						return fmt.Errorf("%s: %w", name, err)
 					}
-					if load.Submitters == 1 && load.Follower == conformance.NoFollower {
+					if load.Submitters == 1 && load.Follower == commitbench.NoFollower {
 						base[load.Writes] = st.PerSecond()
 					}
 					fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%.0f\t%.0f\t%.2f\t%.2f\t%.2f\t%.1f\t\n", name, load.Submitters, load.Writes, load.Follower,

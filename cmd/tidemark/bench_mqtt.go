@@ -12,9 +12,9 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
-	"github.com/tidemark-io/tidemark/conformance"
+	"github.com/tidemark-io/tidemark/bench/commitbench"
+	"github.com/tidemark-io/tidemark/bench/mqttbench"
 	"github.com/tidemark-io/tidemark/engine"
-	"github.com/tidemark-io/tidemark/mqtt/mqttbench"
 )
 
 // mqttBenchFlags are the flags of the MQTT benchmark.
@@ -191,7 +191,7 @@ func runMQTTBench(cmd *cobra.Command, f *mqttBenchFlags) error {
 	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("--dir %q: %w", f.dir, err)
 	}
-	fsync, err := conformance.FsyncRate(dir, 500*time.Millisecond)
+	fsync, err := commitbench.FsyncRate(dir, 500*time.Millisecond)
 	if err != nil {
 		return fmt.Errorf("fsync probe in %s: %w", dir, err)
 	}

@@ -1,82 +1,5 @@
-// Package badger is a Tidemark engine on github.com/dgraph-io/badger/v4.
-// Importing it registers the engine as "badger".
-//
-// Log keys are per transaction: every entry of one commit carries the same
-// hybrid-logical-clock timestamp. Keys come from the engine's own clock, not
-// from Badger's commit timestamps, because the engine packs many commits
-// into one Badger transaction and each commit needs a key of its own.
-//
-// # Group commit
-//
-// Badger syncs its write-ahead log once per Badger transaction, even when
-// many transactions commit at once, so committing each Tidemark commit in a
-// transaction of its own would cap synced throughput at one commit per
-// sync. Instead one writer goroutine takes every submitted commit that is
-// waiting, evaluates each commit's checks and applies its writes in order
-// inside ONE Badger transaction (split into several when Badger's
-// transaction size limit would be passed), commits it, and then completes
-// the handles in submission order. Log keys are assigned by the writer in
-// queue order, so key order, commit order and visibility order agree. A
-// commit whose check fails sees the earlier commits of its own group,
-// contributes nothing and completes with engine.ErrConflict; the others in
-// the group are unaffected. The engine runs Badger in managed mode and
-// issues Badger's versions itself (see versions): with one writer
-// committing in order, Badger's own timestamp bookkeeping is only cost. When fewer commits arrived since the last
-// group completed than that group held, the writer waits a little (at most
-// 250µs, and at most half the last group's commit time) for the rest, so
-// closed-loop submitters do not split into two groups and pay two syncs.
-// Under SyncAlways a group of only deferred commits (Batch.Defer) waits up
-// to the defer window for a commit that is not deferred, and goes with it.
-// A commit becomes visible to readers when the Badger transaction carrying
-// it commits, which under SyncAlways is after its sync: readers never see a
-// commit that is not yet durable.
-//
-// # Durability
-//
-//   - SyncAlways (Badger's SyncWrites on): Badger syncs the memtable
-//     write-ahead log and the value log before the Badger transaction
-//     returns; a handle completes after that.
-//     A completed commit survives a process crash, an operating-system crash
-//     and power loss (as far as the disk honours its flushes).
-//     Badger syncs two files per transaction, its value log (even when
-//     the transaction put nothing there) and the memtable's log, and on
-//     ext4 each sync flushes the disk's cache, written data or not: one
-//     writer commits about 0.7x as often as a raw fdatasync loop (Pebble,
-//     one sync: 0.95x), and groups pay both flushes too.
-//   - SyncInterval: SyncWrites off. A handle completes once its transaction
-//     is written to Badger's memory-mapped logs, that is into the operating
-//     system's page cache, so a process crash (even SIGKILL) loses no
-//     completed commit. The engine calls DB.Sync every Options.Interval();
-//     an operating-system crash or power loss can lose the commits completed
-//     since the last sync that finished.
-//   - SyncNone: SyncWrites off and no periodic sync. A process crash loses
-//     no completed commit; an operating-system crash or power loss can lose
-//     anything the kernel had not yet written back (Badger itself syncs the
-//     tables it writes when it flushes a memtable, and its logs on Close).
-//
-// In every mode a crash never leaves a partial commit: Badger replays its
-// log by whole transactions.
-//
-// # Limits and parameters
-//
-// Every batch within the engine limits (engine.MaxBatchEntries,
-// engine.MaxBatchBytes) fits one Badger transaction: the engine derives the
-// value threshold (values shorter than it live in the LSM tree, longer ones
-// in the value log) from the memtable size so that a batch of the largest
-// keys still fits. Params:
-//
-//   - memtable_mb (default 64, 32 to 1024): memtable size in MiB. Badger
-//     allows a transaction 15% of it; larger memtables keep more values in
-//     the LSM tree and group more commits into one transaction. The value
-//     threshold is 735 bytes at 64 MiB and 121 bytes at 32 MiB.
-//   - cache_mb (default 16, 1 to 65536): block cache size in MiB.
-//
-// Memory: an open engine holds a memtable arena of about 1.3 x memtable_mb
-// (Badger sizes it to take one full transaction on top of the memtable),
-// up to two more while flushes are pending, and the block cache.
-//
-// Value-log space freed by deletes and truncation is reclaimed by a
-// background value-log garbage collection every few minutes.
+//go:build !nobadger
+
 package badger
 
 import (
@@ -97,9 +20,6 @@ import (
 	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 )
-
-// Name is the registered engine name.
-const Name = "badger"
 
 // Parameter bounds and defaults, in MiB.
 const (

@@ -1,10 +1,14 @@
+//go:build !nobadger
+
 package badger_test
 
 import (
 	"os"
 	"testing"
 
+	"github.com/tidemark-io/tidemark/bench/benchtest"
 	"github.com/tidemark-io/tidemark/conformance"
+	"github.com/tidemark-io/tidemark/conformance/conformancetest"
 	_ "github.com/tidemark-io/tidemark/engine/badger"
 )
 
@@ -14,9 +18,9 @@ func TestMain(m *testing.M) {
 }
 
 func TestConformance(t *testing.T) {
-	conformance.Run(t, conformance.Target{Engine: "badger"})
+	conformancetest.Run(t, conformance.Target{Engine: "badger"})
 }
 
 func BenchmarkCommits(b *testing.B) {
-	conformance.BenchmarkCommits(b, conformance.Target{Engine: "badger"})
+	benchtest.Commits(b, "badger")
 }

@@ -1,3 +1,5 @@
+//go:build !nobadger
+
 package badger
 
 import (

@@ -1,9 +1,11 @@
+//go:build !nojetstream
+
 package jetstream_test
 
 import (
 	"testing"
 
-	"github.com/tidemark-io/tidemark/conformance"
+	"github.com/tidemark-io/tidemark/bench/benchtest"
 )
 
 // BenchmarkCommits runs the shared commit benchmark (synced commits of
@@ -11,5 +13,5 @@ import (
 // server. Gathering concurrent commits into one atomic batch is what makes
 // the rate grow with the submitters.
 func BenchmarkCommits(b *testing.B) {
-	conformance.BenchmarkCommits(b, conformance.Target{Engine: "jetstream"})
+	benchtest.Commits(b, "jetstream")
 }

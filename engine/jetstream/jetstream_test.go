@@ -1,3 +1,5 @@
+//go:build !nojetstream
+
 package jetstream_test
 
 import (
@@ -5,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tidemark-io/tidemark/conformance"
+	"github.com/tidemark-io/tidemark/conformance/conformancetest"
 	_ "github.com/tidemark-io/tidemark/engine/jetstream"
 )
 
@@ -14,7 +17,7 @@ func TestMain(m *testing.M) {
 }
 
 func TestConformance(t *testing.T) {
-	conformance.Run(t, conformance.Target{Engine: "jetstream"})
+	conformancetest.Run(t, conformance.Target{Engine: "jetstream"})
 }
 
 // TestConformanceShared runs the whole suite again with commit=batch, the
@@ -22,5 +25,5 @@ func TestConformance(t *testing.T) {
 // node of the cross-node cases is an engine of its own on the first one's
 // stream, as on a NATS cluster.
 func TestConformanceShared(t *testing.T) {
-	conformance.Run(t, conformance.Target{Engine: "jetstream", Params: map[string]string{"commit": "batch"}})
+	conformancetest.Run(t, conformance.Target{Engine: "jetstream", Params: map[string]string{"commit": "batch"}})
 }

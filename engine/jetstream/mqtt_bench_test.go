@@ -1,3 +1,5 @@
+//go:build !nojetstream
+
 package jetstream_test
 
 import (
@@ -6,8 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-io/tidemark/bench/benchtest"
+	"github.com/tidemark-io/tidemark/bench/mqttbench"
 	"github.com/tidemark-io/tidemark/engine"
-	"github.com/tidemark-io/tidemark/mqtt/mqttbench"
 )
 
 // profileSending writes a CPU profile of the middle of a point's sending
@@ -41,7 +44,7 @@ func BenchmarkMQTT(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	mqttbench.Benchmark(b, tm, []mqttbench.Load{
+	benchtest.MQTT(b, tm, []mqttbench.Load{
 		{QoS: 1, Window: 1, Conns: 1},
 		{QoS: 1, Window: 16, Conns: 1},
 		{QoS: 1, Window: 256, Conns: 1},

@@ -1,3 +1,5 @@
+//go:build !nojetstream
+
 package jetstream
 
 // ClientURL returns the URL another engine passes as its "url" parameter

@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-io/tidemark/bench/benchtest"
 	"github.com/tidemark-io/tidemark/conformance"
+	"github.com/tidemark-io/tidemark/conformance/conformancetest"
 	"github.com/tidemark-io/tidemark/engine"
 	_ "github.com/tidemark-io/tidemark/engine/lmdb"
 )
@@ -24,13 +26,13 @@ func TestMain(m *testing.M) {
 }
 
 func TestConformance(t *testing.T) {
-	conformance.Run(t, conformance.Target{Engine: "lmdb"})
+	conformancetest.Run(t, conformance.Target{Engine: "lmdb"})
 }
 
 // BenchmarkCommits measures synced commits at 1, 16 and 64 concurrent
 // submitters; group commit shows as commits/s rising with submitters.
 func BenchmarkCommits(b *testing.B) {
-	conformance.BenchmarkCommits(b, conformance.Target{Engine: "lmdb"})
+	benchtest.Commits(b, "lmdb")
 }
 
 func openLMDB(t *testing.T, dir string, params map[string]string) engine.Engine {

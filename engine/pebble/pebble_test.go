@@ -1,10 +1,14 @@
+//go:build !nopebble
+
 package pebble_test
 
 import (
 	"os"
 	"testing"
 
+	"github.com/tidemark-io/tidemark/bench/benchtest"
 	"github.com/tidemark-io/tidemark/conformance"
+	"github.com/tidemark-io/tidemark/conformance/conformancetest"
 	_ "github.com/tidemark-io/tidemark/engine/pebble"
 )
 
@@ -14,9 +18,9 @@ func TestMain(m *testing.M) {
 }
 
 func TestConformance(t *testing.T) {
-	conformance.Run(t, conformance.Target{Engine: "pebble"})
+	conformancetest.Run(t, conformance.Target{Engine: "pebble"})
 }
 
 func BenchmarkCommits(b *testing.B) {
-	conformance.BenchmarkCommits(b, conformance.Target{Engine: "pebble"})
+	benchtest.Commits(b, "pebble")
 }

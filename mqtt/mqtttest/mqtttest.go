@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"testing"
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
@@ -15,15 +14,15 @@ import (
 	"github.com/tidemark-io/tidemark/table"
 )
 
-// TB is the part of testing.TB the helpers use (conformance.T has it).
+// TB is the part of testing.TB the helpers use (conformance.T has it);
+// the package does not import testing, so the tidemark binary can run the
+// conformance suite without linking it.
 type TB interface {
 	Helper()
 	Fatalf(format string, args ...any)
 	Cleanup(func())
 	TempDir() string
 }
-
-var _ TB = (testing.TB)(nil)
 
 // Server is a broker over an engine in a data directory, listening on a
 // loopback port. Stop and Start keep the directory and the port, so a test

@@ -1,4 +1,8 @@
-package conformance
+// Package commitbench measures synced engine commits: the rate and
+// completion latency of commit loads against one engine, beside a raw
+// fdatasync loop on the same disk, for `tidemark bench commits` and the
+// engines' Go benchmarks.
+package commitbench
 
 import (
 	"context"
@@ -9,7 +13,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"testing"
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
@@ -160,46 +163,4 @@ func FsyncRate(dir string, d time.Duration) (float64, error) {
 		n++
 	}
 	return float64(n) / time.Since(start).Seconds(), nil
-}
-
-// BenchmarkCommits runs the commit benchmark for tg as sub-benchmarks
-// submitters=S/writes=W, reporting commits/s, p50/p99 completion latency and
-// the ratio to a raw fdatasync loop measured on the same disk in the same
-// run (x_fsync: 1.0 means one commit per fsync).
-func BenchmarkCommits(b *testing.B, tg Target) {
-	dir := b.TempDir()
-	fsync, err := FsyncRate(dir, 500*time.Millisecond)
-	if err != nil {
-		b.Fatalf("fsync probe: %v", err)
-	}
-	b.Run("raw_fdatasync", func(b *testing.B) {
-		r, err := FsyncRate(dir, 300*time.Millisecond)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.ReportMetric(r, "syncs/s")
-	})
-	for _, load := range CommitLoads {
-		name := fmt.Sprintf("%s/submitters=%d/writes=%d", tg.Engine, load.Submitters, load.Writes)
-		if load.Follower != NoFollower {
-			name += "/follower=" + load.Follower.String()
-		}
-		b.Run(name, func(b *testing.B) {
-			e, err := tg.TryOpen(b.Context(), b.TempDir())
-			if err != nil {
-				b.Fatalf("open: %v", err)
-			}
-			defer e.Close()
-			b.ResetTimer()
-			st, err := RunCommits(e, load, max(b.N, load.Submitters))
-			b.StopTimer()
-			if err != nil {
-				b.Fatalf("commits: %v", err)
-			}
-			b.ReportMetric(st.PerSecond(), "commits/s")
-			b.ReportMetric(st.PerSecond()*float64(load.Writes), "writes/s")
-			b.ReportMetric(float64(st.P99.Microseconds())/1000, "p99_ms")
-			b.ReportMetric(st.PerSecond()/fsync, "x_fsync")
-		})
-	}
 }

@@ -1,3 +1,5 @@
+//go:build !nojetstream
+
 package mqttbench
 
 import (
@@ -11,6 +13,9 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/tidemark-io/tidemark/engine"
 )
+
+// natsOmitted is empty: this build has the nats peer.
+const natsOmitted = ""
 
 // natsDefaultSync is JetStream's file-store sync interval when none is
 // configured.

@@ -1,3 +1,5 @@
+//go:build !nobadger
+
 package mqttbench
 
 import (
@@ -13,6 +15,9 @@ import (
 	"github.com/mochi-mqtt/server/v2/listeners"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
+
+// mochiOmitted is empty: this build has the mochi peer.
+const mochiOmitted = ""
 
 // mochiTarget runs an embedded mochi-mqtt with its Badger storage hook at
 // the hook's defaults.

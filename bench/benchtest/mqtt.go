@@ -1,11 +1,16 @@
-package mqttbench
+// Package benchtest runs the bench tooling as Go benchmarks, so that
+// `go test -bench` measures the same loads as `tidemark bench` while the
+// tidemark binary links no testing code.
+package benchtest
 
 import (
 	"testing"
 	"time"
+
+	"github.com/tidemark-io/tidemark/bench/mqttbench"
 )
 
-// Benchmark runs each load on target as a sub-benchmark of b ("qos2-w256"),
+// MQTT runs each load on target as a sub-benchmark of b ("qos2-w256"),
 // each iteration one point of d seconds of sending, and reports msgs/s,
 // the p50 and p99 acknowledgement latency and the subscriber's lost and
 // duplicated-or-reordered counts of the last iteration. A point that fails
@@ -13,15 +18,15 @@ import (
 // message is logged (TestQuickRun is what fails on those: a benchmark
 // keeps its figures). before, when set, runs as each iteration starts (a
 // profiler, say).
-func Benchmark(b *testing.B, target Target, loads []Load, d time.Duration, before func(b *testing.B)) {
+func MQTT(b *testing.B, target mqttbench.Target, loads []mqttbench.Load, d time.Duration, before func(b *testing.B)) {
 	for _, l := range loads {
 		b.Run(l.Name(), func(b *testing.B) {
-			var last Result
+			var last mqttbench.Result
 			for b.Loop() {
 				if before != nil {
 					before(b)
 				}
-				rep, err := Run(b.Context(), Config{Targets: []Target{target}, Loads: []Load{l}, Duration: d, Dir: b.TempDir()})
+				rep, err := mqttbench.Run(b.Context(), mqttbench.Config{Targets: []mqttbench.Target{target}, Loads: []mqttbench.Load{l}, Duration: d, Dir: b.TempDir()})
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -155,23 +155,41 @@ func startTidemark(ctx context.Context, name string, opts engine.Options, log *s
 // mosquitto runs as a separate process and must be installed.
 var Peers = []string{"nats", "mochi", "mosquitto"}
 
-// DefaultPeers are the peers of a run that names none: the embedded ones,
-// which need nothing installed.
-var DefaultPeers = []string{"nats", "mochi"}
+// DefaultPeers are the peers of a run that names none: the embedded ones
+// this build has, which need nothing installed.
+var DefaultPeers = embeddedPeers()
+
+func embeddedPeers() []string {
+	var out []string
+	if natsOmitted == "" {
+		out = append(out, "nats")
+	}
+	if mochiOmitted == "" {
+		out = append(out, "mochi")
+	}
+	return out
+}
 
 // Peer returns the target of a peer by name (one of Peers). nats-server
 // follows the sync mode the way Tidemark's engines do; mochi and mosquitto
 // have no such setting and ignore it. For mosquitto it fails with
 // ErrNotInstalled, naming the package to install, when the broker is not
-// on PATH or in /usr/sbin.
+// on PATH or in /usr/sbin; for an embedded peer this build left out, with
+// the tag that removed it.
 func Peer(name string, mode engine.SyncMode, interval time.Duration) (Target, error) {
 	if interval <= 0 {
 		interval = engine.DefaultSyncInterval
 	}
 	switch name {
 	case "nats":
+		if natsOmitted != "" {
+			return Target{}, errors.New(natsOmitted)
+		}
 		return natsTarget(mode, interval), nil
 	case "mochi":
+		if mochiOmitted != "" {
+			return Target{}, errors.New(mochiOmitted)
+		}
 		return mochiTarget(), nil
 	case "mosquitto":
 		bin, err := findMosquitto(mosquittoSbin)

@@ -187,18 +187,6 @@ func TestPayloadRoundTrip(t *testing.T) {
 	}
 }
 
-// BenchmarkPebble measures one QoS 1 and one QoS 2 point on Tidemark over
-// Pebble at sync always, reporting msgs/s and ack latency, and the
-// subscriber's lost, duplicated and reordered counts (TestQuickRun is what
-// fails on those; a benchmark keeps its figures).
-func BenchmarkPebble(b *testing.B) {
-	tm, err := Tidemark("pebble", engine.Options{Sync: engine.SyncAlways})
-	if err != nil {
-		b.Fatal(err)
-	}
-	Benchmark(b, tm, []Load{{QoS: 1, Window: 256, Conns: 1}, {QoS: 2, Window: 256, Conns: 1}}, time.Second, nil)
-}
-
 func TestParseLoad(t *testing.T) {
 	for _, l := range append(Loads(false), Loads(true)...) {
 		got, err := ParseLoad(l.Name())

@@ -1,0 +1,10 @@
+//go:build nopebble
+
+package pebble
+
+import "github.com/tidemark-io/tidemark/engine"
+
+func init() {
+	engine.RegisterUnavailable(Name, "the Pebble engine was left out of this build by the nopebble tag; "+
+		"rebuild without -tags nopebble to include it")
+}
