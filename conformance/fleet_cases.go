@@ -14,7 +14,7 @@ import (
 
 func init() {
 	register("fleet",
-		Case{Name: "F01_routing_many_sessions_wildcards_shared_groups", Run: caseF01},
+		Case{Name: "F01_routing_many_sessions_wildcards_shared_groups", Run: caseFleetRouting},
 	)
 }
 
@@ -166,7 +166,7 @@ func fleetTopic(n int) string {
 	return fmt.Sprintf("fleet/dev/%d", n%fleetSize)
 }
 
-// caseF01: a fleet of persistent sessions, each with its own device
+// caseFleetRouting (F01): a fleet of persistent sessions, each with its own device
 // topic, some with overlapping wildcard filters (+ and #) and some in a
 // shared group, half 3.1.1 and half 5.0, QoS 1 and 2. Messages are
 // published while all are online, while a quarter of them are offline,
@@ -175,7 +175,7 @@ func fleetTopic(n int) string {
 // publication order per connection, topic and QoS, nothing lost, no QoS 2 duplicate,
 // and QoS 1 duplicates only after a drop; each shared-group message goes
 // to exactly one member of the group.
-func caseF01(t T, tg Target) {
+func caseFleetRouting(t T, tg Target) {
 	s := startBroker(t, tg, mqtt.Options{RouteQueue: 64})
 	devs := make([]*fleetDevice, fleetSize)
 	for i := range devs {
