@@ -1,0 +1,579 @@
+// Package fleet measures a broker serving a fleet of devices, each a
+// persistent MQTT 3.1.1 session with a topic of its own: what a connected
+// session costs in resident memory, how fast sessions are set up and
+// re-established after a mass disconnect, and how fast messages spread
+// over the fleet (one per device) and fan out to all of it, checking
+// every delivery for loss and duplicates.
+//
+// Every broker runs as a process of its own (Tidemark as `tidemark
+// serve`, mosquitto from its Debian package), so its resident memory is
+// read from /proc alone, and the client side is one lean process: raw
+// MQTT packets, one goroutine per device, a small read buffer each.
+package fleet
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/tidemark-io/tidemark/mqtt/packet"
+)
+
+// Broker is one broker under test.
+type Broker struct {
+	// Name labels it in the report ("tidemark/pebble always", "mosquitto").
+	Name string
+	// Start runs it in dir on a free loopback port and returns its
+	// address, its process id and how to stop it.
+	Start func(ctx context.Context, dir string, port int) (addr string, pid int, stop func() error, err error)
+}
+
+// Tidemark is a broker running `bin serve` on engine with sync mode sync.
+func Tidemark(bin, engine, sync string) Broker {
+	return Broker{Name: "tidemark/" + engine + " " + sync, Start: func(ctx context.Context, dir string, port int) (string, int, func() error, error) {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		return startProcess(ctx, dir, addr, bin, "serve", "--engine", engine, "--sync", sync, "--data", filepath.Join(dir, "data"),
+			"--mqtt", addr, "--max-connections", "19900", "--log-level", "warn")
+	}}
+}
+
+// Mosquitto is a mosquitto process with persistence on (its autosave
+// writes the whole database every 30 min and at exit, never per message).
+func Mosquitto(bin string) Broker {
+	return Broker{Name: "mosquitto", Start: func(ctx context.Context, dir string, port int) (string, int, func() error, error) {
+		conf := filepath.Join(dir, "mosquitto.conf")
+		text := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location %s/\n"+
+			"max_inflight_messages 0\nmax_queued_messages 0\nset_tcp_nodelay true\nsys_interval 0\nlog_dest stderr\nlog_type error\n", port, dir)
+		if os.Geteuid() == 0 {
+			text += "user root\n"
+		}
+		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+			return "", 0, nil, err
+		}
+		return startProcess(ctx, dir, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), bin, "-c", conf)
+	}}
+}
+
+func startProcess(ctx context.Context, dir, addr, bin string, args ...string) (string, int, func() error, error) {
+	logf, err := os.Create(filepath.Join(dir, "broker.log"))
+	if err != nil {
+		return "", 0, nil, err
+	}
+	defer logf.Close()
+	cmd := exec.Command(bin, args...)
+	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return "", 0, nil, err
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	stop := func() error {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+		return nil
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			c.Close()
+			return addr, cmd.Process.Pid, stop, nil
+		}
+		select {
+		case <-exited:
+			tail, _ := os.ReadFile(filepath.Join(dir, "broker.log"))
+			return "", 0, nil, fmt.Errorf("%s exited before listening: %s", bin, lastLines(string(tail), 5))
+		case <-ctx.Done():
+			_ = stop()
+			return "", 0, nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			_ = stop()
+			return "", 0, nil, fmt.Errorf("%s did not listen on %s within 30 s", bin, addr)
+		}
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], " | ")
+}
+
+// Result is one broker at one fleet size.
+type Result struct {
+	Broker   string
+	Sessions int
+	// SetupRate is sessions set up per second (CONNECT + SUBSCRIBE of two
+	// filters, 32 at a time); ReconnectRate the same for reconnecting
+	// every session after all dropped (CONNECT only, session present).
+	SetupRate, ReconnectRate float64
+	// RSS is the broker's resident memory with the fleet connected and
+	// idle; PerSession is its growth over the empty broker per session.
+	RSS, PerSession int64
+	// Spread is deliveries per second of one message per device (each to
+	// its own topic); P50 and P99 their latencies from publication.
+	Spread   float64
+	P50, P99 time.Duration
+	// Fanout is deliveries per second of messages every device receives.
+	Fanout float64
+	// Lost and Dup count deliveries missing or repeated over both loads.
+	Lost, Dup int
+	Err       error
+}
+
+// Config is one run.
+type Config struct {
+	Brokers  []Broker
+	Sessions []int
+	// FanoutMessages is how many messages go to every device (default 20).
+	FanoutMessages int
+	// Dir holds the brokers' data; Progress, if set, is told each step.
+	Dir      string
+	Progress func(string)
+}
+
+// Run measures every broker at every fleet size, one broker process at a
+// time.
+func Run(ctx context.Context, cfg Config) []Result {
+	if cfg.FanoutMessages <= 0 {
+		cfg.FanoutMessages = 20
+	}
+	say := cfg.Progress
+	if say == nil {
+		say = func(string) {}
+	}
+	var out []Result
+	for _, n := range cfg.Sessions {
+		for i, b := range cfg.Brokers {
+			say(fmt.Sprintf("%s, %d sessions", b.Name, n))
+			dir := filepath.Join(cfg.Dir, fmt.Sprintf("%d-%d", n, i))
+			r := runOne(ctx, b, n, cfg.FanoutMessages, dir, say)
+			r.Broker, r.Sessions = b.Name, n
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func runOne(ctx context.Context, b Broker, n, fan int, dir string, say func(string)) (r Result) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		r.Err = err
+		return r
+	}
+	defer os.RemoveAll(dir)
+	port, err := freePort()
+	if err != nil {
+		r.Err = err
+		return r
+	}
+	addr, pid, stop, err := b.Start(ctx, dir, port)
+	if err != nil {
+		r.Err = err
+		return r
+	}
+	defer stop()
+	time.Sleep(300 * time.Millisecond)
+	base := rss(pid)
+	f := &fleet{addr: addr, devs: make([]*device, n)}
+	for i := range f.devs {
+		f.devs[i] = &device{id: fmt.Sprintf("fleet-%06d", i), topic: fmt.Sprintf("fleet/dev/%d", i)}
+	}
+	defer f.closeAll()
+	start := time.Now()
+	if err := f.connectAll(ctx, true); err != nil {
+		r.Err = fmt.Errorf("set up: %w", err)
+		return r
+	}
+	r.SetupRate = float64(n) / time.Since(start).Seconds()
+	say(fmt.Sprintf("  %d sessions set up at %.0f/s", n, r.SetupRate))
+	time.Sleep(time.Second)
+	r.RSS = rss(pid)
+	r.PerSession = (r.RSS - base) / int64(n)
+
+	// Spread: one message per device, from 4 pipelined publishers.
+	start = time.Now()
+	if err := f.publish(ctx, n, func(k int) string { return f.devs[k].topic }); err != nil {
+		r.Err = fmt.Errorf("spread: %w", err)
+		return r
+	}
+	lat, last := f.wait(ctx, 1, start)
+	r.Spread = float64(n) / last.Sub(start).Seconds()
+	r.P50, r.P99 = percentile(lat, 0.50), percentile(lat, 0.99)
+	say(fmt.Sprintf("  spread: %.0f deliveries/s, p50 %v, p99 %v", r.Spread, r.P50, r.P99))
+
+	// Fan-out: every device gets each message.
+	start = time.Now()
+	if err := f.publish(ctx, fan, func(int) string { return "fleet/all" }); err != nil {
+		r.Err = fmt.Errorf("fan-out: %w", err)
+		return r
+	}
+	_, last = f.wait(ctx, 1+fan, start)
+	r.Fanout = float64(n*fan) / last.Sub(start).Seconds()
+	say(fmt.Sprintf("  fan-out: %.0f deliveries/s", r.Fanout))
+
+	// Reconnect storm.
+	f.closeAll()
+	time.Sleep(time.Second)
+	start = time.Now()
+	if err := f.connectAll(ctx, false); err != nil {
+		r.Err = fmt.Errorf("reconnect: %w", err)
+		return r
+	}
+	r.ReconnectRate = float64(n) / time.Since(start).Seconds()
+	time.Sleep(500 * time.Millisecond) // redeliveries of anything unacknowledged at the drop
+	r.Lost, r.Dup = f.check(1 + fan)
+	return r
+}
+
+// fleet is the client side: one connection per device.
+type fleet struct {
+	addr string
+	devs []*device
+}
+
+type device struct {
+	id, topic string
+	mu        sync.Mutex
+	nc        net.Conn
+	seen      map[uint64]int // message number -> deliveries
+	lat       []time.Duration
+	last      time.Time
+	count     atomic.Int64 // distinct messages received
+}
+
+func (f *fleet) connectAll(ctx context.Context, subscribe bool) error {
+	var wg sync.WaitGroup
+	var first atomic.Pointer[error]
+	next := atomic.Int64{}
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(f.devs) || first.Load() != nil || ctx.Err() != nil {
+					return
+				}
+				if err := f.devs[i].connect(f.addr, subscribe); err != nil {
+					err = fmt.Errorf("%s: %w", f.devs[i].id, err)
+					first.CompareAndSwap(nil, &err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if p := first.Load(); p != nil {
+		return *p
+	}
+	return ctx.Err()
+}
+
+func (d *device) connect(addr string, subscribe bool) error {
+	nc, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	_ = nc.SetDeadline(time.Now().Add(30 * time.Second))
+	out, _ := (&packet.Connect{Version: packet.V311, ClientID: d.id, KeepAlive: 0}).Append(nil, packet.V311)
+	if subscribe {
+		sub := &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: d.topic, QoS: 1}, {Filter: "fleet/all", QoS: 1}}}
+		out, _ = sub.Append(out, packet.V311)
+	}
+	if _, err := nc.Write(out); err != nil {
+		nc.Close()
+		return err
+	}
+	br := bufio.NewReaderSize(nc, 512)
+	rd := packet.NewReader(br, 0)
+	rd.SetVersion(packet.V311)
+	p, err := rd.ReadPacket()
+	if err != nil {
+		nc.Close()
+		return fmt.Errorf("CONNACK: %w", err)
+	}
+	if ack, ok := p.(*packet.Connack); !ok || ack.ReasonCode != 0 || ack.SessionPresent == subscribe {
+		nc.Close()
+		return fmt.Errorf("CONNACK: got %v (session present expected %v)", p, !subscribe)
+	}
+	if subscribe {
+		if p, err = rd.ReadPacket(); err != nil {
+			nc.Close()
+			return fmt.Errorf("SUBACK: %w", err)
+		}
+		if _, ok := p.(*packet.Suback); !ok {
+			nc.Close()
+			return fmt.Errorf("got %v, want SUBACK", p)
+		}
+	}
+	_ = nc.SetDeadline(time.Time{})
+	d.mu.Lock()
+	d.nc = nc
+	if d.seen == nil {
+		d.seen = map[uint64]int{}
+	}
+	d.mu.Unlock()
+	go d.read(nc, rd)
+	return nil
+}
+
+func (d *device) read(nc net.Conn, rd *packet.Reader) {
+	var out []byte
+	for {
+		p, err := rd.ReadPacket()
+		if err != nil {
+			return
+		}
+		pub, ok := p.(*packet.Publish)
+		if !ok {
+			continue
+		}
+		now := time.Now()
+		if len(pub.Payload) >= 16 {
+			num := binary.BigEndian.Uint64(pub.Payload[8:])
+			sent := time.Unix(0, int64(binary.BigEndian.Uint64(pub.Payload)))
+			d.mu.Lock()
+			d.seen[num]++
+			if d.seen[num] == 1 {
+				d.count.Add(1)
+				d.lat = append(d.lat, now.Sub(sent))
+				d.last = now
+			}
+			d.mu.Unlock()
+		}
+		if pub.QoS == 1 {
+			out, _ = (&packet.Puback{PacketID: pub.PacketID}).Append(out[:0], packet.V311)
+			if _, err := nc.Write(out); err != nil {
+				return
+			}
+		}
+		pub.Release()
+	}
+}
+
+func (f *fleet) closeAll() {
+	for _, d := range f.devs {
+		d.mu.Lock()
+		if d.nc != nil {
+			d.nc.Close()
+			d.nc = nil
+		}
+		d.mu.Unlock()
+	}
+}
+
+// msgNum numbers messages across a run, so spread and fan-out never share one.
+var msgNum atomic.Uint64
+
+// publish sends m QoS 1 messages, message k to topic(k), from 4
+// connections with 64 unacknowledged each.
+func (f *fleet) publish(ctx context.Context, m int, topic func(k int) string) error {
+	const pubs, window = 4, 64
+	var wg sync.WaitGroup
+	errs := make(chan error, pubs)
+	for p := range pubs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := publishFrom(ctx, f.addr, fmt.Sprintf("fleet-pub-%d", p), p, pubs, m, window, topic); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+func publishFrom(ctx context.Context, addr, id string, first, step, m, window int, topic func(int) string) error {
+	nc, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Now()) })
+	defer stop()
+	out, _ := (&packet.Connect{Version: packet.V311, ClientID: id, CleanStart: true}).Append(nil, packet.V311)
+	if _, err := nc.Write(out); err != nil {
+		return err
+	}
+	rd := packet.NewReader(bufio.NewReader(nc), 0)
+	rd.SetVersion(packet.V311)
+	if _, err := rd.ReadPacket(); err != nil {
+		return fmt.Errorf("CONNACK: %w", err)
+	}
+	acked := make(chan error, 1)
+	inflight := make(chan struct{}, window)
+	go func() {
+		for k := first; k < m; k += step {
+			p, err := rd.ReadPacket()
+			if err != nil {
+				acked <- err
+				return
+			}
+			if _, ok := p.(*packet.Puback); !ok {
+				acked <- fmt.Errorf("got %v, want PUBACK", p)
+				return
+			}
+			<-inflight
+		}
+		acked <- nil
+	}()
+	payload := make([]byte, 64)
+	pi := uint16(0)
+	for k := first; k < m; k += step {
+		inflight <- struct{}{}
+		pi = pi%60000 + 1
+		binary.BigEndian.PutUint64(payload, uint64(time.Now().UnixNano()))
+		binary.BigEndian.PutUint64(payload[8:], msgNum.Add(1))
+		out, _ = (&packet.Publish{Topic: topic(k), QoS: 1, PacketID: pi, Payload: payload}).Append(out[:0], packet.V311)
+		if _, err := nc.Write(out); err != nil {
+			return err
+		}
+	}
+	return <-acked
+}
+
+// wait waits until every device has want distinct messages (or 2 minutes
+// without progress) and returns the latencies of all and the last arrival.
+func (f *fleet) wait(ctx context.Context, want int, since time.Time) ([]time.Duration, time.Time) {
+	lastProgress, lastTotal := time.Now(), int64(-1)
+	for ctx.Err() == nil {
+		total, done := int64(0), true
+		for _, d := range f.devs {
+			c := d.count.Load()
+			total += c
+			if c < int64(want) {
+				done = false
+			}
+		}
+		if done || time.Since(lastProgress) > 2*time.Minute {
+			break
+		}
+		if total != lastTotal {
+			lastTotal, lastProgress = total, time.Now()
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	var lat []time.Duration
+	last := since
+	for _, d := range f.devs {
+		d.mu.Lock()
+		lat = append(lat, d.lat...)
+		d.lat = d.lat[:0]
+		if d.last.After(last) {
+			last = d.last
+		}
+		d.mu.Unlock()
+	}
+	return lat, last
+}
+
+// check counts, over every device, the messages it missed of the want it
+// should have and the repeated deliveries.
+func (f *fleet) check(want int) (lost, dup int) {
+	for _, d := range f.devs {
+		d.mu.Lock()
+		lost += max(0, want-len(d.seen))
+		for _, c := range d.seen {
+			dup += c - 1
+		}
+		d.mu.Unlock()
+	}
+	return lost, dup
+}
+
+func percentile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	slices.Sort(ds)
+	return ds[min(len(ds)-1, int(q*float64(len(ds))))]
+}
+
+// rss reads a process's resident set size in bytes from /proc.
+func rss(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ErrNoBroker is returned when no broker was selected.
+var ErrNoBroker = errors.New("fleet: no broker to measure")
+
+// Table renders results as a table, one row per broker and fleet size,
+// with each Tidemark figure's ratio to mosquitto's at the same size where
+// mosquitto was measured.
+func Table(rs []Result) string {
+	var b strings.Builder
+	base := map[int]Result{}
+	for _, r := range rs {
+		if r.Broker == "mosquitto" && r.Err == nil {
+			base[r.Sessions] = r
+		}
+	}
+	fmt.Fprintf(&b, "| broker | sessions | setup/s | RSS MB | KB/session | spread deliveries/s | p50 | p99 | fan-out deliveries/s | reconnect/s | lost | dup |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	ratio := func(v, m float64, higher bool) string {
+		if m == 0 || v == 0 {
+			return ""
+		}
+		if !higher {
+			return fmt.Sprintf(" (%.2fx)", m/v)
+		}
+		return fmt.Sprintf(" (%.2fx)", v/m)
+	}
+	for _, r := range rs {
+		if r.Err != nil {
+			fmt.Fprintf(&b, "| %s | %d | failed: %v |\n", r.Broker, r.Sessions, r.Err)
+			continue
+		}
+		m, ok := base[r.Sessions]
+		if !ok || r.Broker == "mosquitto" {
+			m = Result{}
+		}
+		fmt.Fprintf(&b, "| %s | %d | %.0f%s | %.1f | %.1f | %.0f%s | %s | %s | %.0f%s | %.0f%s | %d | %d |\n",
+			r.Broker, r.Sessions, r.SetupRate, ratio(r.SetupRate, m.SetupRate, true),
+			float64(r.RSS)/(1<<20), float64(r.PerSession)/1024,
+			r.Spread, ratio(r.Spread, m.Spread, true), r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond),
+			r.Fanout, ratio(r.Fanout, m.Fanout, true), r.ReconnectRate, ratio(r.ReconnectRate, m.ReconnectRate, true), r.Lost, r.Dup)
+	}
+	b.WriteString("\nRatios in brackets are against mosquitto at the same fleet size (higher is better).\n")
+	return b.String()
+}
