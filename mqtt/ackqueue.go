@@ -6,7 +6,10 @@ import (
 )
 
 // ackQueue is a connection's FIFO of acknowledgements waiting for their
-// commits: any goroutine of the connection pushes, the ack loop pops. It
+// commits: any goroutine of the connection pushes, the ack loop pops. The
+// ack loop runs only while there is something to acknowledge: a push
+// starts it, and it ends once it drained the queue, so an idle
+// connection has no goroutine for it. It
 // holds at most max entries (pushers wait for room: the read loop's
 // back-pressure) and no memory until used; the backing array of a burst
 // is let go once the queue drains, so an idle connection costs a few
@@ -16,13 +19,20 @@ type ackQueue struct {
 	q    []ackEntry
 	head int
 	max  int
-	// ready is signalled on push; room on pop from a full queue.
-	ready chan struct{}
-	room  chan struct{}
+	// room is signalled when a pusher waits and there is room; each
+	// pusher that takes room passes the signal on while room is left.
+	room    chan struct{}
+	waiters int
+	// loop is the ack loop; running says one is on, stopped that none
+	// may start again (the connection is ending).
+	loop    func()
+	running bool
+	stopped bool
+	wg      sync.WaitGroup
 }
 
-func newAckQueue(max int) *ackQueue {
-	return &ackQueue{max: max, ready: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+func newAckQueue(max int, loop func()) *ackQueue {
+	return &ackQueue{max: max, loop: loop, room: make(chan struct{}, 1)}
 }
 
 // push appends e, waiting while the queue is full; false when ctx ended.
@@ -31,19 +41,39 @@ func (a *ackQueue) push(ctx context.Context, e ackEntry) bool {
 		a.mu.Lock()
 		if len(a.q)-a.head < a.max {
 			a.q = append(a.q, e)
-			a.mu.Unlock()
-			select {
-			case a.ready <- struct{}{}:
-			default:
+			if !a.running && !a.stopped {
+				a.running = true
+				a.wg.Add(1)
+				go func() {
+					defer a.wg.Done()
+					a.loop()
+				}()
 			}
+			if a.waiters > 0 && len(a.q)-a.head < a.max {
+				a.wakeLocked() // room for another waiting pusher too
+			}
+			a.mu.Unlock()
 			return true
 		}
+		a.waiters++
 		a.mu.Unlock()
 		select {
 		case <-a.room:
 		case <-ctx.Done():
+		}
+		a.mu.Lock()
+		a.waiters--
+		a.mu.Unlock()
+		if ctx.Err() != nil {
 			return false
 		}
+	}
+}
+
+func (a *ackQueue) wakeLocked() {
+	select {
+	case a.room <- struct{}{}:
+	default:
 	}
 }
 
@@ -51,10 +81,13 @@ func (a *ackQueue) push(ctx context.Context, e ackEntry) bool {
 func (a *ackQueue) tryPop() (ackEntry, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	n := len(a.q) - a.head
-	if n == 0 {
+	if len(a.q) == a.head {
 		return ackEntry{}, false
 	}
+	return a.popLocked(), true
+}
+
+func (a *ackQueue) popLocked() ackEntry {
 	e := a.q[a.head]
 	a.q[a.head] = ackEntry{}
 	a.head++
@@ -71,27 +104,37 @@ func (a *ackQueue) tryPop() (ackEntry, bool) {
 		clear(a.q[m:])
 		a.q, a.head = a.q[:m], 0
 	}
-	if n == a.max {
-		select {
-		case a.room <- struct{}{}:
-		default:
-		}
+	if a.waiters > 0 {
+		a.wakeLocked()
 	}
-	return e, true
+	return e
 }
 
-// pop waits for the oldest entry; false when ctx ended.
-func (a *ackQueue) pop(ctx context.Context) (ackEntry, bool) {
-	for {
-		if e, ok := a.tryPop(); ok {
-			return e, true
-		}
-		select {
-		case <-a.ready:
-		case <-ctx.Done():
-			return ackEntry{}, false
-		}
+// popOrEnd removes the oldest entry, or, when there is none, records
+// that the ack loop ends (it must return): the next push starts another.
+func (a *ackQueue) popOrEnd() (ackEntry, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.q) == a.head {
+		a.running = false
+		return ackEntry{}, false
 	}
+	return a.popLocked(), true
+}
+
+// failed records that the ack loop ended on an error: no other starts.
+func (a *ackQueue) failed() {
+	a.mu.Lock()
+	a.stopped, a.running = true, false
+	a.mu.Unlock()
+}
+
+// stop lets no ack loop start again and waits for the running one.
+func (a *ackQueue) stop() {
+	a.mu.Lock()
+	a.stopped = true
+	a.mu.Unlock()
+	a.wg.Wait()
 }
 
 // free returns how many entries fit before a push waits.

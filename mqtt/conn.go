@@ -45,8 +45,7 @@ type conn struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	acks    *ackQueue
-	ackDone chan struct{}
+	acks *ackQueue
 	// inQoS1 counts QoS 1 PUBLISHes whose PUBACK is not sent yet.
 	inQoS1 atomic.Int32
 
@@ -155,8 +154,7 @@ func (c *conn) grow() {
 	// With the entry the ack loop waits for, the FIFO holds one receive
 	// maximum of entries: past it the read loop stops reading the socket
 	// until the oldest commit completes.
-	c.acks = newAckQueue(c.b.opts.ReceiveMaximum - 1)
-	c.ackDone = make(chan struct{})
+	c.acks = newAckQueue(c.b.opts.ReceiveMaximum-1, c.ackLoop)
 	c.exchanges = map[uint16]*exchange{}
 	c.done = make(chan struct{})
 	c.token = newToken()
@@ -301,7 +299,6 @@ func (c *conn) serve() {
 		c.failTold(errors.New("connect refused"))
 		return
 	}
-	go c.ackLoop()
 	c.readLoop()
 	c.teardown()
 }
@@ -438,7 +435,12 @@ func (c *conn) push(e ackEntry) bool {
 // A failed or timed-out commit stops it and the connection: nothing behind
 // it is acknowledged, and the client re-sends after reconnecting.
 func (c *conn) ackLoop() {
-	defer close(c.ackDone)
+	ended := false
+	defer func() {
+		if !ended {
+			c.acks.failed()
+		}
+	}()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -447,7 +449,8 @@ func (c *conn) ackLoop() {
 			// Nothing ready: send the acknowledgements written so far in
 			// one flush, then wait.
 			c.flush()
-			if e, ok = c.acks.pop(c.ctx); !ok {
+			if e, ok = c.acks.popOrEnd(); !ok {
+				ended = true
 				return
 			}
 		}

@@ -187,7 +187,7 @@ func (b *Broker) register(c *conn) *conn {
 // the session (or discards it), and publishes the will when due.
 func (c *conn) teardown() {
 	c.fail(errClosedConn)
-	<-c.ackDone
+	c.acks.stop()
 	c.out.stop()
 	ctx := c.b.ctx
 	if ctx.Err() != nil {

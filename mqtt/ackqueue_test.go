@@ -1,0 +1,73 @@
+package mqtt
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestAckQueueWakesEveryPusher: several pushers (a connection's read loop
+// and its sender) wait on a full queue while the loop drains it faster
+// than they refill it; each must get room, and every entry must be taken
+// once, in each pusher's order, by one loop at a time.
+func TestAckQueueWakesEveryPusher(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	var q *ackQueue
+	var taken atomic.Int64
+	var inLoop atomic.Int32
+	last := make([]int, 3)
+	var mu sync.Mutex
+	loop := func() {
+		if inLoop.Add(1) != 1 {
+			t.Error("two ack loops at once")
+		}
+		for {
+			e, ok := q.tryPop()
+			if !ok {
+				// Past popOrEnd's false the loop may take nothing more;
+				// the next push may start another right away.
+				inLoop.Add(-1)
+				if e, ok = q.popOrEnd(); !ok {
+					return
+				}
+				inLoop.Add(1)
+			}
+			who, n := int(e.pi>>12), int(e.pi&0xfff)
+			mu.Lock()
+			if n != last[who]+1 {
+				t.Errorf("pusher %d: entry %d after %d", who, n, last[who])
+			}
+			last[who] = n
+			mu.Unlock()
+			taken.Add(1)
+			if n%7 == 0 {
+				time.Sleep(10 * time.Microsecond)
+			}
+		}
+	}
+	q = newAckQueue(4, loop)
+	var wg sync.WaitGroup
+	for who := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 1; n <= 4000; n++ {
+				if !q.push(ctx, ackEntry{pi: uint16(who<<12 | n)}) {
+					t.Errorf("pusher %d stalled at %d", who, n)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	q.stop()
+	if got := taken.Load(); got != 12000 {
+		t.Fatalf("%d entries taken, want 12000", got)
+	}
+	if n := q.free(); n != 4 {
+		t.Fatalf("%d free after draining, want 4", n)
+	}
+}
