@@ -53,6 +53,7 @@ const (
 	tableStaged   = "mqtt.qos2in"   // id = client id, NUL, packet id: staged inbound QoS 2
 	tableOut      = "mqtt.out"      // id = client id, NUL, packet id: outbound QoS 2 in flight (unchecked state)
 	tableDone     = "mqtt.q2done"   // id = client id, NUL, cursor: outbound QoS 2 completed above the checkpoint (unchecked state)
+	tableExpiry   = "mqtt.expiry"   // id = deadline (hex Unix ms), NUL, client id: offline sessions that expire (unchecked state)
 )
 
 // Options configures a Broker. Zero values take the documented defaults.

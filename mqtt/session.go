@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
@@ -110,13 +111,37 @@ func (b *Broker) loadSession(ctx context.Context, client string) (sessionRecord,
 	return s, rec.Version, true, nil
 }
 
-// putSession adds the session record to tx.
+// putSession adds the session record to tx, and for an offline session
+// that expires its entry in the expiry index.
 func putSession(tx *table.Tx, client string, s *sessionRecord) error {
 	v, err := json.Marshal(s)
 	if err != nil {
 		return err
 	}
-	return tx.PutState(tableSessions, client, v)
+	if err := tx.PutState(tableSessions, client, v); err != nil {
+		return err
+	}
+	if d, ok := s.deadline(); ok {
+		return tx.PutStateUnchecked(tableExpiry, expiryID(d, client), nil)
+	}
+	return nil
+}
+
+// deadline returns when an offline session expires (Unix ms); false for
+// one that is online or never expires.
+func (s *sessionRecord) deadline() (int64, bool) {
+	if s.Online || s.Expiry == neverExpires || s.DisconnectedAt <= 0 {
+		return 0, false
+	}
+	return s.DisconnectedAt + int64(s.Expiry)*1000, true
+}
+
+// expiryID is the expiry index's id for client expiring at deadline: ids
+// sort by deadline, so the expirer reads only what is due. An entry may
+// outlive its session's offline spell (the session came back, or expired
+// with another deadline): the expirer checks the record and drops it.
+func expiryID(deadline int64, client string) string {
+	return fmt.Sprintf("%016x", uint64(deadline)) + slotSep + client
 }
 
 // discardSession deletes every piece of state of client: the session
@@ -183,8 +208,13 @@ func (b *Broker) discardTx(ctx context.Context, client string) (*table.Tx, error
 const maxStateDeletes = engine.MaxBatchEntries / 4
 
 // expireSessions deletes offline sessions whose expiry interval passed.
+// It reads the expiry index up to now, so a pass costs what is due, not
+// the number of sessions.
 func (b *Broker) expireSessions() {
 	defer b.wg.Done()
+	if err := b.indexExpiries(b.ctx); err != nil && b.ctx.Err() == nil {
+		b.log.Warn("building the session expiry index", "err", err)
+	}
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -193,31 +223,84 @@ func (b *Broker) expireSessions() {
 			return
 		case <-t.C:
 		}
-		now := time.Now().UnixMilli()
-		var expired []string
-		_ = b.db.Range(b.ctx, tableSessions, "", func(r table.Record) bool {
-			if r.Deleted {
-				return true
-			}
-			var s sessionRecord
-			if json.Unmarshal(r.Value, &s) != nil || s.Online || s.Expiry == neverExpires {
-				return true
-			}
-			if s.DisconnectedAt > 0 && now >= s.DisconnectedAt+int64(s.Expiry)*1000 {
-				expired = append(expired, r.ID)
-			}
-			return true
-		})
-		for _, id := range expired {
-			b.mu.Lock()
-			_, online := b.conns[id]
-			b.mu.Unlock()
-			if online {
-				continue
-			}
-			if err := b.discardSession(b.ctx, id); err != nil && b.ctx.Err() == nil {
-				b.log.Warn("session expiry failed", "client", id, "err", err)
-			}
+		if err := b.expireDue(b.ctx, time.Now()); err != nil && b.ctx.Err() == nil {
+			b.log.Warn("session expiry failed", "err", err)
 		}
 	}
 }
+
+// expireDue discards the offline sessions due at now and drops the index
+// entries read.
+func (b *Broker) expireDue(ctx context.Context, now time.Time) error {
+	due := fmt.Sprintf("%016x", uint64(now.UnixMilli())) + "\xff"
+	var ids []string
+	err := b.db.Range(ctx, tableExpiry, "", func(r table.Record) bool {
+		if r.ID > due {
+			return false
+		}
+		if !r.Deleted {
+			ids = append(ids, r.ID)
+		}
+		return len(ids) < maxStateDeletes
+	})
+	if err != nil {
+		return err
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	tx := b.db.Begin()
+	for _, id := range ids {
+		_, client, _ := strings.Cut(id, slotSep)
+		b.mu.Lock()
+		_, online := b.conns[client]
+		b.mu.Unlock()
+		if !online {
+			// loadSession discards a session whose expiry passed.
+			if _, _, _, err := b.loadSession(ctx, client); err != nil {
+				return fmt.Errorf("expire session %q: %w", client, err)
+			}
+		}
+		tx.DeleteStateUnchecked(tableExpiry, id)
+	}
+	return tx.Commit(ctx)
+}
+
+// indexExpiries writes the expiry index entries of offline sessions once,
+// for a store written before the index existed.
+func (b *Broker) indexExpiries(ctx context.Context) error {
+	if _, err := b.db.Get(ctx, tableExpiry, expiryIndexed); err == nil {
+		return nil
+	}
+	tx := b.db.Begin()
+	n := 0
+	err := b.db.Range(ctx, tableSessions, "", func(r table.Record) bool {
+		var s sessionRecord
+		if r.Deleted || json.Unmarshal(r.Value, &s) != nil {
+			return true
+		}
+		if d, ok := s.deadline(); ok {
+			if tx.PutStateUnchecked(tableExpiry, expiryID(d, r.ID), nil) == nil {
+				n++
+			}
+		}
+		if n == maxStateDeletes {
+			if err := tx.Commit(ctx); err != nil {
+				return false
+			}
+			tx, n = b.db.Begin(), 0
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	if err := tx.PutState(tableExpiry, expiryIndexed, nil); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
+}
+
+// expiryIndexed marks a store whose expiry index is complete; it sorts
+// after every deadline.
+const expiryIndexed = "~indexed"

@@ -69,9 +69,6 @@ func (r *Reader) SetMaxPacketSize(n int) {
 // CONNECT, which carries its own.
 func (r *Reader) SetVersion(v Version) {
 	r.version = v
-	if r.in == nil {
-		r.in = newInterner()
-	}
 }
 
 // Version returns the protocol level in force, or 0 before any.
@@ -124,7 +121,6 @@ func (r *Reader) ReadPacket() (Packet, error) {
 	}
 	if c, ok := p.(*Connect); ok && r.version == 0 {
 		r.version = c.Version
-		r.in = newInterner()
 	}
 	return p, nil
 }
@@ -137,6 +133,11 @@ func (r *Reader) readPublish(flags byte, remaining int) (Packet, error) {
 		return nil, err
 	}
 	p.buf = body
+	if r.in == nil {
+		// Made with the first PUBLISH: a connection that only receives
+		// (most of a fleet) never needs one.
+		r.in = newInterner()
+	}
 	d := decoder{buf: body, t: TypePublish, v: r.version, alias: true, in: r.in}
 	p.decode(&d, flags, !r.noPayloadCheck)
 	if d.err != nil {
