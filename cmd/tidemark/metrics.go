@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"strconv"
 	"sync"
 	"time"
@@ -85,6 +86,13 @@ func serveMetrics(ctx context.Context, log *slog.Logger, addr string, b *mqtt.Br
 		}
 		w.Write([]byte("ok\n"))
 	})
+	// Go's profiles, for an operator who finds the broker slow or large:
+	// the listener is the operator's own, like /metrics.
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, err

@@ -87,7 +87,7 @@ a flag wins over the environment, which wins over the file.`,
 	fs.StringVar(&f.config, "config", "", "YAML config file (env TIDEMARK_CONFIG)")
 	fs.BoolVar(&f.printConfig, "print-config", false, "print the effective configuration and exit")
 	fs.StringVar(&f.mqttAddr, "mqtt", "127.0.0.1:1883", "MQTT TCP listen address")
-	fs.StringVar(&f.metrics, "metrics", "", "Prometheus metrics and /healthz listen address, e.g. 127.0.0.1:9090 (off when empty)")
+	fs.StringVar(&f.metrics, "metrics", "", "Prometheus metrics, /healthz and Go profiles (/debug/pprof/) listen address, e.g. 127.0.0.1:9090 (off when empty)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.IntVar(&f.recvMax, "receive-maximum", 1024, "unacknowledged QoS 1/2 PUBLISHes a client may send (1-65535)")
