@@ -21,6 +21,8 @@ type metrics struct {
 	truncations      atomic.Uint64
 	pipelineDepth    atomic.Int64
 	inflightOut      atomic.Int64
+	authRefused      [nRefused]atomic.Uint64
+	denied           [3]atomic.Uint64 // read, write, subscribe
 }
 
 // Stats is a snapshot of the broker's counters and gauges.
@@ -44,6 +46,13 @@ type Stats struct {
 	PipelineDepth, InflightOut int64
 	// Truncations counts retention passes that removed log entries.
 	Truncations uint64
+	// AuthRefused counts refused CONNECTs by reason: "bad_credentials",
+	// "not_authorized" (anonymous, client id or will topic not allowed),
+	// "busy" (no authentication slot in time), "error".
+	AuthRefused map[string]uint64
+	// Denied counts what the Authorizer refused, by access: "read",
+	// "write", "subscribe".
+	Denied map[string]uint64
 }
 
 // Stats returns the broker's current counters.
@@ -65,6 +74,11 @@ func (b *Broker) Stats() Stats {
 	for i := range 3 {
 		s.MessagesIn[i], s.MessagesOut[i] = m.msgsIn[i].Load(), m.msgsOut[i].Load()
 	}
+	s.AuthRefused = make(map[string]uint64, nRefused)
+	for i, name := range refusedNames {
+		s.AuthRefused[name] = m.authRefused[i].Load()
+	}
+	s.Denied = map[string]uint64{"read": m.denied[0].Load(), "write": m.denied[1].Load(), "subscribe": m.denied[2].Load()}
 	return s
 }
 
