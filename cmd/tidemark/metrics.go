@@ -129,10 +129,12 @@ var (
 	descLogN     = prometheus.NewDesc("tidemark_log_entries", "Entries in the retained change log.", []string{"engine"}, nil)
 	descLogB     = prometheus.NewDesc("tidemark_log_bytes", "Bytes of the retained change log.", []string{"engine"}, nil)
 	descTrunc    = prometheus.NewDesc("tidemark_retention_truncations_total", "Retention passes that removed log entries.", nil, nil)
+	descRefused  = prometheus.NewDesc("tidemark_auth_refused_total", "CONNECTs refused by authentication, by reason.", []string{"reason"}, nil)
+	descDenied   = prometheus.NewDesc("tidemark_acl_denied_total", "Accesses the ACL refused, by kind: read, write, subscribe.", []string{"access"}, nil)
 )
 
 func (c *brokerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descConns, descSessions, descConnects, descIn, descOut, descBytesIn, descBytesOut, descDropped, descPipeline, descInflight, descLogN, descLogB, descTrunc} {
+	for _, d := range []*prometheus.Desc{descConns, descSessions, descConnects, descIn, descOut, descBytesIn, descBytesOut, descDropped, descPipeline, descInflight, descLogN, descLogB, descTrunc, descRefused, descDenied} {
 		ch <- d
 	}
 }
@@ -153,6 +155,12 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descPipeline, prometheus.GaugeValue, float64(s.PipelineDepth))
 	ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(s.InflightOut))
 	ch <- prometheus.MustNewConstMetric(descTrunc, prometheus.CounterValue, float64(s.Truncations))
+	for reason, n := range s.AuthRefused {
+		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(n), reason)
+	}
+	for access, n := range s.Denied {
+		ch <- prometheus.MustNewConstMetric(descDenied, prometheus.CounterValue, float64(n), access)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if on, off, err := c.b.SessionCounts(ctx); err == nil {
