@@ -26,7 +26,7 @@ import (
 //	                                 and they belong to that user alone
 //
 // Access is read, write, readwrite or deny; `topic FILTER` alone is
-// readwrite. A deny rule that matches wins over every grant; otherwise
+// readwrite (a filter with a space in it needs the access before it). A deny rule that matches wins over every grant; otherwise
 // the user's own rules, then the patterns, are searched for a grant, and
 // none means denied. A subscription is granted when a read rule covers
 // every topic its filter can match, and refused when a deny rule's filter
@@ -147,7 +147,12 @@ func parseRule(s string) (perm, string, error) {
 	case "clientid":
 		return 0, rest, errClientIDRule
 	default:
-		// mosquitto: a filter alone is readwrite (and may contain spaces).
+		// As mosquitto reads it: a filter alone is readwrite; with more
+		// after it, the first word must be the access (a filter with a
+		// space needs one).
+		if rest != "" {
+			return 0, "", fmt.Errorf("unknown access %q: use read, write, readwrite or deny", first)
+		}
 		p, rest = permRead|permWrite, s
 	}
 	if rest == "" {

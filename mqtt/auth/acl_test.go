@@ -129,6 +129,7 @@ func TestParseACLErrors(t *testing.T) {
 		{"topic clientid x\n", 1},
 		{"clientid\n", 1},
 		{"pattern read\n", 1},
+		{"user bob\ntopic raed alice/#\n", 2},
 	} {
 		_, err := ParseACL(strings.NewReader(c.text))
 		var le *LineError
