@@ -71,7 +71,7 @@ func dialAs(addr, id, user, pw string, h paho3.MessageHandler, tlsConf *tls.Conf
 	if tlsConf != nil {
 		scheme = "ssl://"
 	}
-	o := paho3.NewClientOptions().AddBroker(scheme+addr).SetClientID(id).SetUsername(user).SetPassword(pw).
+	o := paho3.NewClientOptions().AddBroker(scheme + addr).SetClientID(id).SetUsername(user).SetPassword(pw).
 		SetProtocolVersion(4).SetAutoReconnect(false).SetConnectRetry(false).SetDefaultPublishHandler(h).SetTLSConfig(tlsConf)
 	c := paho3.NewClient(o)
 	tok := c.Connect()
