@@ -17,6 +17,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 	paho3 "github.com/eclipse/paho.mqtt.golang"
+	"golang.org/x/crypto/bcrypt"
 
 	"github.com/tidemark-io/tidemark/mqtt"
 	"github.com/tidemark-io/tidemark/mqtt/auth"
@@ -41,17 +42,18 @@ pattern readwrite devices/%u/#
 `
 
 // authFiles writes a password file with alice/wonderland and bob/builder
-// (bcrypt, to keep the tests quick) and the ACL, and opens them.
+// (bcrypt at its least cost, to keep the tests quick under the race
+// detector) and the ACL, and opens them.
 func authFiles(t *testing.T, acl string, anonymous bool) (*auth.Files, string, string) {
 	t.Helper()
 	dir := t.TempDir()
 	pw, aclPath := filepath.Join(dir, "passwd"), filepath.Join(dir, "acl")
 	for user, p := range map[string]string{"alice": "wonderland", "bob": "builder"} {
-		h, err := auth.Hash(p, auth.Bcrypt)
+		h, err := bcrypt.GenerateFromPassword([]byte(p), bcrypt.MinCost)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := auth.SetPassword(pw, user, h); err != nil {
+		if err := auth.SetPassword(pw, user, string(h)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -154,15 +156,19 @@ func TestAuthFailureDelay(t *testing.T) {
 	}
 	wg.Wait()
 	close(codes)
-	n := 0
+	n, bad := 0, 0
 	for rc := range codes {
-		if rc != 0x86 {
-			t.Fatalf("flood attempt refused with %#x, want 0x86", rc)
+		switch rc {
+		case 0x86:
+			bad++
+		case 0x89: // no hashing slot in time: refused as busy, still no entry
+		default:
+			t.Fatalf("flood attempt refused with %#x, want 0x86 (or 0x89 when busy)", rc)
 		}
 		n++
 	}
-	if n != 16 {
-		t.Fatalf("%d of 16 flood attempts got a CONNACK", n)
+	if n != 16 || bad == 0 {
+		t.Fatalf("%d of 16 flood attempts got a CONNACK, %d of them 0x86", n, bad)
 	}
 }
 
@@ -331,14 +337,14 @@ func TestAuthReloadUnderLoad(t *testing.T) {
 	var reloads int
 	go func() {
 		defer close(done)
-		h, _ := auth.Hash("new", auth.Bcrypt)
+		h, _ := bcrypt.GenerateFromPassword([]byte("new"), bcrypt.MinCost)
 		for i := 0; ; i++ {
 			select {
 			case <-sub.t.Context().Done():
 				return
 			default:
 			}
-			_ = auth.SetPassword(pwPath, fmt.Sprint("user", i%5), h)
+			_ = auth.SetPassword(pwPath, fmt.Sprint("user", i%5), string(h))
 			if err := f.Reload(); err != nil {
 				t.Errorf("reload: %v", err)
 				return
