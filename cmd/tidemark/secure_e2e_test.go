@@ -95,6 +95,8 @@ func TestServeSecured(t *testing.T) {
 		{[]string{"--tls-identity", "cn"}, "--tls-identity needs --tls-client-ca"},
 		{[]string{"--tls-identity", "uid", "--tls-client-ca", s.caFile}, `--tls-identity "uid": use cn or san`},
 		{[]string{"--mqtt", "", "--mqtts", ""}, "no listener"},
+		{[]string{"--nats-nkey", "user.nk"}, "apply only to --engine jetstream"},
+		{[]string{"--engine", "jetstream", "--nats-tls-ca", "ca.pem"}, "apply with --nats-url"},
 	} {
 		out, err := exec.Command(s.bin, append([]string{"serve", "--config", s.cfg}, c.args...)...).CombinedOutput()
 		if err == nil || !strings.Contains(string(out), c.want) {
