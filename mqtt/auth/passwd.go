@@ -28,6 +28,7 @@ type LineError struct {
 	Err  error
 }
 
+// Error names the file, the line and what is wrong with it.
 func (e *LineError) Error() string {
 	if e.File == "" {
 		return fmt.Sprintf("line %d: %v", e.Line, e.Err)
@@ -35,6 +36,7 @@ func (e *LineError) Error() string {
 	return fmt.Sprintf("%s:%d: %v", e.File, e.Line, e.Err)
 }
 
+// Unwrap returns the error at the line (ErrSyntax, ErrUnknownHash, ...).
 func (e *LineError) Unwrap() error { return e.Err }
 
 // Passwords is a parsed password file: user name to hash.
