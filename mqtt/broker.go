@@ -137,6 +137,26 @@ type Options struct {
 	// log on its own until it has caught up (default 1024). It bounds a
 	// slow subscriber's memory without holding up any other.
 	RouteQueue int
+
+	// Authenticator decides who a connecting client is (see access.go);
+	// nil accepts every client as the user name it presents.
+	Authenticator Authenticator
+	// Authorizer decides what a client may publish, subscribe to and
+	// receive; nil allows everything.
+	Authorizer Authorizer
+	// AuthConcurrency bounds the Authenticate calls running at once
+	// (default: half the CPUs, at least 1); a CONNECT that finds no slot
+	// in 5 s is refused as "server busy".
+	AuthConcurrency int
+	// AuthFailureDelay is the least time a refused CONNECT waits for its
+	// CONNACK, counted from the start of the attempt (default 1 s;
+	// negative: none).
+	AuthFailureDelay time.Duration
+	// MaxKeepAlive caps the keep alive a client may use (0: no cap). A
+	// 5.0 client asking for more, or for none, is told the cap in the
+	// CONNACK's Server Keep Alive; a 3.1.1 client, which cannot be told,
+	// is refused ("identifier rejected"), as mosquitto does.
+	MaxKeepAlive time.Duration
 }
 
 func (o *Options) norm() {
@@ -171,6 +191,9 @@ func (o *Options) norm() {
 		o.KeepAliveGrace = 1.5
 	}
 	o.normLimits()
+	if o.AuthFailureDelay == 0 {
+		o.AuthFailureDelay = time.Second
+	}
 }
 
 // Broker is an MQTT broker over a table.DB. It is safe for concurrent use.
@@ -206,6 +229,7 @@ type Broker struct {
 	metrics metrics
 	// gate admits sockets (see accept.go).
 	gate *gate
+	auth authState
 
 	ctx    context.Context
 	cancel context.CancelFunc

@@ -40,6 +40,7 @@ type conn struct {
 
 	version   packet.Version
 	client    string
+	id        Identity // who the client authenticated as
 	keepAlive time.Duration
 
 	ctx    context.Context

@@ -31,7 +31,14 @@ func (c *conn) connect(cp *packet.Connect) bool {
 		c.client, assigned = assignClientID(), true
 	}
 	c.log = c.log.With("client", c.client)
+	if rc, ok := c.authenticate(cp, assigned); !ok {
+		return refuse(rc)
+	}
 	c.keepAlive = time.Duration(cp.KeepAlive) * time.Second
+	serverKeepAlive, ok := c.capKeepAlive()
+	if !ok {
+		return refuse(packet.ClientIdentifierNotValid)
+	}
 	switch {
 	case c.version == packet.V311 && cp.CleanStart:
 		c.expiry = 0
@@ -141,6 +148,9 @@ func (c *conn) connect(cp *packet.Connect) bool {
 		ap.SetSharedSubAvailable(1)
 		if assigned {
 			ap.SetAssignedClientID(c.client)
+		}
+		if serverKeepAlive {
+			ap.SetServerKeepAlive(uint16(c.keepAlive / time.Second))
 		}
 		if props.Has(packet.PropSessionExpiry) && c.expiry != props.SessionExpiry {
 			ap.SetSessionExpiry(c.expiry)

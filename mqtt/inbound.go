@@ -51,6 +51,9 @@ func (c *conn) handlePublish(p *packet.Publish) bool {
 		c.disconnect(packet.ProtocolError, "subscription identifier in a PUBLISH from a client") // [MQTT-3.3.4-6]
 		return false
 	}
+	if !c.mayPublish(name) {
+		return c.refusePublish(p)
+	}
 	if p.QoS > 0 && c.version == packet.V5 && int(c.inQoS1.Load())+c.pendingExchanges() >= c.b.opts.ReceiveMaximum {
 		c.disconnect(packet.ReceiveMaximumExceeded, "receive maximum exceeded") // [MQTT-3.3.4-7]
 		return false
@@ -340,7 +343,7 @@ func (b *Broker) fanout(m *Message, sharedOnly bool) {
 	defer b.mu.Unlock()
 	for client, t := range targets {
 		c := b.conns[client]
-		if c == nil || c.out == nil {
+		if c == nil || c.out == nil || !b.mayRead(client, c.id.Username, m.Topic) {
 			continue
 		}
 		c.out.offer(direct{msg: m, qos: t.qos, ids: t.ids, retain: m.Retain && t.rap})

@@ -28,6 +28,8 @@ type metrics struct {
 	acceptErrors                                                            atomic.Uint64
 	// Packets or subscriptions refused by a configured limit.
 	limitTopicLength, limitTopicLevels, limitSubscriptions atomic.Uint64
+	authRefused                                            [nRefused]atomic.Uint64
+	denied                                                 [3]atomic.Uint64 // read, write, subscribe
 }
 
 func (m *metrics) refused(reason string) {
@@ -82,6 +84,13 @@ type Stats struct {
 	// "topic_length" and "topic_levels" (a PUBLISH topic or a filter),
 	// "subscriptions" (a subscription past the per-session cap).
 	LimitHits map[string]uint64
+	// AuthRefused counts refused CONNECTs by reason: "bad_credentials",
+	// "not_authorized" (anonymous, client id or will topic not allowed),
+	// "busy" (no authentication slot in time), "error".
+	AuthRefused map[string]uint64
+	// Denied counts what the Authorizer refused, by access: "read",
+	// "write", "subscribe".
+	Denied map[string]uint64
 }
 
 // Stats returns the broker's current counters.
@@ -113,6 +122,11 @@ func (b *Broker) Stats() Stats {
 	for i := range 3 {
 		s.MessagesIn[i], s.MessagesOut[i] = m.msgsIn[i].Load(), m.msgsOut[i].Load()
 	}
+	s.AuthRefused = make(map[string]uint64, nRefused)
+	for i, name := range refusedNames {
+		s.AuthRefused[name] = m.authRefused[i].Load()
+	}
+	s.Denied = map[string]uint64{"read": m.denied[0].Load(), "write": m.denied[1].Load(), "subscribe": m.denied[2].Load()}
 	return s
 }
 

@@ -46,8 +46,12 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 			return false
 		case shared:
 			s.Group, s.Filter = sh.Group, sh.Filter
-			anyShared = true
 		}
+		if !c.maySubscribe(s.Filter) {
+			ack.ReasonCodes[i] = packet.NotAuthorized
+			continue
+		}
+		anyShared = anyShared || shared
 		existed := false
 		for j := range o.subs {
 			if o.subs[j].Filter == s.Filter && o.subs[j].Group == s.Group {
@@ -114,7 +118,7 @@ func (c *conn) sendRetained(s topic.Subscription, existed bool) {
 			return true
 		}
 		var m Message
-		if m.UnmarshalBinary(r.Value) != nil {
+		if m.UnmarshalBinary(r.Value) != nil || !c.b.mayRead(c.client, c.id.Username, r.ID) {
 			return true
 		}
 		var ids []uint32

@@ -25,6 +25,9 @@ type engineFlags struct {
 	syncInterval time.Duration
 	syncDefer    time.Duration
 	natsURL      string
+	natsCreds    string
+	natsNkey     string
+	natsTLSCA    string
 	replicas     int
 	params       []string
 }
@@ -36,6 +39,9 @@ func (f *engineFlags) register(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.syncInterval, "sync-interval", engine.DefaultSyncInterval, "sync period for --sync interval")
 	fs.DurationVar(&f.syncDefer, "sync-defer", engine.DefaultDeferWindow, syncDeferUsage)
 	fs.StringVar(&f.natsURL, "nats-url", "", "jetstream engine: NATS server or cluster URL; empty starts an embedded server")
+	fs.StringVar(&f.natsCreds, "nats-creds", "", "jetstream engine with --nats-url: NATS credentials file (user JWT and seed)")
+	fs.StringVar(&f.natsNkey, "nats-nkey", "", "jetstream engine with --nats-url: file with the user nkey seed")
+	fs.StringVar(&f.natsTLSCA, "nats-tls-ca", "", "jetstream engine with --nats-url: PEM CA file the NATS server's certificate must chain to")
 	fs.IntVar(&f.replicas, "replicas", 1, "jetstream engine: stream replicas (1, or 3 on a cluster)")
 	fs.StringSliceVar(&f.params, "engine-param", nil, "engine-specific parameter name=value (repeatable)")
 }
@@ -74,8 +80,17 @@ func (f *engineFlags) options() (engine.Options, error) {
 		if f.replicas != 1 {
 			params["replicas"] = strconv.Itoa(f.replicas)
 		}
-	} else if f.natsURL != "" || f.replicas != 1 {
-		return engine.Options{}, fmt.Errorf("--nats-url and --replicas apply only to --engine jetstream (got --engine %s)", f.name)
+		secured := false
+		for _, p := range []struct{ flag, param, v string }{{"--nats-creds", "creds", f.natsCreds}, {"--nats-nkey", "nkey", f.natsNkey}, {"--nats-tls-ca", "tls_ca", f.natsTLSCA}} {
+			if p.v != "" {
+				params[p.param], secured = p.v, true
+			}
+		}
+		if secured && f.natsURL == "" {
+			return engine.Options{}, fmt.Errorf("--nats-creds, --nats-nkey and --nats-tls-ca apply with --nats-url (the embedded server needs none)")
+		}
+	} else if f.natsURL != "" || f.replicas != 1 || f.natsCreds != "" || f.natsNkey != "" || f.natsTLSCA != "" {
+		return engine.Options{}, fmt.Errorf("--nats-url, --nats-creds, --nats-nkey, --nats-tls-ca and --replicas apply only to --engine jetstream (got --engine %s)", f.name)
 	}
 	return engine.Options{Dir: f.data, Sync: mode, SyncInterval: f.syncInterval, DeferWindow: deferWindow(f.syncDefer), Params: params}, nil
 }

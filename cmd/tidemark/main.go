@@ -1,5 +1,5 @@
 // Command tidemark runs the Tidemark MQTT broker and its tools: serve,
-// conformance, bench, inspect and version.
+// passwd, conformance, bench, inspect and version.
 package main
 
 import (
@@ -33,7 +33,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serveCmd(), conformanceCmd(), benchCmd(), inspectCmd(), versionCmd())
+	root.AddCommand(serveCmd(), passwdCmd(), conformanceCmd(), benchCmd(), inspectCmd(), versionCmd())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "tidemark:", err)
 		os.Exit(1)

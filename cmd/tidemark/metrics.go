@@ -142,10 +142,12 @@ var (
 	descRefused  = prometheus.NewDesc("tidemark_sockets_refused_total", "Sockets closed before their CONNECT was served, by reason.", []string{"reason"}, nil)
 	descAcceptEr = prometheus.NewDesc("tidemark_accept_errors_total", "Failed Accepts, each retried after a pause.", nil, nil)
 	descLimits   = prometheus.NewDesc("tidemark_limit_hits_total", "Packets or subscriptions refused by a configured limit, by limit.", []string{"limit"}, nil)
+	descAuthRef  = prometheus.NewDesc("tidemark_auth_refused_total", "CONNECTs refused by authentication, by reason.", []string{"reason"}, nil)
+	descDenied   = prometheus.NewDesc("tidemark_acl_denied_total", "Accesses the ACL refused, by kind: read, write, subscribe.", []string{"access"}, nil)
 )
 
 func (c *brokerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descConns, descSessions, descConnects, descIn, descOut, descBytesIn, descBytesOut, descDropped, descPipeline, descInflight, descLogN, descLogB, descTrunc, descSockets, descRefused, descAcceptEr, descLimits} {
+	for _, d := range []*prometheus.Desc{descConns, descSessions, descConnects, descIn, descOut, descBytesIn, descBytesOut, descDropped, descPipeline, descInflight, descLogN, descLogB, descTrunc, descSockets, descRefused, descAcceptEr, descLimits, descAuthRef, descDenied} {
 		ch <- d
 	}
 }
@@ -174,6 +176,12 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descAcceptEr, prometheus.CounterValue, float64(s.AcceptErrors))
 	for limit, n := range s.LimitHits {
 		ch <- prometheus.MustNewConstMetric(descLimits, prometheus.CounterValue, float64(n), limit)
+	}
+	for reason, n := range s.AuthRefused {
+		ch <- prometheus.MustNewConstMetric(descAuthRef, prometheus.CounterValue, float64(n), reason)
+	}
+	for access, n := range s.Denied {
+		ch <- prometheus.MustNewConstMetric(descDenied, prometheus.CounterValue, float64(n), access)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

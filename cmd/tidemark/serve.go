@@ -16,6 +16,7 @@ import (
 // serveFlags are the broker settings of `tidemark serve`.
 type serveFlags struct {
 	engineFlags
+	securityFlags
 	config      string
 	printConfig bool
 	mqttAddr    string
@@ -49,6 +50,7 @@ a flag wins over the environment, which wins over the file.`,
 		Example: `  tidemark serve                         # Pebble in ./data, MQTT on 127.0.0.1:1883
   tidemark serve --engine badger --data /var/lib/tidemark --metrics 127.0.0.1:9090
   tidemark serve --engine jetstream --nats-url nats://127.0.0.1:4222 --replicas 3
+  tidemark serve --password-file passwd --acl-file acl --mqtts :8883 --tls-cert cert.pem --tls-key key.pem
   tidemark serve --config tidemark.yaml --print-config`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -74,7 +76,7 @@ a flag wins over the environment, which wins over the file.`,
 				return fmt.Errorf("open engine %s in %s: %w", f.name, f.data, err)
 			}
 			log.Info("engine open", "engine", f.name, "data", f.data, "sync", opts.Sync.String(), "defer", opts.Deferral().String(), "granularity", e.Granularity().String())
-			err = runBroker(ctx, log, instrument(e), f.mqttAddr, f.metrics, bopts)
+			err = runBroker(ctx, log, instrument(e), f.mqttAddr, f.metrics, &f.securityFlags, bopts)
 			if cerr := e.Close(); cerr != nil && err == nil {
 				err = fmt.Errorf("close engine: %w", cerr)
 			}
@@ -83,10 +85,11 @@ a flag wins over the environment, which wins over the file.`,
 		},
 	}
 	fs := cmd.Flags()
-	f.register(fs)
+	f.engineFlags.register(fs)
+	f.securityFlags.register(fs)
 	fs.StringVar(&f.config, "config", "", "YAML config file (env TIDEMARK_CONFIG)")
 	fs.BoolVar(&f.printConfig, "print-config", false, "print the effective configuration and exit")
-	fs.StringVar(&f.mqttAddr, "mqtt", "127.0.0.1:1883", "MQTT TCP listen address")
+	fs.StringVar(&f.mqttAddr, "mqtt", "127.0.0.1:1883", "MQTT TCP listen address (empty: no plain listener)")
 	fs.StringVar(&f.metrics, "metrics", "", "Prometheus metrics, /healthz and Go profiles (/debug/pprof/) listen address, e.g. 127.0.0.1:9090 (off when empty)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
@@ -112,7 +115,10 @@ func (f *serveFlags) validate() (engine.Options, mqtt.Options, *slog.Logger, err
 	if err != nil {
 		return opts, bo, nil, err
 	}
-	if _, _, err := net.SplitHostPort(f.mqttAddr); err != nil {
+	if err := f.securityFlags.validate(f.mqttAddr); err != nil {
+		return opts, bo, nil, err
+	}
+	if _, _, err := net.SplitHostPort(f.mqttAddr); f.mqttAddr != "" && err != nil {
 		return opts, bo, nil, fmt.Errorf("--mqtt %q: want host:port, e.g. 127.0.0.1:1883", f.mqttAddr)
 	}
 	if f.metrics != "" {

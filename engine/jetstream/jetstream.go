@@ -28,14 +28,14 @@ func init() {
 	engine.Register(Name, engine.Driver{
 		Open:        open,
 		Granularity: engine.PerRecord,
-		Params: []engine.Param{
+		Params: append([]engine.Param{
 			{Name: "url", Default: "", Doc: "NATS server URL(s), comma-separated; empty starts an embedded server on 127.0.0.1 storing under Options.Dir"},
 			{Name: "stream", Default: "tidemark", Doc: "stream name and subject prefix; letters, digits, '-' and '_'"},
 			{Name: "replicas", Default: "1", Doc: "stream replicas (use 3 on a cluster)"},
 			{Name: "max_batch", Default: "16384 embedded, 1000 with url", Doc: "most messages per atomic batch (commit=batch); lowered when the server reports a smaller limit"},
 			{Name: "tombstone_ttl", Default: "60s", Doc: "how long a deleted key's delete marker stays in the stream (at least 1s)"},
 			{Name: "commit", Default: "wal embedded, batch with url", Doc: "wal: this engine is the stream's only writer, one message per group of commits (embedded server only); batch: any number of nodes share the stream, atomic batch publish"},
-		},
+		}, secureParams...),
 		Doc: "NATS JetStream (embedded server or a cluster); one log key per record; group commit as one transaction message (single writer) or one atomic batch (shared stream)",
 	})
 }
@@ -162,6 +162,10 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 			return nil, fmt.Errorf("%w: jetstream parameter tombstone_ttl=%q: use a duration of at least 1s, such as 60s", engine.ErrInvalidOption, v)
 		}
 	}
+	secure, err := secureOptions(opts.Params, url)
+	if err != nil {
+		return nil, err
+	}
 	if url == "" && opts.Dir == "" {
 		return nil, fmt.Errorf("%w: jetstream needs a data directory (Options.Dir) for its embedded server", engine.ErrInvalidOption)
 	}
@@ -197,7 +201,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		}
 		url = d.srv.ClientURL()
 	}
-	if err := d.connect(ctx, url, replicas); err != nil {
+	if err := d.connect(ctx, url, replicas, secure...); err != nil {
 		d.shutdownTransport()
 		return nil, err
 	}
@@ -214,7 +218,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 
 // connect dials the server, creates or updates the stream and starts the
 // index consumer, returning once the index caught up with the stream.
-func (d *db) connect(ctx context.Context, url string, replicas int) error {
+func (d *db) connect(ctx context.Context, url string, replicas int, secure ...nats.Option) error {
 	copts := []nats.Option{
 		nats.Name("tidemark-" + d.name),
 		nats.MaxReconnects(-1),
@@ -231,6 +235,7 @@ func (d *db) connect(ctx context.Context, url string, replicas int) error {
 		// The embedded server has no listener: nobody else can write.
 		copts = append(copts, nats.InProcessServer(d.srv))
 	}
+	copts = append(copts, secure...)
 	nc, err := nats.Connect(url, copts...)
 	if err != nil {
 		return fmt.Errorf("jetstream: connect %s: %w", url, err)
