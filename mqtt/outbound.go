@@ -346,6 +346,9 @@ func (o *outbound) deliverEvent(ev table.Event) {
 	}
 	qos, ids, rap, ok := o.match(&m, pos)
 	o.mu.Unlock()
+	// What the session may no longer read (an ACL reloaded since it
+	// subscribed) is passed over like a message it does not match.
+	ok = ok && o.c.b.allow(o.c.ctx, o.c.id, AccessRead, m.Topic)
 	if ok && qos == 0 && o.liveFrom.Covers(ev.Key, ev.Index) {
 		// At most once: a QoS 0 subscription gets no message published
 		// before this connection came online, neither what it missed

@@ -70,7 +70,7 @@ func (b *Broker) route(ev table.Event, deliver func(*table.Member)) {
 			continue
 		}
 		c := b.conns[s.Client]
-		if c == nil || b.members[s.Client] == nil {
+		if c == nil || b.members[s.Client] == nil || !b.allow(b.ctx, c.id, AccessRead, m.Topic) {
 			continue
 		}
 		var ids []uint32
