@@ -88,16 +88,19 @@ func (c *conn) connect(cp *packet.Connect) bool {
 		}
 		// Ids staged by earlier connections: a first transmission on one
 		// of them finds its slot taken, so its staging must not share a
-		// commit with others (see group).
-		err = c.b.db.Range(ctx, tableStaged, c.client+slotSep, func(r table.Record) bool {
-			if pi, perr := strconv.ParseUint(r.ID[len(c.client)+len(slotSep):], 10, 16); !r.Deleted && perr == nil {
-				if c.stagedBefore == nil {
-					c.stagedBefore = map[uint16]bool{}
+		// commit with others (see group). A session's rows go before its
+		// record (see discardTx): with no record there are none.
+		if ok {
+			err = c.b.db.Range(ctx, tableStaged, c.client+slotSep, func(r table.Record) bool {
+				if pi, perr := strconv.ParseUint(r.ID[len(c.client)+len(slotSep):], 10, 16); !r.Deleted && perr == nil {
+					if c.stagedBefore == nil {
+						c.stagedBefore = map[uint16]bool{}
+					}
+					c.stagedBefore[uint16(pi)] = true
 				}
-				c.stagedBefore[uint16(pi)] = true
-			}
-			return true
-		})
+				return true
+			})
+		}
 		if err != nil {
 			c.log.Error("load staged messages", "err", err)
 			return refuse(packet.ServerUnavailable)
@@ -130,7 +133,7 @@ func (c *conn) connect(cp *packet.Connect) bool {
 		return refuse(packet.ServerUnavailable)
 	}
 
-	out, err := newOutbound(c, window)
+	out, err := newOutbound(c, window, present)
 	if err != nil {
 		c.log.Error("restore session", "err", err)
 		return refuse(packet.ServerUnavailable)

@@ -90,7 +90,9 @@ type outRecord struct {
 	Msg   []byte       `json:"msg"`
 }
 
-func newOutbound(c *conn, window int) (*outbound, error) {
+// newOutbound restores the sending side of c's session; present says the
+// session existed (a new one has no delivery state to read).
+func newOutbound(c *conn, window int, present bool) (*outbound, error) {
 	o := &outbound{
 		c: c, window: window,
 		inflight: map[uint16]*outMsg{}, resumed: map[table.Cursor]*outMsg{}, done: map[table.Cursor]bool{},
@@ -116,6 +118,9 @@ func newOutbound(c *conn, window int) (*outbound, error) {
 		return nil, herr
 	}
 	o.liveFrom = head
+	if !present {
+		return o, nil
+	}
 	ctx := c.ctx
 	db := c.b.db
 	err := db.Range(ctx, tableOut, c.client+slotSep, func(r table.Record) bool {

@@ -278,8 +278,12 @@ func (m *Member) Next(ctx context.Context) (Event, bool, error) {
 func (m *Member) catchUp(ctx context.Context, rd *reader) error {
 	const batchMax = 128
 	db := m.f.db
+	// The follower routes only what the tail has published: once the
+	// tail holds nothing past the member, it may join, and entries
+	// committed meanwhile reach it through the route. Only a position the
+	// tail does not reach back to is read from the engine.
 	batch, covered, _ := db.tail.after(rd.pos, batchMax)
-	if !covered || len(batch) == 0 {
+	if !covered {
 		var err error
 		batch, err = scanFrom(ctx, db.e, rd.pos, batchMax)
 		switch {
