@@ -61,9 +61,13 @@ type outbound struct {
 	// progress counts completed QoS 1/2 deliveries; persisted at
 	// persistedProgress, at persistedAt.
 	progress          atomic.Uint64
-	persistedProgress uint64
+	persistedProgress atomic.Uint64
 	persistedAt       time.Time
-	stopped           chan struct{}
+	// persistNow asks the sender for a checkpoint write before the next
+	// tick: a window's worth of deliveries completed since the last one,
+	// so a crash re-sends no more than that.
+	persistNow chan struct{}
+	stopped    chan struct{}
 }
 
 type outMsg struct {
@@ -268,6 +272,8 @@ func (o *outbound) run() {
 				o.drainDirect()
 			case <-tick.C:
 				o.checkpoint()
+			case <-o.persistNow:
+				o.checkpoint()
 			default:
 			}
 			continue
@@ -284,6 +290,8 @@ func (o *outbound) run() {
 		case <-o.direct.ready:
 			o.drainDirect()
 		case <-tick.C:
+			o.checkpoint()
+		case <-o.persistNow:
 			o.checkpoint()
 		case <-c.ctx.Done():
 			return
@@ -602,7 +610,12 @@ func (o *outbound) complete(pi uint16) {
 	o.mu.Unlock()
 	if om != nil {
 		o.c.b.metrics.inflightOut.Add(-1)
-		o.progress.Add(1)
+		if n := o.progress.Add(1); n-o.persistedProgress.Load() >= uint64(max(o.window, 1)) {
+			select {
+			case o.persistNow <- struct{}{}:
+			default:
+			}
+		}
 	}
 	if om != nil && om.hasEv {
 		if sub := o.currentSub(); sub != nil {
@@ -778,7 +791,7 @@ func (o *outbound) due(cp table.Cursor) bool {
 	if cp == o.persisted {
 		return false
 	}
-	if o.progress.Load() != o.persistedProgress {
+	if o.progress.Load() != o.persistedProgress.Load() {
 		return true
 	}
 	return time.Since(o.persistedAt) >= o.c.b.opts.RetentionEvery
@@ -877,7 +890,8 @@ func (o *outbound) sessionSweepTx() (*table.Tx, bool, error) {
 		return nil, false, err
 	}
 	o.persisted = cp
-	o.persistedProgress, o.persistedAt = o.progress.Load(), time.Now()
+	o.persistedProgress.Store(o.progress.Load())
+	o.persistedAt = time.Now()
 	return tx, more, nil
 }
 
