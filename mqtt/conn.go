@@ -254,8 +254,15 @@ func (c *conn) disconnect(rc packet.ReasonCode, why string) {
 	if why != "" {
 		d.Properties.SetReasonString(why)
 	}
-	if c.write(d) != nil {
-		return // the write failed the connection
+	werr := c.write(d)
+	if errors.Is(werr, packet.ErrPacketTooLarge) {
+		// Over the client's maximum packet size: the reason code alone
+		// [MQTT-3.14.2-3].
+		werr = c.write(&packet.Disconnect{ReasonCode: rc})
+	}
+	if werr != nil {
+		c.fail(err)
+		return
 	}
 	c.failTold(err)
 }

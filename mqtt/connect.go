@@ -138,7 +138,9 @@ func (c *conn) connect(cp *packet.Connect) bool {
 		c.log.Error("restore session", "err", err)
 		return refuse(packet.ServerUnavailable)
 	}
+	c.b.mu.Lock() // fanout and retention read c.out through b.conns
 	c.out = out
+	c.b.mu.Unlock()
 	ack := &packet.Connack{SessionPresent: present}
 	if c.version == packet.V5 {
 		ap := &ack.Properties

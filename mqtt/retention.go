@@ -88,13 +88,16 @@ func (b *Broker) Retain(ctx context.Context) error {
 // is newer than the persisted one: what lies between them the client has
 // acknowledged, so a resume after a crash may skip it without loss.
 func (b *Broker) liveCheckpoint(client string, persisted table.Cursor) table.Cursor {
+	var out *outbound
 	b.mu.Lock()
-	c := b.conns[client]
+	if c := b.conns[client]; c != nil {
+		out = c.out // set under b.mu by connect
+	}
 	b.mu.Unlock()
-	if c == nil || c.out == nil {
+	if out == nil {
 		return persisted
 	}
-	if sub := c.out.currentSub(); sub != nil {
+	if sub := out.currentSub(); sub != nil {
 		if cp := sub.Checkpoint(); persisted.Less(cp) {
 			return cp
 		}
