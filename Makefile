@@ -46,7 +46,7 @@ run:
 test: deps
 	$(GO) vet ./...
 	$(GO) test -tags $(TEST_TAGS) -race -count=1 -timeout 14m $(RACE_PKGS)
-	$(GO) test -tags $(TEST_TAGS) -count=1 -timeout 14m -skip '^TestConformance$$' $$($(GO) list ./... | grep -v -e /engine -e /table -e /mqtt)
+	$(GO) test -tags $(TEST_TAGS) -count=1 -timeout 14m -skip '^TestConformance$$' $$($(GO) list ./... | grep -v -e tidemark/engine -e tidemark/table -e tidemark/mqtt)
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 2s ./conformance/

@@ -522,13 +522,6 @@ func caseLogOrder(t T, tg Target) {
 
 func caseGranularity(t T, tg Target) {
 	e := tg.Open(t, t.TempDir())
-	d, err := engine.Lookup(tg.Engine)
-	if err != nil {
-		t.Fatalf("lookup: %v", err)
-	}
-	if d.Granularity != e.Granularity() {
-		t.Fatalf("driver declares %v, engine reports %v", d.Granularity, e.Granularity())
-	}
 	res := commit(t, e, new(engine.Batch).Append([]byte("1")).Append([]byte("2")).Append([]byte("3")))
 	es := scanAll(t, e, 0, false)
 	if len(es) != 3 {

@@ -20,8 +20,6 @@ type Param struct {
 type Driver struct {
 	// Open opens an engine with validated generic options.
 	Open func(ctx context.Context, opts Options) (Engine, error)
-	// Granularity is the log-key semantics the engine has.
-	Granularity Granularity
 	// Params lists the accepted Options.Params.
 	Params []Param
 	// Doc is one line saying what the engine is and what it guarantees.

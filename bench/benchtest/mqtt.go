@@ -15,9 +15,9 @@ import (
 // the p50 and p99 acknowledgement latency and the subscriber's lost and
 // duplicated-or-reordered counts of the last iteration. A point that fails
 // to run fails the benchmark; one that lost, duplicated or reordered a
-// message is logged (TestQuickRun is what fails on those: a benchmark
-// keeps its figures). before, when set, runs as each iteration starts (a
-// profiler, say).
+// message is logged (mqttbench's TestQuickRun is what fails on those:
+// a benchmark keeps its figures). before, when set, runs as each
+// iteration starts (a profiler, say).
 func MQTT(b *testing.B, target mqttbench.Target, loads []mqttbench.Load, d time.Duration, before func(b *testing.B)) {
 	for _, l := range loads {
 		b.Run(l.Name(), func(b *testing.B) {

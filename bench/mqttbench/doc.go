@@ -35,4 +35,11 @@
 // into that directory, on a free port, in a process group of its own; the
 // point stops that very process (SIGTERM, then SIGKILL after a timeout),
 // and on Linux the kernel kills it should the benchmark die first.
+//
+// # Build
+//
+// The embedded peers follow the engine build tags: nojetstream leaves out
+// the nats-server peer and nobadger the mochi peer (it stores through
+// Badger), so a binary built without those engines links neither library.
+// Peer then says which tag removed the peer.
 package mqttbench

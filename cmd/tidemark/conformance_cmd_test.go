@@ -7,8 +7,7 @@ import (
 )
 
 // TestConformanceCommandRunsPropertyCases runs a property-based case
-// through the tidemark binary, where no test framework parsed the testing
-// flags the property library reads.
+// through the tidemark binary, which links no testing code.
 func TestConformanceCommandRunsPropertyCases(t *testing.T) {
 	out, err := exec.Command(tidemarkBinary(t), "conformance", "--engines", "pebble", "--run", "C20_property").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "1 passed, 0 failed") {

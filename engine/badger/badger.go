@@ -46,8 +46,7 @@ const (
 
 func init() {
 	engine.Register(Name, engine.Driver{
-		Open:        open,
-		Granularity: engine.PerTransaction,
+		Open: open,
 		Params: []engine.Param{
 			{Name: "memtable_mb", Default: strconv.Itoa(defaultMemtableMB),
 				Doc: fmt.Sprintf("memtable size in MiB (%d to %d); a Badger transaction may take 15%% of it", minMemtableMB, maxMemtableMB)},

@@ -26,8 +26,7 @@ import (
 
 func init() {
 	engine.Register(Name, engine.Driver{
-		Open:        open,
-		Granularity: engine.PerRecord,
+		Open: open,
 		Params: append([]engine.Param{
 			{Name: "url", Default: "", Doc: "NATS server URL(s), comma-separated; empty starts an embedded server on 127.0.0.1 storing under Options.Dir"},
 			{Name: "stream", Default: "tidemark", Doc: "stream name and subject prefix; letters, digits, '-' and '_'"},

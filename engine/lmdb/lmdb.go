@@ -30,8 +30,7 @@ const (
 
 func init() {
 	engine.Register(Name, engine.Driver{
-		Open:        open,
-		Granularity: engine.PerRecord,
+		Open: open,
 		Params: []engine.Param{
 			{Name: "map_size_mb", Default: strconv.Itoa(defaultMapSizeMB),
 				Doc: "initial LMDB map size in MiB; the map doubles whenever it fills, so this only sets where growth starts"},

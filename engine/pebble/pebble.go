@@ -24,8 +24,7 @@ import (
 
 func init() {
 	engine.Register(Name, engine.Driver{
-		Open:        open,
-		Granularity: engine.PerTransaction,
+		Open: open,
 		Params: []engine.Param{
 			{Name: "cache_mb", Default: "64", Doc: "block cache size in MiB"},
 			{Name: "memtable_mb", Default: "64", Doc: "memtable size in MiB"},
