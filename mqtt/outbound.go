@@ -63,10 +63,15 @@ type outbound struct {
 	progress          atomic.Uint64
 	persistedProgress atomic.Uint64
 	persistedAt       time.Time
-	// persistNow asks the sender for a checkpoint write before the next
-	// tick: a window's worth of deliveries completed since the last one,
-	// so a crash re-sends no more than that.
+	// persistNow asks the sender for a checkpoint write. A session has no
+	// ticker: the first delivery completed after a write arms a timer of
+	// Options.CheckpointEvery (armed), a window's worth of them asks at
+	// once, so a crash re-sends no more than that, and retention asks an
+	// idle session whose checkpoint moved over others' messages (asked).
+	// An idle session costs no wake-ups.
 	persistNow chan struct{}
+	armed      atomic.Bool
+	asked      atomic.Bool
 	stopped    chan struct{}
 }
 
@@ -101,7 +106,7 @@ func newOutbound(c *conn, window int, present bool) (*outbound, error) {
 		c: c, window: window,
 		inflight: map[uint16]*outMsg{}, resumed: map[table.Cursor]*outMsg{}, done: map[table.Cursor]bool{},
 		ending: map[uint16]table.Cursor{},
-		freed:  make(chan struct{}, 1), stopped: make(chan struct{}),
+		freed:  make(chan struct{}, 1), stopped: make(chan struct{}), persistNow: make(chan struct{}, 1),
 		direct:    directQueue{ready: make(chan struct{}, 1)},
 		persisted: c.rec.Checkpoint, nextPI: c.rec.NextPI, sentHigh: c.rec.SentHigh,
 	}
@@ -246,8 +251,6 @@ func (o *outbound) wants(name string) bool {
 func (o *outbound) run() {
 	defer close(o.stopped)
 	c := o.c
-	tick := time.NewTicker(c.b.opts.CheckpointEvery)
-	defer tick.Stop()
 	for {
 		if !o.waitWindow() {
 			return
@@ -270,8 +273,6 @@ func (o *outbound) run() {
 			select {
 			case <-o.direct.ready:
 				o.drainDirect()
-			case <-tick.C:
-				o.checkpoint()
 			case <-o.persistNow:
 				o.checkpoint()
 			default:
@@ -289,8 +290,6 @@ func (o *outbound) run() {
 		case <-o.sub.Ready():
 		case <-o.direct.ready:
 			o.drainDirect()
-		case <-tick.C:
-			o.checkpoint()
 		case <-o.persistNow:
 			o.checkpoint()
 		case <-c.ctx.Done():
@@ -299,10 +298,34 @@ func (o *outbound) run() {
 	}
 }
 
+// arm asks for a checkpoint write in Options.CheckpointEvery, unless one
+// is asked for already.
+func (o *outbound) arm() {
+	if o.armed.CompareAndSwap(false, true) {
+		time.AfterFunc(o.c.b.opts.CheckpointEvery, func() {
+			o.armed.Store(false)
+			o.requestPersist()
+		})
+	}
+}
+
+// requestPersist asks the sender for a checkpoint write.
+func (o *outbound) requestPersist() {
+	select {
+	case o.persistNow <- struct{}{}:
+	default:
+	}
+}
+
 // checkpoint persists the acknowledged checkpoint when it moved.
 func (o *outbound) checkpoint() {
 	if err := o.persist(o.c.ctx, false); err != nil && o.c.ctx.Err() == nil {
 		o.c.log.Warn("persist checkpoint", "err", err)
+	}
+	// Completion marks the write made garbage, and exchange endings held
+	// back, go with the next one.
+	if o.garbage() || o.c.lazy.pending() {
+		o.arm()
 	}
 }
 
@@ -608,18 +631,18 @@ func (o *outbound) complete(pi uint16) {
 		delete(o.resumed, om.pos)
 	}
 	o.mu.Unlock()
-	if om != nil {
-		o.c.b.metrics.inflightOut.Add(-1)
-		if n := o.progress.Add(1); n-o.persistedProgress.Load() >= uint64(max(o.window, 1)) {
-			select {
-			case o.persistNow <- struct{}{}:
-			default:
-			}
-		}
-	}
 	if om != nil && om.hasEv {
 		if sub := o.currentSub(); sub != nil {
 			_ = sub.Ack(om.ev)
+		}
+	}
+	if om != nil {
+		o.c.b.metrics.inflightOut.Add(-1)
+		// After the Ack: the write asked for covers this delivery.
+		if n := o.progress.Add(1); n-o.persistedProgress.Load() >= uint64(max(o.window, 1)) {
+			o.requestPersist()
+		} else {
+			o.arm()
 		}
 	}
 	select {
@@ -791,7 +814,7 @@ func (o *outbound) due(cp table.Cursor) bool {
 	if cp == o.persisted {
 		return false
 	}
-	if o.progress.Load() != o.persistedProgress.Load() {
+	if o.progress.Load() != o.persistedProgress.Load() || o.asked.Swap(false) {
 		return true
 	}
 	return time.Since(o.persistedAt) >= o.c.b.opts.RetentionEvery

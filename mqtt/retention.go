@@ -99,6 +99,10 @@ func (b *Broker) liveCheckpoint(client string, persisted table.Cursor) table.Cur
 	}
 	if sub := out.currentSub(); sub != nil {
 		if cp := sub.Checkpoint(); persisted.Less(cp) {
+			// An idle session writes its checkpoint only when asked:
+			// after a crash it then resumes at or above the truncation.
+			out.asked.Store(true)
+			out.requestPersist()
 			return cp
 		}
 	}
