@@ -243,7 +243,7 @@ func (c *conn) teardown() {
 	}
 	b.mu.Unlock()
 	if current {
-		b.index.RemoveClient(c.client)
+		c.out.unindex()
 	}
 	// A takeover ends this connection like any other close: the will goes
 	// when its delay is 0, and a delayed one is cancelled by the new

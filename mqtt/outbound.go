@@ -918,6 +918,17 @@ func (o *outbound) sessionSweepTx() (*table.Tx, bool, error) {
 	return tx, more, nil
 }
 
+// unindex removes the session's subscriptions from the broker's index:
+// each by its filter, so a teardown costs what the session's own
+// subscriptions cost, not a walk of every subscription in the index.
+func (o *outbound) unindex() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, s := range o.subs {
+		o.c.b.index.Remove(o.c.client, s.Group, s.Filter)
+	}
+}
+
 // stop ends the sender and takes the session off the route.
 func (o *outbound) stop() {
 	if sub := o.currentSub(); sub != nil {

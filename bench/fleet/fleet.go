@@ -138,7 +138,9 @@ type Result struct {
 	Fanout float64
 	// Lost and Dup count deliveries missing or repeated over both loads.
 	Lost, Dup int
-	Err       error
+	// Retries counts connection attempts that failed and were retried.
+	Retries int
+	Err     error
 }
 
 // Config is one run.
@@ -181,6 +183,14 @@ func runOne(ctx context.Context, b Broker, n, fan int, dir string, say func(stri
 		return r
 	}
 	defer os.RemoveAll(dir)
+	defer func() {
+		// A failure says what the broker last logged.
+		if r.Err != nil {
+			if b, err := os.ReadFile(filepath.Join(dir, "broker.log")); err == nil && len(b) > 0 {
+				r.Err = fmt.Errorf("%w (broker log: %s)", r.Err, lastLines(string(b), 3))
+			}
+		}
+	}()
 	port, err := freePort()
 	if err != nil {
 		r.Err = err
@@ -242,13 +252,15 @@ func runOne(ctx context.Context, b Broker, n, fan int, dir string, say func(stri
 	r.ReconnectRate = float64(n) / time.Since(start).Seconds()
 	time.Sleep(500 * time.Millisecond) // redeliveries of anything unacknowledged at the drop
 	r.Lost, r.Dup = f.check(1 + fan)
+	r.Retries = int(f.retries.Load())
 	return r
 }
 
 // fleet is the client side: one connection per device.
 type fleet struct {
-	addr string
-	devs []*device
+	addr    string
+	devs    []*device
+	retries atomic.Int64 // connection attempts that failed and were retried
 }
 
 type device struct {
@@ -274,7 +286,19 @@ func (f *fleet) connectAll(ctx context.Context, subscribe bool) error {
 				if i >= len(f.devs) || first.Load() != nil || ctx.Err() != nil {
 					return
 				}
-				if err := f.devs[i].connect(f.addr, subscribe); err != nil {
+				// A device whose attempt fails tries again, as a real one
+				// would, backing off from 100 ms to 6.4 s: during a
+				// reconnect storm the broker may still hold the sockets of
+				// the fleet that dropped, up to its connection cap.
+				var err error
+				for try := range 8 {
+					if err = f.devs[i].connect(f.addr, subscribe); err == nil {
+						break
+					}
+					f.retries.Add(1)
+					time.Sleep(100 * time.Millisecond << try)
+				}
+				if err != nil {
 					err = fmt.Errorf("%s: %w", f.devs[i].id, err)
 					first.CompareAndSwap(nil, &err)
 				}
@@ -311,7 +335,9 @@ func (d *device) connect(addr string, subscribe bool) error {
 		nc.Close()
 		return fmt.Errorf("CONNACK: %w", err)
 	}
-	if ack, ok := p.(*packet.Connack); !ok || ack.ReasonCode != 0 || ack.SessionPresent == subscribe {
+	// A reconnect must find its session; a first connect may too, when
+	// an earlier attempt of it got as far as the CONNECT.
+	if ack, ok := p.(*packet.Connack); !ok || ack.ReasonCode != 0 || (!subscribe && !ack.SessionPresent) {
 		nc.Close()
 		return fmt.Errorf("CONNACK: got %v (session present expected %v)", p, !subscribe)
 	}
@@ -548,8 +574,8 @@ func Table(rs []Result) string {
 			base[r.Sessions] = r
 		}
 	}
-	fmt.Fprintf(&b, "| broker | sessions | setup/s | RSS MB | KB/session | spread deliveries/s | p50 | p99 | fan-out deliveries/s | reconnect/s | lost | dup |\n")
-	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&b, "| broker | sessions | setup/s | RSS MB | KB/session | spread deliveries/s | p50 | p99 | fan-out deliveries/s | reconnect/s | retries | lost | dup |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	ratio := func(v, m float64, higher bool) string {
 		if m == 0 || v == 0 {
 			return ""
@@ -568,11 +594,11 @@ func Table(rs []Result) string {
 		if !ok || r.Broker == "mosquitto" {
 			m = Result{}
 		}
-		fmt.Fprintf(&b, "| %s | %d | %.0f%s | %.1f | %.1f | %.0f%s | %s | %s | %.0f%s | %.0f%s | %d | %d |\n",
+		fmt.Fprintf(&b, "| %s | %d | %.0f%s | %.1f | %.1f | %.0f%s | %s | %s | %.0f%s | %.0f%s | %d | %d | %d |\n",
 			r.Broker, r.Sessions, r.SetupRate, ratio(r.SetupRate, m.SetupRate, true),
 			float64(r.RSS)/(1<<20), float64(r.PerSession)/1024,
 			r.Spread, ratio(r.Spread, m.Spread, true), r.P50.Round(10*time.Microsecond), r.P99.Round(10*time.Microsecond),
-			r.Fanout, ratio(r.Fanout, m.Fanout, true), r.ReconnectRate, ratio(r.ReconnectRate, m.ReconnectRate, true), r.Lost, r.Dup)
+			r.Fanout, ratio(r.Fanout, m.Fanout, true), r.ReconnectRate, ratio(r.ReconnectRate, m.ReconnectRate, true), r.Retries, r.Lost, r.Dup)
 	}
 	b.WriteString("\nRatios in brackets are against mosquitto at the same fleet size (higher is better).\n")
 	return b.String()

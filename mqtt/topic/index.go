@@ -99,7 +99,8 @@ func remove(n *node, levels []string, k subKey) bool {
 	return ok
 }
 
-// RemoveClient deletes every subscription of client.
+// RemoveClient deletes every subscription of client. It walks the whole
+// index: a caller that knows the client's filters removes them with Remove.
 func (ix *Index) RemoveClient(client string) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
