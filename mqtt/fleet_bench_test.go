@@ -4,9 +4,7 @@ package mqtt_test
 
 import (
 	"fmt"
-	"net"
 	"runtime"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -31,10 +29,7 @@ func BenchmarkIdleSession(b *testing.B) {
 func idleSessions(b *testing.B, v packet.Version) {
 	n := min(b.N, 4000)
 	s := mqtttest.Start(b, testEngine, nil, mqtt.Options{MaxConnections: n + 16})
-	host, port, _ := net.SplitHostPort(s.Addr)
-	var sa syscall.SockaddrInet4
-	copy(sa.Addr[:], net.ParseIP(host).To4())
-	sa.Port, _ = strconv.Atoi(port)
+	sa := loopbackAddr(s.Addr)
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -48,14 +43,8 @@ func idleSessions(b *testing.B, v packet.Version) {
 	var buf [256]byte
 	b.ResetTimer()
 	for i := range n {
-		fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
-		if err != nil {
-			b.Fatalf("socket: %v", err)
-		}
+		fd := rawDial(b, sa)
 		fds = append(fds, fd)
-		if err := syscall.Connect(fd, &sa); err != nil {
-			b.Fatalf("connect: %v", err)
-		}
 		cp := &packet.Connect{Version: v, ClientID: fmt.Sprintf("idle-%s-%05d", v, i), KeepAlive: 600}
 		if v == packet.V5 {
 			cp.Properties.SetSessionExpiry(0xFFFFFFFF)
