@@ -61,6 +61,10 @@ type conn struct {
 	grp          group // writes of the packets read so far, not yet submitted
 	lazy         lazyEnds
 	aliases      map[uint16]string
+	// aliasMax is the 5.0 client's Topic Alias Maximum: how many topic
+	// aliases the broker may use towards it (see outAliases).
+	aliasMax   uint16
+	outAliases outAliases
 
 	rec       sessionRecord
 	expiry    uint32
@@ -179,6 +183,9 @@ func (c *conn) writePacket(p packet.Packet, flush bool) error {
 	defer c.wmu.Unlock()
 	c.armWriteLocked() // a large packet goes to the socket from WritePacket
 	err := c.w.WritePacket(p)
+	if pub, ok := p.(*packet.Publish); ok && err == nil && pub.Topic != "" && pub.Properties.Has(packet.PropTopicAlias) {
+		c.outAliases.written(pub.Topic)
+	}
 	if c.nwriters.Add(-1) == 0 && flush {
 		if ferr := c.flushLocked(); err == nil {
 			err = ferr

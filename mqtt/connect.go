@@ -62,6 +62,9 @@ func (c *conn) connect(cp *packet.Connect) bool {
 	if c.version == packet.V5 && props.Has(packet.PropReceiveMaximum) {
 		window = int(props.ReceiveMaximum)
 	}
+	if c.version == packet.V5 && props.Has(packet.PropTopicAliasMaximum) {
+		c.aliasMax = props.TopicAliasMaximum // aliases the client accepts from the broker
+	}
 
 	if old := c.b.register(c); old != nil {
 		old.takeover()

@@ -588,6 +588,7 @@ func (o *outbound) publishPacket(m *Message, pi uint16, qos byte, ids []uint32, 
 		for _, id := range ids {
 			pp.AddSubscriptionID(id)
 		}
+		o.c.outAliases.apply(p, o.c.aliasMax)
 	}
 	return p
 }
