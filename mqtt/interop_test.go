@@ -15,17 +15,7 @@ import (
 // test environment (`make test` runs npm ci in mqtt/interop), so their absence
 // fails the test rather than skipping it.
 func TestInteropMQTTJS(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatalf("node not found (%v): install Node.js 18+ and run `npm ci` in mqtt/interop", err)
-	}
-	dir, err := filepath.Abs("interop")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "mqtt", "package.json")); err != nil {
-		t.Fatalf("MQTT.js is not installed (%v): run `npm ci` in mqtt/interop", err)
-	}
+	node, dir := mqttJS(t)
 	s := startBroker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -37,4 +27,22 @@ func TestInteropMQTTJS(t *testing.T) {
 	if err != nil {
 		t.Fatalf("interop.js: %v", err)
 	}
+}
+
+// mqttJS returns the node binary and the mqtt/interop folder holding
+// MQTT.js. Both are part of the test environment (`make test` runs npm ci
+// there), so their absence fails the test, naming the step.
+func mqttJS(t *testing.T) (node, dir string) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Fatalf("node not found (%v): install Node.js 18+ and run `npm ci` in mqtt/interop", err)
+	}
+	if dir, err = filepath.Abs("interop"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "mqtt", "package.json")); err != nil {
+		t.Fatalf("MQTT.js is not installed (%v): run `npm ci` in mqtt/interop", err)
+	}
+	return node, dir
 }

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -136,17 +135,7 @@ func TestWebSocketRefusesWithoutSubprotocol(t *testing.T) {
 // client over TCP, on one broker with the password and ACL files,
 // exchange messages both ways.
 func TestInteropMQTTJSWebSocket(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Fatalf("node not found (%v): install Node.js 18+ and run `npm ci` in mqtt/interop", err)
-	}
-	dir, err := filepath.Abs("interop")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "mqtt", "package.json")); err != nil {
-		t.Fatalf("MQTT.js is not installed (%v): run `npm ci` in mqtt/interop", err)
-	}
+	node, dir := mqttJS(t)
 	f, _, _ := authFiles(t, testACL, false)
 	s := startSecured(t, f)
 	ca := certstest.NewCA(t, "tidemark test CA")
