@@ -32,9 +32,157 @@ func (s Subscription) FullFilter() string {
 
 type subKey struct{ client, group string }
 
+// smallNode is how many children or subscriptions a node keeps in a plain
+// slice, searched in order; past it a map indexes them. Most nodes of a
+// fleet's index hold one child or one subscription (a device's own
+// topic), and a map, even a small one, costs several times their size.
+const smallNode = 8
+
+type child struct {
+	level string
+	n     *node
+}
+
+// node is one filter level. Its children and subscriptions live in
+// slices; kidIdx and subIdx, made once a slice outgrows smallNode, map a
+// level or a subscription's key to its place in the slice.
 type node struct {
-	children map[string]*node
-	subs     map[subKey]Subscription
+	kids   []child
+	kidIdx map[string]int
+	subs   []Subscription
+	subIdx map[subKey]int
+}
+
+func (n *node) child(level string) *node {
+	if n.kidIdx != nil {
+		if i, ok := n.kidIdx[level]; ok {
+			return n.kids[i].n
+		}
+		return nil
+	}
+	for i := range n.kids {
+		if n.kids[i].level == level {
+			return n.kids[i].n
+		}
+	}
+	return nil
+}
+
+func (n *node) addChild(level string) *node {
+	c := &node{}
+	n.kids = append(n.kids, child{level, c})
+	if n.kidIdx != nil {
+		n.kidIdx[level] = len(n.kids) - 1
+	} else if len(n.kids) > smallNode {
+		n.kidIdx = make(map[string]int, len(n.kids))
+		for i, k := range n.kids {
+			n.kidIdx[k.level] = i
+		}
+	}
+	return c
+}
+
+func (n *node) removeChild(level string) {
+	i := -1
+	if n.kidIdx != nil {
+		if j, ok := n.kidIdx[level]; ok {
+			i = j
+			delete(n.kidIdx, level)
+		}
+	} else {
+		for j := range n.kids {
+			if n.kids[j].level == level {
+				i = j
+				break
+			}
+		}
+	}
+	if i < 0 {
+		return
+	}
+	last := len(n.kids) - 1
+	if i != last {
+		n.kids[i] = n.kids[last]
+		if n.kidIdx != nil {
+			n.kidIdx[n.kids[i].level] = i
+		}
+	}
+	n.kids[last] = child{}
+	n.kids = n.kids[:last]
+	n.kids, n.kidIdx = shrink(n.kids), shrinkIdx(n.kidIdx, len(n.kids))
+}
+
+func (n *node) findSub(k subKey) int {
+	if n.subIdx != nil {
+		if i, ok := n.subIdx[k]; ok {
+			return i
+		}
+		return -1
+	}
+	for i := range n.subs {
+		if n.subs[i].Client == k.client && n.subs[i].Group == k.group {
+			return i
+		}
+	}
+	return -1
+}
+
+// putSub adds or replaces s, reporting whether it replaced one.
+func (n *node) putSub(s Subscription) bool {
+	k := subKey{s.Client, s.Group}
+	if i := n.findSub(k); i >= 0 {
+		n.subs[i] = s
+		return true
+	}
+	n.subs = append(n.subs, s)
+	if n.subIdx != nil {
+		n.subIdx[k] = len(n.subs) - 1
+	} else if len(n.subs) > smallNode {
+		n.subIdx = make(map[subKey]int, len(n.subs))
+		for i, s := range n.subs {
+			n.subIdx[subKey{s.Client, s.Group}] = i
+		}
+	}
+	return false
+}
+
+// dropSub removes the subscription at i, moving the last one into its
+// place.
+func (n *node) dropSub(i int) {
+	if n.subIdx != nil {
+		delete(n.subIdx, subKey{n.subs[i].Client, n.subs[i].Group})
+	}
+	last := len(n.subs) - 1
+	if i != last {
+		n.subs[i] = n.subs[last]
+		if n.subIdx != nil {
+			n.subIdx[subKey{n.subs[i].Client, n.subs[i].Group}] = i
+		}
+	}
+	n.subs[last] = Subscription{}
+	n.subs = n.subs[:last]
+	n.subs, n.subIdx = shrink(n.subs), shrinkIdx(n.subIdx, len(n.subs))
+}
+
+func (n *node) empty() bool { return len(n.kids) == 0 && len(n.subs) == 0 }
+
+// shrink lets a slice's array go when it is empty or mostly unused, so a
+// node that once held many entries does not keep their room.
+func shrink[T any](s []T) []T {
+	switch {
+	case len(s) == 0:
+		return nil
+	case cap(s) > 64 && len(s) < cap(s)/4:
+		return append([]T(nil), s...)
+	}
+	return s
+}
+
+func shrinkIdx[K comparable](m map[K]int, n int) map[K]int {
+	if n <= smallNode/2 {
+		return nil // a short slice is searched in order again
+	}
+	return m
 }
 
 // Index is a trie of subscriptions by filter level. It is safe for
@@ -54,24 +202,14 @@ func (ix *Index) Add(s Subscription) bool {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	n := &ix.root
-	for _, lvl := range strings.Split(s.Filter, "/") {
-		if n.children == nil {
-			n.children = map[string]*node{}
-		}
-		c := n.children[lvl]
+	for lvl := range strings.SplitSeq(s.Filter, "/") {
+		c := n.child(lvl)
 		if c == nil {
-			c = &node{}
-			n.children[lvl] = c
+			c = n.addChild(lvl)
 		}
 		n = c
 	}
-	if n.subs == nil {
-		n.subs = map[subKey]Subscription{}
-	}
-	k := subKey{s.Client, s.Group}
-	_, existed := n.subs[k]
-	n.subs[k] = s
-	return existed
+	return n.putSub(s)
 }
 
 // Remove deletes client's subscription to filter in group and reports
@@ -79,22 +217,26 @@ func (ix *Index) Add(s Subscription) bool {
 func (ix *Index) Remove(client, group, filter string) bool {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	return remove(&ix.root, strings.Split(filter, "/"), subKey{client, group})
+	return remove(&ix.root, filter, subKey{client, group})
 }
 
-func remove(n *node, levels []string, k subKey) bool {
-	if len(levels) == 0 {
-		_, ok := n.subs[k]
-		delete(n.subs, k)
-		return ok
-	}
-	c := n.children[levels[0]]
+// remove deletes k from the node of filter below n, pruning the nodes it
+// leaves empty.
+func remove(n *node, filter string, k subKey) bool {
+	lvl, rest, more := strings.Cut(filter, "/")
+	c := n.child(lvl)
 	if c == nil {
 		return false
 	}
-	ok := remove(c, levels[1:], k)
-	if len(c.subs) == 0 && len(c.children) == 0 {
-		delete(n.children, levels[0])
+	ok := false
+	if more {
+		ok = remove(c, rest, k)
+	} else if i := c.findSub(k); i >= 0 {
+		c.dropSub(i)
+		ok = true
+	}
+	if c.empty() {
+		n.removeChild(lvl)
 	}
 	return ok
 }
@@ -108,16 +250,21 @@ func (ix *Index) RemoveClient(client string) {
 }
 
 func removeClient(n *node, client string) {
-	for k := range n.subs {
-		if k.client == client {
-			delete(n.subs, k)
+	for i := 0; i < len(n.subs); {
+		if n.subs[i].Client == client {
+			n.dropSub(i) // moves another into i
+			continue
 		}
+		i++
 	}
-	for lvl, c := range n.children {
-		removeClient(c, client)
-		if len(c.subs) == 0 && len(c.children) == 0 {
-			delete(n.children, lvl)
+	for i := 0; i < len(n.kids); {
+		k := n.kids[i]
+		removeClient(k.n, client)
+		if k.n.empty() {
+			n.removeChild(k.level) // moves another into i
+			continue
 		}
+		i++
 	}
 }
 
@@ -153,7 +300,7 @@ func (ix *Index) Match(name string, fn func(Subscription)) {
 }
 
 func collect(n *node, levels []string, dollar, first bool, fn func(Subscription)) {
-	if c := n.children["#"]; c != nil && !(first && dollar) {
+	if c := n.child("#"); c != nil && !(first && dollar) {
 		for _, s := range c.subs {
 			fn(s)
 		}
@@ -164,10 +311,10 @@ func collect(n *node, levels []string, dollar, first bool, fn func(Subscription)
 		}
 		return
 	}
-	if c := n.children[levels[0]]; c != nil {
+	if c := n.child(levels[0]); c != nil {
 		collect(c, levels[1:], dollar, false, fn)
 	}
-	if c := n.children["+"]; c != nil && !(first && dollar) {
+	if c := n.child("+"); c != nil && !(first && dollar) {
 		collect(c, levels[1:], dollar, false, fn)
 	}
 }
@@ -187,13 +334,13 @@ func (ix *Index) Subscriptions(client string) []Subscription {
 	var out []Subscription
 	var walk func(n *node)
 	walk = func(n *node) {
-		for k, s := range n.subs {
-			if k.client == client {
+		for _, s := range n.subs {
+			if s.Client == client {
 				out = append(out, s)
 			}
 		}
-		for _, c := range n.children {
-			walk(c)
+		for _, c := range n.kids {
+			walk(c.n)
 		}
 	}
 	walk(&ix.root)

@@ -1,6 +1,11 @@
 package topic
 
-import "testing"
+import (
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"testing"
+)
 
 func TestMatch(t *testing.T) {
 	cases := []struct {
@@ -124,7 +129,63 @@ func TestIndexSharedRotatesAndRemoves(t *testing.T) {
 	ix.RemoveClient("c2")
 	ix.RemoveClient("c3")
 	ix.RemoveClient("plain")
-	if len(ix.root.children) != 0 {
-		t.Fatalf("index not pruned: %v", ix.root.children)
+	if !ix.root.empty() {
+		t.Fatalf("index not pruned: %+v", ix.root)
+	}
+}
+
+// TestIndexAgreesWithMatchUnderChurn adds and removes subscriptions of
+// many clients, so nodes grow past their in-order slices and shrink back,
+// and checks after each step that the index matches what Match says of
+// every subscription still held.
+func TestIndexAgreesWithMatchUnderChurn(t *testing.T) {
+	filters := []string{"#", "+", "a/#", "a/+", "a/b", "+/b", "a/+/c", "$SYS/#", "+/+/+", "a", "a//c"}
+	for i := range 40 {
+		filters = append(filters, fmt.Sprintf("dev/%02d/cmd", i), fmt.Sprintf("dev/%02d/+", i%5))
+	}
+	names := []string{"a", "a/b", "a/b/c", "b/b", "$SYS/x", "/", "a//c", "dev/07/cmd", "dev/03/x", "dev/41/cmd"}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var ix Index
+	held := map[subKey]Subscription{}
+	for step := range 3000 {
+		f := filters[rng.IntN(len(filters))]
+		client := fmt.Sprintf("c%d", rng.IntN(30))
+		k := subKey{client + "\x00" + f, ""}
+		if _, ok := held[k]; ok && rng.IntN(2) == 0 {
+			if !ix.Remove(k.client, "", f) {
+				t.Fatalf("step %d: Remove(%q, %q) found nothing", step, client, f)
+			}
+			delete(held, k)
+		} else {
+			s := Subscription{Client: k.client, Filter: f, QoS: byte(step % 3)}
+			if replaced := ix.Add(s); replaced != (held[k] != Subscription{}) {
+				t.Fatalf("step %d: Add(%q, %q) replaced=%v", step, client, f, replaced)
+			}
+			held[k] = s
+		}
+		if step%50 != 0 {
+			continue
+		}
+		for _, n := range names {
+			got := map[string]byte{}
+			ix.Match(n, func(s Subscription) { got[s.Client] = s.QoS })
+			want := map[string]byte{}
+			for _, s := range held {
+				if Match(s.Filter, n) {
+					want[s.Client] = s.QoS
+				}
+			}
+			if !maps.Equal(got, want) {
+				t.Fatalf("step %d: %q matched %v, want %v", step, n, got, want)
+			}
+		}
+	}
+	for k, s := range held {
+		if !ix.Remove(k.client, "", s.Filter) {
+			t.Fatalf("Remove(%q) found nothing", k.client)
+		}
+	}
+	if !ix.root.empty() {
+		t.Fatalf("index not pruned: %+v", ix.root)
 	}
 }
