@@ -18,10 +18,9 @@ type direct struct {
 // It holds nothing until used and lets a burst's memory go once drained,
 // so an idle session costs a few words for it.
 type directQueue struct {
-	mu    sync.Mutex
-	q     []direct
-	head  int
-	ready chan struct{} // signalled on offer; made on first use
+	mu   sync.Mutex
+	q    []direct
+	head int
 }
 
 // offer adds d, reporting false when the queue is full.
@@ -33,10 +32,6 @@ func (dq *directQueue) offer(d direct) bool {
 	}
 	dq.q = append(dq.q, d)
 	dq.mu.Unlock()
-	select {
-	case dq.ready <- struct{}{}:
-	default:
-	}
 	return true
 }
 

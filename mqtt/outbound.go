@@ -1,7 +1,6 @@
 package mqtt
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"slices"
@@ -9,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
@@ -32,7 +30,7 @@ type outbound struct {
 	// made at: it matches only messages after it, so a message published
 	// before the SUBSCRIBE that the sender reaches later is not delivered
 	// (nor delivered twice with its retained copy).
-	since map[string]table.Cursor
+	since sinceMarks
 	// queued counts PUBLISHes waiting in grp or the connection's FIFO.
 	queued atomic.Int32
 	// grp holds the records of QoS 2 deliveries not yet committed
@@ -63,16 +61,17 @@ type outbound struct {
 	progress          atomic.Uint64
 	persistedProgress atomic.Uint64
 	persistedAt       time.Time
-	// persistNow asks the sender for a checkpoint write. A session has no
+	// persistAsk asks the sender for a checkpoint write. A session has no
 	// ticker: the first delivery completed after a write arms a timer of
 	// Options.CheckpointEvery (armed), a window's worth of them asks at
 	// once, so a crash re-sends no more than that, and retention asks an
 	// idle session whose checkpoint moved over others' messages (asked).
 	// An idle session costs no wake-ups.
-	persistNow chan struct{}
+	persistAsk atomic.Bool
 	armed      atomic.Bool
 	asked      atomic.Bool
-	stopped    chan struct{}
+
+	snd sender
 }
 
 type outMsg struct {
@@ -102,18 +101,17 @@ type outRecord struct {
 // newOutbound restores the sending side of c's session; present says the
 // session existed (a new one has no delivery state to read).
 func newOutbound(c *conn, window int, present bool) (*outbound, error) {
+	// The in-flight maps are made on first use: an idle session holds none.
 	o := &outbound{
 		c: c, window: window,
-		inflight: map[uint16]*outMsg{}, resumed: map[table.Cursor]*outMsg{}, done: map[table.Cursor]bool{},
-		ending: map[uint16]table.Cursor{},
-		freed:  make(chan struct{}, 1), stopped: make(chan struct{}), persistNow: make(chan struct{}, 1),
-		direct:    directQueue{ready: make(chan struct{}, 1)},
+		freed:     make(chan struct{}, 1),
 		persisted: c.rec.Checkpoint, nextPI: c.rec.NextPI, sentHigh: c.rec.SentHigh,
 	}
+	o.subs = make([]topic.Subscription, 0, len(c.rec.Subs))
 	for _, s := range c.rec.Subs {
 		o.subs = append(o.subs, s.sub(c.client))
 		if s.Since != nil {
-			o.setSince(s.Filter, *s.Since)
+			o.since.set(s.Filter, *s.Since)
 		}
 	}
 	for _, q := range c.rec.Q1 {
@@ -142,7 +140,10 @@ func newOutbound(c *conn, window int, present bool) (*outbound, error) {
 			return true
 		}
 		om := &outMsg{pi: or.PI, qos: 2, pos: or.Pos, msg: &m, rec: true, state: or.State}
-		o.inflight[or.PI] = om
+		o.track(om)
+		if o.resumed == nil {
+			o.resumed = map[table.Cursor]*outMsg{}
+		}
 		o.resumed[or.Pos] = om
 		return true
 	})
@@ -152,7 +153,7 @@ func newOutbound(c *conn, window int, present bool) (*outbound, error) {
 	err = db.Range(ctx, tableDone, c.client+slotSep, func(r table.Record) bool {
 		var cur table.Cursor
 		if !r.Deleted && cur.UnmarshalText([]byte(r.ID[len(c.client)+1:])) == nil {
-			o.done[cur] = true
+			o.markDone(cur)
 		}
 		return true
 	})
@@ -197,17 +198,17 @@ func (o *outbound) start() {
 	if err := o.subscribe(c.rec.Checkpoint); err != nil {
 		c.log.Error("subscribe to the message log", "err", err)
 		c.fail(err)
-		close(o.stopped)
+		o.snd.end()
 		return
 	}
-	go o.run()
+	o.begin() // catch up from the checkpoint
 }
 
 // subscribe starts the session's member of the router: it catches up
 // from from, then joins the route.
 func (o *outbound) subscribe(from table.Cursor) error {
 	b := o.c.b
-	m := b.fan.Join(from, func(ev table.Event) bool { return o.wants(ev.ID) })
+	m := b.fan.JoinFunc(from, func(ev table.Event) bool { return o.wants(ev.ID) }, o.wake)
 	o.mu.Lock()
 	o.sub = m
 	o.mu.Unlock()
@@ -246,115 +247,6 @@ func (o *outbound) wants(name string) bool {
 		}
 	}
 	return false
-}
-
-func (o *outbound) run() {
-	defer close(o.stopped)
-	c := o.c
-	for {
-		if !o.waitWindow() {
-			return
-		}
-		ev, ok, err := o.sub.Next(c.ctx)
-		if err != nil {
-			if errors.Is(err, table.ErrHistoryUnavailable) && o.skipTruncated(err) {
-				continue
-			}
-			if !errors.Is(err, table.ErrClosed) && c.ctx.Err() == nil {
-				c.log.Warn("session replay ended", "err", err)
-				c.disconnect(packet.UnspecifiedError, "session replay failed")
-			}
-			return
-		}
-		if ok {
-			o.deliverEvent(ev)
-			// In-memory deliveries and checkpoints go on between log
-			// messages, however long the log.
-			select {
-			case <-o.direct.ready:
-				o.drainDirect()
-			case <-o.persistNow:
-				o.checkpoint()
-			default:
-			}
-			continue
-		}
-		if o.direct.len() == 0 {
-			// About to wait: the records taken so far are committed
-			// together and the PUBLISHes written so far go out in one
-			// flush.
-			o.flushGroup()
-			c.flush()
-		}
-		select {
-		case <-o.sub.Ready():
-		case <-o.direct.ready:
-			o.drainDirect()
-		case <-o.persistNow:
-			o.checkpoint()
-		case <-c.ctx.Done():
-			return
-		}
-	}
-}
-
-// arm asks for a checkpoint write in Options.CheckpointEvery, unless one
-// is asked for already.
-func (o *outbound) arm() {
-	if o.armed.CompareAndSwap(false, true) {
-		time.AfterFunc(o.c.b.opts.CheckpointEvery, func() {
-			o.armed.Store(false)
-			o.requestPersist()
-		})
-	}
-}
-
-// requestPersist asks the sender for a checkpoint write.
-func (o *outbound) requestPersist() {
-	select {
-	case o.persistNow <- struct{}{}:
-	default:
-	}
-}
-
-// checkpoint persists the acknowledged checkpoint when it moved.
-func (o *outbound) checkpoint() {
-	if err := o.persist(o.c.ctx, false); err != nil && o.c.ctx.Err() == nil {
-		o.c.log.Warn("persist checkpoint", "err", err)
-	}
-	// Completion marks the write made garbage, and exchange endings held
-	// back, go with the next one.
-	if o.garbage() || o.c.lazy.pending() {
-		o.arm()
-	}
-}
-
-// drainDirect sends the queued in-memory deliveries, within the window.
-func (o *outbound) drainDirect() {
-	for o.direct.len() > 0 && o.waitWindow() {
-		if d, ok := o.direct.take(); ok {
-			o.deliverDirect(d)
-		}
-	}
-}
-
-// waitWindow blocks while the client's receive maximum is reached.
-func (o *outbound) waitWindow() bool {
-	for {
-		o.mu.Lock()
-		n := len(o.inflight)
-		o.mu.Unlock()
-		if n < o.window {
-			return true
-		}
-		o.flushGroup()
-		o.c.flush()
-		select {
-		case <-o.freed:
-		case <-o.c.ctx.Done():
-			return false
-		}
-	}
 }
 
 // deliverEvent sends one message from the log, or acknowledges it at once
@@ -418,7 +310,7 @@ func (o *outbound) match(m *Message, pos table.Cursor) (qos byte, ids []uint32, 
 		if s.Group != "" || !topic.Match(s.Filter, m.Topic) || (s.NoLocal && m.From == o.c.client) {
 			continue
 		}
-		if since, ok := o.since[s.Filter]; ok && !since.Less(pos) {
+		if since, ok := o.since.get(s.Filter); ok && !since.Less(pos) {
 			continue
 		}
 		ok = true
@@ -461,7 +353,7 @@ func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev
 		pi = o.allocPI()
 	}
 	om := &outMsg{pi: pi, qos: qos, ev: ev, hasEv: hasEv, pos: ev.Cursor(), msg: m, state: outSent}
-	o.inflight[pi] = om
+	o.track(om)
 	o.mu.Unlock()
 	c.b.metrics.inflightOut.Add(1)
 	p := o.publishPacket(m, pi, qos, ids, retain, dup)
@@ -702,11 +594,14 @@ func (o *outbound) finishQoS2(om *outMsg, inLoop bool) bool {
 		return true
 	}
 	o.mu.Lock()
-	o.done[om.pos] = true
+	o.markDone(om.pos)
 	o.mu.Unlock()
 	write := func(tx *table.Tx) error { return c.endWrite(tx, om.pi, om.pos) }
 	if !inLoop {
 		o.mu.Lock()
+		if o.ending == nil {
+			o.ending = map[uint16]table.Cursor{}
+		}
 		o.ending[om.pi] = om.pos
 		o.mu.Unlock()
 		if c.lazy.add(om.pi, om.pos) {
@@ -740,183 +635,64 @@ func (o *outbound) offer(d direct) {
 	if !o.direct.offer(d) {
 		o.c.b.metrics.droppedSlow.Add(1)
 		o.c.log.Debug("slow subscriber: in-memory delivery dropped", "topic", d.msg.Topic)
+		return
 	}
+	o.wake()
 }
 
-// persist writes the session record with the acknowledged checkpoint and
-// drops completion marks it covers. final waits for the commits.
-//
-// One commit drops at most maxStateDeletes marks. A subscriber taking more
-// QoS 2 messages than that between two persists leaves more behind, so
-// persist goes on with further commits until none is left: otherwise the
-// marks (in memory and in the store) would grow for as long as the load
-// lasts. Each of those commits carries the session record too, so no
-// commit deletes a mark without the checkpoint that covers it.
-func (o *outbound) persist(ctx context.Context, final bool) error {
-	sub := o.currentSub()
-	if sub == nil {
-		return nil
+// track enters om in the in-flight window; o.mu held.
+func (o *outbound) track(om *outMsg) {
+	if o.inflight == nil {
+		o.inflight = map[uint16]*outMsg{}
 	}
-	if !final && !o.due(sub.Checkpoint()) && !o.garbage() && !o.c.lazy.pending() {
-		return nil
-	}
-	tx, more, err := o.sessionSweepTx()
-	if err != nil {
-		return err
-	}
-	// The exchange endings held back go with the checkpoint.
-	ends, err := o.c.writeLazy(tx)
-	if err != nil {
-		return err
-	}
-	var last *engine.Handle
-	for {
-		if !final {
-			tx.Defer()
-		}
-		h, err := tx.Submit(ctx)
-		if err != nil {
-			if last == nil {
-				// Never submitted: the records stay, and their ids may
-				// be reused (a reuse overwrites the record).
-				o.ended(ends)
-			}
-			return err
-		}
-		if last == nil && len(ends) > 0 && !final {
-			o.c.push(ackEntry{h: h, then: func() { o.ended(ends) }})
-		}
-		last = h
-		if !more {
-			break
-		}
-		if tx, more, err = o.sessionSweepTx(); err != nil {
-			return err
-		}
-	}
-	if final {
-		// Handles complete in submission order: the last one done means
-		// every one is.
-		if _, err = last.Wait(ctx); err == nil {
-			o.ended(ends)
-		}
-		return err
-	}
-	return nil
+	o.inflight[om.pi] = om
 }
 
-// due reports whether a checkpoint at cp is worth a commit now. A
-// checkpoint that moved only over messages for other sessions changes
-// nothing a restart would re-send, so it is written only now and then
-// (for retention after a crash and a shorter replay scan); one that moved
-// over deliveries this session completed is written at once, so a crash
-// re-sends at most what was in flight.
-func (o *outbound) due(cp table.Cursor) bool {
-	if cp == o.persisted {
-		return false
+// markDone records that the QoS 2 delivery at pos completed above the
+// checkpoint; o.mu held.
+func (o *outbound) markDone(pos table.Cursor) {
+	if o.done == nil {
+		o.done = map[table.Cursor]bool{}
 	}
-	if o.progress.Load() != o.persistedProgress.Load() || o.asked.Swap(false) {
-		return true
-	}
-	return time.Since(o.persistedAt) >= o.c.b.opts.RetentionEvery
+	o.done[pos] = true
 }
 
-// setSince records that the plain subscription filter matches only
-// messages after log position pos; o.mu held.
-func (o *outbound) setSince(filter string, pos table.Cursor) {
-	if o.since == nil {
-		o.since = map[string]table.Cursor{}
-	}
-	o.since[filter] = pos
+// sinceMark is a plain subscription filter that matches only messages
+// after log position pos.
+type sinceMark struct {
+	filter string
+	pos    table.Cursor
 }
 
-// garbage reports whether completion marks at or below the persisted
-// checkpoint are still waiting to be deleted.
-func (o *outbound) garbage() bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for pos := range o.done {
-		if !o.persisted.Less(pos) {
-			return true
+// sinceMarks holds a session's since positions. A session has few
+// subscriptions, and only those made while it was online have a mark, so
+// a slice searched in order costs less than a map.
+type sinceMarks []sinceMark
+
+func (s sinceMarks) get(filter string) (table.Cursor, bool) {
+	for _, m := range s {
+		if m.filter == filter {
+			return m.pos, true
 		}
 	}
-	return false
+	return table.Cursor{}, false
 }
 
-// sessionTx returns a transaction writing the session record as it stands:
-// subscriptions, acknowledged checkpoint, and the deletes of up to
-// maxStateDeletes completion marks it covers (persist drops the rest).
-func (o *outbound) sessionTx() (*table.Tx, error) {
-	tx, _, err := o.sessionSweepTx()
-	return tx, err
+func (s *sinceMarks) set(filter string, pos table.Cursor) {
+	for i := range *s {
+		if (*s)[i].filter == filter {
+			(*s)[i].pos = pos
+			return
+		}
+	}
+	*s = append(*s, sinceMark{filter, pos})
 }
 
-// sessionSweepTx is sessionTx, also reporting whether covered completion
-// marks are left for another commit.
-func (o *outbound) sessionSweepTx() (*table.Tx, bool, error) {
-	c := o.c
-	var cp table.Cursor
-	if sub := o.currentSub(); sub != nil {
-		cp = sub.Checkpoint()
-	} else {
-		cp = c.rec.Checkpoint
+func (s *sinceMarks) del(filter string) {
+	*s = slices.DeleteFunc(*s, func(m sinceMark) bool { return m.filter == filter })
+	if len(*s) == 0 {
+		*s = nil
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	c.rec.Checkpoint = cp
-	c.rec.NextPI = o.nextPI
-	c.rec.SentHigh = o.sentHigh
-	c.rec.Q1 = c.rec.Q1[:0]
-	for _, om := range o.inflight {
-		if om.qos == 1 && om.hasEv {
-			c.rec.Q1 = append(c.rec.Q1, q1Slot{Pos: om.pos, PI: om.pi})
-		}
-	}
-	for pos, pi := range o.q1ids { // restored, not re-sent yet
-		if cp.Less(pos) {
-			c.rec.Q1 = append(c.rec.Q1, q1Slot{Pos: pos, PI: pi})
-		}
-	}
-	c.rec.Subs = c.rec.Subs[:0]
-	for _, s := range o.subs {
-		r := recordOf(s)
-		if since, ok := o.since[s.Filter]; ok && s.Group == "" {
-			if cp.Less(since) {
-				r.Since = &since
-			} else {
-				delete(o.since, s.Filter) // the checkpoint passed it: no message left to hold back
-			}
-		}
-		c.rec.Subs = append(c.rec.Subs, r)
-	}
-	tx := c.b.db.Begin()
-	// Marks at or below the checkpoint are garbage: drop them, at most
-	// maxStateDeletes per commit so the transaction stays within the
-	// engine's batch limit.
-	n, more := 0, false
-	held := map[table.Cursor]bool{}
-	for _, pos := range o.ending {
-		held[pos] = true // its mark may not be written yet
-	}
-	for pos := range o.done {
-		if cp.Less(pos) || held[pos] {
-			continue
-		}
-		if n == maxStateDeletes {
-			more = true
-			break
-		}
-		tx.DeleteStateUnchecked(tableDone, c.client+slotSep+pos.String())
-		delete(o.done, pos)
-		n++
-	}
-	if err := putSession(tx, c.client, &c.rec); err != nil {
-		return nil, false, err
-	}
-	o.persisted = cp
-	o.persistedProgress.Store(o.progress.Load())
-	o.persistedAt = time.Now()
-	return tx, more, nil
 }
 
 // unindex removes the session's subscriptions from the broker's index:
@@ -928,13 +704,4 @@ func (o *outbound) unindex() {
 	for _, s := range o.subs {
 		o.c.b.index.Remove(o.c.client, s.Group, s.Filter)
 	}
-}
-
-// stop ends the sender and takes the session off the route.
-func (o *outbound) stop() {
-	if sub := o.currentSub(); sub != nil {
-		sub.Close()
-		o.c.b.leave(o.c.client, sub)
-	}
-	<-o.stopped
 }

@@ -65,7 +65,7 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 		if !existed {
 			o.subs = append(o.subs, s)
 			if s.Group == "" {
-				o.setSince(s.Filter, head)
+				o.since.set(s.Filter, head)
 			}
 		}
 		c.b.index.Add(s)
@@ -144,7 +144,7 @@ func (c *conn) handleUnsubscribe(p *packet.Unsubscribe) bool {
 			if o.subs[j].Filter == filter && o.subs[j].Group == group {
 				o.subs = append(o.subs[:j], o.subs[j+1:]...)
 				if group == "" {
-					delete(o.since, filter)
+					o.since.del(filter)
 				}
 				c.b.index.Remove(c.client, group, filter)
 				ack.ReasonCodes[i] = packet.Success

@@ -167,6 +167,7 @@ type Member struct {
 	table  string
 	filter func(Event) bool
 	ready  chan struct{}
+	notify func()
 
 	mu       sync.Mutex
 	live     bool    // on the route
@@ -187,6 +188,16 @@ type Member struct {
 // with the route: an event the route would deliver, filter accepts.
 func (f *Fanout) Join(start Cursor, filter func(Event) bool) *Member {
 	return &Member{f: f, table: f.table, filter: filter, ready: make(chan struct{}, 1), frontier: start}
+}
+
+// JoinFunc is Join for a receiver that runs only while it has work: where
+// a Join member signals Ready, this one calls notify, so the receiver
+// needs no goroutine waiting on a channel. notify runs on the goroutine
+// that routed an event or restarted the member, possibly with the
+// fanout's lock held: it must not block, nor call the fanout or the
+// member. Ready of such a member is never signalled.
+func (f *Fanout) JoinFunc(start Cursor, filter func(Event) bool, notify func()) *Member {
+	return &Member{f: f, table: f.table, filter: filter, notify: notify, frontier: start}
 }
 
 // routed queues ev for m, if m is on the route and ev is new to it; prev
@@ -224,6 +235,10 @@ func (m *Member) pushLocked(ev Event, p pos) {
 }
 
 func (m *Member) signal() {
+	if m.notify != nil {
+		m.notify()
+		return
+	}
 	select {
 	case m.ready <- struct{}{}:
 	default:

@@ -17,6 +17,16 @@ type fanoutMember struct {
 	start table.Cursor
 	slow  bool
 	got   []table.Event
+	// woken, when set, is what notify signals: the member joined with
+	// JoinFunc and its Ready is never signalled.
+	woken chan struct{}
+}
+
+func (fm *fanoutMember) ready() <-chan struct{} {
+	if fm.woken != nil {
+		return fm.woken
+	}
+	return fm.m.Ready()
 }
 
 func (fm *fanoutMember) wants(id string) bool {
@@ -29,7 +39,7 @@ func (fm *fanoutMember) wants(id string) bool {
 // members that join at the start, in the middle and at the head, some of
 // them slow enough to leave the route and catch up again, and checks that
 // each received exactly the entries after its start that it wants, in log
-// order, and that its checkpoint covers the whole log once all are acked.
+// order (half of them woken by JoinFunc's notify instead of Ready), and that its checkpoint covers the whole log once all are acked.
 func TestFanoutDeliversEachEventOnce(t *testing.T) {
 	db, _ := openDB(t)
 	ctx := t.Context()
@@ -59,7 +69,18 @@ func TestFanoutDeliversEachEventOnce(t *testing.T) {
 
 	join := func(start table.Cursor, i int, slow bool) *fanoutMember {
 		fm := &fanoutMember{mod: i % 5, start: start, slow: slow}
-		fm.m = f.Join(start, func(ev table.Event) bool { return fm.wants(ev.ID) })
+		filter := func(ev table.Event) bool { return fm.wants(ev.ID) }
+		if i%2 == 1 {
+			fm.woken = make(chan struct{}, 1)
+			fm.m = f.JoinFunc(start, filter, func() {
+				select {
+				case fm.woken <- struct{}{}:
+				default:
+				}
+			})
+		} else {
+			fm.m = f.Join(start, filter)
+		}
 		mu.Lock()
 		members = append(members, fm)
 		mu.Unlock()
@@ -86,7 +107,7 @@ func TestFanoutDeliversEachEventOnce(t *testing.T) {
 				continue
 			}
 			select {
-			case <-fm.m.Ready():
+			case <-fm.ready():
 			case <-stop:
 				return
 			}

@@ -1,0 +1,181 @@
+package mqtt
+
+import (
+	"context"
+	"time"
+
+	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// A session's delivery state in the store: the session record (its
+// subscriptions, its acknowledged checkpoint, the packet ids of QoS 1
+// deliveries in flight) and the QoS 2 completion marks above that
+// checkpoint, which each checkpoint write sweeps.
+
+// persist writes the session record with the acknowledged checkpoint and
+// drops completion marks it covers. final waits for the commits.
+//
+// One commit drops at most maxStateDeletes marks. A subscriber taking more
+// QoS 2 messages than that between two persists leaves more behind, so
+// persist goes on with further commits until none is left: otherwise the
+// marks (in memory and in the store) would grow for as long as the load
+// lasts. Each of those commits carries the session record too, so no
+// commit deletes a mark without the checkpoint that covers it.
+func (o *outbound) persist(ctx context.Context, final bool) error {
+	sub := o.currentSub()
+	if sub == nil {
+		return nil
+	}
+	if !final && !o.due(sub.Checkpoint()) && !o.garbage() && !o.c.lazy.pending() {
+		return nil
+	}
+	tx, more, err := o.sessionSweepTx()
+	if err != nil {
+		return err
+	}
+	// The exchange endings held back go with the checkpoint.
+	ends, err := o.c.writeLazy(tx)
+	if err != nil {
+		return err
+	}
+	var last *engine.Handle
+	for {
+		if !final {
+			tx.Defer()
+		}
+		h, err := tx.Submit(ctx)
+		if err != nil {
+			if last == nil {
+				// Never submitted: the records stay, and their ids may
+				// be reused (a reuse overwrites the record).
+				o.ended(ends)
+			}
+			return err
+		}
+		if last == nil && len(ends) > 0 && !final {
+			o.c.push(ackEntry{h: h, then: func() { o.ended(ends) }})
+		}
+		last = h
+		if !more {
+			break
+		}
+		if tx, more, err = o.sessionSweepTx(); err != nil {
+			return err
+		}
+	}
+	if final {
+		// Handles complete in submission order: the last one done means
+		// every one is.
+		if _, err = last.Wait(ctx); err == nil {
+			o.ended(ends)
+		}
+		return err
+	}
+	return nil
+}
+
+// due reports whether a checkpoint at cp is worth a commit now. A
+// checkpoint that moved only over messages for other sessions changes
+// nothing a restart would re-send, so it is written only now and then
+// (for retention after a crash and a shorter replay scan); one that moved
+// over deliveries this session completed is written at once, so a crash
+// re-sends at most what was in flight.
+func (o *outbound) due(cp table.Cursor) bool {
+	if cp == o.persisted {
+		return false
+	}
+	if o.progress.Load() != o.persistedProgress.Load() || o.asked.Swap(false) {
+		return true
+	}
+	return time.Since(o.persistedAt) >= o.c.b.opts.RetentionEvery
+}
+
+// garbage reports whether completion marks at or below the persisted
+// checkpoint are still waiting to be deleted.
+func (o *outbound) garbage() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for pos := range o.done {
+		if !o.persisted.Less(pos) {
+			return true
+		}
+	}
+	return false
+}
+
+// sessionTx returns a transaction writing the session record as it stands:
+// subscriptions, acknowledged checkpoint, and the deletes of up to
+// maxStateDeletes completion marks it covers (persist drops the rest).
+func (o *outbound) sessionTx() (*table.Tx, error) {
+	tx, _, err := o.sessionSweepTx()
+	return tx, err
+}
+
+// sessionSweepTx is sessionTx, also reporting whether covered completion
+// marks are left for another commit.
+func (o *outbound) sessionSweepTx() (*table.Tx, bool, error) {
+	c := o.c
+	var cp table.Cursor
+	if sub := o.currentSub(); sub != nil {
+		cp = sub.Checkpoint()
+	} else {
+		cp = c.rec.Checkpoint
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	c.rec.Checkpoint = cp
+	c.rec.NextPI = o.nextPI
+	c.rec.SentHigh = o.sentHigh
+	c.rec.Q1 = c.rec.Q1[:0]
+	for _, om := range o.inflight {
+		if om.qos == 1 && om.hasEv {
+			c.rec.Q1 = append(c.rec.Q1, q1Slot{Pos: om.pos, PI: om.pi})
+		}
+	}
+	for pos, pi := range o.q1ids { // restored, not re-sent yet
+		if cp.Less(pos) {
+			c.rec.Q1 = append(c.rec.Q1, q1Slot{Pos: pos, PI: pi})
+		}
+	}
+	c.rec.Subs = c.rec.Subs[:0]
+	for _, s := range o.subs {
+		r := recordOf(s)
+		if since, ok := o.since.get(s.Filter); ok && s.Group == "" {
+			if cp.Less(since) {
+				r.Since = &since
+			} else {
+				o.since.del(s.Filter) // the checkpoint passed it: no message left to hold back
+			}
+		}
+		c.rec.Subs = append(c.rec.Subs, r)
+	}
+	tx := c.b.db.Begin()
+	// Marks at or below the checkpoint are garbage: drop them, at most
+	// maxStateDeletes per commit so the transaction stays within the
+	// engine's batch limit.
+	n, more := 0, false
+	held := map[table.Cursor]bool{}
+	for _, pos := range o.ending {
+		held[pos] = true // its mark may not be written yet
+	}
+	for pos := range o.done {
+		if cp.Less(pos) || held[pos] {
+			continue
+		}
+		if n == maxStateDeletes {
+			more = true
+			break
+		}
+		tx.DeleteStateUnchecked(tableDone, c.client+slotSep+pos.String())
+		delete(o.done, pos)
+		n++
+	}
+	if err := putSession(tx, c.client, &c.rec); err != nil {
+		return nil, false, err
+	}
+	o.persisted = cp
+	o.persistedProgress.Store(o.progress.Load())
+	o.persistedAt = time.Now()
+	return tx, more, nil
+}

@@ -1,0 +1,195 @@
+package mqtt
+
+import (
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/tidemark-io/tidemark/mqtt/packet"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// sender tracks a session's sending goroutine, which runs only while the
+// session has something to do: a message routed to it or to catch up on,
+// an in-memory delivery, a checkpoint to write, a full window to wait
+// out. Whatever gives it work calls wake; the goroutine ends once it
+// finds nothing left, so an idle session, of which a fleet has many,
+// holds no goroutine and no stack for sending.
+//
+// The invariant that loses no wake-up: work is made visible before wake
+// is called, and the goroutine, before it ends, looks at every source of
+// work once more after the last wake it saw (pending).
+type sender struct {
+	mu      sync.Mutex
+	started bool // the session's member of the route exists
+	running bool // a goroutine is on, or about to be
+	pending bool // woken while running, or before start: look again
+	ended   bool // the session is ending: no goroutine starts again
+	wg      sync.WaitGroup
+}
+
+// wake makes sure a sending goroutine looks at the session's work: it
+// starts one when none runs, and has a running one look again.
+func (o *outbound) wake() {
+	s := &o.snd
+	s.mu.Lock()
+	switch {
+	case s.ended:
+	case s.running || !s.started:
+		s.pending = true
+	default:
+		s.running, s.pending = true, false
+		s.wg.Add(1)
+		go o.run()
+	}
+	s.mu.Unlock()
+}
+
+// begin starts sending once the session's member of the route exists:
+// wakes before it only left work waiting.
+func (o *outbound) begin() {
+	o.snd.mu.Lock()
+	o.snd.started = true
+	o.snd.mu.Unlock()
+	o.wake()
+}
+
+// idle reports whether the sending goroutine may end: no wake came since
+// it last looked. When it may, the next wake starts another.
+func (s *sender) idle() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pending && !s.ended {
+		s.pending = false
+		return false
+	}
+	s.running = false
+	return true
+}
+
+// end lets no sending goroutine start again.
+func (s *sender) end() {
+	s.mu.Lock()
+	s.ended, s.running = true, false
+	s.mu.Unlock()
+}
+
+// run sends until the session has nothing left to do.
+func (o *outbound) run() {
+	defer o.snd.wg.Done()
+	c := o.c
+	for {
+		if !o.waitWindow() {
+			o.snd.end()
+			return
+		}
+		ev, ok, err := o.sub.Next(c.ctx)
+		if err != nil {
+			if errors.Is(err, table.ErrHistoryUnavailable) && o.skipTruncated(err) {
+				continue // restarted past the gap
+			}
+			o.snd.end()
+			if !errors.Is(err, table.ErrClosed) && c.ctx.Err() == nil {
+				c.log.Warn("session replay ended", "err", err)
+				c.disconnect(packet.UnspecifiedError, "session replay failed")
+			}
+			return
+		}
+		if ok {
+			o.deliverEvent(ev)
+			// In-memory deliveries and checkpoints go on between log
+			// messages, however long the log.
+			o.drainDirect()
+			if o.persistAsk.Swap(false) {
+				o.checkpoint()
+			}
+			continue
+		}
+		if o.direct.len() > 0 {
+			o.drainDirect()
+			continue
+		}
+		if o.persistAsk.Swap(false) {
+			o.checkpoint()
+			continue
+		}
+		// About to end: the records taken so far are committed together
+		// and the PUBLISHes written so far go out in one flush.
+		o.flushGroup()
+		c.flush()
+		if c.ctx.Err() != nil {
+			o.snd.end()
+			return
+		}
+		if o.snd.idle() {
+			return
+		}
+	}
+}
+
+// arm asks for a checkpoint write in Options.CheckpointEvery, unless one
+// is asked for already.
+func (o *outbound) arm() {
+	if o.armed.CompareAndSwap(false, true) {
+		time.AfterFunc(o.c.b.opts.CheckpointEvery, func() {
+			o.armed.Store(false)
+			o.requestPersist()
+		})
+	}
+}
+
+// requestPersist asks the sender for a checkpoint write.
+func (o *outbound) requestPersist() {
+	o.persistAsk.Store(true)
+	o.wake()
+}
+
+// checkpoint persists the acknowledged checkpoint when it moved.
+func (o *outbound) checkpoint() {
+	if err := o.persist(o.c.ctx, false); err != nil && o.c.ctx.Err() == nil {
+		o.c.log.Warn("persist checkpoint", "err", err)
+	}
+	// Completion marks the write made garbage, and exchange endings held
+	// back, go with the next one.
+	if o.garbage() || o.c.lazy.pending() {
+		o.arm()
+	}
+}
+
+// drainDirect sends the queued in-memory deliveries, within the window.
+func (o *outbound) drainDirect() {
+	for o.direct.len() > 0 && o.waitWindow() {
+		if d, ok := o.direct.take(); ok {
+			o.deliverDirect(d)
+		}
+	}
+}
+
+// waitWindow blocks while the client's receive maximum is reached.
+func (o *outbound) waitWindow() bool {
+	for {
+		o.mu.Lock()
+		n := len(o.inflight)
+		o.mu.Unlock()
+		if n < o.window {
+			return true
+		}
+		o.flushGroup()
+		o.c.flush()
+		select {
+		case <-o.freed:
+		case <-o.c.ctx.Done():
+			return false
+		}
+	}
+}
+
+// stop ends the sender and takes the session off the route.
+func (o *outbound) stop() {
+	o.snd.end()
+	if sub := o.currentSub(); sub != nil {
+		sub.Close()
+		o.c.b.leave(o.c.client, sub)
+	}
+	o.snd.wg.Wait()
+}
