@@ -4,35 +4,83 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"syscall"
 )
 
-// Connection buffers come from a pool and go back to it whenever a
+// Connection buffers come from pools and go back to them whenever a
 // connection has nothing buffered, so a fleet of idle connections holds
 // no buffer at all, and a busy one reads and writes in large chunks.
 var (
+	smallBufs = sync.Pool{New: func() any { return new([connectReadBuf]byte) }}
 	readBufs  = sync.Pool{New: func() any { b := make([]byte, connReadBuf); return &b }}
 	writeBufs = sync.Pool{New: func() any { b := make([]byte, 0, connWriteBuf); return &b }}
 )
 
 // connReader is a buffered reader for a connection that lends its buffer
-// out between bursts. It waits for input in a small buffer of its own;
-// a read that fills that buffer means a burst, and the next reads go
-// into a large pooled one until the socket has nothing more waiting, when
-// the large buffer goes back to the pool.
+// out between bursts. Input comes into a small buffer; a read that fills
+// it means a burst, and the next reads go into a large one until the
+// socket has nothing more waiting. On a socket (a syscall.Conn) the
+// reader waits for input holding no buffer at all: it reads without
+// blocking and, when nothing is there, gives its buffer back before it
+// waits. Other connections (TLS, WebSocket) keep the small buffer.
 type connReader struct {
 	src   io.Reader
-	small [connectReadBuf]byte
+	rc    syscall.RawConn // the socket's, when src has one
+	small *[connectReadBuf]byte
 	big   *[]byte
-	buf   []byte // small[:] or *big
+	buf   []byte // small[:], *big, or nil while waiting on rc
 	r, w  int
 	full  bool // the last fill filled buf
 	err   error
 }
 
 func newConnReader(src io.Reader) *connReader {
-	cr := &connReader{src: src}
+	return &connReader{src: src, rc: rawSocket(src)}
+}
+
+// take makes buf the buffer the next fill reads into: the large one
+// after a fill that filled its buffer, the small one otherwise.
+func (cr *connReader) take() {
+	if cr.full {
+		if cr.small != nil {
+			smallBufs.Put(cr.small)
+			cr.small = nil
+		}
+		if cr.big == nil {
+			cr.big = readBufs.Get().(*[]byte)
+		}
+		cr.buf = *cr.big
+		return
+	}
+	if cr.big != nil {
+		readBufs.Put(cr.big)
+		cr.big = nil
+	}
+	if cr.small == nil {
+		cr.small = smallBufs.Get().(*[connectReadBuf]byte)
+	}
 	cr.buf = cr.small[:]
-	return cr
+}
+
+// drop gives every buffer back; nothing may be buffered.
+func (cr *connReader) drop() {
+	if cr.small != nil {
+		smallBufs.Put(cr.small)
+		cr.small = nil
+	}
+	if cr.big != nil {
+		readBufs.Put(cr.big)
+		cr.big = nil
+	}
+	cr.buf, cr.r, cr.w = nil, 0, 0
+}
+
+// size is how much the next fill may read at most.
+func (cr *connReader) size() int {
+	if cr.full {
+		return connReadBuf
+	}
+	return connectReadBuf
 }
 
 // fill reads into an empty buffer, choosing it first (see connReader).
@@ -41,16 +89,15 @@ func (cr *connReader) fill() error {
 		return cr.err
 	}
 	cr.r, cr.w = 0, 0
-	switch {
-	case cr.full && cr.big == nil:
-		cr.big = readBufs.Get().(*[]byte)
-		cr.buf = *cr.big
-	case !cr.full && cr.big != nil:
-		readBufs.Put(cr.big)
-		cr.big, cr.buf = nil, cr.small[:]
+	var n int
+	var err error
+	if cr.rc != nil {
+		n, err = cr.readSocket()
+	} else {
+		cr.take()
+		n, err = cr.src.Read(cr.buf)
 	}
-	n, err := cr.src.Read(cr.buf)
-	cr.w, cr.full = n, n == len(cr.buf)
+	cr.w, cr.full = n, n > 0 && n == len(cr.buf)
 	if n > 0 {
 		cr.err = err
 		return nil
@@ -68,7 +115,7 @@ func (cr *connReader) Read(p []byte) (int, error) {
 		return 0, nil
 	}
 	if cr.r == cr.w {
-		if len(p) >= len(cr.buf) && cr.err == nil {
+		if len(p) >= cr.size() && cr.err == nil {
 			n, err := cr.src.Read(p)
 			cr.full = n == len(p)
 			return n, err
@@ -103,12 +150,9 @@ func (cr *connReader) Peek(n int) []byte {
 	return cr.buf[cr.r:min(cr.r+n, cr.w)]
 }
 
-// release gives the large buffer back; the reader is not used after.
+// release gives the buffers back; the reader is not used after.
 func (cr *connReader) release() {
-	if cr.big != nil {
-		readBufs.Put(cr.big)
-		cr.big, cr.buf, cr.r, cr.w = nil, cr.small[:], 0, 0
-	}
+	cr.drop()
 }
 
 // errShortWrite is a writer that took less than it was given.

@@ -1,0 +1,137 @@
+package mqtt
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+// tcpPair returns the two ends of a loopback TCP connection.
+func tcpPair(t *testing.T) (client, server net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, _ := ln.Accept()
+		accepted <- c
+	}()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	server = <-accepted
+	if server == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { client.Close(); server.Close() })
+	return client, server
+}
+
+// TestConnReaderReadsWhatWasSent sends bursts of random sizes, with
+// pauses between them, through a socket and through a pipe, and checks
+// that the reader returns exactly the bytes sent, by Read and ReadByte
+// alike, and that on the socket it holds no buffer while it waits.
+func TestConnReaderReadsWhatWasSent(t *testing.T) {
+	for _, kind := range []string{"socket", "pipe"} {
+		t.Run(kind, func(t *testing.T) {
+			var src, dst net.Conn
+			if kind == "socket" {
+				src, dst = tcpPair(t)
+			} else {
+				src, dst = net.Pipe()
+				t.Cleanup(func() { src.Close(); dst.Close() })
+			}
+			cr := newConnReader(dst)
+			if (cr.rc != nil) != (kind == "socket") {
+				t.Fatalf("raw socket found: %v", cr.rc != nil)
+			}
+			rng := rand.New(rand.NewPCG(7, 9))
+			var sent bytes.Buffer
+			bursts := make([][]byte, 40)
+			for i := range bursts {
+				b := make([]byte, 1+rng.IntN(3*connReadBuf))
+				for j := range b {
+					b[j] = byte(rng.Uint32())
+				}
+				bursts[i] = b
+				sent.Write(b)
+			}
+			go func() {
+				for i, b := range bursts {
+					if _, err := src.Write(b); err != nil {
+						return
+					}
+					if i%8 == 0 {
+						time.Sleep(5 * time.Millisecond) // the reader waits
+					}
+				}
+				src.Close()
+			}()
+			var got bytes.Buffer
+			p := make([]byte, 700)
+			for i := 0; ; i++ {
+				if i%3 == 0 {
+					b, err := cr.ReadByte()
+					if err == io.EOF {
+						break
+					} else if err != nil {
+						t.Fatal(err)
+					}
+					got.WriteByte(b)
+					continue
+				}
+				n, err := cr.Read(p[:1+i%len(p)])
+				got.Write(p[:n])
+				if err == io.EOF {
+					break
+				} else if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !bytes.Equal(got.Bytes(), sent.Bytes()) {
+				t.Fatalf("read %d bytes, sent %d: contents differ", got.Len(), sent.Len())
+			}
+			if kind == "socket" && (cr.small != nil || cr.big != nil) {
+				t.Fatal("the reader holds a buffer after the socket ended")
+			}
+			cr.release()
+		})
+	}
+}
+
+// TestConnReaderWaitsWithoutBuffer checks that a reader waiting on an
+// idle socket holds no buffer, and that a read deadline ends the wait
+// with a timeout.
+func TestConnReaderWaitsWithoutBuffer(t *testing.T) {
+	src, dst := tcpPair(t)
+	cr := newConnReader(dst)
+	if _, err := src.Write([]byte("ab")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := cr.ReadByte(); err != nil || b != 'a' {
+		t.Fatalf("ReadByte = %q, %v", b, err)
+	}
+	if cr.small == nil {
+		t.Fatal("no buffer holds the unread byte")
+	}
+	if b, err := cr.ReadByte(); err != nil || b != 'b' {
+		t.Fatalf("ReadByte = %q, %v", b, err)
+	}
+	_ = dst.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	_, err := cr.ReadByte()
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("read past the deadline: %v, want a deadline error", err)
+	}
+	if cr.small != nil || cr.big != nil {
+		t.Fatal("the reader held a buffer while it waited")
+	}
+}
