@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -30,7 +29,7 @@ type conn struct {
 	nc  net.Conn
 	rd  *packet.Reader
 	br  *connReader // rd's buffer
-	log *slog.Logger
+	log connLog
 
 	wmu      sync.Mutex
 	armed    time.Time // when armWriteLocked last set the write deadline
@@ -140,11 +139,13 @@ type ackEntry struct {
 // connected state (see grow), so a flood of idle sockets costs little.
 func newConn(b *Broker, nc net.Conn) *conn {
 	br := newConnReader(nc)
-	return &conn{
-		b: b, nc: nc, log: b.log,
+	c := &conn{
+		b: b, nc: nc,
 		rd: packet.NewReader(br, b.opts.MaxPacketSize), br: br,
 		w: packet.NewWriter(nc, packet.V311),
 	}
+	c.log = connLog{c}
+	return c
 }
 
 // grow allocates what a connection needs once its CONNECT was read: the
@@ -154,7 +155,6 @@ func newConn(b *Broker, nc net.Conn) *conn {
 func (c *conn) grow() {
 	c.bw = &connWriter{dst: c.nc}
 	c.w = packet.NewWriter(c.bw, packet.V311)
-	c.log = c.b.log.With("remote", c.nc.RemoteAddr().String())
 	c.ctx, c.cancel = context.WithCancel(c.b.ctx)
 	// With the entry the ack loop waits for, the FIFO holds one receive
 	// maximum of entries: past it the read loop stops reading the socket

@@ -30,7 +30,6 @@ func (c *conn) connect(cp *packet.Connect) bool {
 		}
 		c.client, assigned = assignClientID(), true
 	}
-	c.log = c.log.With("client", c.client)
 	if rc, ok := c.authenticate(cp, assigned); !ok {
 		return refuse(rc)
 	}
