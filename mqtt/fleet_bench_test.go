@@ -4,7 +4,9 @@ package mqtt_test
 
 import (
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"syscall"
 	"testing"
 	"time"
@@ -19,7 +21,10 @@ import (
 // stack bytes and goroutines. The clients are raw descriptors that send a
 // CONNECT and a SUBSCRIBE and read the answers with system calls, so they
 // add nothing to the Go heap. Run with a fixed count, e.g. -benchtime
-// 2000x (at most 4000 are opened).
+// 2000x (at most 4000 are opened). With TIDEMARK_IDLE_HEAPPROFILE set to
+// a path, it writes a heap profile there while the sessions are connected
+// (read it with go tool pprof -sample_index=inuse_space; -memprofilerate
+// 512 makes its figures exact enough to divide by the session count).
 func BenchmarkIdleSession(b *testing.B) {
 	for _, v := range []packet.Version{packet.V311, packet.V5} {
 		b.Run(v.String(), func(b *testing.B) { idleSessions(b, v) })
@@ -84,10 +89,26 @@ func idleSessions(b *testing.B, v packet.Version) {
 	time.Sleep(200 * time.Millisecond)
 	runtime.GC()
 	runtime.ReadMemStats(&after)
+	if path := os.Getenv("TIDEMARK_IDLE_HEAPPROFILE"); path != "" {
+		writeHeapProfile(b, path)
+	}
 	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/float64(n), "heap-B/session")
 	b.ReportMetric(float64(int64(after.StackInuse)-int64(before.StackInuse))/float64(n), "stack-B/session")
 	b.ReportMetric(float64(runtime.NumGoroutine()-goroutines)/float64(n), "goroutines/session")
 	b.ReportMetric(0, "ns/op")
+}
+
+// writeHeapProfile writes a heap profile of the broker holding the idle
+// sessions: what each one costs, by allocation site.
+func writeHeapProfile(b *testing.B, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // twoPackets reports whether p holds two whole MQTT packets.
