@@ -232,7 +232,7 @@ func TestACLSubscribeForbidden(t *testing.T) {
 		{Topic: "$share/g/alice/#", QoS: 1}, {Topic: "$share/g/jobs/#", QoS: 1}, {Topic: "devices/alice/x", QoS: 0}, {Topic: "devices/bob/+", QoS: 0},
 	}})
 	want := []byte{0x87, 1, 0x87, 0x87, 1, 0x87, 0}
-	if sa == nil || fmt.Sprint(sa.Reasons) != fmt.Sprint(want) {
+	if sa == nil || string(sa.Reasons) != string(want) {
 		t.Fatalf("SUBACK %v (%v), want %v", sa, err, want)
 	}
 	bob3, _, err := dial3(t, s.Addr, "bob-3", true, creds3("bob", "builder"))

@@ -81,7 +81,7 @@ func TestConnReaderReadsWhatWasSent(t *testing.T) {
 			for i := 0; ; i++ {
 				if i%3 == 0 {
 					b, err := cr.ReadByte()
-					if err == io.EOF {
+					if errors.Is(err, io.EOF) {
 						break
 					} else if err != nil {
 						t.Fatal(err)
@@ -91,7 +91,7 @@ func TestConnReaderReadsWhatWasSent(t *testing.T) {
 				}
 				n, err := cr.Read(p[:1+i%len(p)])
 				got.Write(p[:n])
-				if err == io.EOF {
+				if errors.Is(err, io.EOF) {
 					break
 				} else if err != nil {
 					t.Fatal(err)

@@ -156,7 +156,7 @@ func TestDisconnectReasonReachesSendingClient(t *testing.T) {
 	for {
 		p, err := r.next(wait)
 		if err != nil {
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
 				t.Fatal("the broker did not close the connection")
 			}
 			if got == -1 {

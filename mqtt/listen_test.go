@@ -122,10 +122,16 @@ func TestWebSocketRefusesWithoutSubprotocol(t *testing.T) {
 	}
 	addr := serveOn(t, s, mqtt.ListenWebSocket(ln, nil))
 	_, resp, err := websocket.DefaultDialer.Dial("ws://"+addr+mqtt.WebSocketPath, nil)
+	if resp != nil {
+		resp.Body.Close()
+	}
 	if err == nil || resp == nil || resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("WebSocket without subprotocol: %v %v, want HTTP 400", err, resp)
 	}
 	_, resp, err = (&websocket.Dialer{Subprotocols: []string{"mqtt"}}).Dial("ws://"+addr+"/other", nil)
+	if resp != nil {
+		resp.Body.Close()
+	}
 	if err == nil || resp == nil || resp.StatusCode != http.StatusNotFound {
 		t.Fatalf("WebSocket on another path: %v %v, want HTTP 404", err, resp)
 	}

@@ -104,7 +104,10 @@ func TestSessionTakeover311(t *testing.T) {
 	first.sub("to3/t", 1)
 	second := connect3(t, s.Addr, "to3", false)
 	select {
-	case <-lost:
+	case err := <-lost:
+		if err == nil {
+			t.Fatal("the first connection was lost without an error")
+		}
 	case <-time.After(wait):
 		t.Fatal("the first connection was not closed")
 	}

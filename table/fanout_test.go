@@ -1,6 +1,7 @@
 package table_test
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
@@ -169,7 +170,7 @@ func TestFanoutDeliversEachEventOnce(t *testing.T) {
 		}
 		return nil
 	})
-	if err != errDone {
+	if !errors.Is(err, errDone) {
 		t.Fatalf("read log: %v", err)
 	}
 	detached := 0

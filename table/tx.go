@@ -18,6 +18,11 @@ import (
 // the table's first Load instead). Every write of one Tx carries the same
 // Version.
 //
+// A write or a condition that is invalid (a bad table or id) returns its
+// error and also sticks to the Tx: Submit and Commit return the first one
+// and apply nothing, so a caller that builds a Tx in several calls may
+// check once, at the commit.
+//
 // Each Put or Delete takes three engine entries (record, version key, log
 // entry), so a Tx holds at most about engine.MaxBatchEntries/3 of them;
 // Submit reports a larger one with engine.ErrBatchTooLarge.

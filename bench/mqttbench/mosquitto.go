@@ -186,7 +186,7 @@ func (p *mosquittoProc) waitReady(ctx context.Context, addr string) error {
 		}
 		select {
 		case <-p.exited:
-			return fmt.Errorf("mosquitto exited before accepting connections (%v)%s", p.waitErr, p.logTail())
+			return fmt.Errorf("mosquitto exited before accepting connections (%w)%s", p.waitErr, p.logTail())
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(10 * time.Millisecond):
@@ -213,7 +213,7 @@ func (p *mosquittoProc) exitedEarly() bool {
 func (p *mosquittoProc) stop() error {
 	defer p.forwardLog()
 	if p.exitedEarly() {
-		return fmt.Errorf("mosquitto (pid %d) exited before it was stopped (%v)%s", p.cmd.Process.Pid, p.waitErr, p.logTail())
+		return fmt.Errorf("mosquitto (pid %d) exited before it was stopped (%w)%s", p.cmd.Process.Pid, p.waitErr, p.logTail())
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		_ = p.cmd.Process.Kill()

@@ -84,7 +84,7 @@ func startNATS(ctx context.Context, dir string, mode engine.SyncMode, interval t
 	v, err := s.Varz(nil)
 	if err != nil || v.MQTT.Port <= 0 {
 		stop()
-		return nil, fmt.Errorf("nats-server: no MQTT port (%v)", err)
+		return nil, fmt.Errorf("nats-server: no MQTT port (%w)", err)
 	}
 	return &instance{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(v.MQTT.Port)), stop: stop}, nil
 }

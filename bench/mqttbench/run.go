@@ -213,9 +213,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		dir = d
 	}
 	rep := &Report{Duration: cfg.Duration, Warmup: cfg.Warmup}
-	for _, t := range cfg.Targets {
-		rep.Targets = append(rep.Targets, t)
-	}
+	rep.Targets = append(rep.Targets, cfg.Targets...)
 	total := len(cfg.Targets) * len(cfg.Loads)
 	base := rand.Uint32()
 	if cfg.LoadWarmup == 0 {

@@ -93,7 +93,7 @@ func ParseACL(r io.Reader) (*ACL, error) {
 				set = &a.patterns
 			}
 			p, filter, err := parseRule(rest)
-			if err == errClientIDRule {
+			if errors.Is(err, errClientIDRule) {
 				if filter == "" {
 					return nil, bad("clientid needs a client id")
 				}

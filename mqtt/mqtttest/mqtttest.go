@@ -102,7 +102,9 @@ func (s *Server) Stop() error {
 		return nil
 	}
 	err := s.b.Close()
-	<-s.served
+	if serr := <-s.served; serr != nil && !errors.Is(serr, net.ErrClosed) {
+		err = errors.Join(err, serr)
+	}
 	err = errors.Join(err, s.db.Close(), s.e.Close())
 	s.b, s.db, s.e = nil, nil, nil
 	return err

@@ -107,7 +107,7 @@ func ConnackFor(err error) (ack *Connack, v Version, ok bool) {
 
 // codeOf maps a sentinel to the reason code it implies.
 func codeOf(sentinel error) ReasonCode {
-	switch sentinel {
+	switch sentinel { //nolint:errorlint // sentinels only, compared as values
 	case ErrMalformed:
 		return MalformedPacket
 	case ErrProtocol:

@@ -46,7 +46,7 @@ func TestReaderStream(t *testing.T) {
 		if cr.n != len(stream) {
 			t.Fatalf("consumed %d of %d", cr.n, len(stream))
 		}
-		if _, err := r.ReadPacket(); err != io.EOF {
+		if _, err := r.ReadPacket(); !errors.Is(err, io.EOF) {
 			t.Fatalf("at end: %v", err)
 		}
 	}

@@ -43,7 +43,8 @@ func TestGate(t *testing.T) {
 	if g.Defer(plain) {
 		t.Fatal("deferred a commit not marked Defer")
 	}
-	if !g.Defer(marked) || !g.Defer(marked) {
+	first, second := g.Defer(marked), g.Defer(marked)
+	if !first || !second {
 		t.Fatal("did not defer marked commits right after a plain one")
 	}
 	short := NewGate(time.Millisecond)
