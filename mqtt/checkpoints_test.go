@@ -76,6 +76,20 @@ func awaitCheckpointIndex(t *testing.T, s *mqtttest.Server) {
 	}
 }
 
+// awaitGone waits until client's session is no longer stored (a clean
+// session is discarded after the client is gone).
+func awaitGone(t *testing.T, s *mqtttest.Server, client string) {
+	t.Helper()
+	for deadline := time.Now().Add(wait); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := s.DB().Get(ctxT(t), "mqtt.sessions", client); errors.Is(err, table.ErrNotFound) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still stored after its clean session ended", client)
+		}
+	}
+}
+
 // The checkpoint index keeps one entry per stored session at its persisted
 // checkpoint as sessions are made, catch up, move their checkpoint and are
 // discarded, and the recovery index names only sessions online or holding
@@ -100,14 +114,7 @@ func TestCheckpointIndexFollowsSessions(t *testing.T) {
 	on := connect3(t, s.Addr, "cpi-on", false)
 	on.sub("cpi/#", 1)
 	connect3(t, s.Addr, "cpi-3", true).close() // clean session: discards cpi-3
-	for deadline := time.Now().Add(wait); ; time.Sleep(50 * time.Millisecond) {
-		if _, err := s.DB().Get(ctxT(t), "mqtt.sessions", "cpi-3"); errors.Is(err, table.ErrNotFound) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("cpi-3 still stored after its clean session ended")
-		}
-	}
+	awaitGone(t, s, "cpi-3")
 	awaitCheckpointIndex(t, s)
 	ss, err := mqtt.Sessions(ctxT(t), s.DB())
 	if err != nil {
@@ -140,6 +147,7 @@ func TestRetainRepairsStaleCheckpointEntries(t *testing.T) {
 	sub.expect(10)
 	sub.close()
 	pub.close()
+	awaitGone(t, s, "stale-pub")
 	awaitCheckpointIndex(t, s)
 	want := wantCheckpointIndex(t, s.DB())
 	tx := s.DB().Begin()

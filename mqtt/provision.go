@@ -105,10 +105,11 @@ func AddOfflineSessions(ctx context.Context, db *table.DB, sessions []OfflineSes
 	return nil
 }
 
-// markIndexedIfEmpty writes the indexes' marker into a store that has no
-// session yet, so a broker's first start does not read every session
-// AddOfflineSessions wrote (they index themselves). A store with sessions
-// and no marker keeps waiting for a broker to index it.
+// markIndexedIfEmpty writes the markers of the checkpoint, recovery and
+// expiry indexes into a store that has no session yet, so a broker's
+// first start does not read every session AddOfflineSessions wrote (they
+// index themselves). A store with sessions and no marker keeps waiting
+// for a broker to index it.
 func markIndexedIfEmpty(ctx context.Context, db *table.DB) error {
 	if _, err := db.Get(ctx, tableCheckpoints, sessionsIndexed); err == nil {
 		return nil
@@ -126,6 +127,11 @@ func markIndexedIfEmpty(ctx context.Context, db *table.DB) error {
 	tx := db.Begin()
 	if err := tx.PutStateUnchecked(tableCheckpoints, sessionsIndexed, nil); err != nil {
 		return err
+	}
+	if _, err := db.Get(ctx, tableExpiry, expiryIndexed); err != nil {
+		if err := tx.PutState(tableExpiry, expiryIndexed, nil); err != nil {
+			return err
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("mqtt: offline sessions: %w", err)
