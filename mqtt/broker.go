@@ -256,6 +256,11 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 	if engine.PrefersSeparateCommits(db.Engine()) {
 		b.group = 1
 	}
+	if err := b.indexSessions(ctx); err != nil {
+		cancel()
+		b.fan.Close()
+		return nil, err
+	}
 	b.recoverWills()
 	b.wg.Add(2)
 	go b.expireSessions()

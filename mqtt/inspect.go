@@ -28,28 +28,21 @@ type SessionInfo struct {
 	HasWill      bool `json:"has_will"`
 }
 
-// Sessions lists the sessions stored in db, by client id.
+// Sessions lists the sessions stored in db, by client id. It holds them
+// all; EachSession visits a store of any size one session at a time.
 func Sessions(ctx context.Context, db *table.DB) ([]SessionInfo, error) {
 	var out []SessionInfo
-	err := db.Range(ctx, tableSessions, "", func(r table.Record) bool {
-		var s sessionRecord
-		if r.Deleted || json.Unmarshal(r.Value, &s) != nil {
-			return true
-		}
-		si := SessionInfo{ClientID: r.ID, Online: s.Online, Protocol: s.Version.String(), ExpirySeconds: s.Expiry,
-			Checkpoint: s.Checkpoint, HasWill: s.Will != nil}
-		if s.DisconnectedAt > 0 {
-			si.DisconnectedAt = time.UnixMilli(s.DisconnectedAt).UTC()
-		}
-		for _, sub := range s.Subs {
-			si.Subscriptions = append(si.Subscriptions, sub.sub(r.ID).FullFilter()+" qos"+string('0'+sub.QoS))
-		}
+	err := EachSession(ctx, db, func(si SessionInfo) bool {
 		out = append(out, si)
 		return true
 	})
-	if err != nil {
-		return nil, err
-	}
+	return out, err
+}
+
+// EachSession calls fn with each session stored in db, by client id,
+// until fn returns false. It holds one session at a time, and counts of
+// the QoS 2 exchanges in flight.
+func EachSession(ctx context.Context, db *table.DB, fn func(SessionInfo) bool) error {
 	count := func(t string) (map[string]int, error) {
 		m := map[string]int{}
 		err := db.Range(ctx, t, "", func(r table.Record) bool {
@@ -64,15 +57,25 @@ func Sessions(ctx context.Context, db *table.DB) ([]SessionInfo, error) {
 	}
 	outN, err := count(tableOut)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	staged, err := count(tableStaged)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	for i := range out {
-		out[i].OutboundQoS2 = outN[out[i].ClientID]
-		out[i].StagedQoS2 = staged[out[i].ClientID]
-	}
-	return out, nil
+	return db.Range(ctx, tableSessions, "", func(r table.Record) bool {
+		var s sessionRecord
+		if r.Deleted || json.Unmarshal(r.Value, &s) != nil {
+			return true
+		}
+		si := SessionInfo{ClientID: r.ID, Online: s.Online, Protocol: s.Version.String(), ExpirySeconds: s.Expiry,
+			Checkpoint: s.Checkpoint, HasWill: s.Will != nil, OutboundQoS2: outN[r.ID], StagedQoS2: staged[r.ID]}
+		if s.DisconnectedAt > 0 {
+			si.DisconnectedAt = time.UnixMilli(s.DisconnectedAt).UTC()
+		}
+		for _, sub := range s.Subs {
+			si.Subscriptions = append(si.Subscriptions, sub.sub(r.ID).FullFilter()+" qos"+string('0'+sub.QoS))
+		}
+		return fn(si)
+	})
 }

@@ -2,8 +2,6 @@ package mqtt
 
 import (
 	"context"
-	"encoding/json"
-	"sort"
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
@@ -35,44 +33,41 @@ func (b *Broker) retentionLoop() {
 	}
 }
 
-// Retain runs one retention pass now (see retentionLoop).
+// Retain runs one retention pass now (see retentionLoop). It reads the
+// checkpoint index from the bottom (see checkpoints.go), so a pass costs
+// what the sessions below the lowest offline checkpoint cost, not a read
+// of every stored session.
 func (b *Broker) Retain(ctx context.Context) error {
 	head, err := b.db.Head(ctx)
 	if err != nil {
 		return err
 	}
-	var cps []table.Cursor
-	err = b.db.Range(ctx, tableSessions, "", func(r table.Record) bool {
-		var s sessionRecord
-		if !r.Deleted && json.Unmarshal(r.Value, &s) == nil {
-			cps = append(cps, b.liveCheckpoint(r.ID, s.Checkpoint))
-		}
-		return true
-	})
+	low, ok, err := b.lowestCheckpoint(ctx, head)
+	if err != nil || !ok {
+		return err
+	}
+	st, err := b.db.LogStats(ctx)
 	if err != nil {
 		return err
 	}
-	low := head
-	for _, cp := range cps {
-		if cp.Less(low) {
-			low = cp
-		}
-	}
 	if max := b.opts.MaxQueuedMessages; max > 0 && low.Less(head) {
-		cut, err := b.cutForLimit(ctx, low, head, cps, max)
+		cut, err := b.cutForLimit(ctx, low, head, max)
 		if err != nil {
 			return err
 		}
 		if low.Less(cut) {
 			low = cut
+			floor := table.Cursor{}
+			if st.First > 0 {
+				floor.Key = st.First - 1
+			}
+			if n, err := b.behind(ctx, floor, cut); err == nil && n > 0 {
+				b.log.Warn("sessions over the queued-message limit lose their oldest messages", "sessions", n, "limit", max)
+			}
 		}
 	}
 	if low.Key == 0 {
 		return nil
-	}
-	st, err := b.db.LogStats(ctx)
-	if err != nil {
-		return err
 	}
 	if st.Entries == 0 || low.Key < st.First {
 		return nil
@@ -111,7 +106,7 @@ func (b *Broker) liveCheckpoint(client string, persisted table.Cursor) table.Cur
 
 // cutForLimit returns the cursor below which the log may go so that no
 // session keeps more than max entries behind it.
-func (b *Broker) cutForLimit(ctx context.Context, low, head table.Cursor, cps []table.Cursor, max int) (table.Cursor, error) {
+func (b *Broker) cutForLimit(ctx context.Context, low, head table.Cursor, max int) (table.Cursor, error) {
 	var keys []engine.LogKey
 	err := b.db.Engine().ScanLog(ctx, low.Key, false, func(e engine.Entry) bool {
 		if e.Key > head.Key {
@@ -126,16 +121,5 @@ func (b *Broker) cutForLimit(ctx context.Context, low, head table.Cursor, cps []
 	if len(keys) <= max {
 		return low, nil
 	}
-	cut := table.Cursor{Key: keys[len(keys)-max-1]}
-	lagging := 0
-	for _, cp := range cps {
-		n := len(keys) - sort.Search(len(keys), func(i int) bool { return keys[i] > cp.Key })
-		if n > max {
-			lagging++
-		}
-	}
-	if lagging > 0 {
-		b.log.Warn("sessions over the queued-message limit lose their oldest messages", "sessions", lagging, "limit", max)
-	}
-	return cut, nil
+	return table.Cursor{Key: keys[len(keys)-max-1]}, nil
 }

@@ -44,6 +44,14 @@ type sessionRecord struct {
 	// id [MQTT-4.4.0-1]. Exact across a disconnect or a clean stop; after a
 	// crash, deliveries sent since the last checkpoint write get new ids.
 	Q1 []q1Slot `json:"q1,omitempty"`
+
+	// indexed is the checkpoint the checkpoint index holds an entry for,
+	// as far as this copy knows (hasIndexed), and flagged whether the
+	// recovery index may hold one: putSession moves the entries along
+	// (see checkpoints.go).
+	indexed    table.Cursor
+	hasIndexed bool
+	flagged    bool
 }
 
 // q1Slot is one unacknowledged QoS 1 delivery: its log position and id.
@@ -102,6 +110,7 @@ func (b *Broker) loadSession(ctx context.Context, client string) (sessionRecord,
 	if err := json.Unmarshal(rec.Value, &s); err != nil {
 		return sessionRecord{}, 0, false, fmt.Errorf("mqtt: session %q: %w", client, err)
 	}
+	s.loaded()
 	if s.expired(time.Now()) {
 		if err := b.discardSession(ctx, client); err != nil {
 			return sessionRecord{}, 0, false, err
@@ -111,14 +120,18 @@ func (b *Broker) loadSession(ctx context.Context, client string) (sessionRecord,
 	return s, rec.Version, true, nil
 }
 
-// putSession adds the session record to tx, and for an offline session
-// that expires its entry in the expiry index.
+// putSession adds the session record to tx, with its entries in the
+// checkpoint and recovery indexes (see indexSession) and, for an offline
+// session that expires, its entry in the expiry index.
 func putSession(tx *table.Tx, client string, s *sessionRecord) error {
 	v, err := json.Marshal(s)
 	if err != nil {
 		return err
 	}
 	if err := tx.PutState(tableSessions, client, v); err != nil {
+		return err
+	}
+	if err := indexSession(tx, client, s); err != nil {
 		return err
 	}
 	if d, ok := s.deadline(); ok {
@@ -192,8 +205,13 @@ func (b *Broker) discardTx(ctx context.Context, client string) (*table.Tx, error
 		tx.DeleteState(r.table, r.id)
 	}
 	n := len(rows)
-	if _, err := b.db.Get(ctx, tableSessions, client); err == nil {
+	if r, err := b.db.Get(ctx, tableSessions, client); err == nil {
 		tx.DeleteState(tableSessions, client)
+		var s sessionRecord
+		if json.Unmarshal(r.Value, &s) == nil {
+			s.loaded()
+			unindexSession(tx, client, &s)
+		}
 		n++
 	}
 	if n == 0 {

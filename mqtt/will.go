@@ -113,27 +113,38 @@ func (b *Broker) publishWill(ctx context.Context, client string, m *Message) err
 // recoverWills schedules the wills a stopped broker left due: those of
 // sessions it left online (it crashed: their connections ended without a
 // DISCONNECT) and those still waiting for their delay, with what remains
-// of it.
+// of it. It reads the sessions the recovery index names, not every stored
+// session (see checkpoints.go).
 func (b *Broker) recoverWills() {
 	type found struct {
 		id  string
 		rec sessionRecord
 	}
-	var recs []found
-	_ = b.db.Range(b.ctx, tableSessions, "", func(r table.Record) bool {
-		var s sessionRecord
-		// A session online on another node sharing the store is live there.
-		if !r.Deleted && json.Unmarshal(r.Value, &s) == nil && (s.Online || s.Will != nil) && !(s.Online && b.onOtherNode(s)) {
-			recs = append(recs, found{r.ID, s})
-		}
+	var ids []string
+	_ = b.db.Range(b.ctx, tableRecover, "", func(r table.Record) bool {
+		ids = append(ids, r.ID)
 		return true
 	})
+	var recs []found
+	for _, id := range ids {
+		r, err := b.db.Get(b.ctx, tableSessions, id)
+		if err != nil {
+			continue
+		}
+		var s sessionRecord
+		// A session online on another node sharing the store is live there.
+		if json.Unmarshal(r.Value, &s) == nil && s.needsRecovery() && !(s.Online && b.onOtherNode(s)) {
+			s.loaded()
+			recs = append(recs, found{id, s})
+		}
+	}
 	now := time.Now()
 	for _, r := range recs {
 		if r.rec.Online {
 			tx := b.db.Begin()
 			if r.rec.Expiry == 0 {
 				tx.DeleteState(tableSessions, r.id)
+				unindexSession(tx, r.id, &r.rec)
 			} else {
 				r.rec.Online = false
 				r.rec.DisconnectedAt = now.UnixMilli()

@@ -327,12 +327,30 @@ func (db *DB) Range(ctx context.Context, table, idPrefix string, fn func(Record)
 	if err := validTable(table); err != nil {
 		return err
 	}
+	lower, upper, exact := prefixBounds(table, idPrefix)
+	return db.rangeKeys(ctx, table, idPrefix, lower, upper, exact, fn)
+}
+
+// RangeFrom is Range over the live records of table whose id is at or
+// after from in byte order (the order rule for long ids is Range's), so a
+// caller reading an index from the middle pays nothing for what sorts
+// before from.
+func (db *DB) RangeFrom(ctx context.Context, table, from string, fn func(Record) bool) error {
+	if err := validTable(table); err != nil {
+		return err
+	}
+	_, upper, _ := prefixBounds(table, "")
+	return db.rangeKeys(ctx, table, "", dataKey(kindRecord, table, from), upper, true, fn)
+}
+
+// rangeKeys calls fn for the live records of table keyed in [lower,
+// upper); with exact false it also checks each id for idPrefix.
+func (db *DB) rangeKeys(ctx context.Context, table, idPrefix string, lower, upper []byte, exact bool, fn func(Record) bool) error {
 	snap, err := db.e.Snapshot(ctx)
 	if err != nil {
 		return fmt.Errorf("table: range %s: %w", table, err)
 	}
 	defer snap.Close()
-	lower, upper, exact := prefixBounds(table, idPrefix)
 	it, err := snap.Iter(ctx, lower, upper)
 	if err != nil {
 		return fmt.Errorf("table: range %s: %w", table, err)

@@ -39,14 +39,22 @@ type Broker struct {
 	// Start runs it in dir on a free loopback port and returns its
 	// address, its process id and how to stop it.
 	Start func(ctx context.Context, dir string, port int) (addr string, pid int, stop func() error, err error)
+	// Seed, if set, stores n offline persistent sessions in dir before
+	// Start, for the offline load (see RunOffline).
+	Seed func(ctx context.Context, dir string, n int) error
 }
 
-// Tidemark is a broker running `bin serve` on engine with sync mode sync.
-func Tidemark(bin, engine, sync string) Broker {
+// Tidemark is a broker running `bin serve` on engine with sync mode sync,
+// and extra flags if any. Its Seed opens engine through the engine
+// registry, so the calling binary must link the engine in.
+func Tidemark(bin, engine, sync string, extra ...string) Broker {
 	return Broker{Name: "tidemark/" + engine + " " + sync, Start: func(ctx context.Context, dir string, port int) (string, int, func() error, error) {
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-		return startProcess(ctx, dir, addr, bin, "serve", "--engine", engine, "--sync", sync, "--data", filepath.Join(dir, "data"),
-			"--mqtt", addr, "--max-connections", "19900", "--log-level", "warn")
+		args := append([]string{"serve", "--engine", engine, "--sync", sync, "--data", filepath.Join(dir, "data"),
+			"--mqtt", addr, "--max-connections", "19900", "--log-level", "warn"}, extra...)
+		return startProcess(ctx, dir, addr, bin, args...)
+	}, Seed: func(ctx context.Context, dir string, n int) error {
+		return seedTidemark(ctx, engine, filepath.Join(dir, "data"), n)
 	}}
 }
 

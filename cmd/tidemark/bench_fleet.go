@@ -13,9 +13,9 @@ import (
 )
 
 func fleetBenchCmd() *cobra.Command {
-	var engines, peers, sessions []string
+	var engines, peers, sessions, offline []string
 	var syncMode, dir string
-	var fan int
+	var fan, reconnects int
 	cmd := &cobra.Command{
 		Use:   "fleet",
 		Short: "Measure a fleet of persistent sessions: memory per session, setup, spread and fan-out delivery, reconnect storm",
@@ -25,14 +25,25 @@ mosquitto (persistence on) in the same run, one broker at a time, and measures: 
 second, resident memory per connected session, deliveries per second of one message per device and
 of messages to all, and the rate of reconnecting every session after all dropped. Every delivery
 is checked for loss and duplicates. A process may hold at most as many sockets as its open-file
-limit, and the client side holds one per session.`,
+limit, and the client side holds one per session.
+
+With --offline, it measures offline sessions instead, on Tidemark alone: for each number given it
+stores that many persistent sessions (each subscribed to a topic of its own) directly in a fresh
+data directory, as a CONNECT, a SUBSCRIBE and a disconnect would leave them, starts the broker
+on it and reports its resident memory and the time to reconnect sessions picked at random
+(CONNECT with clean session off, CONNACK with the session present, and the one message
+published to the session's topic while it was offline).`,
 		Example: `  tidemark bench fleet --sessions 1000,10000
-  tidemark bench fleet --sessions 19000 --engines pebble --sync always --peers mosquitto`,
+  tidemark bench fleet --sessions 19000 --engines pebble --sync always --peers mosquitto
+  tidemark bench fleet --offline 10,1000000`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			self, err := os.Executable()
 			if err != nil {
 				return fmt.Errorf("find the tidemark binary: %w", err)
+			}
+			if len(offline) > 0 {
+				return runOfflineBench(cmd, self, engines, syncMode, dir, offline, reconnects)
 			}
 			var brokers []fleet.Broker
 			for _, e := range engines {
@@ -90,5 +101,46 @@ limit, and the client side holds one per session.`,
 	fs.StringVar(&syncMode, "sync", "always", "Tidemark's sync mode: always, interval or none")
 	fs.IntVar(&fan, "fanout", 20, "messages sent to every session in the fan-out load")
 	fs.StringVar(&dir, "dir", "", "data directory for the brokers (default: a temporary one)")
+	fs.StringSliceVar(&offline, "offline", nil, "measure this many offline sessions on disk instead of a connected fleet (Tidemark only), e.g. 10,1000000")
+	fs.IntVar(&reconnects, "reconnects", 20, "with --offline: sessions reconnected at random at each size")
 	return cmd
+}
+
+// runOfflineBench runs the offline load of `tidemark bench fleet`.
+func runOfflineBench(cmd *cobra.Command, self string, engines []string, syncMode, dir string, offline []string, reconnects int) error {
+	if reconnects <= 0 {
+		return fmt.Errorf("--reconnects %d: want a positive number", reconnects)
+	}
+	var ns []int
+	for _, s := range offline {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("--offline %q: want positive whole numbers, e.g. 10,1000000", s)
+		}
+		ns = append(ns, n)
+	}
+	var brokers []fleet.Broker
+	for _, e := range engines {
+		if _, err := engine.Lookup(e); err != nil {
+			return fmt.Errorf("--engines: %w", err)
+		}
+		// Frequent retention passes, so the memory read includes them.
+		brokers = append(brokers, fleet.Tidemark(self, e, syncMode, "--retention-every", "1s"))
+	}
+	if dir == "" {
+		var err error
+		if dir, err = os.MkdirTemp("", "tidemark-fleet-"); err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+	}
+	rs := fleet.RunOffline(cmd.Context(), fleet.OfflineConfig{Brokers: brokers, Offline: ns, Reconnects: reconnects, Dir: dir,
+		Progress: func(s string) { fmt.Fprintln(cmd.ErrOrStderr(), s) }})
+	fmt.Fprint(cmd.OutOrStdout(), fleet.OfflineTable(rs))
+	for _, r := range rs {
+		if r.Err != nil {
+			return fmt.Errorf("%s with %d offline sessions: %w", r.Broker, r.Offline, r.Err)
+		}
+	}
+	return nil
 }

@@ -19,12 +19,16 @@ type inspectReport struct {
 	Granularity string             `json:"granularity"`
 	Log         engine.LogStats    `json:"log"`
 	Tables      []table.TableStats `json:"tables"`
-	Sessions    []mqtt.SessionInfo `json:"sessions"`
+	// SessionCount counts every stored session; Sessions lists the first
+	// of them by client id, up to --sessions.
+	SessionCount int                `json:"session_count"`
+	Sessions     []mqtt.SessionInfo `json:"sessions"`
 }
 
 func inspectCmd() *cobra.Command {
 	var ef engineFlags
 	var asJSON bool
+	var listMax int
 	cmd := &cobra.Command{
 		Use:   "inspect",
 		Short: "Describe the data in a data directory: tables, sessions, the change log",
@@ -60,7 +64,17 @@ subscriptions and in-flight QoS 2 state, and the change log's size and keys.`,
 			if r.Tables, err = db.Tables(ctx); err != nil {
 				return err
 			}
-			if r.Sessions, err = mqtt.Sessions(ctx, db); err != nil {
+			if listMax < 0 {
+				return fmt.Errorf("--sessions %d: give how many sessions to list, or 0 for all", listMax)
+			}
+			// A store may hold millions of sessions: count them all, hold
+			// only those listed.
+			if err := mqtt.EachSession(ctx, db, func(si mqtt.SessionInfo) bool {
+				if r.SessionCount++; listMax == 0 || len(r.Sessions) < listMax {
+					r.Sessions = append(r.Sessions, si)
+				}
+				return true
+			}); err != nil {
 				return err
 			}
 			w := cmd.OutOrStdout()
@@ -77,7 +91,11 @@ subscriptions and in-flight QoS 2 state, and the change log's size and keys.`,
 				fmt.Fprintf(tw, "%s\t%d\t%d\n", t.Name, t.Live, t.Deleted)
 			}
 			tw.Flush()
-			fmt.Fprintf(w, "\n%d session(s)\n", len(r.Sessions))
+			fmt.Fprintf(w, "\n%d session(s)", r.SessionCount)
+			if len(r.Sessions) < r.SessionCount {
+				fmt.Fprintf(w, ", the first %d listed (--sessions 0 lists all)", len(r.Sessions))
+			}
+			fmt.Fprintln(w)
 			tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "client\tprotocol\tonline\texpiry\tcheckpoint\tout qos2\tstaged qos2\tsubscriptions")
 			for _, s := range r.Sessions {
@@ -92,5 +110,6 @@ subscriptions and in-flight QoS 2 state, and the change log's size and keys.`,
 	}
 	ef.register(cmd.Flags())
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().IntVar(&listMax, "sessions", 1000, "list at most this many sessions, by client id (0: all); all are counted")
 	return cmd
 }

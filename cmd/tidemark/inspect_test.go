@@ -1,0 +1,55 @@
+package main_test
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/tidemark-io/tidemark/engine"
+	_ "github.com/tidemark-io/tidemark/engine/pebble"
+	"github.com/tidemark-io/tidemark/mqtt"
+	"github.com/tidemark-io/tidemark/mqtt/packet"
+	"github.com/tidemark-io/tidemark/mqtt/topic"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// TestInspectListsSomeCountsAll: `tidemark inspect` counts every stored
+// session and lists only as many as --sessions asks, and refuses a
+// negative one naming the flag.
+func TestInspectListsSomeCountsAll(t *testing.T) {
+	bin := tidemarkBinary(t)
+	dir := t.TempDir()
+	ctx := context.Background()
+	e, err := engine.Open(ctx, "pebble", engine.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := table.Open(ctx, e, table.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ss []mqtt.OfflineSession
+	for i := range 5 {
+		ss = append(ss, mqtt.OfflineSession{ClientID: fmt.Sprintf("insp-%d", i), Version: packet.V5, ExpirySeconds: 3600,
+			Subscriptions: []topic.Subscription{{Filter: fmt.Sprintf("insp/%d", i), QoS: 1}}})
+	}
+	if err := mqtt.AddOfflineSessions(ctx, db, ss); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	e.Close()
+	out, err := exec.Command(bin, "inspect", "--data", dir, "--sessions", "2").CombinedOutput()
+	if err != nil {
+		t.Fatalf("inspect: %v\n%s", err, out)
+	}
+	s := string(out)
+	if !strings.Contains(s, "5 session(s), the first 2 listed") || !strings.Contains(s, "insp/1 qos1") || strings.Contains(s, "insp-2") {
+		t.Fatalf("want 5 sessions counted and insp-0, insp-1 listed:\n%s", s)
+	}
+	out, err = exec.Command(bin, "inspect", "--data", dir, "--sessions", "-1").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--sessions -1") {
+		t.Fatalf("a negative --sessions was not refused by name: %v\n%s", err, out)
+	}
+}

@@ -1,0 +1,293 @@
+package mqtt_test
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/tidemark-io/tidemark/mqtt"
+	"github.com/tidemark-io/tidemark/mqtt/mqtttest"
+	"github.com/tidemark-io/tidemark/mqtt/packet"
+	"github.com/tidemark-io/tidemark/mqtt/topic"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// cpEntry is the checkpoint index's id of client at cp, as the broker
+// writes it.
+func cpEntry(cp table.Cursor, client string) string {
+	idx := uint32(math.MaxUint32)
+	if cp.Next > 0 {
+		idx = cp.Next - 1
+	}
+	return fmt.Sprintf("%016x%08x\x00%s", uint64(cp.Key), idx, client)
+}
+
+// ids lists the ids of table's live records, without the index marker.
+func ids(t *testing.T, db *table.DB, tbl string) []string {
+	t.Helper()
+	var out []string
+	if err := db.Range(ctxT(t), tbl, "", func(r table.Record) bool {
+		if r.ID != "~indexed" {
+			out = append(out, r.ID)
+		}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// wantCheckpointIndex lists one checkpoint entry per stored session, at
+// its persisted checkpoint.
+func wantCheckpointIndex(t *testing.T, db *table.DB) []string {
+	t.Helper()
+	ss, err := mqtt.Sessions(ctxT(t), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, s := range ss {
+		out = append(out, cpEntry(s.Checkpoint, s.ClientID))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// awaitCheckpointIndex waits until the checkpoint index holds exactly one
+// entry per stored session, at its persisted checkpoint (a disconnect
+// persists the session after the client is gone).
+func awaitCheckpointIndex(t *testing.T, s *mqtttest.Server) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		want, got := wantCheckpointIndex(t, s.DB()), ids(t, s.DB(), "mqtt.checkpoints")
+		if slices.Equal(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("checkpoint index\n got %q\nwant %q", got, want)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// awaitGone waits until client's session is no longer stored (a clean
+// session is discarded after the client is gone).
+func awaitGone(t *testing.T, s *mqtttest.Server, client string) {
+	t.Helper()
+	for deadline := time.Now().Add(wait); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := s.DB().Get(ctxT(t), "mqtt.sessions", client); errors.Is(err, table.ErrNotFound) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still stored after its clean session ended", client)
+		}
+	}
+}
+
+// The checkpoint index keeps one entry per stored session at its persisted
+// checkpoint as sessions are made, catch up, move their checkpoint and are
+// discarded, and the recovery index names only sessions online or holding
+// a will.
+func TestCheckpointIndexFollowsSessions(t *testing.T) {
+	s := startBroker(t)
+	for i := range 4 {
+		c := connect3(t, s.Addr, fmt.Sprintf("cpi-%d", i), false)
+		c.sub("cpi/#", 1)
+		c.close()
+	}
+	pub := connect3(t, s.Addr, "cpi-pub", true)
+	for i := range 10 {
+		pub.pub("cpi/x", 1, false, fmt.Sprint(i))
+	}
+	awaitCheckpointIndex(t, s)
+	for _, id := range []string{"cpi-1", "cpi-2"} {
+		c := connect3(t, s.Addr, id, false)
+		c.expect(10)
+		c.close()
+	}
+	on := connect3(t, s.Addr, "cpi-on", false)
+	on.sub("cpi/#", 1)
+	connect3(t, s.Addr, "cpi-3", true).close() // clean session: discards cpi-3
+	awaitGone(t, s, "cpi-3")
+	awaitCheckpointIndex(t, s)
+	ss, err := mqtt.Sessions(ctxT(t), s.DB())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cps := map[string]table.Cursor{}
+	for _, si := range ss {
+		cps[si.ClientID] = si.Checkpoint
+	}
+	if !cps["cpi-0"].Less(cps["cpi-1"]) {
+		t.Fatalf("the checkpoint of a session that caught up (%v) is not above one that did not (%v)", cps["cpi-1"], cps["cpi-0"])
+	}
+	if got := ids(t, s.DB(), "mqtt.recover"); !slices.Equal(got, []string{"cpi-on", "cpi-pub"}) {
+		t.Fatalf("recovery index %q, want only the online cpi-on and cpi-pub", got)
+	}
+}
+
+// Retention bounds itself by a session's record, not a stale index entry:
+// an entry below the session's checkpoint, or of a session that is gone,
+// neither holds the log back nor survives the pass, and the session's own
+// entry is written back.
+func TestRetainRepairsStaleCheckpointEntries(t *testing.T) {
+	s := startBroker(t)
+	sub := connect3(t, s.Addr, "stale-sub", false)
+	sub.sub("stale/#", 1)
+	pub := connect3(t, s.Addr, "stale-pub", true)
+	for i := range 10 {
+		pub.pub("stale/x", 1, false, fmt.Sprint(i))
+	}
+	sub.expect(10)
+	sub.close()
+	pub.close()
+	awaitGone(t, s, "stale-pub")
+	awaitCheckpointIndex(t, s)
+	want := wantCheckpointIndex(t, s.DB())
+	tx := s.DB().Begin()
+	for _, id := range want {
+		_ = tx.DeleteStateUnchecked("mqtt.checkpoints", id)
+	}
+	_ = tx.PutStateUnchecked("mqtt.checkpoints", cpEntry(table.Cursor{Key: 1}, "stale-sub"), nil)
+	_ = tx.PutStateUnchecked("mqtt.checkpoints", cpEntry(table.Cursor{Key: 1}, "stale-gone"), nil)
+	if err := tx.Commit(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Broker().Retain(ctxT(t)); err != nil {
+		t.Fatalf("retain: %v", err)
+	}
+	st, err := s.DB().LogStats(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Floor == 0 {
+		t.Fatalf("stale entries below every checkpoint held the log back: %+v", st)
+	}
+	if got := ids(t, s.DB(), "mqtt.checkpoints"); !slices.Equal(got, want) {
+		t.Fatalf("checkpoint index after the pass\n got %q\nwant %q", got, want)
+	}
+	// The session still resumes where it was: nothing it had not
+	// acknowledged went with the truncation.
+	pub = connect3(t, s.Addr, "stale-pub", true)
+	pub.pub("stale/x", 1, false, "after")
+	sub = connect3(t, s.Addr, "stale-sub", false)
+	sub.expectOne("stale/x", "after")
+}
+
+// A store written before the indexes existed gets them at the next start,
+// once: retention then still keeps what an offline session needs, and a
+// delayed will left in a session record is still published.
+func TestSessionIndexesBuiltOnUpgrade(t *testing.T) {
+	s := startBroker(t)
+	watch := connect5(t, s.Addr, "up-watch", false, 3600)
+	watch.sub("up/will", 1)
+	watch.close()
+	off := connect3(t, s.Addr, "up-off", false)
+	off.sub("up/#", 1)
+	off.close()
+	cp := &paho.Connect{ClientID: "up-will", KeepAlive: 30, Properties: &paho.ConnectProperties{SessionExpiryInterval: u32(3600)},
+		WillMessage: &paho.WillMessage{Topic: "up/will", Payload: []byte("will"), QoS: 1}, WillProperties: &paho.WillProperties{WillDelayInterval: u32(4)}}
+	if _, err := dial5(t, s.Addr, cp, nil); err != nil {
+		t.Fatal(err)
+	}
+	pub := connect3(t, s.Addr, "up-pub", true)
+	for i := range 5 {
+		pub.pub("up/x", 1, false, fmt.Sprint(i))
+	}
+	pub.close()
+	if err := s.Stop(); err != nil { // the will waits for its delay in up-will's record
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	awaitCheckpointIndex(t, s)
+	want := wantCheckpointIndex(t, s.DB())
+	// Make it the store of an older broker: no index, no marker.
+	tx := s.DB().Begin()
+	for _, tbl := range []string{"mqtt.checkpoints", "mqtt.recover"} {
+		for _, id := range append(ids(t, s.DB(), tbl), "~indexed") {
+			_ = tx.DeleteStateUnchecked(tbl, id)
+		}
+	}
+	if err := tx.Commit(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if got := ids(t, s.DB(), "mqtt.checkpoints"); !slices.Equal(got, want) {
+		t.Fatalf("checkpoint index built on upgrade\n got %q\nwant %q", got, want)
+	}
+	if _, err := s.DB().Get(ctxT(t), "mqtt.checkpoints", "~indexed"); err != nil {
+		t.Fatalf("no marker after the build: %v", err)
+	}
+	if err := s.Broker().Retain(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	off = connect3(t, s.Addr, "up-off", false)
+	off.expect(5)
+	watch = connect5(t, s.Addr, "up-watch", false, 3600)
+	watch.expectOne("up/will", "will")
+}
+
+// AddOfflineSessions stores what a client that connected with clean start
+// false, subscribed and went away leaves: such a session resumes with its
+// subscriptions, receives what was published after it was stored, and
+// refuses a client id already stored.
+func TestAddOfflineSessions(t *testing.T) {
+	s := startBroker(t)
+	real := connect3(t, s.Addr, "prov-real", false)
+	real.sub("prov/real", 1)
+	real.close()
+	subs := []topic.Subscription{{Filter: "prov/a", QoS: 1}, {Filter: "prov/+/b", QoS: 2}}
+	var batch []mqtt.OfflineSession
+	for i := range 1500 { // more than one commit
+		batch = append(batch, mqtt.OfflineSession{ClientID: fmt.Sprintf("prov-%04d", i), Version: packet.V311, ExpirySeconds: 0xFFFFFFFF, Subscriptions: subs})
+	}
+	if err := mqtt.AddOfflineSessions(ctxT(t), s.DB(), batch); err != nil {
+		t.Fatal(err)
+	}
+	awaitCheckpointIndex(t, s)
+	ss, err := mqtt.Sessions(ctxT(t), s.DB())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var realInfo, provInfo mqtt.SessionInfo
+	for _, si := range ss {
+		switch si.ClientID {
+		case "prov-real":
+			realInfo = si
+		case "prov-0777":
+			provInfo = si
+		}
+	}
+	if realInfo.Online || provInfo.Online || realInfo.Protocol != provInfo.Protocol || realInfo.ExpirySeconds != provInfo.ExpirySeconds ||
+		realInfo.HasWill != provInfo.HasWill || provInfo.DisconnectedAt.IsZero() {
+		t.Fatalf("stored session differs from a real one:\nreal %+v\nprov %+v", realInfo, provInfo)
+	}
+	if got := provInfo.Subscriptions; !slices.Equal(got, []string{"prov/a qos1", "prov/+/b qos2"}) {
+		t.Fatalf("subscriptions %q", got)
+	}
+	pub := connect3(t, s.Addr, "prov-pub", true)
+	pub.pub("prov/x/b", 1, false, "queued")
+	c := connect3(t, s.Addr, "prov-0777", false)
+	c.expectOne("prov/x/b", "queued")
+	err = mqtt.AddOfflineSessions(ctxT(t), s.DB(), []mqtt.OfflineSession{{ClientID: "prov-real", Version: packet.V311, ExpirySeconds: 60}})
+	if !errors.Is(err, mqtt.ErrSessionExists) {
+		t.Fatalf("a stored client id was not refused: %v", err)
+	}
+	err = mqtt.AddOfflineSessions(ctxT(t), s.DB(), []mqtt.OfflineSession{{ClientID: "prov-zero", Version: packet.V311}})
+	if err == nil {
+		t.Fatal("a session expiry of 0 was accepted")
+	}
+}
