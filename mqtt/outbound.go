@@ -58,6 +58,15 @@ type outbound struct {
 	sub       *table.Member
 	direct    directQueue
 	persisted table.Cursor
+
+	// replays holds the subscriptions replaying history, by filter (see
+	// replay.go); their forwarders hand events over on replayCh.
+	replays  map[string]*replay
+	replayCh chan replayItem
+	// posFilters holds the plain subscription filters whose deliveries
+	// carry their log position (PropPosition).
+	posFilters map[string]bool
+
 	// progress counts completed QoS 1/2 deliveries; persisted at
 	// persistedProgress, at persistedAt.
 	progress          atomic.Uint64
@@ -84,6 +93,9 @@ type outMsg struct {
 	msg   *Message
 	rec   bool // a tableOut record exists
 	state byte // outSent or outPubrec
+	// rp is the replay the event came from (its reader takes the ack),
+	// nil for the session's member.
+	rp *replay
 }
 
 const (
@@ -108,12 +120,19 @@ func newOutbound(c *conn, window int, present bool) (*outbound, error) {
 		ending: map[uint16]table.Cursor{},
 		freed:  make(chan struct{}, 1), stopped: make(chan struct{}), persistNow: make(chan struct{}, 1),
 		direct:    directQueue{ready: make(chan struct{}, 1)},
+		replayCh:  make(chan replayItem, 16),
 		persisted: c.rec.Checkpoint, nextPI: c.rec.NextPI, sentHigh: c.rec.SentHigh,
 	}
 	for _, s := range c.rec.Subs {
 		o.subs = append(o.subs, s.sub(c.client))
 		if s.Since != nil {
 			o.setSince(s.Filter, *s.Since)
+		}
+		if s.Pos {
+			if o.posFilters == nil {
+				o.posFilters = map[string]bool{}
+			}
+			o.posFilters[s.Filter] = true
 		}
 	}
 	for _, q := range c.rec.Q1 {
@@ -275,6 +294,8 @@ func (o *outbound) run() {
 				o.drainDirect()
 			case <-o.persistNow:
 				o.checkpoint()
+			case it := <-o.replayCh:
+				o.handleReplay(it)
 			default:
 			}
 			continue
@@ -292,6 +313,8 @@ func (o *outbound) run() {
 			o.drainDirect()
 		case <-o.persistNow:
 			o.checkpoint()
+		case it := <-o.replayCh:
+			o.handleReplay(it)
 		case <-c.ctx.Done():
 			return
 		}
@@ -381,6 +404,9 @@ func (o *outbound) deliverEvent(ev table.Event) {
 		return
 	}
 	qos, ids, rap, ok := o.match(&m, pos)
+	if ok && len(o.posFilters) > 0 && o.wantsPosLocked(m.Topic) {
+		m.UserProps = append(m.UserProps, UserProperty{Key: PropPosition, Value: pos.String()})
+	}
 	o.mu.Unlock()
 	// What the session may no longer read (an ACL reloaded since it
 	// subscribed) is passed over like a message it does not match.
@@ -407,7 +433,7 @@ func (o *outbound) deliverEvent(ev table.Event) {
 		o.sentHigh = pos
 	}
 	o.mu.Unlock()
-	o.send(&m, qos, ids, m.Retain && rap, dup, ev, true)
+	o.send(&m, qos, ids, m.Retain && rap, dup, ev, true, nil)
 }
 
 // match returns the delivery QoS, subscription identifiers and retain-as-
@@ -420,6 +446,9 @@ func (o *outbound) match(m *Message, pos table.Cursor) (qos byte, ids []uint32, 
 		}
 		if since, ok := o.since[s.Filter]; ok && !since.Less(pos) {
 			continue
+		}
+		if len(o.replays) > 0 && o.heldLocked(s.Filter, pos) {
+			continue // the replay delivers it
 		}
 		ok = true
 		qos = max(qos, min(s.QoS, m.QoS))
@@ -435,18 +464,22 @@ func (o *outbound) deliverDirect(d direct) {
 	if d.msg.Expired(time.Now()) {
 		return
 	}
-	o.send(d.msg, d.qos, d.ids, d.retain, false, table.Event{}, false)
+	o.send(d.msg, d.qos, d.ids, d.retain, false, table.Event{}, false, nil)
 }
 
-// send writes one PUBLISH; QoS 1/2 ones enter the in-flight window.
-func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev table.Event, hasEv bool) {
+// send writes one PUBLISH; QoS 1/2 ones enter the in-flight window. rp
+// is the replay ev comes from, nil for the session's member.
+func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev table.Event, hasEv bool, rp *replay) {
 	c := o.c
 	c.b.metrics.msgsOut[qos].Add(1)
 	c.b.metrics.bytesOut.Add(uint64(len(m.Payload)))
 	if qos == 0 {
 		tooLarge := func() { c.b.metrics.droppedTooLarge.Add(1) }
 		var then func()
-		if hasEv {
+		switch {
+		case rp != nil:
+			then = func() { _ = rp.sub.Ack(ev) }
+		case hasEv:
 			then = func() { _ = o.sub.Ack(ev) }
 		}
 		o.deliver(o.publishPacket(m, 0, 0, ids, retain, false), 0, tooLarge, then)
@@ -460,7 +493,7 @@ func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev
 	if !ok || qos != 1 || !hasEv || pi == 0 || o.inflight[pi] != nil {
 		pi = o.allocPI()
 	}
-	om := &outMsg{pi: pi, qos: qos, ev: ev, hasEv: hasEv, pos: ev.Cursor(), msg: m, state: outSent}
+	om := &outMsg{pi: pi, qos: qos, ev: ev, hasEv: hasEv, pos: ev.Cursor(), msg: m, state: outSent, rp: rp}
 	o.inflight[pi] = om
 	o.mu.Unlock()
 	c.b.metrics.inflightOut.Add(1)
@@ -632,7 +665,11 @@ func (o *outbound) complete(pi uint16) {
 		delete(o.resumed, om.pos)
 	}
 	o.mu.Unlock()
-	if om != nil && om.hasEv {
+	switch {
+	case om != nil && om.rp != nil:
+		_ = om.rp.sub.Ack(om.ev)
+		o.replayDone(om.rp)
+	case om != nil && om.hasEv:
 		if sub := o.currentSub(); sub != nil {
 			_ = sub.Ack(om.ev)
 		}
@@ -821,6 +858,17 @@ func (o *outbound) due(cp table.Cursor) bool {
 	return time.Since(o.persistedAt) >= o.c.b.opts.RetentionEvery
 }
 
+// wantsPosLocked reports whether a plain subscription matching name asked
+// for log positions on its deliveries; o.mu held.
+func (o *outbound) wantsPosLocked(name string) bool {
+	for _, s := range o.subs {
+		if s.Group == "" && o.posFilters[s.Filter] && topic.Match(s.Filter, name) {
+			return true
+		}
+	}
+	return false
+}
+
 // setSince records that the plain subscription filter matches only
 // messages after log position pos; o.mu held.
 func (o *outbound) setSince(filter string, pos table.Cursor) {
@@ -863,6 +911,12 @@ func (o *outbound) sessionSweepTx() (*table.Tx, bool, error) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	// A replay behind the member holds the persisted checkpoint back, and
+	// the other filters' since positions at the member's checkpoint, so a
+	// resume re-sends the replay's unacknowledged rest and nothing else
+	// (see replay.go).
+	memberCP := cp
+	cp = o.lowCheckpointLocked(cp)
 	c.rec.Checkpoint = cp
 	c.rec.NextPI = o.nextPI
 	c.rec.SentHigh = o.sentHigh
@@ -880,11 +934,20 @@ func (o *outbound) sessionSweepTx() (*table.Tx, bool, error) {
 	c.rec.Subs = c.rec.Subs[:0]
 	for _, s := range o.subs {
 		r := recordOf(s)
+		r.Pos = s.Group == "" && o.posFilters[s.Filter]
 		if since, ok := o.since[s.Filter]; ok && s.Group == "" {
-			if cp.Less(since) {
+			if memberCP.Less(since) {
 				r.Since = &since
 			} else {
 				delete(o.since, s.Filter) // the checkpoint passed it: no message left to hold back
+			}
+		}
+		if s.Group == "" && cp.Less(memberCP) {
+			if rp := o.replays[s.Filter]; rp != nil && (rp.active || rp.inflight > 0) {
+				rcp := rp.checkpointLocked()
+				r.Since = &rcp
+			} else if r.Since == nil || r.Since.Less(memberCP) {
+				r.Since = &memberCP
 			}
 		}
 		c.rec.Subs = append(c.rec.Subs, r)
@@ -932,6 +995,7 @@ func (o *outbound) unindex() {
 
 // stop ends the sender and takes the session off the route.
 func (o *outbound) stop() {
+	o.endReplays()
 	if sub := o.currentSub(); sub != nil {
 		sub.Close()
 		o.c.b.leave(o.c.client, sub)

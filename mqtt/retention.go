@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
@@ -67,6 +68,11 @@ func (b *Broker) Retain(ctx context.Context) error {
 			low = cut
 		}
 	}
+	if h := b.opts.History; h > 0 {
+		if keep := b.history.floor(time.Now(), h, head); keep.Less(low) {
+			low = keep
+		}
+	}
 	if low.Key == 0 {
 		return nil
 	}
@@ -97,8 +103,8 @@ func (b *Broker) liveCheckpoint(client string, persisted table.Cursor) table.Cur
 	if out == nil {
 		return persisted
 	}
-	if sub := out.currentSub(); sub != nil {
-		if cp := sub.Checkpoint(); persisted.Less(cp) {
+	if cp, ok := out.checkpointNow(); ok {
+		if persisted.Less(cp) {
 			// An idle session writes its checkpoint only when asked:
 			// after a crash it then resumes at or above the truncation.
 			out.asked.Store(true)
@@ -138,4 +144,36 @@ func (b *Broker) cutForLimit(ctx context.Context, low, head table.Cursor, cps []
 		b.log.Warn("sessions over the queued-message limit lose their oldest messages", "sessions", lagging, "limit", max)
 	}
 	return cut, nil
+}
+
+// historyIndex remembers the log head at each retention pass, so that
+// Options.History can be kept without reading message times: every
+// message at or below a head sampled at t was committed before t.
+type historyIndex struct {
+	mu      sync.Mutex
+	samples []historySample
+}
+
+type historySample struct {
+	at   time.Time
+	head table.Cursor
+}
+
+// floor records head at now and returns the cursor below which every
+// message is older than keep: the newest head sampled at least keep ago,
+// or the zero cursor (keep everything) when none was.
+func (h *historyIndex) floor(now time.Time, keep time.Duration, head table.Cursor) table.Cursor {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.samples = append(h.samples, historySample{at: now, head: head})
+	cut := now.Add(-keep)
+	i := 0
+	for i+1 < len(h.samples) && !h.samples[i+1].at.After(cut) {
+		i++
+	}
+	h.samples = h.samples[i:] // the older ones are never needed again
+	if h.samples[0].at.After(cut) {
+		return table.Cursor{}
+	}
+	return h.samples[0].head
 }
