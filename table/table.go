@@ -297,6 +297,11 @@ func (db *DB) Get(ctx context.Context, table, id string) (Record, error) {
 		return Record{}, err
 	}
 	b, err := engine.Get(ctx, db.e, dataKey(kindRecord, table, id))
+	return recordOf(table, id, b, err)
+}
+
+// recordOf decodes the stored record table/id read as b, err.
+func recordOf(table, id string, b []byte, err error) (Record, error) {
 	if errors.Is(err, engine.ErrNotFound) {
 		return Record{Table: table, ID: id}, fmt.Errorf("%w: %s/%q: %w", ErrNotFound, table, id, err)
 	}
@@ -332,6 +337,11 @@ func (db *DB) Range(ctx context.Context, table, idPrefix string, fn func(Record)
 		return fmt.Errorf("table: range %s: %w", table, err)
 	}
 	defer snap.Close()
+	return rangeIn(ctx, snap, table, idPrefix, fn)
+}
+
+// rangeIn is Range over snap.
+func rangeIn(ctx context.Context, snap engine.Snapshot, table, idPrefix string, fn func(Record) bool) error {
 	lower, upper, exact := prefixBounds(table, idPrefix)
 	it, err := snap.Iter(ctx, lower, upper)
 	if err != nil {
