@@ -89,4 +89,3 @@ func recv(t *testing.T, ch <-chan mqtt.Delivery, topic, payload string) mqtt.Del
 	}
 	return mqtt.Delivery{}
 }
-
