@@ -3,14 +3,15 @@
 //
 //   - what devices publish to devices/<id>/temp (QoS 1 or 2) is written to
 //     the application's "readings" table, one record per device;
-//
 //   - what the application writes to its "settings" table reaches MQTT
 //     subscribers as a retained message on settings/<id> (a deleted
 //     setting clears it).
 //
-//     go run ./examples/embed -data /tmp/embed -mqtt 127.0.0.1:1883
-//     mosquitto_sub -t 'settings/#' -v          # interval 10s
-//     mosquitto_pub -q 1 -t devices/d1/temp -m 21.5
+// Run it, then talk to it with any MQTT client:
+//
+//	go run ./examples/embed -data /tmp/embed -mqtt 127.0.0.1:1883
+//	mosquitto_sub -t 'settings/#' -v          # interval 10s
+//	mosquitto_pub -q 1 -t devices/d1/temp -m 21.5
 package main
 
 import (
