@@ -21,6 +21,7 @@ func init() {
 		Case{Name: "R04_session_restart_mid_replay", Run: caseReplaySessionRestartMidReplay},
 		Case{Name: "R05_replay_older_than_retention", Run: caseReplayOlderThanRetention},
 		Case{Name: "R06_replay_prefix_for_3_1_1", Run: caseReplayPrefix311},
+		Case{Name: "R07_embedded_app_and_mqtt_clients", Run: caseEmbeddedAppAndMQTT},
 	)
 }
 
@@ -407,5 +408,76 @@ func caseReplayPrefix311(t T, tg Target) {
 	bad := c.subscribe(2, mqtt.ReplayPrefix+"soon/r06/#", "")
 	if bad.ReasonCodes[0] != 0x80 {
 		t.Fatalf("$replay/soon/: SUBACK %v, want 0x80", bad.ReasonCodes)
+	}
+}
+
+// caseEmbeddedAppAndMQTT (R07): an application embedding the broker
+// publishes in process and an MQTT subscriber receives it; an MQTT client
+// publishes and the application's in-process subscription receives it,
+// with its position, and a second one resumes after that position.
+func caseEmbeddedAppAndMQTT(t T, tg Target) {
+	s := startBroker(t, tg, replayHistory)
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	sub := newReplayClient(t, s.Addr, "r07-sub", packet.V5, true, 0)
+	wantGranted(t, sub.subscribe(1, "r07/app/#", ""))
+	for i := range 3 {
+		m := mqtt.Message{Topic: "r07/app/x", QoS: 1, Payload: []byte(fmt.Sprintf("app%03d", i))}
+		if err := s.Broker().Publish(ctx, m); err != nil {
+			t.Fatalf("publish in process: %v", err)
+		}
+	}
+	sub.takeUntil(3)
+	if got := sub.payloads(); !equalStrings(got, seqOf("app", 0, 3)) {
+		t.Fatalf("MQTT subscriber took %s, want app000..app002", abbrev(got))
+	}
+
+	got := make(chan mqtt.Delivery, 64)
+	in, err := s.Broker().Subscribe(ctx, "r07/dev/#", mqtt.SubscribeOptions{}, func(d mqtt.Delivery) error {
+		got <- d
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("subscribe in process: %v", err)
+	}
+	defer in.Close()
+	mustPublishSeq(t, s.Addr, "r07-pub", "dev", []string{"r07/dev/a", "r07/dev/b"}, 0, 5)
+	take := func(ch <-chan mqtt.Delivery, n int) []mqtt.Delivery {
+		t.Helper()
+		var ds []mqtt.Delivery
+		for len(ds) < n {
+			select {
+			case d := <-ch:
+				ds = append(ds, d)
+			case <-ctx.Done():
+				t.Fatalf("in-process subscription took %d of %d messages", len(ds), n)
+			}
+		}
+		return ds
+	}
+	ds := take(got, 5)
+	for i, d := range ds {
+		if want := fmt.Sprintf("dev%03d", i); string(d.Payload) != want || d.Position == "" {
+			t.Fatalf("in-process delivery %d: %q at %q, want %s with a position", i, d.Payload, d.Position, want)
+		}
+	}
+	resumed := make(chan mqtt.Delivery, 64)
+	again, err := s.Broker().Subscribe(ctx, "r07/dev/#", mqtt.SubscribeOptions{From: ds[1].Position}, func(d mqtt.Delivery) error {
+		resumed <- d
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("subscribe in process from %s: %v", ds[1].Position, err)
+	}
+	defer again.Close()
+	for i, d := range take(resumed, 3) {
+		if want := fmt.Sprintf("dev%03d", i+2); string(d.Payload) != want {
+			t.Fatalf("resumed delivery %d: %q, want %s", i, d.Payload, want)
+		}
+	}
+	select {
+	case d := <-resumed:
+		t.Fatalf("resumed subscription took %q beyond the published messages", d.Payload)
+	case <-time.After(quiet):
 	}
 }
