@@ -164,7 +164,7 @@ type replay struct {
 
 	// Guarded by outbound.mu:
 	active   bool         // live deliveries for filter are held back
-	until    table.Cursor // the log head once the subscription was routed
+	until    table.Cursor // the router's frontier once the subscription was in the index
 	held     table.Cursor // the highest live delivery held back
 	last     table.Cursor // just past the last replayed delivery
 	at       table.Cursor // where live delivery took over (after the handover)

@@ -97,15 +97,14 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 			rp.end() // its subscription was refused
 		}
 	}
+	// The replays read at least up to the router's frontier once the
+	// filters are in the index: messages routed after it reach the
+	// session (and are held back while the replay runs), those before it
+	// only the replay delivers. The frontier is a message's position, so
+	// the replay's reader reaches it exactly.
 	var until table.Cursor
 	if len(started) > 0 {
-		// The replays read up to a head taken after the filters were
-		// routed: what the route did not deliver, they do.
-		if until, err = c.b.db.Head(c.ctx); err != nil {
-			c.log.Warn("subscribe: log head", "err", err)
-			c.disconnect(packet.UnspecifiedError, "store unavailable")
-			return false
-		}
+		until = c.b.fan.Frontier()
 	}
 	if anyShared {
 		c.b.startShared(head)
