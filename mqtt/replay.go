@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tidemark-io/tidemark/mqtt/topic"
@@ -161,6 +162,7 @@ type replay struct {
 	filter string
 	sub    *table.Subscription
 	stop   chan struct{}
+	ending sync.Once
 
 	// Guarded by outbound.mu:
 	active   bool         // live deliveries for filter are held back
@@ -223,15 +225,13 @@ func (o *outbound) runReplay(rp *replay, until table.Cursor) {
 	go rp.forward(o.c.ctx, ch)
 }
 
-// end stops the replay's reader and forwarder; safe to call twice.
+// end stops the replay's reader and forwarder; safe to call twice, from
+// any goroutine.
 func (rp *replay) end() {
-	select {
-	case <-rp.stop:
-		return
-	default:
-	}
-	close(rp.stop)
-	go func() { _ = rp.sub.Close() }()
+	rp.ending.Do(func() {
+		close(rp.stop)
+		go func() { _ = rp.sub.Close() }()
+	})
 }
 
 // forward hands the reader's events to the sender in order, and while the
