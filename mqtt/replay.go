@@ -249,9 +249,14 @@ func (rp *replay) forward(ctx context.Context, ch chan<- replayItem) {
 		// checkpoint stays before it.
 		return false
 	}
-	t := time.NewTicker(replayProbeEvery)
+	// An idle reader probes less and less often (up to 64 x
+	// replayProbeEvery): a replay waiting for the log's next message to
+	// reach where it hands over costs next to nothing meanwhile.
+	every := replayProbeEvery
+	t := time.NewTimer(every)
 	defer t.Stop()
 	events := rp.sub.Events()
+	var probed table.Cursor
 	for {
 		select {
 		case ev, ok := <-events:
@@ -262,6 +267,7 @@ func (rp *replay) forward(ctx context.Context, ch chan<- replayItem) {
 			if !send(replayItem{rp: rp, ev: ev}) {
 				return
 			}
+			every = replayProbeEvery
 			continue
 		case <-t.C:
 		case <-rp.stop:
@@ -270,6 +276,11 @@ func (rp *replay) forward(ctx context.Context, ch chan<- replayItem) {
 			return
 		}
 		at := rp.sub.Cursor()
+		if at == probed {
+			every = min(2*every, 64*replayProbeEvery)
+		}
+		probed = at
+		t.Reset(every)
 		for drained := false; !drained; {
 			select {
 			case ev, ok := <-events:
