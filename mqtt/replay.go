@@ -210,6 +210,9 @@ func (o *outbound) addReplayLocked(rp *replay) {
 		old.end()
 	}
 	o.replays[rp.filter] = rp
+	// Held back, not passed over: a live delivery the session takes
+	// before the handover must be one the replay covers (see handover).
+	delete(o.since, rp.filter)
 	if o.posFilters == nil {
 		o.posFilters = map[string]bool{}
 	}
