@@ -249,10 +249,14 @@ func caseReplayFromPositionWhilePublishing(t T, tg Target) {
 	go func() { published <- publishSeq(pub, "m", topics, 100, 400) }()
 	second := newReplayClient(t, s.Addr, "r02-second", packet.V5, true, 0)
 	wantGranted(t, second.subscribe(1, "r02/#", pos))
+	// A third switches later, with a window of 5 that keeps it behind.
+	third := newReplayClient(t, s.Addr, "r02-third", packet.V5, true, 5)
+	wantGranted(t, third.subscribe(1, "r02/#", "0"))
 	if err := <-published; err != nil {
 		t.Fatalf("%v", err)
 	}
 	second.expectExactly(seqOf("m", 40, 400))
+	third.expectExactly(seqOf("m", 0, 400))
 }
 
 // caseReplayResumeAfterRestart (R03): a client stores the position of the
