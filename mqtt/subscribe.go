@@ -101,7 +101,10 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 	// filters are in the index: messages routed after it reach the
 	// session (and are held back while the replay runs), those before it
 	// only the replay delivers. The frontier is a message's position, so
-	// the replay's reader reaches it exactly.
+	// the replay's reader reaches it exactly; only before the router has
+	// routed its first message is it the log head at startup, which may
+	// be another table's entry: the handover then waits for the next
+	// message, and the replay delivers until then.
 	var until table.Cursor
 	if len(started) > 0 {
 		until = c.b.fan.Frontier()
