@@ -68,4 +68,10 @@ func TestReplayWithPahoClients(t *testing.T) {
 		!strings.Contains(bad.Properties.ReasonString, "negative duration") {
 		t.Fatalf("replay from +15m: %+v (%v), want a refusal saying a duration must be negative", bad, err)
 	}
+	// rp-5 replayed 1-3 (and maybe 4 before its handover), rp-from 3-4,
+	// rp-3 2-4.
+	st := s.Broker().Stats()
+	if st.Replays["started"] != 3 || st.Replays["refused"] != 1 || st.MessagesReplayed < 8 {
+		t.Fatalf("replay stats: %v, %d replayed; want 3 started, 1 refused, at least 8 replayed", st.Replays, st.MessagesReplayed)
+	}
 }
