@@ -137,6 +137,13 @@ type Options struct {
 	// log on its own until it has caught up (default 1024). It bounds a
 	// slow subscriber's memory without holding up any other.
 	RouteQueue int
+	// History keeps at least this much of the message log for replay on
+	// subscribe (docs/replay.md): retention removes no message younger
+	// than it, whatever the sessions' checkpoints. Default 0: a message is
+	// kept only until every session has it. After a restart the broker
+	// truncates nothing for History, since it does not know the times of
+	// the positions retained before it started.
+	History time.Duration
 
 	// Authenticator decides who a connecting client is (see access.go);
 	// nil accepts every client as the user name it presents.
@@ -227,6 +234,7 @@ type Broker struct {
 	shared []topic.Subscription
 
 	metrics metrics
+	history historyIndex
 	// gate admits sockets (see accept.go).
 	gate *gate
 	auth authState

@@ -19,6 +19,9 @@ type metrics struct {
 	droppedTooLarge  atomic.Uint64
 	droppedExpired   atomic.Uint64
 	truncations      atomic.Uint64
+	replaysStarted   atomic.Uint64
+	replaysRefused   atomic.Uint64
+	msgsReplayed     atomic.Uint64
 	pipelineDepth    atomic.Int64
 	inflightOut      atomic.Int64
 
@@ -68,6 +71,12 @@ type Stats struct {
 	PipelineDepth, InflightOut int64
 	// Truncations counts retention passes that removed log entries.
 	Truncations uint64
+	// Replays counts subscriptions asking for a replay (docs/replay.md),
+	// by result: "started", "refused" (a start that cannot be parsed or
+	// is older than the retained log); MessagesReplayed the messages
+	// replays sent.
+	Replays          map[string]uint64
+	MessagesReplayed uint64
 	// Sockets is the number of open sockets, with or without a CONNECT;
 	// AwaitingConnect those that have not sent one yet.
 	Sockets, AwaitingConnect int
@@ -103,7 +112,9 @@ func (b *Broker) Stats() Stats {
 		ConnectionsOnline: online, Connects: m.connects.Load(),
 		BytesIn: m.bytesIn.Load(), BytesOut: m.bytesOut.Load(),
 		PipelineDepth: m.pipelineDepth.Load(), InflightOut: m.inflightOut.Load(),
-		Truncations: m.truncations.Load(),
+		Truncations:      m.truncations.Load(),
+		Replays:          map[string]uint64{"started": m.replaysStarted.Load(), "refused": m.replaysRefused.Load()},
+		MessagesReplayed: m.msgsReplayed.Load(),
 		Dropped: map[string]uint64{
 			"retention": m.droppedRetention.Load(), "slow": m.droppedSlow.Load(),
 			"too_large": m.droppedTooLarge.Load(), "expired": m.droppedExpired.Load(),

@@ -56,6 +56,16 @@ type outbound struct {
 	sub       *table.Member
 	direct    directQueue
 	persisted table.Cursor
+
+	// replays holds the subscriptions replaying history, by filter (see
+	// replay.go); their forwarders hand events over on replayCh, made
+	// with the session's first replay (under mu; see replayChan).
+	replays  map[string]*replay
+	replayCh chan replayItem
+	// posFilters holds the plain subscription filters whose deliveries
+	// carry their log position (PropPosition).
+	posFilters map[string]bool
+
 	// progress counts completed QoS 1/2 deliveries; persisted at
 	// persistedProgress, at persistedAt.
 	progress          atomic.Uint64
@@ -83,6 +93,9 @@ type outMsg struct {
 	msg   *Message
 	rec   bool // a tableOut record exists
 	state byte // outSent or outPubrec
+	// rp is the replay the event came from (its reader takes the ack),
+	// nil for the session's member.
+	rp *replay
 }
 
 const (
@@ -112,6 +125,12 @@ func newOutbound(c *conn, window int, present bool) (*outbound, error) {
 		o.subs = append(o.subs, s.sub(c.client))
 		if s.Since != nil {
 			o.since.set(s.Filter, *s.Since)
+		}
+		if s.Pos {
+			if o.posFilters == nil {
+				o.posFilters = map[string]bool{}
+			}
+			o.posFilters[s.Filter] = true
 		}
 	}
 	for _, q := range c.rec.Q1 {
@@ -273,6 +292,9 @@ func (o *outbound) deliverEvent(ev table.Event) {
 		return
 	}
 	qos, ids, rap, ok := o.match(&m, pos)
+	if ok && len(o.posFilters) > 0 && o.wantsPosLocked(m.Topic) {
+		m.UserProps = append(m.UserProps, UserProperty{Key: PropPosition, Value: pos.String()})
+	}
 	o.mu.Unlock()
 	// What the session may no longer read (an ACL reloaded since it
 	// subscribed) is passed over like a message it does not match.
@@ -299,7 +321,7 @@ func (o *outbound) deliverEvent(ev table.Event) {
 		o.sentHigh = pos
 	}
 	o.mu.Unlock()
-	o.send(&m, qos, ids, m.Retain && rap, dup, ev, true)
+	o.send(&m, qos, ids, m.Retain && rap, dup, ev, true, nil)
 }
 
 // match returns the delivery QoS, subscription identifiers and retain-as-
@@ -312,6 +334,9 @@ func (o *outbound) match(m *Message, pos table.Cursor) (qos byte, ids []uint32, 
 		}
 		if since, ok := o.since.get(s.Filter); ok && !since.Less(pos) {
 			continue
+		}
+		if len(o.replays) > 0 && o.heldLocked(s.Filter, pos) {
+			continue // the replay delivers it
 		}
 		ok = true
 		qos = max(qos, min(s.QoS, m.QoS))
@@ -327,18 +352,22 @@ func (o *outbound) deliverDirect(d direct) {
 	if d.msg.Expired(time.Now()) {
 		return
 	}
-	o.send(d.msg, d.qos, d.ids, d.retain, false, table.Event{}, false)
+	o.send(d.msg, d.qos, d.ids, d.retain, false, table.Event{}, false, nil)
 }
 
-// send writes one PUBLISH; QoS 1/2 ones enter the in-flight window.
-func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev table.Event, hasEv bool) {
+// send writes one PUBLISH; QoS 1/2 ones enter the in-flight window. rp
+// is the replay ev comes from, nil for the session's member.
+func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev table.Event, hasEv bool, rp *replay) {
 	c := o.c
 	c.b.metrics.msgsOut[qos].Add(1)
 	c.b.metrics.bytesOut.Add(uint64(len(m.Payload)))
 	if qos == 0 {
 		tooLarge := func() { c.b.metrics.droppedTooLarge.Add(1) }
 		var then func()
-		if hasEv {
+		switch {
+		case rp != nil:
+			then = func() { _ = rp.sub.Ack(ev) }
+		case hasEv:
 			then = func() { _ = o.sub.Ack(ev) }
 		}
 		o.deliver(o.publishPacket(m, 0, 0, ids, retain, false), 0, tooLarge, then)
@@ -352,7 +381,7 @@ func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev
 	if !ok || qos != 1 || !hasEv || pi == 0 || o.inflight[pi] != nil {
 		pi = o.allocPI()
 	}
-	om := &outMsg{pi: pi, qos: qos, ev: ev, hasEv: hasEv, pos: ev.Cursor(), msg: m, state: outSent}
+	om := &outMsg{pi: pi, qos: qos, ev: ev, hasEv: hasEv, pos: ev.Cursor(), msg: m, state: outSent, rp: rp}
 	o.track(om)
 	o.mu.Unlock()
 	c.b.metrics.inflightOut.Add(1)
@@ -524,7 +553,11 @@ func (o *outbound) complete(pi uint16) {
 		delete(o.resumed, om.pos)
 	}
 	o.mu.Unlock()
-	if om != nil && om.hasEv {
+	switch {
+	case om != nil && om.rp != nil:
+		_ = om.rp.sub.Ack(om.ev)
+		o.replayDone(om.rp)
+	case om != nil && om.hasEv:
 		if sub := o.currentSub(); sub != nil {
 			_ = sub.Ack(om.ev)
 		}
@@ -662,6 +695,17 @@ func (o *outbound) markDone(pos table.Cursor) {
 type sinceMark struct {
 	filter string
 	pos    table.Cursor
+}
+
+// wantsPosLocked reports whether a plain subscription matching name asked
+// for log positions on its deliveries; o.mu held.
+func (o *outbound) wantsPosLocked(name string) bool {
+	for _, s := range o.subs {
+		if s.Group == "" && o.posFilters[s.Filter] && topic.Match(s.Filter, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // sinceMarks holds a session's since positions. A session has few

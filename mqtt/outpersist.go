@@ -124,6 +124,12 @@ func (o *outbound) sessionSweepTx() (*table.Tx, bool, error) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	// A replay behind the member holds the persisted checkpoint back, and
+	// the other filters' since positions at the member's checkpoint, so a
+	// resume re-sends the replay's unacknowledged rest and nothing else
+	// (see replay.go).
+	memberCP := cp
+	cp = o.lowCheckpointLocked(cp)
 	c.rec.Checkpoint = cp
 	c.rec.NextPI = o.nextPI
 	c.rec.SentHigh = o.sentHigh
@@ -141,11 +147,20 @@ func (o *outbound) sessionSweepTx() (*table.Tx, bool, error) {
 	c.rec.Subs = c.rec.Subs[:0]
 	for _, s := range o.subs {
 		r := recordOf(s)
+		r.Pos = s.Group == "" && o.posFilters[s.Filter]
 		if since, ok := o.since.get(s.Filter); ok && s.Group == "" {
-			if cp.Less(since) {
+			if memberCP.Less(since) {
 				r.Since = &since
 			} else {
 				o.since.del(s.Filter) // the checkpoint passed it: no message left to hold back
+			}
+		}
+		if s.Group == "" && cp.Less(memberCP) {
+			if rp := o.replays[s.Filter]; rp != nil && (rp.active || rp.inflight > 0) {
+				rcp := rp.checkpointLocked()
+				r.Since = &rcp
+			} else if r.Since == nil || r.Since.Less(memberCP) {
+				r.Since = &memberCP
 			}
 		}
 		c.rec.Subs = append(c.rec.Subs, r)

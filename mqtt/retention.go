@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
@@ -66,6 +67,11 @@ func (b *Broker) Retain(ctx context.Context) error {
 			}
 		}
 	}
+	if h := b.opts.History; h > 0 {
+		if keep := b.history.floor(time.Now(), h, head); keep.Less(low) {
+			low = keep
+		}
+	}
 	if low.Key == 0 {
 		return nil
 	}
@@ -92,8 +98,8 @@ func (b *Broker) liveCheckpoint(client string, persisted table.Cursor) table.Cur
 	if out == nil {
 		return persisted
 	}
-	if sub := out.currentSub(); sub != nil {
-		if cp := sub.Checkpoint(); persisted.Less(cp) {
+	if cp, ok := out.checkpointNow(); ok {
+		if persisted.Less(cp) {
 			// An idle session writes its checkpoint only when asked:
 			// after a crash it then resumes at or above the truncation.
 			out.asked.Store(true)
@@ -122,4 +128,36 @@ func (b *Broker) cutForLimit(ctx context.Context, low, head table.Cursor, max in
 		return low, nil
 	}
 	return table.Cursor{Key: keys[len(keys)-max-1]}, nil
+}
+
+// historyIndex remembers the log head at each retention pass, so that
+// Options.History can be kept without reading message times: every
+// message at or below a head sampled at t was committed before t.
+type historyIndex struct {
+	mu      sync.Mutex
+	samples []historySample
+}
+
+type historySample struct {
+	at   time.Time
+	head table.Cursor
+}
+
+// floor records head at now and returns the cursor below which every
+// message is older than keep: the newest head sampled at least keep ago,
+// or the zero cursor (keep everything) when none was.
+func (h *historyIndex) floor(now time.Time, keep time.Duration, head table.Cursor) table.Cursor {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.samples = append(h.samples, historySample{at: now, head: head})
+	cut := now.Add(-keep)
+	i := 0
+	for i+1 < len(h.samples) && !h.samples[i+1].at.After(cut) {
+		i++
+	}
+	h.samples = h.samples[i:] // the older ones are never needed again
+	if h.samples[0].at.After(cut) {
+		return table.Cursor{}
+	}
+	return h.samples[0].head
 }

@@ -97,9 +97,10 @@ func (o *outbound) run() {
 		}
 		if ok {
 			o.deliverEvent(ev)
-			// In-memory deliveries and checkpoints go on between log
-			// messages, however long the log.
+			// In-memory deliveries, replays and checkpoints go on between
+			// log messages, however long the log.
 			o.drainDirect()
+			o.drainReplays()
 			if o.persistAsk.Swap(false) {
 				o.checkpoint()
 			}
@@ -107,6 +108,10 @@ func (o *outbound) run() {
 		}
 		if o.direct.len() > 0 {
 			o.drainDirect()
+			continue
+		}
+		if ch := o.replayChan(); ch != nil && len(ch) > 0 {
+			o.drainReplays()
 			continue
 		}
 		if o.persistAsk.Swap(false) {
@@ -165,6 +170,31 @@ func (o *outbound) drainDirect() {
 	}
 }
 
+// replayChan returns the channel the session's replays hand events over
+// on, nil before its first replay.
+func (o *outbound) replayChan() chan replayItem {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.replayCh
+}
+
+// drainReplays handles what the replays' forwarders handed over, within
+// the window.
+func (o *outbound) drainReplays() {
+	ch := o.replayChan()
+	if ch == nil {
+		return
+	}
+	for o.waitWindow() {
+		select {
+		case it := <-ch:
+			o.handleReplay(it)
+		default:
+			return
+		}
+	}
+}
+
 // waitWindow blocks while the client's receive maximum is reached.
 func (o *outbound) waitWindow() bool {
 	for {
@@ -186,6 +216,7 @@ func (o *outbound) waitWindow() bool {
 
 // stop ends the sender and takes the session off the route.
 func (o *outbound) stop() {
+	o.endReplays()
 	o.snd.end()
 	if sub := o.currentSub(); sub != nil {
 		sub.Close()

@@ -71,6 +71,9 @@ type subRecord struct {
 	// Since is the log position a plain subscription was made at, kept
 	// while the checkpoint is below it (see outbound.since).
 	Since *table.Cursor `json:"s,omitempty"`
+	// Pos says its deliveries carry their log position (PropPosition):
+	// it was made with a replay.
+	Pos bool `json:"pos,omitempty"`
 }
 
 func (s subRecord) sub(client string) topic.Subscription {

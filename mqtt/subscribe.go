@@ -1,6 +1,9 @@
 package mqtt
 
 import (
+	"errors"
+	"time"
+
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
@@ -19,6 +22,7 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 	type newSub struct {
 		s       topic.Subscription
 		existed bool
+		replay  bool
 	}
 	var added []newSub
 	// A new subscription matches the messages committed after this point
@@ -30,14 +34,21 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 		c.disconnect(packet.UnspecifiedError, "store unavailable")
 		return false
 	}
+	// Replays are resolved and their readers opened before the session's
+	// lock: they read the store.
+	replays, filters := c.replayRequests(p, ack)
+	var started []*replay
 	anyShared := false
 	o.mu.Lock()
 	for i, req := range p.Subscriptions {
-		s := topic.Subscription{Client: c.client, Filter: req.Filter, QoS: byte(req.QoS), NoLocal: req.NoLocal,
+		if ack.ReasonCodes[i] != 0 {
+			continue // a refused replay
+		}
+		s := topic.Subscription{Client: c.client, Filter: filters[i], QoS: byte(req.QoS), NoLocal: req.NoLocal,
 			RetainAsPublished: req.RetainAsPublished, RetainHandling: byte(req.RetainHandling), ID: subID}
-		sh, shared, err := topic.ParseShared(req.Filter)
+		sh, shared, err := topic.ParseShared(s.Filter)
 		switch {
-		case err != nil || !topic.ValidFilter(req.Filter) || c.b.checkTopic(req.Filter) != nil:
+		case err != nil || !topic.ValidFilter(s.Filter) || c.b.checkTopic(s.Filter) != nil:
 			ack.ReasonCodes[i] = packet.TopicFilterInvalid
 			continue
 		case shared && req.NoLocal && c.version == packet.V5:
@@ -68,11 +79,37 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 				o.since.set(s.Filter, head)
 			}
 		}
+		rp := replays[i]
+		if rp != nil {
+			// Live deliveries for the filter are held back from here on,
+			// before the route can match it.
+			o.addReplayLocked(rp)
+			c.b.metrics.replaysStarted.Add(1)
+			started = append(started, rp)
+			replays[i] = nil
+		}
 		c.b.index.Add(s)
-		added = append(added, newSub{s, existed})
+		added = append(added, newSub{s, existed, rp != nil})
 		ack.ReasonCodes[i] = packet.ReasonCode(s.QoS)
 	}
 	o.mu.Unlock()
+	for _, rp := range replays {
+		if rp != nil {
+			rp.end() // its subscription was refused
+		}
+	}
+	// The replays read at least up to the router's frontier once the
+	// filters are in the index: messages routed after it reach the
+	// session (and are held back while the replay runs), those before it
+	// only the replay delivers. The frontier is a message's position, so
+	// the replay's reader reaches it exactly; only before the router has
+	// routed its first message is it the log head at startup, which may
+	// be another table's entry: the handover then waits for the next
+	// message, and the replay delivers until then.
+	var until table.Cursor
+	if len(started) > 0 {
+		until = c.b.fan.Frontier()
+	}
 	if anyShared {
 		c.b.startShared(head)
 	}
@@ -88,10 +125,90 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 		return false
 	}
 	return c.ack(ackEntry{pkt: ack, h: h, then: func() {
+		// Replayed messages follow the SUBACK; meanwhile the live ones
+		// for their filters are held back.
+		for _, rp := range started {
+			o.runReplay(rp, until)
+		}
 		for _, a := range added {
-			c.sendRetained(a.s, a.existed)
+			if !a.replay { // its history comes from the log
+				c.sendRetained(a.s, a.existed)
+			}
 		}
 	}, kind: KindSession})
+}
+
+// replayRequests reads the replay asked for by each subscription of p
+// (ReplayPrefix on its filter, or PropReplayFrom on the packet), checks
+// it against retention and opens its reader. It returns the readers and
+// the filters without their prefix; a refused replay gets its reason code
+// (and reason string, and PropOldestPosition) in ack.
+func (c *conn) replayRequests(p *packet.Subscribe, ack *packet.Suback) ([]*replay, []string) {
+	var prop string
+	hasProp := false
+	if c.version == packet.V5 {
+		for _, u := range p.Properties.User {
+			if u.Key == PropReplayFrom {
+				prop, hasProp = u.Value, true
+			}
+		}
+	}
+	now := time.Now()
+	replays := make([]*replay, len(p.Subscriptions))
+	filters := make([]string, len(p.Subscriptions))
+	var why []string
+	refuse := func(i int, rc packet.ReasonCode, err error) {
+		ack.ReasonCodes[i] = rc
+		why = append(why, err.Error())
+		var te *truncatedError
+		if errors.As(err, &te) && c.version == packet.V5 {
+			ack.Properties.AddUser(PropOldestPosition, te.oldest.String())
+		}
+	}
+	for i, req := range p.Subscriptions {
+		from, filter, prefixed, err := cutReplayPrefix(req.Filter)
+		filters[i] = filter
+		if err != nil {
+			refuse(i, packet.TopicFilterInvalid, err)
+			continue
+		}
+		if !prefixed && !hasProp {
+			continue
+		}
+		if !prefixed {
+			from = prop
+		}
+		if _, shared, _ := topic.ParseShared(filter); shared {
+			refuse(i, packet.ImplementationSpecificError, errors.New("replay is not available on a shared subscription: subscribe without $share"))
+			continue
+		}
+		if !topic.ValidFilter(filter) {
+			continue // refused as an invalid filter
+		}
+		rs, err := parseReplayFrom(from, now)
+		if err == nil {
+			err = c.b.resolveReplay(c.ctx, from, rs)
+		}
+		var rp *replay
+		if err == nil {
+			rp, err = c.out.startReplay(filter, rs)
+		}
+		if err != nil {
+			c.b.metrics.replaysRefused.Add(1)
+			c.log.Info("replay refused", "filter", filter, "from", from, "err", err)
+			refuse(i, packet.ImplementationSpecificError, err)
+			continue
+		}
+		replays[i] = rp
+	}
+	if len(why) > 0 && c.version == packet.V5 {
+		reason := why[0]
+		for _, w := range why[1:] {
+			reason += "; " + w
+		}
+		ack.Properties.SetReasonString(reason)
+	}
+	return replays, filters
 }
 
 // persistSubs submits the session record with the current subscriptions.
@@ -145,6 +262,7 @@ func (c *conn) handleUnsubscribe(p *packet.Unsubscribe) bool {
 				o.subs = append(o.subs[:j], o.subs[j+1:]...)
 				if group == "" {
 					o.since.del(filter)
+					o.dropReplayLocked(filter)
 				}
 				c.b.index.Remove(c.client, group, filter)
 				ack.ReasonCodes[i] = packet.Success

@@ -148,6 +148,11 @@ func (f *Fanout) Close() error {
 	return nil
 }
 
+// Frontier returns the cursor that covers every entry the follower has
+// routed: an event after it is routed after Frontier returned, to the
+// members its Route names then.
+func (f *Fanout) Frontier() Cursor { return f.frontier() }
+
 // frontier returns the cursor every routed entry is covered by.
 func (f *Fanout) frontier() Cursor {
 	f.mu.Lock()

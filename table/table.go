@@ -297,6 +297,11 @@ func (db *DB) Get(ctx context.Context, table, id string) (Record, error) {
 		return Record{}, err
 	}
 	b, err := engine.Get(ctx, db.e, dataKey(kindRecord, table, id))
+	return recordOf(table, id, b, err)
+}
+
+// recordOf decodes the stored record table/id read as b, err.
+func recordOf(table, id string, b []byte, err error) (Record, error) {
 	if errors.Is(err, engine.ErrNotFound) {
 		return Record{Table: table, ID: id}, fmt.Errorf("%w: %s/%q: %w", ErrNotFound, table, id, err)
 	}
@@ -351,6 +356,11 @@ func (db *DB) rangeKeys(ctx context.Context, table, idPrefix string, lower, uppe
 		return fmt.Errorf("table: range %s: %w", table, err)
 	}
 	defer snap.Close()
+	return rangeIn(ctx, snap, table, idPrefix, lower, upper, exact, fn)
+}
+
+// rangeIn is rangeKeys over snap.
+func rangeIn(ctx context.Context, snap engine.Snapshot, table, idPrefix string, lower, upper []byte, exact bool, fn func(Record) bool) error {
 	it, err := snap.Iter(ctx, lower, upper)
 	if err != nil {
 		return fmt.Errorf("table: range %s: %w", table, err)

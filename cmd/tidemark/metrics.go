@@ -138,6 +138,8 @@ var (
 	descLogN     = prometheus.NewDesc("tidemark_log_entries", "Entries in the retained change log.", []string{"engine"}, nil)
 	descLogB     = prometheus.NewDesc("tidemark_log_bytes", "Bytes of the retained change log.", []string{"engine"}, nil)
 	descTrunc    = prometheus.NewDesc("tidemark_retention_truncations_total", "Retention passes that removed log entries.", nil, nil)
+	descReplays  = prometheus.NewDesc("tidemark_replays_total", "Subscriptions asking for a replay of the message log, by result: started, refused.", []string{"result"}, nil)
+	descReplayed = prometheus.NewDesc("tidemark_replayed_messages_total", "Messages sent by replays.", nil, nil)
 	descSockets  = prometheus.NewDesc("tidemark_sockets", "Open MQTT sockets, by whether they have sent CONNECT.", []string{"state"}, nil)
 	descRefused  = prometheus.NewDesc("tidemark_sockets_refused_total", "Sockets closed before their CONNECT was served, by reason.", []string{"reason"}, nil)
 	descAcceptEr = prometheus.NewDesc("tidemark_accept_errors_total", "Failed Accepts, each retried after a pause.", nil, nil)
@@ -147,7 +149,7 @@ var (
 )
 
 func (c *brokerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descConns, descSessions, descConnects, descIn, descOut, descBytesIn, descBytesOut, descDropped, descPipeline, descInflight, descLogN, descLogB, descTrunc, descSockets, descRefused, descAcceptEr, descLimits, descAuthRef, descDenied} {
+	for _, d := range []*prometheus.Desc{descConns, descSessions, descConnects, descIn, descOut, descBytesIn, descBytesOut, descDropped, descPipeline, descInflight, descLogN, descLogB, descTrunc, descReplays, descReplayed, descSockets, descRefused, descAcceptEr, descLimits, descAuthRef, descDenied} {
 		ch <- d
 	}
 }
@@ -168,6 +170,10 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descPipeline, prometheus.GaugeValue, float64(s.PipelineDepth))
 	ch <- prometheus.MustNewConstMetric(descInflight, prometheus.GaugeValue, float64(s.InflightOut))
 	ch <- prometheus.MustNewConstMetric(descTrunc, prometheus.CounterValue, float64(s.Truncations))
+	for result, n := range s.Replays {
+		ch <- prometheus.MustNewConstMetric(descReplays, prometheus.CounterValue, float64(n), result)
+	}
+	ch <- prometheus.MustNewConstMetric(descReplayed, prometheus.CounterValue, float64(s.MessagesReplayed))
 	ch <- prometheus.MustNewConstMetric(descSockets, prometheus.GaugeValue, float64(s.AwaitingConnect), "awaiting_connect")
 	ch <- prometheus.MustNewConstMetric(descSockets, prometheus.GaugeValue, float64(s.Sockets-s.AwaitingConnect), "connected")
 	for reason, n := range s.Refused {

@@ -26,6 +26,7 @@ type serveFlags struct {
 	recvMax     int
 	maxPacket   int
 	maxQueued   int
+	history     time.Duration
 	maxExpiry   time.Duration
 	retention   time.Duration
 
@@ -97,6 +98,7 @@ a flag wins over the environment, which wins over the file.`,
 	fs.IntVar(&f.maxPacket, "max-packet-size", 1<<20, "largest accepted packet in bytes")
 	fs.IntVar(&f.maxQueued, "max-queued", 0, "log entries a session may have behind its checkpoint before retention drops its oldest (0: no limit)")
 	fs.DurationVar(&f.maxExpiry, "max-session-expiry", 0, "cap on the session expiry 5.0 clients ask for (0: no cap)")
+	fs.DurationVar(&f.history, "history", 0, "keep at least this much of the message log for replay on subscribe, e.g. 24h (0: only what sessions have not received)")
 	fs.DurationVar(&f.retention, "retention-every", 10*time.Second, "period of retention passes over the message log")
 	fs.IntVar(&f.maxConns, "max-connections", 0, "open sockets, with or without CONNECT; at the cap a new socket replaces the oldest one without CONNECT (0: the open-file limit less a tenth)")
 	fs.Float64Var(&f.maxConnRate, "max-conn-rate", 0, "new sockets per second from one source address, with a burst of one second's worth (0: no limit)")
@@ -149,6 +151,8 @@ func (f *serveFlags) validate() (engine.Options, mqtt.Options, *slog.Logger, err
 		return opts, bo, nil, fmt.Errorf("--max-queued %d: must be 0 (no limit) or positive", f.maxQueued)
 	case f.maxExpiry < 0:
 		return opts, bo, nil, fmt.Errorf("--max-session-expiry %v: must be 0 (no cap) or positive", f.maxExpiry)
+	case f.history < 0:
+		return opts, bo, nil, fmt.Errorf("--history %v: must be 0 (keep no history) or positive, e.g. 24h", f.history)
 	case f.retention <= 0:
 		return opts, bo, nil, fmt.Errorf("--retention-every %v: must be positive", f.retention)
 	case f.maxConns < 0:
@@ -170,6 +174,6 @@ func (f *serveFlags) validate() (engine.Options, mqtt.Options, *slog.Logger, err
 		MaxQueuedMessages: f.maxQueued, MaxSessionExpiry: f.maxExpiry, RetentionEvery: f.retention,
 		MaxConnections: f.maxConns, MaxConnRate: f.maxConnRate, ConnectTimeout: f.connectTimeout,
 		MaxTopicLength: f.maxTopicLen, MaxTopicLevels: f.maxTopicLevels, MaxSubscriptions: f.maxSubs,
-		SessionExpiry: f.sessionExpiry}
+		SessionExpiry: f.sessionExpiry, History: f.history}
 	return opts, bo, log, nil
 }
