@@ -116,6 +116,9 @@ func (cr *connReader) Read(p []byte) (int, error) {
 	}
 	if cr.r == cr.w {
 		if len(p) >= cr.size() && cr.err == nil {
+			if cr.rc != nil {
+				cr.drop() // empty: held through a wait in src, it would idle
+			}
 			n, err := cr.src.Read(p)
 			cr.full = n == len(p)
 			return n, err
