@@ -226,6 +226,9 @@ type Broker struct {
 	plain  []string
 	shared []topic.Subscription
 
+	// store hands store calls to the store goroutines (see onStore).
+	store chan storeJob
+
 	metrics metrics
 	// gate admits sockets (see accept.go).
 	gate *gate
@@ -246,8 +249,8 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 	b := &Broker{
 		db: db, opts: opts, log: opts.Logger.With("component", "mqtt"), group: maxGroup,
 		conns: map[string]*conn{}, wills: map[string]*pendingWill{}, members: map[string]*table.Member{},
-		gate: newGate(opts.MaxConnections, opts.MaxConnRate),
-		ctx:  ctx, cancel: cancel,
+		gate: newGate(opts.MaxConnections, opts.MaxConnRate), store: make(chan storeJob),
+		ctx: ctx, cancel: cancel,
 	}
 	if err := b.startRouter(ctx); err != nil {
 		cancel()
@@ -257,6 +260,10 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 		b.group = 1
 	}
 	b.recoverWills()
+	b.wg.Add(storeGoroutines)
+	for range storeGoroutines {
+		go b.storeLoop()
+	}
 	b.wg.Add(2)
 	go b.expireSessions()
 	go b.retentionLoop()

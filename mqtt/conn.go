@@ -82,6 +82,11 @@ type conn struct {
 	takenOver  atomic.Bool
 	done       chan struct{}
 	registered bool
+	// connacked is set once the CONNACK is written, and connackSent
+	// closed: until then nothing but the acknowledgements queued behind
+	// it may be sent.
+	connacked   atomic.Bool
+	connackSent chan struct{}
 
 	// token names this connection in the session record; handoff is the
 	// token of a connection on another node that claimed the session.
@@ -162,6 +167,7 @@ func (c *conn) grow() {
 	c.acks = newAckQueue(c.b.opts.ReceiveMaximum-1, c.ackLoop)
 	c.exchanges = map[uint16]*exchange{}
 	c.done = make(chan struct{})
+	c.connackSent = make(chan struct{})
 	c.token = newToken()
 }
 
@@ -253,7 +259,16 @@ func (c *conn) fail(err error) {
 // disconnect ends the connection, telling a 5.0 client why.
 func (c *conn) disconnect(rc packet.ReasonCode, why string) {
 	err := fmt.Errorf("disconnected: %s (%v)", why, rc)
-	if c.version != packet.V5 {
+	if !c.connacked.Load() && c.connackSent != nil {
+		// A CONNACK waiting in the FIFO for its commit goes first: the
+		// client hears nothing before it.
+		select {
+		case <-c.connackSent:
+			c.flush()
+		case <-c.ctx.Done():
+		}
+	}
+	if c.version != packet.V5 || !c.connacked.Load() {
 		c.fail(err)
 		return
 	}
@@ -403,6 +418,9 @@ func (c *conn) handle(p packet.Packet) bool {
 	case *packet.Unsubscribe:
 		return c.handleUnsubscribe(p)
 	case *packet.Pingreq:
+		if !c.connacked.Load() {
+			return c.ack(ackEntry{pkt: &packet.Pingresp{}}) // behind the CONNACK
+		}
 		return c.write(&packet.Pingresp{}) == nil
 	case *packet.Disconnect:
 		c.handleDisconnect(p)

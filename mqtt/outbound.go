@@ -73,6 +73,9 @@ type outbound struct {
 	armed      atomic.Bool
 	asked      atomic.Bool
 	stopped    chan struct{}
+	// started is set by start; stop reads it after the ack loop, which
+	// may run start, has ended.
+	started bool
 }
 
 type outMsg struct {
@@ -100,8 +103,9 @@ type outRecord struct {
 }
 
 // newOutbound restores the sending side of c's session; present says the
-// session existed (a new one has no delivery state to read).
-func newOutbound(c *conn, window int, present bool) (*outbound, error) {
+// session existed (a new one has no delivery state to read), head is the
+// log head read once the connection was registered.
+func newOutbound(c *conn, window int, present bool, head table.Cursor) (*outbound, error) {
 	o := &outbound{
 		c: c, window: window,
 		inflight: map[uint16]*outMsg{}, resumed: map[table.Cursor]*outMsg{}, done: map[table.Cursor]bool{},
@@ -121,10 +125,6 @@ func newOutbound(c *conn, window int, present bool) (*outbound, error) {
 			o.q1ids = map[table.Cursor]uint16{}
 		}
 		o.q1ids[q.Pos] = q.PI
-	}
-	head, herr := c.b.db.Head(c.ctx)
-	if herr != nil {
-		return nil, herr
 	}
 	o.liveFrom = head
 	if !present {
@@ -162,9 +162,11 @@ func newOutbound(c *conn, window int, present bool) (*outbound, error) {
 	return o, nil
 }
 
-// start re-sends the restored QoS 2 state and starts the sender.
+// start re-sends the restored QoS 2 state and starts the sender. It runs
+// once the CONNACK is written, on the read loop or the ack loop.
 func (o *outbound) start() {
 	c := o.c
+	o.started = true
 	// Re-send in the order first sent (log order), not map order: a
 	// topic's QoS 2 messages must reach the client in the order they were
 	// published [MQTT-4.6.0-6].
@@ -754,9 +756,11 @@ func (o *outbound) offer(d direct) {
 // commit deletes a mark without the checkpoint that covers it.
 func (o *outbound) persist(ctx context.Context, final bool) error {
 	sub := o.currentSub()
-	if sub == nil {
+	if sub == nil && !final {
 		return nil
 	}
+	// Without a sender (the connection ended before its CONNACK went
+	// out) the final write keeps the record's checkpoint.
 	if !final && !o.due(sub.Checkpoint()) && !o.garbage() && !o.c.lazy.pending() {
 		return nil
 	}
@@ -930,8 +934,12 @@ func (o *outbound) unindex() {
 	}
 }
 
-// stop ends the sender and takes the session off the route.
+// stop ends the sender and takes the session off the route. The ack loop
+// must have ended: it may be the one to start the sender.
 func (o *outbound) stop() {
+	if !o.started {
+		return // the connection ended before its CONNACK went out
+	}
 	if sub := o.currentSub(); sub != nil {
 		sub.Close()
 		o.c.b.leave(o.c.client, sub)

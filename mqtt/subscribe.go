@@ -24,7 +24,9 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 	// A new subscription matches the messages committed after this point
 	// only; those before it reach the client as retained messages or not
 	// at all.
-	head, err := c.b.db.Head(c.ctx)
+	var head table.Cursor
+	var err error
+	c.b.onStore(func() { head, err = c.b.db.Head(c.ctx) })
 	if err != nil {
 		c.log.Warn("subscribe: log head", "err", err)
 		c.disconnect(packet.UnspecifiedError, "store unavailable")
@@ -96,13 +98,18 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 
 // persistSubs submits the session record with the current subscriptions.
 func (c *conn) persistSubs() (*engine.Handle, error) {
-	tx, err := c.out.sessionTx()
-	if err != nil {
-		c.fail(err)
-		return nil, err
-	}
 	c.b.beforeSubmit(KindSession, c.client)
-	return c.submit(tx)
+	var h *engine.Handle
+	var err error
+	c.b.onStore(func() {
+		var tx *table.Tx
+		if tx, err = c.out.sessionTx(); err != nil {
+			c.fail(err)
+			return
+		}
+		h, err = c.submit(tx)
+	})
+	return h, err
 }
 
 // sendRetained queues the retained messages matching a new subscription,
@@ -113,6 +120,11 @@ func (c *conn) sendRetained(s topic.Subscription, existed bool) {
 		(s.RetainHandling == byte(packet.SendRetainedIfNew) && existed) {
 		return
 	}
+	c.b.onStore(func() { c.offerRetained(s) })
+}
+
+// offerRetained queues the retained messages matching s.
+func (c *conn) offerRetained(s topic.Subscription) {
 	_ = c.b.db.Range(c.ctx, tableRetained, "", func(r table.Record) bool {
 		if r.Deleted || !topic.Match(s.Filter, r.ID) {
 			return true
