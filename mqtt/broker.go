@@ -228,6 +228,8 @@ type Broker struct {
 
 	// store hands store calls to the store goroutines (see onStore).
 	store chan storeJob
+	// runners run the connections' ack loops.
+	runners *runners
 
 	metrics metrics
 	// gate admits sockets (see accept.go).
@@ -249,7 +251,7 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 	b := &Broker{
 		db: db, opts: opts, log: opts.Logger.With("component", "mqtt"), group: maxGroup,
 		conns: map[string]*conn{}, wills: map[string]*pendingWill{}, members: map[string]*table.Member{},
-		gate: newGate(opts.MaxConnections, opts.MaxConnRate), store: make(chan storeJob),
+		gate: newGate(opts.MaxConnections, opts.MaxConnRate), store: make(chan storeJob), runners: newRunners(ctx),
 		ctx: ctx, cancel: cancel,
 	}
 	if err := b.startRouter(ctx); err != nil {

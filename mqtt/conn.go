@@ -87,6 +87,9 @@ type conn struct {
 	// it may be sent.
 	connacked   atomic.Bool
 	connackSent chan struct{}
+	// pendingConnack is the CONNACK left to the commit of the SUBSCRIBE
+	// behind the CONNECT (read loop only; see subscribeFollows).
+	pendingConnack *ackEntry
 
 	// token names this connection in the session record; handoff is the
 	// token of a connection on another node that claimed the session.
@@ -165,6 +168,7 @@ func (c *conn) grow() {
 	// maximum of entries: past it the read loop stops reading the socket
 	// until the oldest commit completes.
 	c.acks = newAckQueue(c.b.opts.ReceiveMaximum-1, c.ackLoop)
+	c.acks.spawn = c.b.runners.run
 	c.exchanges = map[uint16]*exchange{}
 	c.done = make(chan struct{})
 	c.connackSent = make(chan struct{})
@@ -262,11 +266,14 @@ func (c *conn) disconnect(rc packet.ReasonCode, why string) {
 	if !c.connacked.Load() && c.connackSent != nil {
 		// A CONNACK waiting in the FIFO for its commit goes first: the
 		// client hears nothing before it.
+		t := time.NewTimer(c.b.opts.StoreTimeout)
 		select {
 		case <-c.connackSent:
 			c.flush()
 		case <-c.ctx.Done():
+		case <-t.C:
 		}
+		t.Stop()
 	}
 	if c.version != packet.V5 || !c.connacked.Load() {
 		c.fail(err)
@@ -381,7 +388,7 @@ func (c *conn) readLoop() {
 }
 
 func (c *conn) readError(err error) {
-	if c.ctx.Err() != nil {
+	if c.ctx.Err() != nil || !c.flushConnack() {
 		return
 	}
 	var ne net.Error
@@ -402,6 +409,9 @@ func (c *conn) readError(err error) {
 
 // handle dispatches one packet; false ends the read loop.
 func (c *conn) handle(p packet.Packet) bool {
+	if _, ok := p.(*packet.Subscribe); !ok && !c.flushConnack() {
+		return false
+	}
 	switch p := p.(type) {
 	case *packet.Publish:
 		return c.handlePublish(p)

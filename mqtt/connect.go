@@ -119,7 +119,48 @@ func (c *conn) connect(cp *packet.Connect) bool {
 		c.b.index.Add(sub)
 	}
 	c.log.Debug("connecting", "version", c.version.String(), "clean", cp.CleanStart, "present", present)
+	if st.h == nil {
+		// The record goes with the SUBSCRIBE read behind the CONNECT, and
+		// the CONNACK with its commit (see subscribeFollows).
+		c.pendingConnack = &ackEntry{pkt: ack, after: c.connackFailed, then: c.connected}
+		return true
+	}
 	return c.connectAck(ack, st.h, st.settled)
+}
+
+// subscribeFollows reports whether a whole SUBSCRIBE waits in the read
+// buffer, the next packet to read. A CONNECT followed by one leaves its
+// session record to the SUBSCRIBE's commit, which writes the whole record
+// anyway: one record write and one commit per session set up, and the
+// CONNACK waits for that commit, sent with the SUBACK. Anything else read
+// first commits the record on its own (flushConnack).
+func (c *conn) subscribeFollows() bool {
+	return c.packetReady() && c.br.Peek(1)[0] == byte(packet.TypeSubscribe)<<4|0x02
+}
+
+// flushConnack commits the session record of a CONNECT whose CONNACK was
+// left to the SUBSCRIBE behind it, and queues the CONNACK; true when there
+// was none or it is queued. Read loop only.
+func (c *conn) flushConnack() bool {
+	e := c.pendingConnack
+	if e == nil {
+		return true
+	}
+	c.pendingConnack = nil
+	var err error
+	c.b.onStore(func() {
+		tx := c.b.db.Begin()
+		if err = putSession(tx, c.client, &c.rec); err == nil {
+			e.h, err = c.submit(tx)
+		}
+	})
+	if err != nil {
+		c.log.Error("persist session", "err", err)
+		_ = c.write(&packet.Connack{ReasonCode: packet.ServerUnavailable})
+		c.fail(err)
+		return false
+	}
+	return c.push(*e)
 }
 
 // sessionSetup is what the store calls of a CONNECT found and started.
@@ -127,7 +168,8 @@ type sessionSetup struct {
 	// present says the session existed; settled that nothing the CONNECT
 	// changed must be durable before its CONNACK (see connectAck).
 	present, settled bool
-	// h is the commit of the session record.
+	// h is the commit of the session record; nil when the SUBSCRIBE
+	// behind the CONNECT writes it (see subscribeFollows).
 	h   *engine.Handle
 	out *outbound
 }
@@ -200,18 +242,20 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 		enc, _ := c.will.MarshalBinary()
 		c.rec.Will = &willRecord{Msg: enc, Delay: c.willDelay}
 	}
-	if tx == nil {
-		tx = c.b.db.Begin()
-	}
-	if err := putSession(tx, c.client, &c.rec); err != nil {
-		return fail("persist session", err)
-	}
-	// Submitted, not waited for: the read loop goes on to the packets
-	// behind the CONNECT, so a SUBSCRIBE sent with it commits in the
-	// same sync, and the CONNACK waits in the FIFO when it must.
-	h, err := tx.Submit(ctx)
-	if err != nil {
-		return fail("persist session", err)
+	var h *engine.Handle
+	if tx != nil || !c.subscribeFollows() {
+		if tx == nil {
+			tx = c.b.db.Begin()
+		}
+		if err := putSession(tx, c.client, &c.rec); err != nil {
+			return fail("persist session", err)
+		}
+		// Submitted, not waited for: the read loop goes on to the packets
+		// behind the CONNECT, so a packet sent with it commits in the
+		// same sync, and the CONNACK waits in the FIFO when it must.
+		if h, err = tx.Submit(ctx); err != nil {
+			return fail("persist session", err)
+		}
 	}
 	out, err := newOutbound(c, window, present, head)
 	if err != nil {

@@ -28,6 +28,7 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 	var err error
 	c.b.onStore(func() { head, err = c.b.db.Head(c.ctx) })
 	if err != nil {
+		c.flushConnack()
 		c.log.Warn("subscribe: log head", "err", err)
 		c.disconnect(packet.UnspecifiedError, "store unavailable")
 		return false
@@ -44,6 +45,7 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 			continue
 		case shared && req.NoLocal && c.version == packet.V5:
 			o.mu.Unlock()
+			c.flushConnack()
 			c.disconnect(packet.ProtocolError, "no local on a shared subscription") // [MQTT-3.8.3-4]
 			return false
 		case shared:
@@ -88,6 +90,14 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 	h, err := c.persistSubs()
 	if err != nil {
 		return false
+	}
+	if e := c.pendingConnack; e != nil {
+		// This commit carries the CONNECT's session record too.
+		c.pendingConnack = nil
+		e.h = h
+		if !c.push(*e) {
+			return false
+		}
 	}
 	return c.ack(ackEntry{pkt: ack, h: h, then: func() {
 		for _, a := range added {
