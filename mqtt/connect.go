@@ -187,7 +187,11 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 	// tx writes the session record; under a clean start it first deletes
 	// what the previous session left, in the same commit.
 	var tx *table.Tx
-	settled := c.will == nil
+	// Brokers sharing the store (a node id) find a session's holder from
+	// its record: it must be committed before the CONNACK, or a CONNECT
+	// on another node right after it would not see this one to take it
+	// over.
+	settled := c.will == nil && c.b.opts.NodeID == ""
 	if cleanStart {
 		dtx, err := c.b.discardTx(ctx, c.client, true)
 		if err != nil {
@@ -268,9 +272,11 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 // starts the outbound side.
 //
 // A CONNACK that reports a session present, or follows a CONNECT that
-// discarded a session or carries a will, waits for the session record's
-// commit: a crash must not bring back the discarded session, lose the
-// will, or forget what the CONNACK said was there. It waits in the ack
+// discarded a session or carries a will, or on a broker sharing its store
+// with others (a node id), waits for the session record's commit: a crash
+// must not bring back the discarded session, lose the will, or forget
+// what the CONNACK said was there, and another node must find the
+// session's holder. It waits in the ack
 // FIFO, so the read loop meanwhile takes the packets sent behind the
 // CONNECT, whose commits share the sync and whose acknowledgements follow
 // the CONNACK. A new session without a will goes at once: until the
