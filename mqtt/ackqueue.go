@@ -24,8 +24,10 @@ type ackQueue struct {
 	room    chan struct{}
 	waiters int
 	// loop is the ack loop; running says one is on, stopped that none
-	// may start again (the connection is ending).
+	// may start again (the connection is ending). spawn starts it (a new
+	// goroutine when nil).
 	loop    func()
+	spawn   func(func())
 	running bool
 	stopped bool
 	wg      sync.WaitGroup
@@ -44,10 +46,15 @@ func (a *ackQueue) push(ctx context.Context, e ackEntry) bool {
 			if !a.running && !a.stopped {
 				a.running = true
 				a.wg.Add(1)
-				go func() {
+				run := func() {
 					defer a.wg.Done()
 					a.loop()
-				}()
+				}
+				if a.spawn != nil {
+					a.spawn(run)
+				} else {
+					go run()
+				}
 			}
 			if a.waiters > 0 && len(a.q)-a.head < a.max {
 				a.wakeLocked() // room for another waiting pusher too

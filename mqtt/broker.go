@@ -233,6 +233,11 @@ type Broker struct {
 	plain  []string
 	shared []topic.Subscription
 
+	// store hands store calls to the store goroutines (see onStore).
+	store chan storeJob
+	// runners run the connections' ack loops.
+	runners *runners
+
 	metrics metrics
 	history historyIndex
 	// gate admits sockets (see accept.go).
@@ -254,8 +259,8 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 	b := &Broker{
 		db: db, opts: opts, log: opts.Logger.With("component", "mqtt"), group: maxGroup,
 		conns: map[string]*conn{}, wills: map[string]*pendingWill{}, members: map[string]*table.Member{},
-		gate: newGate(opts.MaxConnections, opts.MaxConnRate),
-		ctx:  ctx, cancel: cancel,
+		gate: newGate(opts.MaxConnections, opts.MaxConnRate), store: make(chan storeJob), runners: newRunners(ctx),
+		ctx: ctx, cancel: cancel,
 	}
 	if err := b.startRouter(ctx); err != nil {
 		cancel()
@@ -270,6 +275,10 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 		return nil, err
 	}
 	b.recoverWills()
+	b.wg.Add(storeGoroutines)
+	for range storeGoroutines {
+		go b.storeLoop()
+	}
 	b.wg.Add(2)
 	go b.expireSessions()
 	go b.retentionLoop()

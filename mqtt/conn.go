@@ -81,6 +81,14 @@ type conn struct {
 	takenOver  atomic.Bool
 	done       chan struct{}
 	registered bool
+	// connacked is set once the CONNACK is written, and connackSent
+	// closed: until then nothing but the acknowledgements queued behind
+	// it may be sent.
+	connacked   atomic.Bool
+	connackSent chan struct{}
+	// pendingConnack is the CONNACK left to the commit of the SUBSCRIBE
+	// behind the CONNECT (read loop only; see subscribeFollows).
+	pendingConnack *ackEntry
 
 	// token names this connection in the session record; handoff is the
 	// token of a connection on another node that claimed the session.
@@ -160,8 +168,10 @@ func (c *conn) grow() {
 	// maximum of entries: past it the read loop stops reading the socket
 	// until the oldest commit completes.
 	c.acks = newAckQueue(c.b.opts.ReceiveMaximum-1, c.ackLoop)
+	c.acks.spawn = c.b.runners.run
 	c.exchanges = map[uint16]*exchange{}
 	c.done = make(chan struct{})
+	c.connackSent = make(chan struct{})
 	c.token = newToken()
 }
 
@@ -253,7 +263,19 @@ func (c *conn) fail(err error) {
 // disconnect ends the connection, telling a 5.0 client why.
 func (c *conn) disconnect(rc packet.ReasonCode, why string) {
 	err := fmt.Errorf("disconnected: %s (%v)", why, rc)
-	if c.version != packet.V5 {
+	if !c.connacked.Load() && c.connackSent != nil {
+		// A CONNACK waiting in the FIFO for its commit goes first: the
+		// client hears nothing before it.
+		t := time.NewTimer(c.b.opts.StoreTimeout)
+		select {
+		case <-c.connackSent:
+			c.flush()
+		case <-c.ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	if c.version != packet.V5 || !c.connacked.Load() {
 		c.fail(err)
 		return
 	}
@@ -366,7 +388,7 @@ func (c *conn) readLoop() {
 }
 
 func (c *conn) readError(err error) {
-	if c.ctx.Err() != nil {
+	if c.ctx.Err() != nil || !c.flushConnack() {
 		return
 	}
 	var ne net.Error
@@ -387,6 +409,9 @@ func (c *conn) readError(err error) {
 
 // handle dispatches one packet; false ends the read loop.
 func (c *conn) handle(p packet.Packet) bool {
+	if _, ok := p.(*packet.Subscribe); !ok && !c.flushConnack() {
+		return false
+	}
 	switch p := p.(type) {
 	case *packet.Publish:
 		return c.handlePublish(p)
@@ -403,6 +428,9 @@ func (c *conn) handle(p packet.Packet) bool {
 	case *packet.Unsubscribe:
 		return c.handleUnsubscribe(p)
 	case *packet.Pingreq:
+		if !c.connacked.Load() {
+			return c.ack(ackEntry{pkt: &packet.Pingresp{}}) // behind the CONNACK
+		}
 		return c.write(&packet.Pingresp{}) == nil
 	case *packet.Disconnect:
 		c.handleDisconnect(p)

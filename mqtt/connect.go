@@ -1,9 +1,11 @@
 package mqtt
 
 import (
+	"context"
 	"strconv"
 	"time"
 
+	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -72,76 +74,15 @@ func (c *conn) connect(cp *packet.Connect) bool {
 	c.b.cancelWill(c.client)
 	c.claimSession(ctx)
 
-	present := false
-	if cp.CleanStart {
-		if err := c.b.discardSession(ctx, c.client); err != nil {
-			c.log.Error("discard session", "err", err)
-			return refuse(packet.ServerUnavailable)
-		}
-	} else {
-		rec, _, ok, err := c.b.loadSession(ctx, c.client)
-		if err != nil {
-			c.log.Error("load session", "err", err)
-			return refuse(packet.ServerUnavailable)
-		}
-		if ok {
-			present = true
-			c.rec = rec
-		}
-		// Ids staged by earlier connections: a first transmission on one
-		// of them finds its slot taken, so its staging must not share a
-		// commit with others (see group). A session's rows go before its
-		// record (see discardTx): with no record there are none.
-		if ok {
-			err = c.b.db.Range(ctx, tableStaged, c.client+slotSep, func(r table.Record) bool {
-				if pi, perr := strconv.ParseUint(r.ID[len(c.client)+len(slotSep):], 10, 16); !r.Deleted && perr == nil {
-					if c.stagedBefore == nil {
-						c.stagedBefore = map[uint16]bool{}
-					}
-					c.stagedBefore[uint16(pi)] = true
-				}
-				return true
-			})
-		}
-		if err != nil {
-			c.log.Error("load staged messages", "err", err)
-			return refuse(packet.ServerUnavailable)
-		}
-	}
-	if !present {
-		head, err := c.b.db.Head(ctx)
-		if err != nil {
-			return refuse(packet.ServerUnavailable)
-		}
-		// A new session receives what is published after its CONNACK.
-		c.rec = sessionRecord{Checkpoint: head, SentHigh: head}
-	}
-	c.rec.Version = c.version
-	c.rec.Expiry = c.expiry
-	c.rec.Online = true
-	c.rec.Node, c.rec.Conn, c.rec.Claimed = c.b.opts.NodeID, c.token, false
-	c.rec.DisconnectedAt = 0
-	c.rec.Will = nil
-	if c.will != nil {
-		enc, _ := c.will.MarshalBinary()
-		c.rec.Will = &willRecord{Msg: enc, Delay: c.willDelay}
-	}
-	tx := c.b.db.Begin()
-	if err := putSession(tx, c.client, &c.rec); err != nil {
-		return refuse(packet.ServerUnavailable)
-	}
-	if err := tx.Commit(ctx); err != nil {
-		c.log.Error("persist session", "err", err)
-		return refuse(packet.ServerUnavailable)
-	}
-
-	out, err := newOutbound(c, window, present)
+	var st sessionSetup
+	var err error
+	c.b.onStore(func() { st, err = c.setupSession(ctx, cp.CleanStart, window) })
 	if err != nil {
-		c.log.Error("restore session", "err", err)
 		return refuse(packet.ServerUnavailable)
 	}
+	present := st.present
 	c.b.mu.Lock() // fanout and retention read c.out through b.conns
-	c.out = out
+	c.out = st.out
 	c.b.mu.Unlock()
 	ack := &packet.Connack{SessionPresent: present}
 	if c.version == packet.V5 {
@@ -163,24 +104,216 @@ func (c *conn) connect(cp *packet.Connect) bool {
 			ap.SetSessionExpiry(c.expiry)
 		}
 	}
-	if c.write(ack) != nil {
-		return false
-	}
-	c.b.metrics.connects.Add(1)
+	// The restored subscriptions are indexed before the read loop goes
+	// on, so a SUBSCRIBE behind the CONNECT replaces them, never the
+	// reverse.
 	for _, s := range c.rec.Subs {
 		sub := s.sub(c.client)
 		if sub.Group != "" {
 			if err := c.b.startSharedNow(c.ctx); err != nil {
 				c.log.Warn("connect: log head", "err", err)
-				c.disconnect(packet.UnspecifiedError, "store unavailable")
-				return false
+				return refuse(packet.ServerUnavailable)
 			}
 		}
 		c.b.index.Add(sub)
 	}
+	c.log.Debug("connecting", "version", c.version.String(), "clean", cp.CleanStart, "present", present)
+	if st.h == nil {
+		// The record goes with the SUBSCRIBE read behind the CONNECT, and
+		// the CONNACK with its commit (see subscribeFollows).
+		c.pendingConnack = &ackEntry{pkt: ack, after: c.connackFailed, then: c.connected}
+		return true
+	}
+	return c.connectAck(ack, st.h, st.settled)
+}
+
+// subscribeFollows reports whether a whole SUBSCRIBE waits in the read
+// buffer, the next packet to read. A CONNECT followed by one leaves its
+// session record to the SUBSCRIBE's commit, which writes the whole record
+// anyway: one record write and one commit per session set up, and the
+// CONNACK waits for that commit, sent with the SUBACK. Anything else read
+// first commits the record on its own (flushConnack).
+func (c *conn) subscribeFollows() bool {
+	return c.packetReady() && c.br.Peek(1)[0] == byte(packet.TypeSubscribe)<<4|0x02
+}
+
+// flushConnack commits the session record of a CONNECT whose CONNACK was
+// left to the SUBSCRIBE behind it, and queues the CONNACK; true when there
+// was none or it is queued. Read loop only.
+func (c *conn) flushConnack() bool {
+	e := c.pendingConnack
+	if e == nil {
+		return true
+	}
+	c.pendingConnack = nil
+	var err error
+	c.b.onStore(func() {
+		tx := c.b.db.Begin()
+		if err = putSession(tx, c.client, &c.rec); err == nil {
+			e.h, err = c.submit(tx)
+		}
+	})
+	if err != nil {
+		c.log.Error("persist session", "err", err)
+		_ = c.write(&packet.Connack{ReasonCode: packet.ServerUnavailable})
+		c.fail(err)
+		return false
+	}
+	return c.push(*e)
+}
+
+// sessionSetup is what the store calls of a CONNECT found and started.
+type sessionSetup struct {
+	// present says the session existed; settled that nothing the CONNECT
+	// changed must be durable before its CONNACK (see connectAck).
+	present, settled bool
+	// h is the commit of the session record; nil when the SUBSCRIBE
+	// behind the CONNECT writes it (see subscribeFollows).
+	h   *engine.Handle
+	out *outbound
+}
+
+// setupSession discards the previous session (clean start) or loads it,
+// submits the session record and restores the sending side: the store
+// calls of a CONNECT (see onStore). An error is logged here; the CONNECT
+// is refused.
+func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (sessionSetup, error) {
+	fail := func(msg string, err error) (sessionSetup, error) {
+		c.log.Error(msg, "err", err)
+		return sessionSetup{}, err
+	}
+	present := false
+	// tx writes the session record; under a clean start it first deletes
+	// what the previous session left, in the same commit.
+	var tx *table.Tx
+	// Brokers sharing the store (a node id) find a session's holder from
+	// its record: it must be committed before the CONNACK, or a CONNECT
+	// on another node right after it would not see this one to take it
+	// over.
+	settled := c.will == nil && c.b.opts.NodeID == ""
+	if cleanStart {
+		dtx, err := c.b.discardTx(ctx, c.client, true)
+		if err != nil {
+			return fail("discard session", err)
+		}
+		if dtx != nil {
+			tx, settled = dtx, false
+		}
+	} else {
+		rec, _, ok, err := c.b.loadSession(ctx, c.client)
+		if err != nil {
+			return fail("load session", err)
+		}
+		if ok {
+			present, settled = true, false
+			c.rec = rec
+		}
+		// Ids staged by earlier connections: a first transmission on one
+		// of them finds its slot taken, so its staging must not share a
+		// commit with others (see group). A session's rows go before its
+		// record (see discardTx): with no record there are none.
+		if ok {
+			err = c.b.db.Range(ctx, tableStaged, c.client+slotSep, func(r table.Record) bool {
+				if pi, perr := strconv.ParseUint(r.ID[len(c.client)+len(slotSep):], 10, 16); !r.Deleted && perr == nil {
+					if c.stagedBefore == nil {
+						c.stagedBefore = map[uint16]bool{}
+					}
+					c.stagedBefore[uint16(pi)] = true
+				}
+				return true
+			})
+		}
+		if err != nil {
+			return fail("load staged messages", err)
+		}
+	}
+	head, err := c.b.db.Head(ctx)
+	if err != nil {
+		return fail("connect: log head", err)
+	}
+	if !present {
+		// A new session receives what is published after its CONNACK.
+		c.rec = sessionRecord{Checkpoint: head, SentHigh: head}
+	}
+	c.rec.Version = c.version
+	c.rec.Expiry = c.expiry
+	c.rec.Online = true
+	c.rec.Node, c.rec.Conn, c.rec.Claimed = c.b.opts.NodeID, c.token, false
+	c.rec.DisconnectedAt = 0
+	c.rec.Will = nil
+	if c.will != nil {
+		enc, _ := c.will.MarshalBinary()
+		c.rec.Will = &willRecord{Msg: enc, Delay: c.willDelay}
+	}
+	var h *engine.Handle
+	if tx != nil || !c.subscribeFollows() {
+		if tx == nil {
+			tx = c.b.db.Begin()
+		}
+		if err := putSession(tx, c.client, &c.rec); err != nil {
+			return fail("persist session", err)
+		}
+		// Submitted, not waited for: the read loop goes on to the packets
+		// behind the CONNECT, so a packet sent with it commits in the
+		// same sync, and the CONNACK waits in the FIFO when it must.
+		if h, err = tx.Submit(ctx); err != nil {
+			return fail("persist session", err)
+		}
+	}
+	out, err := newOutbound(c, window, present, head)
+	if err != nil {
+		return fail("restore session", err)
+	}
+	return sessionSetup{present: present, settled: settled, h: h, out: out}, nil
+}
+
+// connectAck sends the CONNACK once what it reports is durable, and then
+// starts the outbound side.
+//
+// A CONNACK that reports a session present, or follows a CONNECT that
+// discarded a session or carries a will, or on a broker sharing its store
+// with others (a node id), waits for the session record's commit: a crash
+// must not bring back the discarded session, lose the will, or forget
+// what the CONNACK said was there, and another node must find the
+// session's holder. It waits in the ack
+// FIFO, so the read loop meanwhile takes the packets sent behind the
+// CONNECT, whose commits share the sync and whose acknowledgements follow
+// the CONNACK. A new session without a will goes at once: until the
+// record is durable a crash leaves no session, which is what the CONNACK
+// said (session present 0), and the SUBACK of a SUBSCRIBE or the PUBACK of
+// a PUBLISH behind it waits for a later commit, so for this one too (the
+// engine completes commits in order).
+func (c *conn) connectAck(ack *packet.Connack, h *engine.Handle, settled bool) bool {
+	// With a packet sent behind the CONNECT already read, the CONNACK
+	// waits too: that packet's acknowledgement follows a later commit
+	// anyway, and the two go out in one write.
+	if !settled || c.packetReady() {
+		return c.push(ackEntry{pkt: ack, h: h, after: c.connackFailed, then: c.connected})
+	}
+	if c.write(ack) != nil {
+		return false
+	}
+	c.connected()
+	// A failed commit of the record still ends the connection.
+	return c.push(ackEntry{h: h})
+}
+
+// connackFailed answers a CONNECT whose session record could not be
+// stored: the server is unavailable. The error still ends the connection.
+func (c *conn) connackFailed(err error) error {
+	if err != nil {
+		_ = c.write(&packet.Connack{ReasonCode: packet.ServerUnavailable})
+	}
+	return err
+}
+
+// connected runs once the CONNACK is written: packets other than
+// acknowledgements may follow it from now on.
+func (c *conn) connected() {
+	c.connacked.Store(true)
+	close(c.connackSent)
+	c.b.metrics.connects.Add(1)
 	c.out.start()
-	c.log.Debug("connected", "version", c.version.String(), "clean", cp.CleanStart, "present", present)
-	return true
 }
 
 func (c *conn) capExpiry(v uint32) uint32 {
@@ -303,5 +436,3 @@ func setMessageProps(m *Message, p *packet.Properties, now time.Time) {
 		m.UserProps = append(m.UserProps, UserProperty{Key: u.Key, Value: u.Value})
 	}
 }
-
-var _ = table.Cursor{}

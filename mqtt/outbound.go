@@ -112,8 +112,9 @@ type outRecord struct {
 }
 
 // newOutbound restores the sending side of c's session; present says the
-// session existed (a new one has no delivery state to read).
-func newOutbound(c *conn, window int, present bool) (*outbound, error) {
+// session existed (a new one has no delivery state to read), head is the
+// log head read once the connection was registered.
+func newOutbound(c *conn, window int, present bool, head table.Cursor) (*outbound, error) {
 	// The in-flight maps are made on first use: an idle session holds none.
 	o := &outbound{
 		c: c, window: window,
@@ -138,10 +139,6 @@ func newOutbound(c *conn, window int, present bool) (*outbound, error) {
 			o.q1ids = map[table.Cursor]uint16{}
 		}
 		o.q1ids[q.Pos] = q.PI
-	}
-	head, herr := c.b.db.Head(c.ctx)
-	if herr != nil {
-		return nil, herr
 	}
 	o.liveFrom = head
 	if !present {
@@ -182,7 +179,8 @@ func newOutbound(c *conn, window int, present bool) (*outbound, error) {
 	return o, nil
 }
 
-// start re-sends the restored QoS 2 state and starts the sender.
+// start re-sends the restored QoS 2 state and starts the sender. It runs
+// once the CONNACK is written, on the read loop or the ack loop.
 func (o *outbound) start() {
 	c := o.c
 	// Re-send in the order first sent (log order), not map order: a

@@ -24,9 +24,11 @@ import (
 // commit deletes a mark without the checkpoint that covers it.
 func (o *outbound) persist(ctx context.Context, final bool) error {
 	sub := o.currentSub()
-	if sub == nil {
+	if sub == nil && !final {
 		return nil
 	}
+	// Without a sender (the connection ended before its CONNACK went
+	// out) the final write keeps the record's checkpoint.
 	if !final && !o.due(sub.Checkpoint()) && !o.garbage() && !o.c.lazy.pending() {
 		return nil
 	}

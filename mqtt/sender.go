@@ -214,7 +214,9 @@ func (o *outbound) waitWindow() bool {
 	}
 }
 
-// stop ends the sender and takes the session off the route.
+// stop ends the sender and takes the session off the route. The ack loop
+// must have ended: it may be the one to start the sender. A session whose
+// connection ended before its CONNACK went out has no sender to stop.
 func (o *outbound) stop() {
 	o.endReplays()
 	o.snd.end()

@@ -164,7 +164,7 @@ func expiryID(deadline int64, client string) string {
 // record, staged inbound QoS 2 messages, outbound QoS 2 state and completion
 // marks. Used for clean start and session expiry.
 func (b *Broker) discardSession(ctx context.Context, client string) error {
-	tx, err := b.discardTx(ctx, client)
+	tx, err := b.discardTx(ctx, client, false)
 	if err != nil || tx == nil {
 		return err
 	}
@@ -172,14 +172,16 @@ func (b *Broker) discardSession(ctx context.Context, client string) error {
 }
 
 // discardTx returns a transaction deleting every piece of state of
-// client, or nil when there is none.
+// client, or nil when there is none. With overwrite the session record
+// is left out of the deletes (it is still counted as state): the caller
+// writes the new session's record in the same transaction.
 //
 // A session with more rows than one transaction takes loses its
 // completion marks, then its outbound and staged rows, in commits of
 // maxStateDeletes before the returned transaction: the session record
 // goes last, so a crash part way leaves a session that is discarded
 // again, never rows that a new session of the same client id would adopt.
-func (b *Broker) discardTx(ctx context.Context, client string) (*table.Tx, error) {
+func (b *Broker) discardTx(ctx context.Context, client string, overwrite bool) (*table.Tx, error) {
 	type row struct{ table, id string }
 	var rows []row
 	for _, t := range []string{tableDone, tableOut, tableStaged} {
@@ -209,7 +211,11 @@ func (b *Broker) discardTx(ctx context.Context, client string) (*table.Tx, error
 	}
 	n := len(rows)
 	if r, err := b.db.Get(ctx, tableSessions, client); err == nil {
-		tx.DeleteState(tableSessions, client)
+		if !overwrite {
+			tx.DeleteState(tableSessions, client)
+		}
+		// The indexes go with the record; an overwrite puts new entries
+		// after these deletes, in the same commit.
 		var s sessionRecord
 		if json.Unmarshal(r.Value, &s) == nil {
 			s.loaded()

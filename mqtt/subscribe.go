@@ -28,8 +28,11 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 	// A new subscription matches the messages committed after this point
 	// only; those before it reach the client as retained messages or not
 	// at all.
-	head, err := c.b.db.Head(c.ctx)
+	var head table.Cursor
+	var err error
+	c.b.onStore(func() { head, err = c.b.db.Head(c.ctx) })
 	if err != nil {
+		c.flushConnack()
 		c.log.Warn("subscribe: log head", "err", err)
 		c.disconnect(packet.UnspecifiedError, "store unavailable")
 		return false
@@ -53,6 +56,7 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 			continue
 		case shared && req.NoLocal && c.version == packet.V5:
 			o.mu.Unlock()
+			c.flushConnack()
 			c.disconnect(packet.ProtocolError, "no local on a shared subscription") // [MQTT-3.8.3-4]
 			return false
 		case shared:
@@ -123,6 +127,14 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 	h, err := c.persistSubs()
 	if err != nil {
 		return false
+	}
+	if e := c.pendingConnack; e != nil {
+		// This commit carries the CONNECT's session record too.
+		c.pendingConnack = nil
+		e.h = h
+		if !c.push(*e) {
+			return false
+		}
 	}
 	return c.ack(ackEntry{pkt: ack, h: h, then: func() {
 		// Replayed messages follow the SUBACK; meanwhile the live ones
@@ -213,13 +225,18 @@ func (c *conn) replayRequests(p *packet.Subscribe, ack *packet.Suback) ([]*repla
 
 // persistSubs submits the session record with the current subscriptions.
 func (c *conn) persistSubs() (*engine.Handle, error) {
-	tx, err := c.out.sessionTx()
-	if err != nil {
-		c.fail(err)
-		return nil, err
-	}
 	c.b.beforeSubmit(KindSession, c.client)
-	return c.submit(tx)
+	var h *engine.Handle
+	var err error
+	c.b.onStore(func() {
+		var tx *table.Tx
+		if tx, err = c.out.sessionTx(); err != nil {
+			c.fail(err)
+			return
+		}
+		h, err = c.submit(tx)
+	})
+	return h, err
 }
 
 // sendRetained queues the retained messages matching a new subscription,
@@ -230,6 +247,11 @@ func (c *conn) sendRetained(s topic.Subscription, existed bool) {
 		(s.RetainHandling == byte(packet.SendRetainedIfNew) && existed) {
 		return
 	}
+	c.b.onStore(func() { c.offerRetained(s) })
+}
+
+// offerRetained queues the retained messages matching s.
+func (c *conn) offerRetained(s topic.Subscription) {
 	_ = c.b.db.Range(c.ctx, tableRetained, "", func(r table.Record) bool {
 		if r.Deleted || !topic.Match(s.Filter, r.ID) {
 			return true

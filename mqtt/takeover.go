@@ -173,7 +173,7 @@ func (c *conn) handOff(ctx context.Context, token string) error {
 		}
 		var tx *table.Tx
 		if c.expiry == 0 {
-			if tx, err = b.discardTx(ctx, c.client); err != nil {
+			if tx, err = b.discardTx(ctx, c.client, false); err != nil {
 				return err
 			}
 		} else {
