@@ -132,6 +132,7 @@ func (c *conn) connect(cp *packet.Connect) bool {
 		return refuse(packet.ServerUnavailable)
 	}
 	if err := tx.Commit(ctx); err != nil {
+		c.b.metrics.storeFailed(err)
 		c.log.Error("persist session", "err", err)
 		return refuse(packet.ServerUnavailable)
 	}

@@ -2,8 +2,10 @@ package mqtt
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 
+	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/table"
 )
 
@@ -26,6 +28,8 @@ type metrics struct {
 	// accept.go), and failed Accepts.
 	refusedCap, refusedEvicted, refusedRate, refusedTimeout, refusedClosing atomic.Uint64
 	acceptErrors                                                            atomic.Uint64
+	// Commits the store refused with engine.ErrWriteFailed.
+	storeFailures atomic.Uint64
 	// Packets or subscriptions refused by a configured limit.
 	limitTopicLength, limitTopicLevels, limitSubscriptions atomic.Uint64
 	authRefused                                            [nRefused]atomic.Uint64
@@ -80,6 +84,10 @@ type Stats struct {
 	Refused map[string]uint64
 	// AcceptErrors counts failed Accepts, each retried after a pause.
 	AcceptErrors uint64
+	// StoreFailures counts commits the store refused because it could
+	// not write (a full disk, a failing write: engine.ErrWriteFailed);
+	// each ended the connection that needed it, unacknowledged.
+	StoreFailures uint64
 	// LimitHits counts what a configured limit refused, by limit:
 	// "topic_length" and "topic_levels" (a PUBLISH topic or a filter),
 	// "subscriptions" (a subscription past the per-session cap).
@@ -115,6 +123,7 @@ func (b *Broker) Stats() Stats {
 		refusedTimeout: m.refusedTimeout.Load(), refusedClosing: m.refusedClosing.Load(),
 	}
 	s.AcceptErrors = m.acceptErrors.Load()
+	s.StoreFailures = m.storeFailures.Load()
 	s.LimitHits = map[string]uint64{
 		limitTopicLength: m.limitTopicLength.Load(), limitTopicLevels: m.limitTopicLevels.Load(),
 		limitSubscriptions: m.limitSubscriptions.Load(),
@@ -128,6 +137,15 @@ func (b *Broker) Stats() Stats {
 	}
 	s.Denied = map[string]uint64{"read": m.denied[0].Load(), "write": m.denied[1].Load(), "subscribe": m.denied[2].Load()}
 	return s
+}
+
+// storeFailed counts err if it is the store refusing writes, and says so.
+func (m *metrics) storeFailed(err error) bool {
+	if errors.Is(err, engine.ErrWriteFailed) {
+		m.storeFailures.Add(1)
+		return true
+	}
+	return false
 }
 
 // SessionCounts returns the number of stored sessions with and without a
