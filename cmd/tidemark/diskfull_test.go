@@ -23,7 +23,7 @@ import (
 // and every acknowledged message reaches the persistent subscriber. The
 // test mounts the tmpfs itself, so it needs the privilege to mount.
 func TestServeDiskFull(t *testing.T) {
-	for _, eng := range []string{"pebble"} {
+	for _, eng := range []string{"pebble", "lmdb"} {
 		t.Run(eng, func(t *testing.T) { testServeDiskFull(t, eng) })
 	}
 }
