@@ -32,6 +32,7 @@ type metrics struct {
 	storeFailures atomic.Uint64
 	// Packets or subscriptions refused by a configured limit.
 	limitTopicLength, limitTopicLevels, limitSubscriptions atomic.Uint64
+	limitMemory, droppedMemory                             atomic.Uint64
 	authRefused                                            [nRefused]atomic.Uint64
 	denied                                                 [3]atomic.Uint64 // read, write, subscribe
 }
@@ -64,7 +65,8 @@ type Stats struct {
 	// Dropped counts messages not delivered, by reason: "retention" (the
 	// log was truncated below an offline session), "slow" (an in-memory
 	// delivery queue was full), "too_large" (over the client's maximum
-	// packet size), "expired" (message expiry passed before delivery).
+	// packet size), "expired" (message expiry passed before delivery),
+	// "memory" (a QoS 0 PUBLISH over Options.MaxMemory).
 	Dropped map[string]uint64
 	// PipelineDepth is the number of acknowledgements waiting for their
 	// commit across all connections; InflightOut the QoS 1/2 PUBLISHes
@@ -90,7 +92,8 @@ type Stats struct {
 	StoreFailures uint64
 	// LimitHits counts what a configured limit refused, by limit:
 	// "topic_length" and "topic_levels" (a PUBLISH topic or a filter),
-	// "subscriptions" (a subscription past the per-session cap).
+	// "subscriptions" (a subscription past the per-session cap), "memory"
+	// (a PUBLISH over Options.MaxMemory).
 	LimitHits map[string]uint64
 	// AuthRefused counts refused CONNECTs by reason: "bad_credentials",
 	// "not_authorized" (anonymous, client id or will topic not allowed),
@@ -115,6 +118,7 @@ func (b *Broker) Stats() Stats {
 		Dropped: map[string]uint64{
 			"retention": m.droppedRetention.Load(), "slow": m.droppedSlow.Load(),
 			"too_large": m.droppedTooLarge.Load(), "expired": m.droppedExpired.Load(),
+			"memory": m.droppedMemory.Load(),
 		},
 	}
 	s.Sockets, s.AwaitingConnect = b.gate.counts()
@@ -126,7 +130,7 @@ func (b *Broker) Stats() Stats {
 	s.StoreFailures = m.storeFailures.Load()
 	s.LimitHits = map[string]uint64{
 		limitTopicLength: m.limitTopicLength.Load(), limitTopicLevels: m.limitTopicLevels.Load(),
-		limitSubscriptions: m.limitSubscriptions.Load(),
+		limitSubscriptions: m.limitSubscriptions.Load(), limitMemory: m.limitMemory.Load(),
 	}
 	for i := range 3 {
 		s.MessagesIn[i], s.MessagesOut[i] = m.msgsIn[i].Load(), m.msgsOut[i].Load()
