@@ -21,9 +21,9 @@ import (
 // completed, before and after a restart. Under SyncNone a commit completes
 // before it is written, so a full disk loses what was not yet written, as
 // an operating-system crash would; only the commits after recovery are
-// checked there.
+// checked there, and likewise under SyncInterval.
 func TestDiskFullRecovers(t *testing.T) {
-	for _, mode := range []engine.SyncMode{engine.SyncAlways, engine.SyncNone} {
+	for _, mode := range []engine.SyncMode{engine.SyncAlways, engine.SyncInterval, engine.SyncNone} {
 		t.Run(mode.String(), func(t *testing.T) { testDiskFull(t, mode) })
 	}
 }
