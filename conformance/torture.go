@@ -41,6 +41,12 @@ type TortureOptions struct {
 	Window int
 	// MaxUptime bounds the random time the broker runs before a kill.
 	MaxUptime time.Duration
+	// MaxQoS1DupsPerKill, when positive, bounds the QoS 1 deliveries
+	// beyond the first, per subscriber and kill, on average over the run:
+	// a session's progress is durable as it goes, so a crash re-sends
+	// about what was in flight, not what was delivered since it last
+	// connected.
+	MaxQoS1DupsPerKill int
 }
 
 // TortureReport is what a Torture run counted.
@@ -223,6 +229,9 @@ func Torture(t T, o TortureOptions) TortureReport {
 			}
 		}
 		t.Logf("%s: %d QoS 1 deliveries for %d messages, %d deliveries in all", s.name, q1, q1n, len(got))
+		if o.MaxQoS1DupsPerKill > 0 && rep.Kills > 0 && q1-q1n > o.MaxQoS1DupsPerKill*rep.Kills {
+			t.Errorf("%s: %d QoS 1 duplicates in %d kills, over %d per kill", s.name, q1-q1n, rep.Kills, o.MaxQoS1DupsPerKill)
+		}
 	}
 	if rep.Lost > 0 {
 		t.Errorf("%d acknowledged deliveries lost", rep.Lost)

@@ -35,6 +35,9 @@ func TestTorture(t *testing.T) {
 				Messages:   msgs,
 				Publishers: 4,
 				Window:     64,
+				// The checkpoint is written every 256 deliveries; the
+				// publishers re-send up to 2 x 64 QoS 1 messages per kill.
+				MaxQoS1DupsPerKill: 1024,
 			})
 			t.Logf("%s: %v", eng, rep)
 		})
