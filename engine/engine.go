@@ -171,6 +171,25 @@ func PrefersSeparateCommits(e Engine) bool {
 	return ok && s.PrefersSeparateCommits()
 }
 
+// HealthReporter is implemented by engines that know, without writing,
+// whether they can take commits now. Health must answer in constant time:
+// probes call it on every request.
+type HealthReporter interface {
+	// Health returns nil while the engine takes commits, and an error
+	// wrapping ErrWriteFailed (or ErrClosed) while it refuses them.
+	Health() error
+}
+
+// Health reports whether e takes commits now: e's own Health where it
+// implements HealthReporter, nil otherwise (such an engine reports write
+// failures on the commits alone).
+func Health(e Engine) error {
+	if h, ok := e.(HealthReporter); ok {
+		return h.Health()
+	}
+	return nil
+}
+
 // SyncMode says when a commit counts as durable.
 type SyncMode uint8
 

@@ -35,4 +35,12 @@ var (
 	ErrCorrupt = errors.New("engine: corrupt data")
 	// ErrInUse reports a data directory another open engine holds.
 	ErrInUse = errors.New("engine: data directory in use")
+	// ErrWriteFailed reports a commit the store could not make durable: a
+	// full disk or a failing write. The commit's handle completes with it
+	// (never with success), so nothing of the commit may be acknowledged;
+	// whether its effects survive is undefined, as after a crash. While
+	// the engine cannot write it refuses commits with it at once, Health
+	// reports it, and the engine recovers on its own when writes succeed
+	// again (each driver documents how).
+	ErrWriteFailed = errors.New("engine: storage write failed")
 )

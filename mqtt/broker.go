@@ -159,6 +159,15 @@ type Options struct {
 	// CONNACK, counted from the start of the attempt (default 1 s;
 	// negative: none).
 	AuthFailureDelay time.Duration
+	// MaxMemory is the global memory budget in bytes (0: none): while the
+	// Go heap's live objects exceed it, new publishes are refused before
+	// they are stored (QoS 0 dropped; QoS 1 and 2 answered with Quota
+	// exceeded, 0x97, on 5.0; the connection closed on 3.1.1), so queued
+	// data cannot grow the process past it by much. Deliveries go on. A
+	// process embedding the broker should also set a Go memory limit
+	// (runtime/debug.SetMemoryLimit) near it, so garbage does not count
+	// as queued data; tidemark serve does.
+	MaxMemory int64
 	// MaxKeepAlive caps the keep alive a client may use (0: no cap). A
 	// 5.0 client asking for more, or for none, is told the cap in the
 	// CONNACK's Server Keep Alive; a 3.1.1 client, which cannot be told,
@@ -240,6 +249,8 @@ type Broker struct {
 
 	metrics metrics
 	history historyIndex
+	// overBudget is set while the heap exceeds Options.MaxMemory.
+	overBudget atomic.Bool
 	// gate admits sockets (see accept.go).
 	gate *gate
 	auth authState
@@ -285,6 +296,10 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 	if opts.NodeID != "" {
 		b.wg.Add(1)
 		go b.followTakeovers()
+	}
+	if opts.MaxMemory > 0 {
+		b.wg.Add(1)
+		go b.sampleMemory()
 	}
 	return b, nil
 }

@@ -513,6 +513,13 @@ func (c *conn) ackLoop() {
 		if err != nil {
 			c.log.Warn("store failed; closing the connection", "client", c.client, "err", err)
 			c.flush() // what was acknowledged before the failure still goes out
+			if c.b.metrics.storeFailed(err) {
+				// The store cannot write (a full disk): a 5.0 client
+				// learns why, and re-sends what went unacknowledged
+				// after reconnecting.
+				c.disconnect(packet.QuotaExceeded, "the broker's store refuses writes; retry later")
+				return
+			}
 			c.fail(err)
 			return
 		}

@@ -78,6 +78,7 @@ func (c *conn) connect(cp *packet.Connect) bool {
 	var err error
 	c.b.onStore(func() { st, err = c.setupSession(ctx, cp.CleanStart, window) })
 	if err != nil {
+		c.b.metrics.storeFailed(err)
 		return refuse(packet.ServerUnavailable)
 	}
 	present := st.present

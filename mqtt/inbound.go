@@ -58,6 +58,9 @@ func (c *conn) handlePublish(p *packet.Publish) bool {
 		c.disconnect(packet.ReceiveMaximumExceeded, "receive maximum exceeded") // [MQTT-3.3.4-7]
 		return false
 	}
+	if c.b.overBudget.Load() {
+		return c.refuseOverBudget(p)
+	}
 	c.b.metrics.msgsIn[p.QoS].Add(1)
 	c.b.metrics.bytesIn.Add(uint64(len(p.Payload)))
 	m := &Message{Topic: name, Payload: append([]byte{}, p.Payload...), QoS: byte(p.QoS), Retain: p.Retain, From: c.client}

@@ -57,6 +57,9 @@ func (o *Options) normLimits() {
 	if o.MaxSubscriptions < 0 {
 		o.MaxSubscriptions = 0
 	}
+	if o.MaxMemory < 0 {
+		o.MaxMemory = 0
+	}
 	if o.SessionExpiry < 0 {
 		o.SessionExpiry = 0
 	}

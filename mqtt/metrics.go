@@ -2,8 +2,10 @@ package mqtt
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 
+	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/table"
 )
 
@@ -29,8 +31,11 @@ type metrics struct {
 	// accept.go), and failed Accepts.
 	refusedCap, refusedEvicted, refusedRate, refusedTimeout, refusedClosing atomic.Uint64
 	acceptErrors                                                            atomic.Uint64
+	// Commits the store refused with engine.ErrWriteFailed.
+	storeFailures atomic.Uint64
 	// Packets or subscriptions refused by a configured limit.
 	limitTopicLength, limitTopicLevels, limitSubscriptions atomic.Uint64
+	limitMemory, droppedMemory                             atomic.Uint64
 	authRefused                                            [nRefused]atomic.Uint64
 	denied                                                 [3]atomic.Uint64 // read, write, subscribe
 }
@@ -63,7 +68,8 @@ type Stats struct {
 	// Dropped counts messages not delivered, by reason: "retention" (the
 	// log was truncated below an offline session), "slow" (an in-memory
 	// delivery queue was full), "too_large" (over the client's maximum
-	// packet size), "expired" (message expiry passed before delivery).
+	// packet size), "expired" (message expiry passed before delivery),
+	// "memory" (a QoS 0 PUBLISH over Options.MaxMemory).
 	Dropped map[string]uint64
 	// PipelineDepth is the number of acknowledgements waiting for their
 	// commit across all connections; InflightOut the QoS 1/2 PUBLISHes
@@ -89,9 +95,14 @@ type Stats struct {
 	Refused map[string]uint64
 	// AcceptErrors counts failed Accepts, each retried after a pause.
 	AcceptErrors uint64
+	// StoreFailures counts commits the store refused because it could
+	// not write (a full disk, a failing write: engine.ErrWriteFailed);
+	// each ended the connection that needed it, unacknowledged.
+	StoreFailures uint64
 	// LimitHits counts what a configured limit refused, by limit:
 	// "topic_length" and "topic_levels" (a PUBLISH topic or a filter),
-	// "subscriptions" (a subscription past the per-session cap).
+	// "subscriptions" (a subscription past the per-session cap), "memory"
+	// (a PUBLISH over Options.MaxMemory).
 	LimitHits map[string]uint64
 	// AuthRefused counts refused CONNECTs by reason: "bad_credentials",
 	// "not_authorized" (anonymous, client id or will topic not allowed),
@@ -118,6 +129,7 @@ func (b *Broker) Stats() Stats {
 		Dropped: map[string]uint64{
 			"retention": m.droppedRetention.Load(), "slow": m.droppedSlow.Load(),
 			"too_large": m.droppedTooLarge.Load(), "expired": m.droppedExpired.Load(),
+			"memory": m.droppedMemory.Load(),
 		},
 	}
 	s.Sockets, s.AwaitingConnect = b.gate.counts()
@@ -126,9 +138,10 @@ func (b *Broker) Stats() Stats {
 		refusedTimeout: m.refusedTimeout.Load(), refusedClosing: m.refusedClosing.Load(),
 	}
 	s.AcceptErrors = m.acceptErrors.Load()
+	s.StoreFailures = m.storeFailures.Load()
 	s.LimitHits = map[string]uint64{
 		limitTopicLength: m.limitTopicLength.Load(), limitTopicLevels: m.limitTopicLevels.Load(),
-		limitSubscriptions: m.limitSubscriptions.Load(),
+		limitSubscriptions: m.limitSubscriptions.Load(), limitMemory: m.limitMemory.Load(),
 	}
 	for i := range 3 {
 		s.MessagesIn[i], s.MessagesOut[i] = m.msgsIn[i].Load(), m.msgsOut[i].Load()
@@ -139,6 +152,15 @@ func (b *Broker) Stats() Stats {
 	}
 	s.Denied = map[string]uint64{"read": m.denied[0].Load(), "write": m.denied[1].Load(), "subscribe": m.denied[2].Load()}
 	return s
+}
+
+// storeFailed counts err if it is the store refusing writes, and says so.
+func (m *metrics) storeFailed(err error) bool {
+	if errors.Is(err, engine.ErrWriteFailed) {
+		m.storeFailures.Add(1)
+		return true
+	}
+	return false
 }
 
 // SessionCounts returns the number of stored sessions with and without a

@@ -73,8 +73,9 @@ type outbound struct {
 	persistedAt       time.Time
 	// persistAsk asks the sender for a checkpoint write. A session has no
 	// ticker: the first delivery completed after a write arms a timer of
-	// Options.CheckpointEvery (armed), a window's worth of them asks at
-	// once, so a crash re-sends no more than that, and retention asks an
+	// Options.CheckpointEvery (armed), a window's worth of them (at most
+	// persistEvery: a client's window may be 65,535) asks at once, so a
+	// crash re-sends no more than that, and retention asks an
 	// idle session whose checkpoint moved over others' messages (asked).
 	// An idle session costs no wake-ups.
 	persistAsk atomic.Bool
@@ -102,6 +103,12 @@ const (
 	outSent   = 1
 	outPubrec = 2
 )
+
+// persistEvery bounds the deliveries an online session completes between
+// two writes of its checkpoint, whatever its window: what a crash re-sends
+// to a subscriber that was online. One small commit per this many
+// deliveries.
+const persistEvery = 256
 
 // outRecord is the stored form of an outbound QoS 2 message in flight.
 type outRecord struct {
@@ -563,7 +570,7 @@ func (o *outbound) complete(pi uint16) {
 	if om != nil {
 		o.c.b.metrics.inflightOut.Add(-1)
 		// After the Ack: the write asked for covers this delivery.
-		if n := o.progress.Add(1); n-o.persistedProgress.Load() >= uint64(max(o.window, 1)) {
+		if n := o.progress.Add(1); n-o.persistedProgress.Load() >= uint64(max(min(o.window, persistEvery), 1)) {
 			o.requestPersist()
 		} else {
 			o.arm()

@@ -66,6 +66,9 @@ func TestCleanSession311(t *testing.T) {
 	pub.pub("cs3/1", 1, false, "q1")
 	pub.pub("cs3/2", 2, false, "q2")
 	pub.pub("cs3/0", 0, false, "q0 is not queued")
+	// A QoS 0 PUBLISH has no answer: the PUBACK of one behind it says the
+	// broker handled it before the session came back.
+	pub.pub("cs3-sync/0", 1, false, "sync")
 
 	c = connect3(t, s.Addr, "cs3", false)
 	if !c.present {

@@ -63,6 +63,10 @@ func (i *instrumented) Submit(ctx context.Context, b *engine.Batch) (*engine.Han
 	return h, err
 }
 
+// Health passes the wrapped engine's health on, so /healthz sees a store
+// that refuses writes through the wrapper.
+func (i *instrumented) Health() error { return engine.Health(i.Engine) }
+
 func (i *instrumented) Close() error {
 	err := i.Engine.Close()
 	i.once.Do(func() { close(i.pending) })
@@ -143,13 +147,14 @@ var (
 	descSockets  = prometheus.NewDesc("tidemark_sockets", "Open MQTT sockets, by whether they have sent CONNECT.", []string{"state"}, nil)
 	descRefused  = prometheus.NewDesc("tidemark_sockets_refused_total", "Sockets closed before their CONNECT was served, by reason.", []string{"reason"}, nil)
 	descAcceptEr = prometheus.NewDesc("tidemark_accept_errors_total", "Failed Accepts, each retried after a pause.", nil, nil)
+	descStoreErr = prometheus.NewDesc("tidemark_store_write_failures_total", "Commits the store refused because it could not write (full disk, failing write); each ended the connection that needed it.", nil, nil)
 	descLimits   = prometheus.NewDesc("tidemark_limit_hits_total", "Packets or subscriptions refused by a configured limit, by limit.", []string{"limit"}, nil)
 	descAuthRef  = prometheus.NewDesc("tidemark_auth_refused_total", "CONNECTs refused by authentication, by reason.", []string{"reason"}, nil)
 	descDenied   = prometheus.NewDesc("tidemark_acl_denied_total", "Accesses the ACL refused, by kind: read, write, subscribe.", []string{"access"}, nil)
 )
 
 func (c *brokerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descConns, descSessions, descConnects, descIn, descOut, descBytesIn, descBytesOut, descDropped, descPipeline, descInflight, descLogN, descLogB, descTrunc, descReplays, descReplayed, descSockets, descRefused, descAcceptEr, descLimits, descAuthRef, descDenied} {
+	for _, d := range []*prometheus.Desc{descConns, descSessions, descConnects, descIn, descOut, descBytesIn, descBytesOut, descDropped, descPipeline, descInflight, descLogN, descLogB, descTrunc, descReplays, descReplayed, descSockets, descRefused, descAcceptEr, descStoreErr, descLimits, descAuthRef, descDenied} {
 		ch <- d
 	}
 }
@@ -180,6 +185,7 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descRefused, prometheus.CounterValue, float64(n), reason)
 	}
 	ch <- prometheus.MustNewConstMetric(descAcceptEr, prometheus.CounterValue, float64(s.AcceptErrors))
+	ch <- prometheus.MustNewConstMetric(descStoreErr, prometheus.CounterValue, float64(s.StoreFailures))
 	for limit, n := range s.LimitHits {
 		ch <- prometheus.MustNewConstMetric(descLimits, prometheus.CounterValue, float64(n), limit)
 	}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -36,6 +37,7 @@ type serveFlags struct {
 	maxTopicLen    int
 	maxTopicLevels int
 	maxSubs        int
+	maxMemMB       int
 	sessionExpiry  time.Duration
 }
 
@@ -71,6 +73,11 @@ a flag wins over the environment, which wins over the file.`,
 				return err
 			}
 			opts.Logger = log
+			if bopts.MaxMemory > 0 {
+				// Garbage must not count against the budget: the
+				// collector works harder as the heap nears it.
+				debug.SetMemoryLimit(bopts.MaxMemory)
+			}
 			ctx := cmd.Context()
 			e, err := engine.Open(ctx, f.name, opts)
 			if err != nil {
@@ -106,9 +113,14 @@ a flag wins over the environment, which wins over the file.`,
 	fs.IntVar(&f.maxTopicLen, "max-topic-length", mqtt.MaxTopicLength, "longest topic name or filter in bytes (1-65535)")
 	fs.IntVar(&f.maxTopicLevels, "max-topic-levels", 0, "most levels in a topic name or filter (0: no limit)")
 	fs.IntVar(&f.maxSubs, "max-subscriptions", 0, "most subscriptions of one session (0: no limit)")
+	fs.IntVar(&f.maxMemMB, "max-memory-mb", 0, "memory budget in MiB: over it new publishes are refused (QoS 0 dropped; QoS 1/2: quota exceeded 0x97 on 5.0, connection closed on 3.1.1) and Go's memory limit is set to it (0: none)")
 	fs.DurationVar(&f.sessionExpiry, "session-expiry", 0, "longest any session is kept after its client disconnects, 3.1.1 persistent sessions included (0: never expire)")
 	return cmd
 }
+
+// minMemoryMB is the least --max-memory-mb: below it the engine's caches
+// and the broker's own structures alone would keep the budget exceeded.
+const minMemoryMB = 64
 
 // validate checks every setting before anything is opened.
 func (f *serveFlags) validate() (engine.Options, mqtt.Options, *slog.Logger, error) {
@@ -167,6 +179,8 @@ func (f *serveFlags) validate() (engine.Options, mqtt.Options, *slog.Logger, err
 		return opts, bo, nil, fmt.Errorf("--max-topic-levels %d: must be 0 (no limit) or positive", f.maxTopicLevels)
 	case f.maxSubs < 0:
 		return opts, bo, nil, fmt.Errorf("--max-subscriptions %d: must be 0 (no limit) or positive", f.maxSubs)
+	case f.maxMemMB < 0 || (f.maxMemMB > 0 && f.maxMemMB < minMemoryMB):
+		return opts, bo, nil, fmt.Errorf("--max-memory-mb %d: must be 0 (no budget) or at least %d (the broker and engine caches need that much), e.g. 1024", f.maxMemMB, minMemoryMB)
 	case f.sessionExpiry < 0 || (f.sessionExpiry > 0 && f.sessionExpiry < time.Second):
 		return opts, bo, nil, fmt.Errorf("--session-expiry %v: must be 0 (never) or at least 1s", f.sessionExpiry)
 	}
@@ -174,6 +188,6 @@ func (f *serveFlags) validate() (engine.Options, mqtt.Options, *slog.Logger, err
 		MaxQueuedMessages: f.maxQueued, MaxSessionExpiry: f.maxExpiry, RetentionEvery: f.retention,
 		MaxConnections: f.maxConns, MaxConnRate: f.maxConnRate, ConnectTimeout: f.connectTimeout,
 		MaxTopicLength: f.maxTopicLen, MaxTopicLevels: f.maxTopicLevels, MaxSubscriptions: f.maxSubs,
-		SessionExpiry: f.sessionExpiry, History: f.history}
+		SessionExpiry: f.sessionExpiry, History: f.history, MaxMemory: int64(f.maxMemMB) << 20}
 	return opts, bo, log, nil
 }

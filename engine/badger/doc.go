@@ -78,6 +78,18 @@
 // Value-log space freed by deletes and truncation is reclaimed by a
 // background value-log garbage collection every few minutes.
 //
+// # A full disk
+//
+// Badger writes its memtable WAL and its value log through memory-mapped
+// files it creates sparse (truncated to full size, blocks allocated on
+// first write). On a file system that runs out of space the kernel
+// cannot back such a write, and the process receives SIGBUS inside
+// Badger: no error reaches the engine, and the process ends. Nothing
+// acknowledged is lost (the WAL up to the last synced write is on disk and
+// replays at the next open), but the broker does not stay up through a
+// full disk as it does on pebble and lmdb. Keep free space monitored, or
+// give Badger a file system of its own with headroom.
+//
 // # Build
 //
 // Build with the nobadger tag (go build -tags nobadger) to leave the

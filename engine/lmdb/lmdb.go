@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	"github.com/PowerDNS/lmdb-go/lmdb"
 	"github.com/tidemark-io/tidemark/engine"
@@ -71,6 +72,10 @@ type db struct {
 	snaps   map[*snapshot]struct{}
 
 	notifier engine.Notifier
+
+	// failure, when set, is the write failure of the latest commit (see
+	// health.go).
+	failure atomic.Pointer[failure]
 }
 
 func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {

@@ -119,6 +119,10 @@ func (d *db) writer() {
 		defer t.Stop()
 		tick = t.C
 	}
+	// While a write failure stands, the writer probes for space on its
+	// own, so Health clears without waiting for a client's commit.
+	probe := time.NewTicker(probeEvery)
+	defer probe.Stop()
 	group := make([]*job, 0, maxGroupCommits)
 	var carry *job
 	for {
@@ -126,6 +130,11 @@ func (d *db) writer() {
 		carry = nil
 		if first == nil {
 			select {
+			case <-probe.C:
+				if d.failure.Load() != nil {
+					d.probe()
+				}
+				continue
 			case j, ok := <-d.queue:
 				if !ok {
 					if d.opts.Sync == engine.SyncInterval {
@@ -184,7 +193,7 @@ func (d *db) writer() {
 
 func (d *db) sync() {
 	if err := d.env.Sync(true); err != nil {
-		d.log.Error("periodic sync failed", "err", err)
+		d.log.Error("periodic sync failed", "err", d.writeFailed("sync", err))
 	}
 }
 
@@ -231,7 +240,7 @@ func (d *db) commitGroup(group []*job) int {
 func (d *db) tryGroup(group []*job) (next attempt, cut int, err error) {
 	txn, err := d.env.BeginTxn(nil, 0)
 	if err != nil {
-		return attemptDone, 0, fmt.Errorf("lmdb: begin write transaction: %w", err)
+		return attemptDone, 0, d.writeFailed("begin write transaction", err)
 	}
 	// Values read for checks are only compared, never kept.
 	txn.RawRead = true
@@ -262,7 +271,7 @@ func (d *db) tryGroup(group []*job) (next attempt, cut int, err error) {
 		if lmdb.IsMapFull(err) {
 			return attemptGrow, 0, err
 		}
-		return attemptDone, 0, fmt.Errorf("lmdb: commit: %w", err)
+		return attemptDone, 0, d.writeFailed("commit", err)
 	}
 	return attemptDone, 0, nil
 }

@@ -19,6 +19,23 @@
 // commit is durable, so a change feed never shows what a crash could take
 // back.
 //
+// # A full disk
+//
+// Pebble keeps a failed WAL write's error for good, so at the first
+// failing write (seen through the file system the engine gives Pebble)
+// the engine refuses commits with engine.ErrWriteFailed, Health reports
+// it, and a recovery loop waits until a probe file of a memtable's size
+// (at least 4 MiB) can be written and synced in the data directory, then
+// closes the failed Pebble DB and opens the directory again; the WAL
+// replays as after a crash. Under SyncAlways nothing completed is lost.
+// Under SyncInterval and SyncNone a commit completes before it is
+// written, so the commits completed but not yet written when the disk
+// filled are lost, as in an operating-system crash. Open snapshots and
+// iterators of the failed DB return ErrWriteFailed; read again. If the
+// failed DB cannot be closed (a panic inside Pebble's commit pipeline can
+// leave it locked), the engine stays failed and Health says to restart
+// the process.
+//
 // # Build
 //
 // Build with the nopebble tag (go build -tags nopebble) to leave the

@@ -38,6 +38,9 @@ type pendingCommit struct {
 	batch    *pebble.Batch // nil for a deferred commit, applied without sync
 	complete func(engine.Result, error)
 	res      engine.Result
+	// barrier, when set, marks no commit: the completer closes it once
+	// every commit queued before it completed (see reopen).
+	barrier chan struct{}
 }
 
 // db is the engine. mu orders commits: a key is assigned and its batch
@@ -45,7 +48,9 @@ type pendingCommit struct {
 // the Pebble handle against reads racing Close.
 type db struct {
 	lock  *dirlock.Lock // the data directory, held while open
-	pdb   *pebble.DB
+	pdb   *pebble.DB    // under mu and rw; nil between a failed reopen and the next
+	popts *pebble.Options
+	fs    *watchFS
 	opts  engine.Options
 	hlc   *engine.HLC
 	cache *pebble.Cache
@@ -70,6 +75,15 @@ type db struct {
 	notifier  engine.Notifier
 	completer sync.WaitGroup
 	stop      chan struct{}
+
+	// failure, when set, is the write failure commits are refused with
+	// until recovery reopens the store (recover.go); stuck says it never
+	// will.
+	failure    atomic.Pointer[failure]
+	stuck      atomic.Bool
+	recMu      sync.Mutex
+	recStopped bool // under recMu: Close began, start no recovery
+	recWG      sync.WaitGroup
 }
 
 func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
@@ -88,7 +102,19 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		return nil, fmt.Errorf("pebble: create %s: %w", opts.Dir, err)
 	}
 	cache := pebble.NewCache(int64(cacheMB) << 20)
+	d := &db{
+		opts:    opts,
+		cache:   cache,
+		log:     opts.Log().With("engine", Name),
+		readers: map[*snapshot]struct{}{},
+		stop:    make(chan struct{}),
+		gate:    deferral.NewGate(opts.Deferral()),
+	}
+	d.fs = newWatchFS(func(err error) {
+		d.fail(fmt.Errorf("pebble: %w: %w", engine.ErrWriteFailed, err))
+	})
 	popts := &pebble.Options{
+		FS:           d.fs,
 		Cache:        cache,
 		MemTableSize: uint64(memMB) << 20,
 		Logger:       slogLogger{opts.Log().With("engine", Name)},
@@ -101,6 +127,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		cache.Unref()
 		return nil, err
 	}
+	d.popts = popts
 	pdb, err := pebble.Open(opts.Dir, popts)
 	if err != nil {
 		cache.Unref()
@@ -110,16 +137,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		}
 		return nil, fmt.Errorf("pebble: open %s: %w", opts.Dir, err)
 	}
-	d := &db{
-		lock:    lock,
-		pdb:     pdb,
-		opts:    opts,
-		cache:   cache,
-		log:     opts.Log().With("engine", Name),
-		readers: map[*snapshot]struct{}{},
-		stop:    make(chan struct{}),
-		gate:    deferral.NewGate(opts.Deferral()),
-	}
+	d.lock, d.pdb = lock, pdb
 	top, floor, err := d.recoverKeys()
 	if err != nil {
 		_ = pdb.Close()
@@ -140,7 +158,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		d.completer.Add(1)
 		go func() {
 			defer d.completer.Done()
-			kvlog.SyncEvery(d.stop, opts.Interval(), func() error { return d.pdb.LogData(nil, pebble.Sync) }, d.log)
+			kvlog.SyncEvery(d.stop, opts.Interval(), d.syncInterval, d.log)
 		}()
 	}
 	return d, nil
@@ -182,6 +200,18 @@ func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("pebble: submit: %w", err)
 	}
+
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil, fmt.Errorf("pebble: submit: %w", engine.ErrClosed)
+	}
+	// Checked under mu before every apply: after a failed write Pebble's
+	// WAL writer fails (or panics on) every later commit.
+	if err := d.failed(); err != nil {
+		d.mu.Unlock()
+		return engine.Completed(engine.Result{}, fmt.Errorf("pebble: submit: %w", err)), nil
+	}
 	pb := d.pdb.NewBatch()
 	for i := range b.Ops {
 		// Keys and values go straight into the batch's buffer.
@@ -195,13 +225,6 @@ func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error
 		}
 		kvlog.DataKey(dop.Key[:0], op.Key)
 		_ = dop.Finish()
-	}
-
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		_ = pb.Close()
-		return nil, fmt.Errorf("pebble: submit: %w", engine.ErrClosed)
 	}
 	if err := d.checkLocked(b.Checks); err != nil {
 		d.mu.Unlock()
@@ -218,11 +241,11 @@ func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error
 		}
 	}
 	if d.opts.Sync != engine.SyncAlways {
-		err := d.pdb.Apply(pb, pebble.NoSync)
+		err := d.guard("apply", func() error { return d.pdb.Apply(pb, pebble.NoSync) })
 		d.mu.Unlock()
 		_ = pb.Close()
 		if err != nil {
-			return engine.Completed(engine.Result{}, fmt.Errorf("pebble: apply: %w", err)), nil
+			return engine.Completed(engine.Result{}, err), nil
 		}
 		if len(res.Keys) > 0 {
 			d.durable.Store(uint64(res.Keys[0]))
@@ -236,20 +259,21 @@ func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error
 	if d.gate.Defer(b) {
 		// In the WAL before any later commit, so that commit's sync
 		// makes it durable too (see complete).
-		err := d.pdb.Apply(pb, pebble.NoSync)
+		err := d.guard("apply", func() error { return d.pdb.Apply(pb, pebble.NoSync) })
 		_ = pb.Close()
 		if err != nil {
 			d.mu.Unlock()
-			return engine.Completed(engine.Result{}, fmt.Errorf("pebble: apply: %w", err)), nil
+			return engine.Completed(engine.Result{}, err), nil
 		}
 		d.pending <- pendingCommit{complete: complete, res: res}
 		d.mu.Unlock()
 		return h, nil
 	}
-	if err := d.pdb.ApplyNoSyncWait(pb, pebble.Sync); err != nil {
+	if err := d.guard("apply", func() error { return d.pdb.ApplyNoSyncWait(pb, pebble.Sync) }); err != nil {
 		d.mu.Unlock()
-		_ = pb.Close()
-		return engine.Completed(engine.Result{}, fmt.Errorf("pebble: apply: %w", err)), nil
+		// A batch Pebble panicked on is left to the collector: its
+		// state is unknown.
+		return engine.Completed(engine.Result{}, err), nil
 	}
 	// Queued under mu so the completer sees commits in apply order.
 	d.pending <- pendingCommit{batch: pb, complete: complete, res: res}
@@ -317,6 +341,15 @@ func (d *db) complete() {
 			}
 			break
 		}
+		if p.barrier != nil {
+			if len(held) > 0 {
+				timer.Stop()
+				d.finish(held, d.syncWAL())
+				held = held[:0]
+			}
+			close(p.barrier)
+			continue
+		}
 		if p.batch == nil {
 			if len(held) == 0 {
 				timer.Reset(d.gate.Window())
@@ -327,7 +360,8 @@ func (d *db) complete() {
 		err := p.batch.SyncWait()
 		_ = p.batch.Close()
 		if err != nil {
-			err = fmt.Errorf("pebble: sync: %w", err)
+			err = fmt.Errorf("pebble: sync: %w: %w", engine.ErrWriteFailed, err)
+			d.fail(err)
 		}
 		if len(held) > 0 {
 			timer.Stop()
@@ -340,12 +374,24 @@ func (d *db) complete() {
 	d.notifier.Notify()
 }
 
-// syncWAL makes every applied commit durable.
+// syncWAL makes every applied commit durable, or reports why not. The
+// caller is the completer: no reopen swaps the DB under it (reopen waits
+// for the completer at a barrier first).
 func (d *db) syncWAL() error {
-	if err := d.pdb.LogData(nil, pebble.Sync); err != nil {
-		return fmt.Errorf("pebble: sync: %w", err)
+	if err := d.failed(); err != nil {
+		return err
 	}
-	return nil
+	return d.guard("sync", func() error { return d.pdb.LogData(nil, pebble.Sync) })
+}
+
+// syncInterval is the periodic sync of SyncInterval.
+func (d *db) syncInterval() error {
+	d.rw.RLock()
+	defer d.rw.RUnlock()
+	if d.rclosed || d.pdb == nil || d.failed() != nil {
+		return nil
+	}
+	return d.guard("sync", func() error { return d.pdb.LogData(nil, pebble.Sync) })
 }
 
 // finish completes durable (or failed) commits, in order.
@@ -387,6 +433,9 @@ func (d *db) readLogPage(seek []byte, start engine.LogKey, checkFloor bool) ([]e
 	if d.rclosed {
 		return nil, nil, fmt.Errorf("pebble: scan log: %w", engine.ErrClosed)
 	}
+	if err := d.downLocked("scan log"); err != nil {
+		return nil, nil, err
+	}
 	if checkFloor {
 		if err := kvlog.CheckFloor(start, d.floor); err != nil {
 			return nil, nil, err
@@ -427,15 +476,21 @@ func (d *db) Truncate(ctx context.Context, below engine.LogKey) error {
 	if d.rclosed {
 		return fmt.Errorf("pebble: truncate: %w", engine.ErrClosed)
 	}
+	if err := d.downLocked("truncate"); err != nil {
+		return err
+	}
 	if below <= d.floor {
 		return nil
+	}
+	if err := d.failed(); err != nil {
+		return fmt.Errorf("pebble: truncate: %w", err)
 	}
 	b := d.pdb.NewBatch()
 	defer b.Close()
 	_ = b.DeleteRange(kvlog.LogSeek(0), kvlog.LogSeek(below), nil)
 	_ = b.Set(kvlog.MetaFloor, kvlog.EncodeFloor(below), nil)
-	if err := d.pdb.Apply(b, pebble.Sync); err != nil {
-		return fmt.Errorf("pebble: truncate: %w", err)
+	if err := d.guard("truncate", func() error { return d.pdb.Apply(b, pebble.Sync) }); err != nil {
+		return err
 	}
 	d.floor = below
 	return nil
@@ -446,6 +501,9 @@ func (d *db) LogStats(ctx context.Context) (engine.LogStats, error) {
 	defer d.rw.RUnlock()
 	if d.rclosed {
 		return engine.LogStats{}, fmt.Errorf("pebble: log stats: %w", engine.ErrClosed)
+	}
+	if err := d.downLocked("log stats"); err != nil {
+		return engine.LogStats{}, err
 	}
 	st := engine.LogStats{Floor: d.floor}
 	it, err := d.pdb.NewIter(&pebble.IterOptions{LowerBound: []byte{kvlog.LogPrefix}, UpperBound: kvlog.LogUpper, KeyTypes: pebble.IterKeyTypePointsOnly})
@@ -482,6 +540,9 @@ func (d *db) Snapshot(ctx context.Context) (engine.Snapshot, error) {
 	if d.rclosed {
 		return nil, fmt.Errorf("pebble: snapshot: %w", engine.ErrClosed)
 	}
+	if err := d.downLocked("snapshot"); err != nil {
+		return nil, err
+	}
 	s := &snapshot{d: d, snap: d.pdb.NewSnapshot(), iters: map[*iterator]struct{}{}}
 	d.readers[s] = struct{}{}
 	return s, nil
@@ -500,6 +561,10 @@ func (d *db) Close() error {
 	close(d.stop)
 	d.mu.Unlock()
 	d.completer.Wait()
+	d.recMu.Lock()
+	d.recStopped = true
+	d.recMu.Unlock()
+	d.recWG.Wait()
 	d.notifier.Close()
 
 	d.rw.Lock()
@@ -508,7 +573,14 @@ func (d *db) Close() error {
 	for s := range d.readers {
 		s.closeLocked()
 	}
-	err := d.pdb.Close()
+	var err error
+	switch {
+	case d.pdb == nil:
+	case d.failure.Load() != nil:
+		err = d.closeFailed(d.pdb)
+	default:
+		err = d.pdb.Close()
+	}
 	d.cache.Unref()
 	d.lock.Release()
 	if err != nil {

@@ -21,6 +21,17 @@ type snapshot struct {
 	snap   *pebble.Snapshot
 	iters  map[*iterator]struct{}
 	closed bool
+	// gone, when set, is what calls after a reopen closed the snapshot
+	// return (see reopen), instead of ErrClosed.
+	gone error
+}
+
+// closedErr is the error of a call on a closed snapshot.
+func (s *snapshot) closedErr(op string) error {
+	if s.gone != nil {
+		return fmt.Errorf("pebble: %s: %w", op, s.gone)
+	}
+	return fmt.Errorf("pebble: %s: %w", op, engine.ErrClosed)
 }
 
 func (s *snapshot) Get(ctx context.Context, key []byte) ([]byte, error) {
@@ -33,7 +44,7 @@ func (s *snapshot) Get(ctx context.Context, key []byte) ([]byte, error) {
 	s.d.rw.RLock()
 	defer s.d.rw.RUnlock()
 	if s.closed {
-		return nil, fmt.Errorf("pebble: get: %w", engine.ErrClosed)
+		return nil, s.closedErr("get")
 	}
 	v, closer, err := s.snap.Get(kvlog.DataKey(nil, key))
 	if errors.Is(err, pebble.ErrNotFound) {
@@ -54,7 +65,7 @@ func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (engine.Iterat
 	s.d.rw.Lock()
 	defer s.d.rw.Unlock()
 	if s.closed {
-		return nil, fmt.Errorf("pebble: iter: %w", engine.ErrClosed)
+		return nil, s.closedErr("iter")
 	}
 	it, err := s.snap.NewIter(&pebble.IterOptions{
 		LowerBound: kvlog.DataKey(nil, lower),
@@ -100,7 +111,7 @@ func (w *iterator) Next() bool {
 	defer w.s.d.rw.RUnlock()
 	if w.closed {
 		if w.err == nil {
-			w.err = fmt.Errorf("pebble: iter: %w", engine.ErrClosed)
+			w.err = w.s.closedErr("iter")
 		}
 		return false
 	}
@@ -121,6 +132,9 @@ func (w *iterator) Err() error {
 	w.s.d.rw.RLock()
 	defer w.s.d.rw.RUnlock()
 	if w.closed {
+		if w.s.gone != nil {
+			return w.s.closedErr("iter")
+		}
 		return nil
 	}
 	return w.it.Error()
@@ -151,8 +165,14 @@ func (l slogLogger) Infof(format string, args ...any) {
 func (l slogLogger) Errorf(format string, args ...any) {
 	l.l.Error(fmt.Sprintf(format, args...))
 }
+
+// Fatalf is called by Pebble on a state it cannot go on from, and must
+// not return. Within a commit, a reopen or a sync of this engine the
+// panic is recovered (see guard) and fails the engine into recovery,
+// which reopens the directory; in Pebble's own background work it ends
+// the process, as Pebble requires, after logging why.
 func (l slogLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
-	l.l.Error(msg)
-	panic("pebble: fatal: " + msg)
+	l.l.Error("pebble fatal error", "err", msg)
+	panic(fatal("pebble: fatal: " + msg))
 }

@@ -1,0 +1,170 @@
+package main_test
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	paho3 "github.com/eclipse/paho.mqtt.golang"
+)
+
+// TestServeDiskFull runs `tidemark serve` on a small tmpfs that fills up
+// under QoS 1 load, then frees space: the publisher's connection ends at
+// the full disk, /healthz fails while the store cannot write, and once
+// space returns the same process takes publishes and connections again,
+// and every acknowledged message reaches the persistent subscriber. The
+// test mounts the tmpfs itself, so it needs the privilege to mount.
+func TestServeDiskFull(t *testing.T) {
+	for _, eng := range []string{"pebble", "lmdb"} {
+		t.Run(eng, func(t *testing.T) { testServeDiskFull(t, eng) })
+	}
+}
+
+func testServeDiskFull(t *testing.T, eng string) {
+	dir := t.TempDir()
+	mnt := filepath.Join(dir, "fs")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs to fill (needs the privilege to mount): %v: %s", err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", mnt, err, out)
+		}
+	})
+	filler := filepath.Join(mnt, "filler")
+	if err := os.WriteFile(filler, make([]byte, 8<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	bin := tidemarkBinary(t)
+	mqttAddr, metricsAddr := freeAddr(t), freeAddr(t)
+	cfg := filepath.Join(dir, "tidemark.yaml")
+	conf := fmt.Sprintf("engine: %s\ndata: %s\nmqtt: %s\nmetrics: %s\n", eng, filepath.Join(mnt, "data"), mqttAddr, metricsAddr)
+	if eng == "pebble" {
+		conf += "engine-param: [memtable_mb=1]\n"
+	}
+	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv := startServe(t, bin, cfg, mqttAddr)
+	defer srv.stop(t)
+
+	sub := connect(t, mqttAddr, "df-sub", false)
+	if tok := sub.Subscribe("df/#", 1, nil); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	sub.Disconnect(100)
+
+	health := func() int {
+		resp, err := http.Get("http://" + metricsAddr + "/healthz")
+		if err != nil {
+			t.Fatalf("/healthz: %v", err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if code := health(); code != http.StatusOK {
+		t.Fatalf("/healthz before the disk filled: %d", code)
+	}
+
+	// Publish until the disk is full: the broker ends the connection
+	// rather than acknowledge what it could not store.
+	var mu sync.Mutex
+	acked := map[string]bool{}
+	// Incompressible, so the store's size is the payloads'.
+	noise := make([]byte, 1000)
+	rand.Read(noise)
+	payload := hex.EncodeToString(noise)
+	pub := connect(t, mqttAddr, "df-pub", false)
+	full := false
+	for i := 0; i < 20000 && !full; i++ {
+		id := fmt.Sprintf("m%05d", i)
+		tok := pub.Publish("df/"+id, 1, false, id+payload)
+		if !tok.WaitTimeout(10*time.Second) || tok.Error() != nil || !pub.IsConnectionOpen() {
+			full = true
+			break
+		}
+		mu.Lock()
+		acked[id] = true
+		mu.Unlock()
+	}
+	pub.Disconnect(0)
+	if !full {
+		t.Fatal("20,000 messages fit; the disk never filled")
+	}
+	t.Logf("disk full after %d acknowledged", len(acked))
+	if code := health(); code != http.StatusServiceUnavailable {
+		t.Fatalf("/healthz with the disk full: %d, want 503\n%s", code, srv.log.String())
+	}
+
+	// Space returns: the same process recovers.
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for health() != http.StatusOK {
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthz still failing after space returned:\n%s", srv.log.String())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("healthy again")
+	pub = connect(t, mqttAddr, "df-pub", false)
+	for i := range 100 {
+		id := fmt.Sprintf("n%05d", i)
+		publish(t, pub, "df/"+id, false, id)
+		acked[id] = true
+	}
+	pub.Disconnect(100)
+
+	got := map[string]bool{}
+	all := make(chan struct{})
+	sub = connectWith(t, mqttAddr, "df-sub", false, func(_ paho3.Client, m paho3.Message) {
+		mu.Lock()
+		defer mu.Unlock()
+		id := strings.TrimPrefix(m.Topic(), "df/")
+		got[id] = true
+		done := true
+		for a := range acked {
+			if !got[a] {
+				done = false
+				break
+			}
+		}
+		if done && len(got) > 0 {
+			select {
+			case <-all:
+			default:
+				close(all)
+			}
+		}
+	})
+	defer sub.Disconnect(100)
+	select {
+	case <-all:
+	case <-time.After(60 * time.Second):
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	lost := 0
+	for a := range acked {
+		if !got[a] {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Fatalf("%d of %d acknowledged messages not delivered after recovery", lost, len(acked))
+	}
+	t.Logf("%s: %d messages acknowledged before the disk filled and after, all delivered", eng, len(acked))
+}

@@ -1,0 +1,173 @@
+//go:build !nopebble
+
+package pebble
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tidemark-io/tidemark/engine"
+)
+
+// TestDiskFullRecovers fails every write under a running engine the way a
+// full disk does (ENOSPC from the file system Pebble writes through), then
+// lets writes succeed again: the engine must refuse commits and report it
+// while full, recover by itself, and under SyncAlways keep every commit it
+// completed, before and after a restart. Under SyncNone a commit completes
+// before it is written, so a full disk loses what was not yet written, as
+// an operating-system crash would; only the commits after recovery are
+// checked there, and likewise under SyncInterval.
+func TestDiskFullRecovers(t *testing.T) {
+	for _, mode := range []engine.SyncMode{engine.SyncAlways, engine.SyncInterval, engine.SyncNone} {
+		t.Run(mode.String(), func(t *testing.T) { testDiskFull(t, mode) })
+	}
+}
+
+func testDiskFull(t *testing.T, mode engine.SyncMode) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	opts := engine.Options{Dir: dir, Sync: mode, Params: map[string]string{"memtable_mb": "1"}}
+	e, err := engine.Open(ctx, Name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := e.(*db)
+
+	var mu sync.Mutex
+	acked := map[string]bool{}
+	commit := func(id string) (*engine.Handle, error) {
+		b := &engine.Batch{}
+		b.Put([]byte("k/"+id), make([]byte, 512))
+		b.Append([]byte(id))
+		return e.Submit(ctx, b)
+	}
+	wait := func(id string, h *engine.Handle) error {
+		_, err := h.Wait(ctx)
+		if err == nil {
+			mu.Lock()
+			acked[id] = true
+			mu.Unlock()
+		}
+		return err
+	}
+	for i := range 200 {
+		id := fmt.Sprintf("before-%d", i)
+		h, err := commit(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := wait(id, h); err != nil {
+			t.Fatalf("commit %s before the disk filled: %v", id, err)
+		}
+	}
+
+	full := func(op, name string) error { return fmt.Errorf("%s %s: %w", op, name, syscall.ENOSPC) }
+	d.fs.fault.Store(&full)
+
+	// Commits in flight from several writers when the disk fills.
+	var wg sync.WaitGroup
+	failures := make(chan error, 4*100)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 100 {
+				id := fmt.Sprintf("full-%d-%d", w, i)
+				h, err := commit(id)
+				if err != nil {
+					failures <- fmt.Errorf("submit %s: %w", id, err)
+					continue
+				}
+				if err := wait(id, h); err != nil {
+					failures <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(failures)
+	n := 0
+	for err := range failures {
+		n++
+		if !errors.Is(err, engine.ErrWriteFailed) || !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("commit on a full disk failed with %v, want an error wrapping engine.ErrWriteFailed and ENOSPC", err)
+		}
+	}
+	if n == 0 {
+		t.Fatal("every commit succeeded on a full disk")
+	}
+	if err := engine.Health(e); !errors.Is(err, engine.ErrWriteFailed) {
+		t.Fatalf("Health on a full disk = %v, want engine.ErrWriteFailed", err)
+	}
+	if err := d.probe(); err == nil {
+		t.Fatal("the space probe succeeded on a full disk")
+	}
+
+	if mode != engine.SyncAlways {
+		mu.Lock()
+		clear(acked)
+		mu.Unlock()
+	}
+
+	// Space returns: the engine recovers without a restart.
+	d.fs.fault.Store(nil)
+	for engine.Health(e) != nil {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the engine did not recover after space returned: %v", engine.Health(e))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	for i := range 200 {
+		id := fmt.Sprintf("after-%d", i)
+		h, err := commit(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := wait(id, h); err != nil {
+			t.Fatalf("commit %s after space returned: %v", id, err)
+		}
+	}
+	check := func(e engine.Engine, when string) {
+		t.Helper()
+		seen := map[string]bool{}
+		var last engine.LogKey
+		err := e.ScanLog(ctx, 0, false, func(en engine.Entry) bool {
+			if en.Key < last {
+				t.Errorf("%s: log key %d after %d", when, en.Key, last)
+			}
+			last = en.Key
+			seen[string(en.Value)] = true
+			return true
+		})
+		if err != nil {
+			t.Fatalf("%s: scan: %v", when, err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for id := range acked {
+			if !seen[id] {
+				t.Errorf("%s: completed commit %s is not in the log", when, id)
+			}
+			if _, err := engine.Get(ctx, e, []byte("k/"+id)); err != nil {
+				t.Errorf("%s: key of completed commit %s: %v", when, id, err)
+			}
+		}
+	}
+	check(e, "after recovery")
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e, err = engine.Open(ctx, Name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	check(e, "after a restart")
+}
