@@ -692,7 +692,7 @@ func (o *outbound) pubcomp(pi uint16) {
 // finishQoS2 deletes the outbound record and marks the message done above
 // the checkpoint in one commit, and completes the exchange. From the read
 // loop the writes are held back for a commit that comes anyway (see
-// lazyEnds) and the exchange completes at once; past maxLazy they go in
+// lazyEnds) and the exchange completes at once; past Broker.maxLazy they go in
 // the pending group and it completes after. From the ack loop itself
 // (inLoop), which must not wait on its own FIFO, they commit on their own.
 func (o *outbound) finishQoS2(om *outMsg, inLoop bool) bool {
@@ -709,7 +709,7 @@ func (o *outbound) finishQoS2(om *outMsg, inLoop bool) bool {
 		o.mu.Lock()
 		o.ending[om.pi] = om.pos
 		o.mu.Unlock()
-		if c.lazy.add(om.pi, om.pos) {
+		if c.lazy.add(om.pi, om.pos, c.b.maxLazy()) {
 			o.complete(om.pi)
 			return true
 		}
@@ -746,7 +746,7 @@ func (o *outbound) offer(d direct) {
 // persist writes the session record with the acknowledged checkpoint and
 // drops completion marks it covers. final waits for the commits.
 //
-// One commit drops at most maxStateDeletes marks. A subscriber taking more
+// One commit drops at most Broker.maxStateDeletes marks. A subscriber taking more
 // QoS 2 messages than that between two persists leaves more behind, so
 // persist goes on with further commits until none is left: otherwise the
 // marks (in memory and in the store) would grow for as long as the load
@@ -845,7 +845,7 @@ func (o *outbound) garbage() bool {
 
 // sessionTx returns a transaction writing the session record as it stands:
 // subscriptions, acknowledged checkpoint, and the deletes of up to
-// maxStateDeletes completion marks it covers (persist drops the rest).
+// Broker.maxStateDeletes completion marks it covers (persist drops the rest).
 func (o *outbound) sessionTx() (*table.Tx, error) {
 	tx, _, err := o.sessionSweepTx()
 	return tx, err
@@ -891,9 +891,9 @@ func (o *outbound) sessionSweepTx() (*table.Tx, bool, error) {
 	}
 	tx := c.b.db.Begin()
 	// Marks at or below the checkpoint are garbage: drop them, at most
-	// maxStateDeletes per commit so the transaction stays within the
-	// engine's batch limit.
-	n, more := 0, false
+	// Broker.maxStateDeletes per commit so the transaction stays within
+	// the engine's batch limit.
+	n, more, chunk := 0, false, c.b.maxStateDeletes()
 	held := map[table.Cursor]bool{}
 	for _, pos := range o.ending {
 		held[pos] = true // its mark may not be written yet
@@ -902,7 +902,7 @@ func (o *outbound) sessionSweepTx() (*table.Tx, bool, error) {
 		if cp.Less(pos) || held[pos] {
 			continue
 		}
-		if n == maxStateDeletes {
+		if n == chunk {
 			more = true
 			break
 		}

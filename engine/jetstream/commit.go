@@ -472,6 +472,7 @@ func (d *db) publishFailed(ctx context.Context, live []*pending, pl plan, attemp
 		} else if d.maxBatch > 1 {
 			d.maxBatch /= 2
 		}
+		d.batchLimit.Store(int64(d.maxBatch))
 		d.publishGroup(live, attempt)
 	case errCodeTooManyInflight, errCodeBatchIncomplete:
 		if attempt >= 5 {

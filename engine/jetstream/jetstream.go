@@ -84,7 +84,9 @@ type db struct {
 	logTotal                                              uint64 // committer only: log entries the stream received
 	recent                                                recentLog
 
-	maxBatch   int // messages per atomic batch; committer only
+	maxBatch int // messages per atomic batch; committer only
+	// batchLimit is maxBatch for other goroutines (MaxCommitEntries).
+	batchLimit atomic.Int64
 	maxMessage int // largest message payload the connection allows
 
 	// Submission queue, drained in order by the committer.
@@ -188,6 +190,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		committerDone: make(chan struct{}),
 		engineID:      newEngineID(),
 	}
+	d.batchLimit.Store(int64(maxBatch))
 	d.view.init()
 	d.view.tombTTL = tombTTL
 	if url == "" {
@@ -306,6 +309,17 @@ func (d *db) Granularity() engine.Granularity { return engine.PerRecord }
 // together. With one writer a group of commits is one message, so
 // gathering pays.
 func (d *db) PrefersSeparateCommits() bool { return !d.wal }
+
+// MaxCommitEntries is the atomic batch limit on a shared stream
+// (commit=batch): the max_batch parameter, lowered to what the server
+// reports when it refuses a batch as too large. With one writer a commit
+// is one message, limited by bytes only.
+func (d *db) MaxCommitEntries() int {
+	if d.wal {
+		return engine.MaxBatchEntries
+	}
+	return int(d.batchLimit.Load())
+}
 func (d *db) Watch(ctx context.Context) <-chan struct{} {
 	return d.notifier.Subscribe(ctx)
 }
