@@ -140,6 +140,23 @@ func freePorts(t *testing.T, n int) []int {
 // until it has a meta leader.
 func startCluster(t *testing.T) []*server.Server {
 	t.Helper()
+	servers := startServers(t)
+	waitFor(t, 20*time.Second, "a JetStream meta leader", func() bool {
+		for _, s := range servers {
+			if s.JetStreamIsLeader() {
+				return true
+			}
+		}
+		return false
+	})
+	return servers
+}
+
+// startServers starts a three-node JetStream cluster on loopback and
+// returns once every server takes connections, before the cluster
+// elected its leaders.
+func startServers(t *testing.T) []*server.Server {
+	t.Helper()
 	ports := freePorts(t, 3)
 	var routes []*url.URL
 	for _, p := range ports {
@@ -168,18 +185,10 @@ func startCluster(t *testing.T) []*server.Server {
 		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
 	}
 	for _, s := range servers {
-		if !s.ReadyForConnections(10 * time.Second) {
+		if !s.ReadyForConnections(30 * time.Second) {
 			t.Fatalf("server %s not ready", s.Name())
 		}
 	}
-	waitFor(t, 20*time.Second, "a JetStream meta leader", func() bool {
-		for _, s := range servers {
-			if s.JetStreamIsLeader() {
-				return true
-			}
-		}
-		return false
-	})
 	return servers
 }
 
@@ -297,4 +306,62 @@ func TestJetStreamClusterLeaderLoss(t *testing.T) {
 		}
 	}
 	t.Logf("%d completed commits survived the loss of stream leader %s (%d entries in the log)", len(completed), info.Cluster.Leader, len(inLog))
+}
+
+// TestJetStreamClusterStartTogether opens three engines on one R3 stream
+// at the same moment, on a cluster that has just started (no leader
+// elected yet, no stream): each open waits for what the cluster has not
+// done yet, and all three open and see each other's commits.
+func TestJetStreamClusterStartTogether(t *testing.T) {
+	servers := startServers(t)
+	const nodes = 3
+	engines := make([]*db, nodes)
+	errs := make([]error, nodes)
+	var wg sync.WaitGroup
+	for i := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+			defer cancel()
+			// Each node talks to a different server first.
+			url := servers[i].ClientURL() + "," + clientURLs(servers)
+			e, err := engine.Open(ctx, Name, engine.Options{Dir: t.TempDir(),
+				Params: map[string]string{"url": url, "replicas": "3", "stream": "together"}})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			engines[i] = e.(*db)
+		}()
+	}
+	wg.Wait()
+	for i, e := range engines {
+		if e != nil {
+			t.Cleanup(func() { _ = e.Close() })
+		}
+		if errs[i] != nil {
+			t.Fatalf("node %d: open: %v", i, errs[i])
+		}
+	}
+	keys := map[string]engine.LogKey{}
+	for i, e := range engines {
+		id := fmt.Sprintf("from-%d", i)
+		res, err := engine.Commit(t.Context(), e, new(engine.Batch).Put([]byte(id), []byte(id)).Append([]byte(id)))
+		if err != nil {
+			t.Fatalf("node %d: commit: %v", i, err)
+		}
+		keys[id] = res.Keys[0]
+	}
+	for i, e := range engines {
+		waitFor(t, 20*time.Second, fmt.Sprintf("node %d to see every commit", i), func() bool {
+			got := scanValues(t, e, 0)
+			for id, k := range keys {
+				if got[id] != k {
+					return false
+				}
+			}
+			return true
+		})
+	}
 }
