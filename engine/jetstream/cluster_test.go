@@ -6,16 +6,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
-	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/jetstream/jetstreamtest"
 )
 
 // openEngine opens a jetstream engine and closes it when the test ends.
@@ -116,39 +113,12 @@ func TestJetStreamSecondEngineSeen(t *testing.T) {
 	}
 }
 
-// freePorts reserves n loopback ports; the listeners close before the
-// servers bind, which is good enough on a test machine.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ls []net.Listener
-	var ports []int
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("reserve port: %v", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
-}
-
 // startCluster starts a three-node JetStream cluster on loopback and waits
 // until it has a meta leader.
 func startCluster(t *testing.T) []*server.Server {
 	t.Helper()
 	servers := startServers(t)
-	waitFor(t, 20*time.Second, "a JetStream meta leader", func() bool {
-		for _, s := range servers {
-			if s.JetStreamIsLeader() {
-				return true
-			}
-		}
-		return false
-	})
+	jetstreamtest.WaitMetaLeader(t, servers)
 	return servers
 }
 
@@ -157,39 +127,7 @@ func startCluster(t *testing.T) []*server.Server {
 // elected its leaders.
 func startServers(t *testing.T) []*server.Server {
 	t.Helper()
-	ports := freePorts(t, 3)
-	var routes []*url.URL
-	for _, p := range ports {
-		routes = append(routes, &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", p)})
-	}
-	base := t.TempDir()
-	var servers []*server.Server
-	for i, p := range ports {
-		opts := &server.Options{
-			ServerName: fmt.Sprintf("n%d", i+1),
-			Host:       "127.0.0.1",
-			Port:       server.RANDOM_PORT,
-			NoSigs:     true,
-			NoLog:      true,
-			JetStream:  true,
-			StoreDir:   filepath.Join(base, fmt.Sprintf("n%d", i+1)),
-			Cluster:    server.ClusterOpts{Name: "tidemark-test", Host: "127.0.0.1", Port: p},
-			Routes:     routes,
-		}
-		s, err := server.NewServer(opts)
-		if err != nil {
-			t.Fatalf("server %d: %v", i+1, err)
-		}
-		s.Start()
-		servers = append(servers, s)
-		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	}
-	for _, s := range servers {
-		if !s.ReadyForConnections(30 * time.Second) {
-			t.Fatalf("server %s not ready", s.Name())
-		}
-	}
-	return servers
+	return jetstreamtest.StartServers(t, 3)
 }
 
 func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
@@ -204,11 +142,7 @@ func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
 }
 
 func clientURLs(servers []*server.Server) string {
-	var us []string
-	for _, s := range servers {
-		us = append(us, s.ClientURL())
-	}
-	return strings.Join(us, ",")
+	return jetstreamtest.ClientURLs(servers)
 }
 
 // TestJetStreamClusterLeaderLoss runs an R3 stream on a three-node cluster,
