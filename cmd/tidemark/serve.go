@@ -36,6 +36,7 @@ type serveFlags struct {
 	maxTopicLevels int
 	maxSubs        int
 	sessionExpiry  time.Duration
+	nodeIDFlag     string
 }
 
 func serveCmd() *cobra.Command {
@@ -50,6 +51,7 @@ a flag wins over the environment, which wins over the file.`,
 		Example: `  tidemark serve                         # Pebble in ./data, MQTT on 127.0.0.1:1883
   tidemark serve --engine badger --data /var/lib/tidemark --metrics 127.0.0.1:9090
   tidemark serve --engine jetstream --nats-url nats://127.0.0.1:4222 --replicas 3
+  tidemark serve --engine jetstream --nats-url nats://n1:4222,nats://n2:4222 --replicas 3 --node-id tm-a
   tidemark serve --password-file passwd --acl-file acl --mqtts :8883 --tls-cert cert.pem --tls-key key.pem
   tidemark serve --config tidemark.yaml --print-config`,
 		Args: cobra.NoArgs,
@@ -69,13 +71,20 @@ a flag wins over the environment, which wins over the file.`,
 			if err != nil {
 				return err
 			}
+			if bopts.NodeID, err = f.nodeID(); err != nil {
+				return err
+			}
+			if bopts.NodeID != "" {
+				log = log.With("node", bopts.NodeID)
+				bopts.Logger = log
+			}
 			opts.Logger = log
 			ctx := cmd.Context()
 			e, err := engine.Open(ctx, f.name, opts)
 			if err != nil {
 				return fmt.Errorf("open engine %s in %s: %w", f.name, f.data, err)
 			}
-			log.Info("engine open", "engine", f.name, "data", f.data, "sync", opts.Sync.String(), "defer", opts.Deferral().String(), "granularity", e.Granularity().String())
+			log.Info("engine open", "engine", f.name, "data", f.data, "sync", opts.Sync.String(), "defer", opts.Deferral().String(), "granularity", e.Granularity().String(), "shared", f.sharedStore())
 			err = runBroker(ctx, log, instrument(e), f.mqttAddr, f.metrics, &f.securityFlags, bopts)
 			if cerr := e.Close(); cerr != nil && err == nil {
 				err = fmt.Errorf("close engine: %w", cerr)
@@ -104,6 +113,7 @@ a flag wins over the environment, which wins over the file.`,
 	fs.IntVar(&f.maxTopicLen, "max-topic-length", mqtt.MaxTopicLength, "longest topic name or filter in bytes (1-65535)")
 	fs.IntVar(&f.maxTopicLevels, "max-topic-levels", 0, "most levels in a topic name or filter (0: no limit)")
 	fs.IntVar(&f.maxSubs, "max-subscriptions", 0, "most subscriptions of one session (0: no limit)")
+	fs.StringVar(&f.nodeIDFlag, "node-id", "", "this node's name among Tidemark nodes sharing one JetStream stream, unique among them (default with --nats-url: generated once and kept in <data>/node-id)")
 	fs.DurationVar(&f.sessionExpiry, "session-expiry", 0, "longest any session is kept after its client disconnects, 3.1.1 persistent sessions included (0: never expire)")
 	return cmd
 }
