@@ -20,7 +20,7 @@ const (
 	attemptTimeout = 3 * time.Second
 	// createTimeout bounds one attempt at creating the stream, which the
 	// server answers only once the replicas formed their group.
-	createTimeout = 15 * time.Second
+	createTimeout = 5 * time.Second
 	// defaultStartTimeout bounds opening as a whole when the caller's
 	// context has no deadline (parameter start_timeout).
 	defaultStartTimeout = 2 * time.Minute
