@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -297,5 +298,21 @@ func TestJetStreamClusterStartTogether(t *testing.T) {
 			}
 			return true
 		})
+	}
+}
+
+// TestJetStreamStartTimeout: with no server to connect to, opening waits
+// for one up to start_timeout, then fails naming what it waited for; a
+// start_timeout that is not a positive duration is refused.
+func TestJetStreamStartTimeout(t *testing.T) {
+	_, err := engine.Open(t.Context(), Name, engine.Options{Dir: t.TempDir(),
+		Params: map[string]string{"url": "nats://127.0.0.1:1", "start_timeout": "1s"}})
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "connect to nats://127.0.0.1:1: no answer in") {
+		t.Fatalf("open with no server: %v, want a deadline error naming the connect", err)
+	}
+	_, err = engine.Open(t.Context(), Name, engine.Options{Dir: t.TempDir(),
+		Params: map[string]string{"url": "nats://127.0.0.1:1", "start_timeout": "soon"}})
+	if !errors.Is(err, engine.ErrInvalidOption) || !strings.Contains(err.Error(), "start_timeout") {
+		t.Fatalf("start_timeout=soon: %v, want ErrInvalidOption naming it", err)
 	}
 }
