@@ -190,6 +190,30 @@ func Health(e Engine) error {
 	return nil
 }
 
+// CommitLimit is implemented by engines that apply fewer entries in one
+// atomic commit than MaxBatchEntries (JetStream on a server whose atomic
+// batches are limited: 1000 messages by default). A caller whose commits
+// grow with its data (a broker dropping a large session's state) splits
+// them by MaxCommitEntries, not by MaxBatchEntries.
+type CommitLimit interface {
+	// MaxCommitEntries is the most operations, checks and log entries
+	// one batch may carry and still commit atomically. It may go down
+	// while the engine is open (a server that reports a lower limit),
+	// never below 1.
+	MaxCommitEntries() int
+}
+
+// MaxCommitEntries returns the most entries (operations, checks and log
+// entries) one batch may carry on e: MaxBatchEntries, or less when e
+// implements CommitLimit and says so. A batch within it and within the
+// other limits is never refused for its size.
+func MaxCommitEntries(e Engine) int {
+	if l, ok := e.(CommitLimit); ok {
+		return max(1, min(MaxBatchEntries, l.MaxCommitEntries()))
+	}
+	return MaxBatchEntries
+}
+
 // SyncMode says when a commit counts as durable.
 type SyncMode uint8
 

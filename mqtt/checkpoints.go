@@ -153,7 +153,7 @@ func (b *Broker) indexSessions(ctx context.Context) error {
 	}
 	start := time.Now()
 	tx := b.db.Begin()
-	n, sessions := 0, 0
+	n, sessions, chunk := 0, 0, b.maxStateDeletes()
 	var werr error
 	err := b.db.Range(ctx, tableSessions, "", func(r table.Record) bool {
 		var s sessionRecord
@@ -165,7 +165,7 @@ func (b *Broker) indexSessions(ctx context.Context) error {
 		}
 		n += 2
 		sessions++
-		if n >= maxStateDeletes {
+		if n >= chunk {
 			if werr = tx.Commit(ctx); werr != nil {
 				return false
 			}

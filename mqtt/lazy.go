@@ -6,9 +6,10 @@ import (
 	"github.com/tidemark-io/tidemark/table"
 )
 
-// maxLazy bounds the exchange endings a connection holds back; past it an
-// ending commits with the read loop's next group as before.
-const maxLazy = 256
+// maxLazyEnds bounds the exchange endings a connection holds back (see
+// Broker.maxLazy); past it an ending commits with the read loop's next
+// group as before.
+const maxLazyEnds = 256
 
 // lazyEnds holds the store writes that end outbound QoS 2 exchanges (the
 // delete of the in-flight record and the completion mark) until a commit
@@ -31,11 +32,11 @@ type lazyEnd struct {
 }
 
 // add holds back the ending of the exchange on pi at log position pos;
-// false when maxLazy endings are held already.
-func (l *lazyEnds) add(pi uint16, pos table.Cursor) bool {
+// false when limit endings are held already.
+func (l *lazyEnds) add(pi uint16, pos table.Cursor, limit int) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if len(l.ends) >= maxLazy {
+	if len(l.ends) >= limit {
 		return false
 	}
 	l.ends = append(l.ends, lazyEnd{pi: pi, pos: pos})

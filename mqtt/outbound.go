@@ -622,7 +622,7 @@ func (o *outbound) pubcomp(pi uint16) {
 // finishQoS2 deletes the outbound record and marks the message done above
 // the checkpoint in one commit, and completes the exchange. From the read
 // loop the writes are held back for a commit that comes anyway (see
-// lazyEnds) and the exchange completes at once; past maxLazy they go in
+// lazyEnds) and the exchange completes at once; past Broker.maxLazy they go in
 // the pending group and it completes after. From the ack loop itself
 // (inLoop), which must not wait on its own FIFO, they commit on their own.
 func (o *outbound) finishQoS2(om *outMsg, inLoop bool) bool {
@@ -642,7 +642,7 @@ func (o *outbound) finishQoS2(om *outMsg, inLoop bool) bool {
 		}
 		o.ending[om.pi] = om.pos
 		o.mu.Unlock()
-		if c.lazy.add(om.pi, om.pos) {
+		if c.lazy.add(om.pi, om.pos, c.b.maxLazy()) {
 			o.complete(om.pi)
 			return true
 		}

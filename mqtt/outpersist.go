@@ -16,7 +16,7 @@ import (
 // persist writes the session record with the acknowledged checkpoint and
 // drops completion marks it covers. final waits for the commits.
 //
-// One commit drops at most maxStateDeletes marks. A subscriber taking more
+// One commit drops at most Broker.maxStateDeletes marks. A subscriber taking more
 // QoS 2 messages than that between two persists leaves more behind, so
 // persist goes on with further commits until none is left: otherwise the
 // marks (in memory and in the store) would grow for as long as the load
@@ -108,7 +108,7 @@ func (o *outbound) garbage() bool {
 
 // sessionTx returns a transaction writing the session record as it stands:
 // subscriptions, acknowledged checkpoint, and the deletes of up to
-// maxStateDeletes completion marks it covers (persist drops the rest).
+// Broker.maxStateDeletes completion marks it covers (persist drops the rest).
 func (o *outbound) sessionTx() (*table.Tx, error) {
 	tx, _, err := o.sessionSweepTx()
 	return tx, err
@@ -169,9 +169,9 @@ func (o *outbound) sessionSweepTx() (*table.Tx, bool, error) {
 	}
 	tx := c.b.db.Begin()
 	// Marks at or below the checkpoint are garbage: drop them, at most
-	// maxStateDeletes per commit so the transaction stays within the
-	// engine's batch limit.
-	n, more := 0, false
+	// Broker.maxStateDeletes per commit so the transaction stays within
+	// the engine's batch limit.
+	n, more, chunk := 0, false, c.b.maxStateDeletes()
 	held := map[table.Cursor]bool{}
 	for _, pos := range o.ending {
 		held[pos] = true // its mark may not be written yet
@@ -180,7 +180,7 @@ func (o *outbound) sessionSweepTx() (*table.Tx, bool, error) {
 		if cp.Less(pos) || held[pos] {
 			continue
 		}
-		if n == maxStateDeletes {
+		if n == chunk {
 			more = true
 			break
 		}

@@ -178,7 +178,7 @@ func (b *Broker) discardSession(ctx context.Context, client string) error {
 //
 // A session with more rows than one transaction takes loses its
 // completion marks, then its outbound and staged rows, in commits of
-// maxStateDeletes before the returned transaction: the session record
+// Broker.maxStateDeletes before the returned transaction: the session record
 // goes last, so a crash part way leaves a session that is discarded
 // again, never rows that a new session of the same client id would adopt.
 func (b *Broker) discardTx(ctx context.Context, client string, overwrite bool) (*table.Tx, error) {
@@ -195,15 +195,16 @@ func (b *Broker) discardTx(ctx context.Context, client string, overwrite bool) (
 			return nil, err
 		}
 	}
-	for len(rows) > maxStateDeletes {
+	chunk := b.maxStateDeletes()
+	for len(rows) > chunk {
 		tx := b.db.Begin()
-		for _, r := range rows[:maxStateDeletes] {
+		for _, r := range rows[:chunk] {
 			tx.DeleteState(r.table, r.id)
 		}
 		if err := tx.Commit(ctx); err != nil {
 			return nil, err
 		}
-		rows = rows[maxStateDeletes:]
+		rows = rows[chunk:]
 	}
 	tx := b.db.Begin()
 	for _, r := range rows {
@@ -229,10 +230,23 @@ func (b *Broker) discardTx(ctx context.Context, client string, overwrite bool) (
 	return tx, nil
 }
 
-// maxStateDeletes bounds the deletions of session state in one commit.
-// Each is two engine entries (record and version); a quarter of
-// engine.MaxBatchEntries leaves room for the commit's other writes.
-const maxStateDeletes = engine.MaxBatchEntries / 4
+// maxStateDeletes bounds the deletions of session state in one commit:
+// a quarter of engine.MaxBatchEntries (each is up to two engine entries,
+// record and version), less on an engine whose atomic commits are smaller
+// (JetStream on a server limiting atomic batches to 1000 messages), where
+// room is left for the held-back exchange endings (two entries each) and
+// the session record that ride in the same commit. It is read at each
+// use: such an engine may learn a lower limit while it runs.
+func (b *Broker) maxStateDeletes() int {
+	limit := engine.MaxCommitEntries(b.db.Engine())
+	return max(1, min(engine.MaxBatchEntries/4, (limit-2*b.maxLazy()-16)/2))
+}
+
+// maxLazy bounds the exchange endings a connection holds back (see
+// lazyEnds): maxLazyEnds, or an eighth of a smaller engine commit limit.
+func (b *Broker) maxLazy() int {
+	return max(1, min(maxLazyEnds, engine.MaxCommitEntries(b.db.Engine())/8))
+}
 
 // expireSessions deletes offline sessions whose expiry interval passed.
 // It reads the expiry index up to now, so a pass costs what is due, not
@@ -260,6 +274,7 @@ func (b *Broker) expireSessions() {
 // entries read.
 func (b *Broker) expireDue(ctx context.Context, now time.Time) error {
 	due := fmt.Sprintf("%016x", uint64(now.UnixMilli())) + "\xff"
+	chunk := b.maxStateDeletes()
 	var ids []string
 	err := b.db.Range(ctx, tableExpiry, "", func(r table.Record) bool {
 		if r.ID > due {
@@ -268,7 +283,7 @@ func (b *Broker) expireDue(ctx context.Context, now time.Time) error {
 		if !r.Deleted {
 			ids = append(ids, r.ID)
 		}
-		return len(ids) < maxStateDeletes
+		return len(ids) < chunk
 	})
 	if err != nil {
 		return err
@@ -300,7 +315,7 @@ func (b *Broker) indexExpiries(ctx context.Context) error {
 		return nil
 	}
 	tx := b.db.Begin()
-	n := 0
+	n, chunk := 0, b.maxStateDeletes()
 	err := b.db.Range(ctx, tableSessions, "", func(r table.Record) bool {
 		var s sessionRecord
 		if r.Deleted || json.Unmarshal(r.Value, &s) != nil {
@@ -311,7 +326,7 @@ func (b *Broker) indexExpiries(ctx context.Context) error {
 				n++
 			}
 		}
-		if n == maxStateDeletes {
+		if n == chunk {
 			if err := tx.Commit(ctx); err != nil {
 				return false
 			}

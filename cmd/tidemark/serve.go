@@ -39,6 +39,7 @@ type serveFlags struct {
 	maxSubs        int
 	maxMemMB       int
 	sessionExpiry  time.Duration
+	nodeIDFlag     string
 }
 
 func serveCmd() *cobra.Command {
@@ -53,6 +54,7 @@ a flag wins over the environment, which wins over the file.`,
 		Example: `  tidemark serve                         # Pebble in ./data, MQTT on 127.0.0.1:1883
   tidemark serve --engine badger --data /var/lib/tidemark --metrics 127.0.0.1:9090
   tidemark serve --engine jetstream --nats-url nats://127.0.0.1:4222 --replicas 3
+  tidemark serve --engine jetstream --nats-url nats://n1:4222,nats://n2:4222 --replicas 3 --node-id tm-a
   tidemark serve --password-file passwd --acl-file acl --mqtts :8883 --tls-cert cert.pem --tls-key key.pem
   tidemark serve --config tidemark.yaml --print-config`,
 		Args: cobra.NoArgs,
@@ -72,6 +74,13 @@ a flag wins over the environment, which wins over the file.`,
 			if err != nil {
 				return err
 			}
+			if bopts.NodeID, err = f.nodeID(); err != nil {
+				return err
+			}
+			if bopts.NodeID != "" {
+				log = log.With("node", bopts.NodeID)
+				bopts.Logger = log
+			}
 			opts.Logger = log
 			if bopts.MaxMemory > 0 {
 				// Garbage must not count against the budget: the
@@ -83,7 +92,7 @@ a flag wins over the environment, which wins over the file.`,
 			if err != nil {
 				return fmt.Errorf("open engine %s in %s: %w", f.name, f.data, err)
 			}
-			log.Info("engine open", "engine", f.name, "data", f.data, "sync", opts.Sync.String(), "defer", opts.Deferral().String(), "granularity", e.Granularity().String())
+			log.Info("engine open", "engine", f.name, "data", f.data, "sync", opts.Sync.String(), "defer", opts.Deferral().String(), "granularity", e.Granularity().String(), "shared", f.sharedStore())
 			err = runBroker(ctx, log, instrument(e), f.mqttAddr, f.metrics, &f.securityFlags, bopts)
 			if cerr := e.Close(); cerr != nil && err == nil {
 				err = fmt.Errorf("close engine: %w", cerr)
@@ -114,6 +123,7 @@ a flag wins over the environment, which wins over the file.`,
 	fs.IntVar(&f.maxTopicLevels, "max-topic-levels", 0, "most levels in a topic name or filter (0: no limit)")
 	fs.IntVar(&f.maxSubs, "max-subscriptions", 0, "most subscriptions of one session (0: no limit)")
 	fs.IntVar(&f.maxMemMB, "max-memory-mb", 0, "memory budget in MiB: over it new publishes are refused (QoS 0 dropped; QoS 1/2: quota exceeded 0x97 on 5.0, connection closed on 3.1.1) and Go's memory limit is set to it (0: none)")
+	fs.StringVar(&f.nodeIDFlag, "node-id", "", "this node's name among Tidemark nodes sharing one JetStream stream, unique among them (default with --nats-url: generated once and kept in <data>/node-id)")
 	fs.DurationVar(&f.sessionExpiry, "session-expiry", 0, "longest any session is kept after its client disconnects, 3.1.1 persistent sessions included (0: never expire)")
 	return cmd
 }

@@ -6,9 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/jetstream/jetstreamtest"
 )
 
 // openEngine opens a jetstream engine and closes it when the test ends.
@@ -116,71 +114,21 @@ func TestJetStreamSecondEngineSeen(t *testing.T) {
 	}
 }
 
-// freePorts reserves n loopback ports; the listeners close before the
-// servers bind, which is good enough on a test machine.
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var ls []net.Listener
-	var ports []int
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatalf("reserve port: %v", err)
-		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
-	}
-	return ports
-}
-
 // startCluster starts a three-node JetStream cluster on loopback and waits
 // until it has a meta leader.
 func startCluster(t *testing.T) []*server.Server {
 	t.Helper()
-	ports := freePorts(t, 3)
-	var routes []*url.URL
-	for _, p := range ports {
-		routes = append(routes, &url.URL{Scheme: "nats-route", Host: fmt.Sprintf("127.0.0.1:%d", p)})
-	}
-	base := t.TempDir()
-	var servers []*server.Server
-	for i, p := range ports {
-		opts := &server.Options{
-			ServerName: fmt.Sprintf("n%d", i+1),
-			Host:       "127.0.0.1",
-			Port:       server.RANDOM_PORT,
-			NoSigs:     true,
-			NoLog:      true,
-			JetStream:  true,
-			StoreDir:   filepath.Join(base, fmt.Sprintf("n%d", i+1)),
-			Cluster:    server.ClusterOpts{Name: "tidemark-test", Host: "127.0.0.1", Port: p},
-			Routes:     routes,
-		}
-		s, err := server.NewServer(opts)
-		if err != nil {
-			t.Fatalf("server %d: %v", i+1, err)
-		}
-		s.Start()
-		servers = append(servers, s)
-		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-	}
-	for _, s := range servers {
-		if !s.ReadyForConnections(10 * time.Second) {
-			t.Fatalf("server %s not ready", s.Name())
-		}
-	}
-	waitFor(t, 20*time.Second, "a JetStream meta leader", func() bool {
-		for _, s := range servers {
-			if s.JetStreamIsLeader() {
-				return true
-			}
-		}
-		return false
-	})
+	servers := startServers(t)
+	jetstreamtest.WaitMetaLeader(t, servers)
 	return servers
+}
+
+// startServers starts a three-node JetStream cluster on loopback and
+// returns once every server takes connections, before the cluster
+// elected its leaders.
+func startServers(t *testing.T) []*server.Server {
+	t.Helper()
+	return jetstreamtest.StartServers(t, 3)
 }
 
 func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
@@ -195,11 +143,7 @@ func waitFor(t *testing.T, d time.Duration, what string, ok func() bool) {
 }
 
 func clientURLs(servers []*server.Server) string {
-	var us []string
-	for _, s := range servers {
-		us = append(us, s.ClientURL())
-	}
-	return strings.Join(us, ",")
+	return jetstreamtest.ClientURLs(servers)
 }
 
 // TestJetStreamClusterLeaderLoss runs an R3 stream on a three-node cluster,
@@ -297,4 +241,78 @@ func TestJetStreamClusterLeaderLoss(t *testing.T) {
 		}
 	}
 	t.Logf("%d completed commits survived the loss of stream leader %s (%d entries in the log)", len(completed), info.Cluster.Leader, len(inLog))
+}
+
+// TestJetStreamClusterStartTogether opens three engines on one R3 stream
+// at the same moment, on a cluster that has just started (no leader
+// elected yet, no stream): each open waits for what the cluster has not
+// done yet, and all three open and see each other's commits.
+func TestJetStreamClusterStartTogether(t *testing.T) {
+	servers := startServers(t)
+	const nodes = 3
+	engines := make([]*db, nodes)
+	errs := make([]error, nodes)
+	var wg sync.WaitGroup
+	for i := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+			defer cancel()
+			// Each node talks to a different server first.
+			url := servers[i].ClientURL() + "," + clientURLs(servers)
+			e, err := engine.Open(ctx, Name, engine.Options{Dir: t.TempDir(),
+				Params: map[string]string{"url": url, "replicas": "3", "stream": "together"}})
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			engines[i] = e.(*db)
+		}()
+	}
+	wg.Wait()
+	for i, e := range engines {
+		if e != nil {
+			t.Cleanup(func() { _ = e.Close() })
+		}
+		if errs[i] != nil {
+			t.Fatalf("node %d: open: %v", i, errs[i])
+		}
+	}
+	keys := map[string]engine.LogKey{}
+	for i, e := range engines {
+		id := fmt.Sprintf("from-%d", i)
+		res, err := engine.Commit(t.Context(), e, new(engine.Batch).Put([]byte(id), []byte(id)).Append([]byte(id)))
+		if err != nil {
+			t.Fatalf("node %d: commit: %v", i, err)
+		}
+		keys[id] = res.Keys[0]
+	}
+	for i, e := range engines {
+		waitFor(t, 20*time.Second, fmt.Sprintf("node %d to see every commit", i), func() bool {
+			got := scanValues(t, e, 0)
+			for id, k := range keys {
+				if got[id] != k {
+					return false
+				}
+			}
+			return true
+		})
+	}
+}
+
+// TestJetStreamStartTimeout: with no server to connect to, opening waits
+// for one up to start_timeout, then fails naming what it waited for; a
+// start_timeout that is not a positive duration is refused.
+func TestJetStreamStartTimeout(t *testing.T) {
+	_, err := engine.Open(t.Context(), Name, engine.Options{Dir: t.TempDir(),
+		Params: map[string]string{"url": "nats://127.0.0.1:1", "start_timeout": "1s"}})
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "connect to nats://127.0.0.1:1: no answer in") {
+		t.Fatalf("open with no server: %v, want a deadline error naming the connect", err)
+	}
+	_, err = engine.Open(t.Context(), Name, engine.Options{Dir: t.TempDir(),
+		Params: map[string]string{"url": "nats://127.0.0.1:1", "start_timeout": "soon"}})
+	if !errors.Is(err, engine.ErrInvalidOption) || !strings.Contains(err.Error(), "start_timeout") {
+		t.Fatalf("start_timeout=soon: %v, want ErrInvalidOption naming it", err)
+	}
 }

@@ -262,6 +262,14 @@ func (d *db) publishGroup(group []*pending, attempt int) {
 			d.publishFailed(ctx, live, pl, attempt, err)
 			return
 		}
+		if errors.Is(err, nats.ErrNoResponders) && attempt < 5 {
+			// Nobody took the batch (a stream electing its leader): it
+			// did not land, so it goes again.
+			d.log.Info("no stream leader took the batch; sending it again", "stream", d.name, "attempt", attempt+1)
+			time.Sleep(time.Duration(attempt+1) * 100 * time.Millisecond)
+			d.publishGroup(live, attempt+1)
+			return
+		}
 		// No answer (a timeout, a lost connection, a failover): the batch
 		// may have landed. The index tells, once it caught up.
 		seq, landed := d.batchLanded(ctx, id)
@@ -472,6 +480,7 @@ func (d *db) publishFailed(ctx context.Context, live []*pending, pl plan, attemp
 		} else if d.maxBatch > 1 {
 			d.maxBatch /= 2
 		}
+		d.batchLimit.Store(int64(d.maxBatch))
 		d.publishGroup(live, attempt)
 	case errCodeTooManyInflight, errCodeBatchIncomplete:
 		if attempt >= 5 {

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -102,47 +103,78 @@ func (v *view) raiseFloor(f uint64) {
 }
 
 func (d *db) startConsumer(ctx context.Context) error {
-	info, err := d.st.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("jetstream: stream info: %w", err)
-	}
-	cons, err := d.st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{d.name + ".>"},
-		DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+	var info *jetstream.StreamInfo
+	err := d.request(ctx, "stream info of "+d.name, attemptTimeout, func(ctx context.Context) error {
+		var err error
+		info, err = d.st.Info(ctx)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			// Created or found a moment ago: the server asked has not
+			// seen it yet.
+			return fmt.Errorf("%w: %w", errNotReady, err)
+		}
+		if err == nil && info.Cluster != nil && info.Cluster.Leader == "" {
+			// A new replicated stream takes commits once its replicas
+			// elected a leader.
+			return fmt.Errorf("%w: stream %s has no leader yet", errNotReady, d.name)
+		}
+		return err
 	})
 	if err != nil {
-		return fmt.Errorf("jetstream: index consumer: %w", err)
+		return err
 	}
-	// Short pulls with frequent heartbeats: when the server holding the
-	// consumer goes away (a cluster node fails over), the ordered consumer
-	// notices within seconds and recreates itself where the stream lives.
-	cc, err := cons.Consume(d.onMsg,
-		jetstream.PullExpiry(consumerExpiry),
-		jetstream.PullHeartbeat(consumerExpiry/4),
-		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-			d.log.Debug("index consumer", "err", err)
-		}))
+	err = d.request(ctx, "start the index consumer on "+d.name, createTimeout, func(ctx context.Context) error {
+		cons, err := d.st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{d.name + ".>"},
+			DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		})
+		if err != nil {
+			return err
+		}
+		// Short pulls with frequent heartbeats: when the server holding
+		// the consumer goes away (a cluster node fails over), the ordered
+		// consumer notices within seconds and recreates itself where the
+		// stream lives.
+		cc, err := cons.Consume(d.onMsg,
+			jetstream.PullExpiry(consumerExpiry),
+			jetstream.PullHeartbeat(consumerExpiry/4),
+			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+				// The index stands still until the consumer is back:
+				// operators see why.
+				d.log.Warn("index consumer", "stream", d.name, "err", err)
+			}))
+		if err != nil {
+			return err
+		}
+		d.consumer = cc
+		d.indexCons = cons
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("jetstream: index consumer: %w", err)
+		return err
 	}
-	d.consumer = cc
-	d.indexCons = cons
 	v := &d.view
 	if info.State.Msgs == 0 {
 		return nil
 	}
+	d.log.Info("loading the index", "stream", d.name, "messages", info.State.Msgs, "last_seq", info.State.LastSeq)
+	start := time.Now()
+	progress := time.NewTicker(5 * time.Second)
+	defer progress.Stop()
 	for {
 		v.mu.Lock()
 		done := v.isCaught || v.applied >= info.State.LastSeq
-		ch := v.changed
+		applied, ch := v.applied, v.changed
 		v.mu.Unlock()
 		if done {
+			d.log.Info("index loaded", "stream", d.name, "took", time.Since(start).Round(time.Millisecond))
 			return nil
 		}
 		select {
 		case <-ch:
+		case <-progress.C:
+			d.log.Info("waiting for the index consumer", "stream", d.name, "applied_seq", applied, "last_seq", info.State.LastSeq)
 		case <-ctx.Done():
-			return fmt.Errorf("jetstream: loading index: %w", ctx.Err())
+			return fmt.Errorf("jetstream: loading index: at sequence %d of %d after %v: %w", applied, info.State.LastSeq, time.Since(start).Round(time.Second), ctx.Err())
 		}
 	}
 }

@@ -28,7 +28,14 @@
 //   - max_batch: the most messages one atomic batch may carry; by default
 //     the limit the engine configures on the embedded server (16384), or
 //     the nats-server default (1000) with "url". A server that reports a
-//     lower limit lowers it at run time.
+//     lower limit lowers it at run time. MaxCommitEntries reports it, so
+//     callers split larger commits (engine.MaxCommitEntries).
+//   - start_timeout: how long opening waits for the servers, a JetStream
+//     meta leader, enough servers for the replicas and the stream's
+//     leader, when the caller's context has no deadline; 2m by default.
+//     Each request sent while opening has a deadline of its own and is
+//     sent again while a starting cluster cannot answer it yet, with a
+//     log line saying what it waits for (see request.go).
 //
 // # Single writer (commit=wal)
 //

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	neturl "net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -33,6 +34,7 @@ func init() {
 			{Name: "replicas", Default: "1", Doc: "stream replicas (use 3 on a cluster)"},
 			{Name: "max_batch", Default: "16384 embedded, 1000 with url", Doc: "most messages per atomic batch (commit=batch); lowered when the server reports a smaller limit"},
 			{Name: "tombstone_ttl", Default: "60s", Doc: "how long a deleted key's delete marker stays in the stream (at least 1s)"},
+			{Name: "start_timeout", Default: "2m", Doc: "how long opening waits for the NATS servers, a JetStream leader and the stream when the caller sets no deadline"},
 			{Name: "commit", Default: "wal embedded, batch with url", Doc: "wal: this engine is the stream's only writer, one message per group of commits (embedded server only); batch: any number of nodes share the stream, atomic batch publish"},
 		}, secureParams...),
 		Doc: "NATS JetStream (embedded server or a cluster); one log key per record; group commit as one transaction message (single writer) or one atomic batch (shared stream)",
@@ -84,7 +86,13 @@ type db struct {
 	logTotal                                              uint64 // committer only: log entries the stream received
 	recent                                                recentLog
 
-	maxBatch   int // messages per atomic batch; committer only
+	// startTimeout bounds opening when the caller's context has no
+	// deadline (parameter start_timeout).
+	startTimeout time.Duration
+
+	maxBatch int // messages per atomic batch; committer only
+	// batchLimit is maxBatch for other goroutines (MaxCommitEntries).
+	batchLimit atomic.Int64
 	maxMessage int // largest message payload the connection allows
 
 	// Submission queue, drained in order by the committer.
@@ -161,6 +169,12 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 			return nil, fmt.Errorf("%w: jetstream parameter tombstone_ttl=%q: use a duration of at least 1s, such as 60s", engine.ErrInvalidOption, v)
 		}
 	}
+	startTimeout := defaultStartTimeout
+	if v := opts.Params["start_timeout"]; v != "" {
+		if startTimeout, err = time.ParseDuration(v); err != nil || startTimeout <= 0 {
+			return nil, fmt.Errorf("%w: jetstream parameter start_timeout=%q: use a positive duration, such as 2m", engine.ErrInvalidOption, v)
+		}
+	}
 	secure, err := secureOptions(opts.Params, url)
 	if err != nil {
 		return nil, err
@@ -183,11 +197,13 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		markSubj:      name + ".w",
 		fenceSubj:     name + ".n",
 		maxBatch:      maxBatch,
+		startTimeout:  startTimeout,
 		wake:          make(chan struct{}, 1),
 		gate:          deferral.NewGate(opts.DeferralAnyMode()),
 		committerDone: make(chan struct{}),
 		engineID:      newEngineID(),
 	}
+	d.batchLimit.Store(int64(maxBatch))
 	d.view.init()
 	d.view.tombTTL = tombTTL
 	if url == "" {
@@ -235,11 +251,27 @@ func (d *db) connect(ctx context.Context, url string, replicas int, secure ...na
 		copts = append(copts, nats.InProcessServer(d.srv))
 	}
 	copts = append(copts, secure...)
-	nc, err := nats.Connect(url, copts...)
+	// Nodes and servers may start in any order: opening waits for what
+	// is not there yet (a server to connect to, a meta leader, enough
+	// servers for the replicas), each request with a deadline of its own,
+	// and says what it waits for, up to the caller's deadline or
+	// start_timeout.
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.startTimeout)
+		defer cancel()
+	}
+	var nc *nats.Conn
+	err := d.request(ctx, "connect to "+redactURLs(url), attemptTimeout, func(context.Context) error {
+		var err error
+		nc, err = nats.Connect(url, copts...)
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("jetstream: connect %s: %w", url, err)
+		return err
 	}
 	d.nc = nc
+	d.log.Info("connected to NATS", "server", nc.ConnectedUrlRedacted(), "server_name", nc.ConnectedServerName(), "cluster", nc.ConnectedClusterName(), "stream", d.name)
 	d.maxMessage = int(nc.MaxPayload())
 	if d.js, err = jetstream.New(nc, jetstream.WithDefaultTimeout(opTimeout)); err != nil {
 		return fmt.Errorf("jetstream: %w", err)
@@ -251,24 +283,32 @@ func (d *db) connect(ctx context.Context, url string, replicas int, secure ...na
 	}); err != nil {
 		return fmt.Errorf("jetstream: subscribe to leader elections: %w", err)
 	}
-	cctx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
 	mode := commitBatch
 	if d.wal {
 		mode = commitWAL
 	}
-	if st, err := d.js.Stream(cctx, d.name); err == nil {
-		has := st.CachedInfo().Config.Metadata[metaCommit]
+	var existing jetstream.Stream
+	err = d.request(ctx, "look up stream "+d.name, attemptTimeout, func(ctx context.Context) error {
+		st, err := d.js.Stream(ctx, d.name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil
+		}
+		existing = st
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if existing != nil {
+		has := existing.CachedInfo().Config.Metadata[metaCommit]
 		if has == "" {
 			has = commitBatch
 		}
 		if has != mode {
 			return fmt.Errorf("%w: stream %s was written with commit=%s; open it with commit=%s", engine.ErrInvalidOption, d.name, has, has)
 		}
-	} else if !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("jetstream: look up stream %s: %w", d.name, err)
 	}
-	d.st, err = d.js.CreateOrUpdateStream(cctx, jetstream.StreamConfig{
+	cfg := jetstream.StreamConfig{
 		Name:               d.name,
 		Description:        "Tidemark engine: data, change log and truncation floor",
 		Subjects:           []string{d.name + ".>"},
@@ -283,10 +323,16 @@ func (d *db) connect(ctx context.Context, url string, replicas int, secure ...na
 		AllowRollup: true,
 		AllowMsgTTL: true,
 		Metadata:    map[string]string{metaCommit: mode},
+	}
+	err = d.request(ctx, fmt.Sprintf("create or update stream %s (%d replicas)", d.name, replicas), createTimeout, func(ctx context.Context) error {
+		st, err := d.js.CreateOrUpdateStream(ctx, cfg)
+		d.st = st
+		return err
 	})
 	if err != nil {
-		return fmt.Errorf("jetstream: create stream %s: %w", d.name, err)
+		return err
 	}
+	cctx := ctx
 	if d.wal {
 		if d.acks, err = newAcker(nc); err != nil {
 			return err
@@ -306,6 +352,17 @@ func (d *db) Granularity() engine.Granularity { return engine.PerRecord }
 // together. With one writer a group of commits is one message, so
 // gathering pays.
 func (d *db) PrefersSeparateCommits() bool { return !d.wal }
+
+// MaxCommitEntries is the atomic batch limit on a shared stream
+// (commit=batch): the max_batch parameter, lowered to what the server
+// reports when it refuses a batch as too large. With one writer a commit
+// is one message, limited by bytes only.
+func (d *db) MaxCommitEntries() int {
+	if d.wal {
+		return engine.MaxBatchEntries
+	}
+	return int(d.batchLimit.Load())
+}
 func (d *db) Watch(ctx context.Context) <-chan struct{} {
 	return d.notifier.Subscribe(ctx)
 }
@@ -347,6 +404,21 @@ func (d *db) isClosed() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.closed
+}
+
+// redactURLs returns the comma-separated NATS URLs without their user
+// information, for logs.
+func redactURLs(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if u, err := neturl.Parse(p); err == nil && u.User != nil {
+			u.User = nil
+			p = u.String()
+		}
+		parts[i] = p
+	}
+	return strings.Join(parts, ",")
 }
 
 // newEngineID returns a random id that tells this engine's commit ids

@@ -1,0 +1,187 @@
+package main_test
+
+import (
+	"bufio"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	paho3 "github.com/eclipse/paho.mqtt.golang"
+	"github.com/tidemark-io/tidemark/engine/jetstream/jetstreamtest"
+)
+
+// TestServeCluster follows docs/cluster.md on a three-server NATS cluster
+// on loopback: two `tidemark serve` nodes started at the same moment on
+// the fresh cluster, each with a node id it generated and keeps in its
+// data directory; a message published on one reaches a persistent
+// subscriber on the other; a third node is added and the subscriber's
+// session moves to it; the first node is removed with SIGTERM while the
+// others keep serving; restarted on its data directory it is the same
+// node again.
+func TestServeCluster(t *testing.T) {
+	bin := tidemarkBinary(t)
+	urls := jetstreamtest.ClientURLs(jetstreamtest.StartServers(t, 3))
+	base := t.TempDir()
+	node := func(name string) []string {
+		return []string{"--engine", "jetstream", "--nats-url", urls, "--replicas", "3",
+			"--data", filepath.Join(base, name), "--mqtt", freeAddr(t)}
+	}
+
+	if out, err := exec.Command(bin, append(append([]string{"serve"}, node("bad")...), "--node-id", "no spaces")...).CombinedOutput(); err == nil || !strings.Contains(string(out), `--node-id "no spaces": use 1-64 letters`) {
+		t.Fatalf("a bad --node-id was not refused with its fix: %v\n%s", err, out)
+	}
+
+	// Two nodes at the same moment, on a cluster that has not elected a
+	// leader yet.
+	argsA, argsB := node("a"), node("b")
+	var a, b *nodeProc
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); a = startNode(t, bin, argsA) }()
+	go func() { defer wg.Done(); b = startNode(t, bin, argsB) }()
+	wg.Wait()
+	if a == nil || b == nil {
+		t.FailNow()
+	}
+	idA, idB := keptNodeID(t, argsA), keptNodeID(t, argsB)
+	if idA == idB {
+		t.Fatalf("both nodes generated node id %q", idA)
+	}
+	for _, n := range []struct {
+		p  *nodeProc
+		id string
+	}{{a, idA}, {b, idB}} {
+		if !strings.Contains(n.p.logText(), "node="+n.id) {
+			t.Fatalf("node %s does not log its id:\n%s", n.id, n.p.logText())
+		}
+	}
+
+	got := make(chan string, 64)
+	onMsg := func(_ paho3.Client, m paho3.Message) { got <- string(m.Payload()) }
+	sub := connectWith(t, a.addr, "cluster-sub", false, onMsg)
+	if tok := sub.Subscribe("cluster/#", 1, nil); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe on node a: %v", tok.Error())
+	}
+	pub := connect(t, b.addr, "cluster-pub", true)
+	publish(t, pub, "cluster/x", false, "one")
+	expectPayload(t, got, "one", "published on node b, subscribed on node a")
+
+	// Add a node: the subscriber's session moves to it (taken over from
+	// node a, which closes the old connection).
+	argsC := node("c")
+	c := startNode(t, bin, argsC)
+	sub2 := connectWith(t, c.addr, "cluster-sub", false, onMsg)
+	publish(t, pub, "cluster/x", false, "two")
+	expectPayload(t, got, "two", "published on node b, session moved to node c")
+	for deadline := time.Now().Add(10 * time.Second); sub.IsConnectionOpen(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the subscriber's old connection on node a is still open after the takeover by node c")
+		}
+	}
+
+	// Remove node a: it stops cleanly, the others keep serving.
+	a.stop(t)
+	publish(t, pub, "cluster/x", false, "three")
+	expectPayload(t, got, "three", "after node a stopped")
+
+	// Restarted on its data directory, node a is the same node.
+	a = startNode(t, bin, argsA)
+	if !strings.Contains(a.logText(), "node="+idA) {
+		t.Fatalf("restarted node a does not use its kept id %s:\n%s", idA, a.logText())
+	}
+	pubA := connect(t, a.addr, "cluster-pub-a", true)
+	publish(t, pubA, "cluster/x", false, "four")
+	expectPayload(t, got, "four", "published on the restarted node a")
+	pubA.Disconnect(100)
+	pub.Disconnect(100)
+	sub2.Disconnect(100)
+	for _, n := range []*nodeProc{a, b, c} {
+		n.stop(t)
+	}
+}
+
+// nodeProc is one `tidemark serve` process and its log.
+type nodeProc struct {
+	*serveProc
+	addr string
+	mu   sync.Mutex
+}
+
+func (p *nodeProc) logText() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.log.String()
+}
+
+// startNode runs `tidemark serve args` and waits until it listens on its
+// --mqtt address; opening on a cluster that is still starting may take a
+// while.
+func startNode(t *testing.T, bin string, args []string) *nodeProc {
+	t.Helper()
+	addr := args[len(args)-1]
+	cmd := exec.Command(bin, append([]string{"serve"}, args...)...)
+	stderr, _ := cmd.StderrPipe()
+	if err := cmd.Start(); err != nil {
+		t.Error(err)
+		return nil
+	}
+	p := &nodeProc{serveProc: &serveProc{cmd: cmd, done: make(chan struct{}), log: &strings.Builder{}}, addr: addr}
+	go func() {
+		defer close(p.done)
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.log.WriteString(sc.Text() + "\n")
+			p.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+			return p
+		}
+		if time.Now().After(deadline) {
+			_ = cmd.Process.Kill()
+			<-p.done
+			t.Errorf("serve %v did not listen on %s:\n%s", args, addr, p.logText())
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// keptNodeID returns the node id a node keeps in its --data directory.
+func keptNodeID(t *testing.T, args []string) string {
+	t.Helper()
+	var dir string
+	for i, a := range args {
+		if a == "--data" {
+			dir = args[i+1]
+		}
+	}
+	raw, err := os.ReadFile(filepath.Join(dir, "node-id"))
+	if err != nil {
+		t.Fatalf("node id kept in %s: %v", dir, err)
+	}
+	return strings.TrimSpace(string(raw))
+}
+
+func expectPayload(t *testing.T, got <-chan string, want, what string) {
+	t.Helper()
+	select {
+	case p := <-got:
+		if p != want {
+			t.Fatalf("%s: got %q, want %q", what, p, want)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: %q not delivered", what, want)
+	}
+}
