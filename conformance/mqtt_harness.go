@@ -255,12 +255,6 @@ func (f *brokerFaults) failAcks(fn func(k mqtt.Kind, client string) error) {
 	f.mu.Unlock()
 }
 
-func (f *brokerFaults) setOnAt(fn func(p mqtt.Point, client string, pi uint16)) {
-	f.mu.Lock()
-	f.onAt = fn
-	f.mu.Unlock()
-}
-
 func (f *brokerFaults) count(p mqtt.Point) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -104,7 +104,7 @@ func scenarioSendFails(r *rig, tbl string, txns [][]string, refuseAt int, naive,
 	o.Composite = composite
 	first := r.followRun(o, refuseAt, nil)
 	if !errors.Is(first.err, errRefused) {
-		return first, run{}, fmt.Errorf("the sink's refusal was not reported: %v", first.err)
+		return first, run{}, fmt.Errorf("the sink's refusal was not reported: %w", first.err)
 	}
 	c := first.cursor
 	if naive && len(first.events) > 0 {

@@ -42,10 +42,6 @@ type rig struct {
 
 type rigOption func(*rig)
 
-// durable opens the engine with SyncAlways (the default is SyncNone:
-// cases that do not crash a process need no fsync).
-func durable() rigOption { return func(r *rig) { r.sync = engine.SyncAlways } }
-
 // tailWindow sets the DB's in-memory tail window, to force readers to
 // scan the engine.
 func tailWindow(n int) rigOption { return func(r *rig) { r.topts.TailWindow = n } }

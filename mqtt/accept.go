@@ -209,7 +209,7 @@ func (b *Broker) acceptLoop(ln net.Listener) error {
 		nc, err := ln.Accept()
 		if err != nil {
 			if b.ctx.Err() != nil {
-				return nil
+				return nil //nolint:nilerr // the broker closed: a clean end
 			}
 			if errors.Is(err, net.ErrClosed) {
 				return err

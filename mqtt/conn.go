@@ -14,9 +14,6 @@ import (
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 )
 
-// errTakenOver ends a connection whose client id connected again.
-var errTakenOver = errors.New("mqtt: session taken over")
-
 // errGroupFailed reports that the read loop's pending group could not be
 // submitted; the connection is ending.
 var errGroupFailed = errors.New("mqtt: pending commit failed")

@@ -3,7 +3,6 @@ package mqtt
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
@@ -351,23 +350,4 @@ func (b *Broker) fanout(m *Message, sharedOnly bool) {
 		}
 		c.out.offer(direct{msg: m, qos: t.qos, ids: t.ids, retain: m.Retain && t.rap})
 	}
-}
-
-// publishServer publishes a message the broker originates (a will).
-func (b *Broker) publishServer(ctx context.Context, m *Message) error {
-	if m.Expired(time.Now()) {
-		return nil
-	}
-	if m.QoS == 0 {
-		b.publishQoS0(ctx, m)
-		return nil
-	}
-	tx := b.db.Begin()
-	if err := addMessage(tx, m); err != nil {
-		return err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return fmt.Errorf("mqtt: publish will: %w", err)
-	}
-	return nil
 }

@@ -110,7 +110,7 @@ func (o *outbound) run() {
 			o.drainDirect()
 			continue
 		}
-		if ch := o.replayChan(); ch != nil && len(ch) > 0 {
+		if len(o.replayChan()) > 0 {
 			o.drainReplays()
 			continue
 		}

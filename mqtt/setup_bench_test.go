@@ -144,7 +144,7 @@ func setupOne(sa *syscall.SockaddrInet4, i int, subscribe bool, fd *int, buf []b
 	for read < size {
 		m, err := syscall.Read(s, buf[read:])
 		if err != nil || m == 0 {
-			return fmt.Errorf("session %d: read after %d bytes: %v", i, read, err)
+			return fmt.Errorf("session %d: read after %d bytes: %w", i, read, err)
 		}
 		read += m
 	}

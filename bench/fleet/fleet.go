@@ -209,7 +209,7 @@ func runOne(ctx context.Context, b Broker, n, fan int, dir string, say func(stri
 		r.Err = err
 		return r
 	}
-	defer stop()
+	defer func() { _ = stop() }()
 	time.Sleep(300 * time.Millisecond)
 	base := rss(pid)
 	f := &fleet{addr: addr, devs: make([]*device, n)}

@@ -165,7 +165,7 @@ func runOffline(ctx context.Context, b Broker, n, samples int, dir string, say f
 		r.Err = err
 		return r
 	}
-	defer stop()
+	defer func() { _ = stop() }()
 	r.Start = time.Since(start)
 	// Measure the broker at rest: the engine may still be compacting what
 	// the seeding wrote, which slows every commit's sync.

@@ -78,12 +78,12 @@ func startNATS(ctx context.Context, dir string, mode engine.SyncMode, interval t
 		wait = min(wait, time.Until(dl))
 	}
 	if !s.ReadyForConnections(wait) {
-		stop()
+		_ = stop()
 		return nil, fmt.Errorf("nats-server in %s did not become ready in %v", dir, wait)
 	}
 	v, err := s.Varz(nil)
 	if err != nil || v.MQTT.Port <= 0 {
-		stop()
+		_ = stop()
 		return nil, fmt.Errorf("nats-server: no MQTT port (%w)", err)
 	}
 	return &instance{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(v.MQTT.Port)), stop: stop}, nil

@@ -88,7 +88,7 @@ published to the session's topic while it was offline).`,
 			fmt.Fprint(out, fleet.Table(rs))
 			for _, r := range rs {
 				if r.Err != nil || r.Lost > 0 {
-					return fmt.Errorf("%s at %d sessions: lost %d, error %v", r.Broker, r.Sessions, r.Lost, r.Err)
+					return fmt.Errorf("%s at %d sessions: lost %d, error %w", r.Broker, r.Sessions, r.Lost, r.Err)
 				}
 			}
 			return nil

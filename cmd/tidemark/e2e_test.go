@@ -26,8 +26,10 @@ func TestServeEndToEnd(t *testing.T) {
 	bin := tidemarkBinary(t)
 	mqttAddr, metricsAddr := freeAddr(t), freeAddr(t)
 	cfg := filepath.Join(dir, "tidemark.yaml")
-	os.WriteFile(cfg, []byte(fmt.Sprintf("data: %s\nmqtt: %s\nmetrics: %s\nlog-level: debug\n",
-		filepath.Join(dir, "data"), mqttAddr, metricsAddr)), 0o644)
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("data: %s\nmqtt: %s\nmetrics: %s\nlog-level: debug\n",
+		filepath.Join(dir, "data"), mqttAddr, metricsAddr)), 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	// The effective configuration names each setting's source.
 	out, err := exec.Command(bin, "serve", "--config", cfg, "--print-config").Output()
@@ -68,8 +70,13 @@ func TestServeEndToEnd(t *testing.T) {
 			t.Fatalf("/metrics lacks %q", want)
 		}
 	}
-	if resp, err := http.Get("http://" + metricsAddr + "/healthz"); err != nil || resp.StatusCode != 200 {
+	resp, err = http.Get("http://" + metricsAddr + "/healthz")
+	if err != nil {
 		t.Fatalf("/healthz: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("/healthz: %s", resp.Status)
 	}
 	srv.stop(t)
 

@@ -88,7 +88,7 @@ func serveMetrics(ctx context.Context, log *slog.Logger, addr string, b *mqtt.Br
 			http.Error(w, "engine unavailable: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
-		w.Write([]byte("ok\n"))
+		_, _ = w.Write([]byte("ok\n"))
 	})
 	// Go's profiles, for an operator who finds the broker slow or large:
 	// the listener is the operator's own, like /metrics.

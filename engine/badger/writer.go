@@ -217,7 +217,7 @@ func (d *db) commitSome(group []*pending) (n int, logged bool) {
 		txn = nil
 		if n == 0 {
 			if errors.Is(err, badger.ErrTxnTooBig) {
-				err = fmt.Errorf("badger: %w: the commit does not fit one Badger transaction (%v)", engine.ErrBatchTooLarge, err)
+				err = fmt.Errorf("badger: %w: the commit does not fit one Badger transaction (%w)", engine.ErrBatchTooLarge, err)
 			} else {
 				err = fmt.Errorf("badger: apply: %w", err)
 			}
@@ -283,7 +283,7 @@ func (d *db) apply(txn *badger.Txn, p *pending) error {
 	for i := range p.b.Checks {
 		if err := check(txn, p.checks[i], &p.b.Checks[i]); err != nil {
 			p.err = err
-			return nil
+			return nil //nolint:nilerr // p's own outcome, not a write failure
 		}
 	}
 	if n := len(p.b.Log); n > 0 {

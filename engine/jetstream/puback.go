@@ -72,7 +72,7 @@ func parsePubAck(r *nats.Msg) (*jetstream.PubAck, error) {
 		jetstream.PubAck
 	}
 	if err := json.Unmarshal(r.Data, &resp); err != nil {
-		return nil, fmt.Errorf("%w: %v", jetstream.ErrInvalidJSAck, err)
+		return nil, fmt.Errorf("%w: %w", jetstream.ErrInvalidJSAck, err)
 	}
 	if resp.Error != nil {
 		return nil, resp.Error

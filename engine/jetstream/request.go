@@ -63,7 +63,7 @@ func (d *db) request(ctx context.Context, what string, attempt time.Duration, fn
 			return nil
 		}
 		if ctx.Err() != nil {
-			return fmt.Errorf("jetstream: %s: no answer in %v (last error: %v): %w", what, time.Since(start).Round(time.Second), err, ctx.Err())
+			return fmt.Errorf("jetstream: %s: no answer in %v (last error: %w): %w", what, time.Since(start).Round(time.Second), err, ctx.Err())
 		}
 		if !retryable(err) {
 			return fmt.Errorf("jetstream: %s: %w", what, err)
@@ -72,7 +72,7 @@ func (d *db) request(ctx context.Context, what string, attempt time.Duration, fn
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
-			return fmt.Errorf("jetstream: %s: no answer in %v (last error: %v): %w", what, time.Since(start).Round(time.Second), err, ctx.Err())
+			return fmt.Errorf("jetstream: %s: no answer in %v (last error: %w): %w", what, time.Since(start).Round(time.Second), err, ctx.Err())
 		}
 		wait = min(2*wait, maxRetryWait)
 	}

@@ -174,7 +174,7 @@ func (d *db) publishTx(m *nats.Msg, id string) (uint64, error) {
 		if d.isClosed() && attempt >= 3 {
 			// Leave the outcome open rather than guess: the engine is
 			// going away, and the next open replays whatever landed.
-			return 0, fmt.Errorf("jetstream: publish transaction: outcome unknown (%v), engine closing: %w", lerr, err)
+			return 0, fmt.Errorf("jetstream: publish transaction: outcome unknown (%w), engine closing: %w", lerr, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

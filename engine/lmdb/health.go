@@ -65,7 +65,7 @@ func (d *db) probe() {
 	}
 	txn, err := d.env.BeginTxn(nil, 0)
 	if err != nil {
-		d.writeFailed("probe", err)
+		_ = d.writeFailed("probe", err) // recorded; the next probe tries again
 		return
 	}
 	var stamp [8]byte
@@ -76,12 +76,12 @@ func (d *db) probe() {
 	if err := txn.Put(d.dbi, metaProbe, stamp[:], 0); err != nil {
 		txn.Abort()
 		if !lmdb.IsMapFull(err) {
-			d.writeFailed("probe", err)
+			_ = d.writeFailed("probe", err) // recorded; the next probe tries again
 		}
 		return
 	}
 	if err := txn.Commit(); err != nil {
-		d.writeFailed("probe", err)
+		_ = d.writeFailed("probe", err) // recorded; the next probe tries again
 		return
 	}
 	if f := d.failure.Swap(nil); f != nil {

@@ -115,7 +115,7 @@ func TestMapGrows(t *testing.T) {
 	reads := map[string]func() error{
 		"get": func() error {
 			if v, err := engine.Get(ctx, e, []byte("before/03")); err != nil || string(v) != "before/03" {
-				return fmt.Errorf("concurrent get = %q, %v", v, err)
+				return fmt.Errorf("concurrent get = %q, %w", v, err)
 			}
 			return nil
 		},
@@ -130,7 +130,7 @@ func TestMapGrows(t *testing.T) {
 				n++
 			}
 			if it.Err() != nil || n != 10 {
-				return fmt.Errorf("held snapshot iterated %d keys, err %v; want 10", n, it.Err())
+				return fmt.Errorf("held snapshot iterated %d keys, err %w; want 10", n, it.Err())
 			}
 			return nil
 		},

@@ -571,7 +571,7 @@ func (d *db) Close() error {
 	defer d.rw.Unlock()
 	d.rclosed = true
 	for s := range d.readers {
-		s.closeLocked()
+		_ = s.closeLocked() // closing: the reader is dropped either way
 	}
 	var err error
 	switch {

@@ -93,7 +93,7 @@ func (s *snapshot) Close() error {
 func (s *snapshot) closeLocked() error {
 	s.closed = true
 	for it := range s.iters {
-		it.closeLocked()
+		_ = it.closeLocked() // the snapshot closes under it either way
 	}
 	return s.snap.Close()
 }

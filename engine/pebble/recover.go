@@ -179,7 +179,7 @@ func (d *db) reopen() (done bool, err error) {
 	stale := fmt.Errorf("pebble: %w: the store was reopened after a write failure; read again", engine.ErrWriteFailed)
 	for s := range d.readers {
 		s.gone = stale
-		s.closeLocked()
+		_ = s.closeLocked() // closing: the reader is dropped either way
 		delete(d.readers, s)
 	}
 	if d.pdb != nil {

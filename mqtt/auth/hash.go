@@ -79,7 +79,7 @@ func parseHash(s string) (hash, error) {
 	switch {
 	case strings.HasPrefix(s, "$2a$") || strings.HasPrefix(s, "$2b$") || strings.HasPrefix(s, "$2y$"):
 		if _, err := bcrypt.Cost([]byte(s)); err != nil {
-			return nil, fmt.Errorf("%w: bcrypt: %v", ErrUnknownHash, err)
+			return nil, fmt.Errorf("%w: bcrypt: %w", ErrUnknownHash, err)
 		}
 		return bcryptHash(s), nil
 	case strings.HasPrefix(s, "$argon2id$"):

@@ -93,9 +93,9 @@ func ConnackFor(err error) (ack *Connack, v Version, ok bool) {
 		return nil, 0, false
 	}
 	switch {
-	case e.Err == ErrUnsupportedVersion && e.Version < V5:
+	case errors.Is(e.Err, ErrUnsupportedVersion) && e.Version < V5:
 		return &Connack{ReasonCode: UnsupportedProtocolVersion}, V311, true
-	case e.Err == ErrUnsupportedVersion:
+	case errors.Is(e.Err, ErrUnsupportedVersion):
 		return &Connack{ReasonCode: UnsupportedProtocolVersion}, V5, true
 	case e.Version == V311 && e.Code == ClientIdentifierNotValid:
 		return &Connack{ReasonCode: ClientIdentifierNotValid}, V311, true
@@ -107,7 +107,8 @@ func ConnackFor(err error) (ack *Connack, v Version, ok bool) {
 
 // codeOf maps a sentinel to the reason code it implies.
 func codeOf(sentinel error) ReasonCode {
-	switch sentinel { //nolint:errorlint // sentinels only, compared as values
+	//nolint:errorlint // sentinels only, compared as values
+	switch sentinel {
 	case ErrMalformed:
 		return MalformedPacket
 	case ErrProtocol:

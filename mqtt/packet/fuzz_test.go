@@ -83,7 +83,7 @@ func fuzzDecode(f *testing.F, v Version) {
 // checkFailure fails unless err is a codec error with a known sentinel and
 // its code, or an end of input.
 func checkFailure(t *testing.T, err error) {
-	if err == io.EOF || err == io.ErrUnexpectedEOF {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return
 	}
 	var e *Error
