@@ -264,14 +264,18 @@ func (rp *replay) forward(ctx context.Context, ch chan<- replayItem, wake func()
 	defer t.Stop()
 	events := rp.sub.Events()
 	var probed table.Cursor
+	// pass hands over one receive from events; false ends the forwarder.
+	pass := func(ev table.Event, ok bool) bool {
+		if !ok {
+			send(replayItem{rp: rp, end: true, err: rp.sub.Err()})
+			return false
+		}
+		return send(replayItem{rp: rp, ev: ev})
+	}
 	for {
 		select {
 		case ev, ok := <-events:
-			if !ok {
-				send(replayItem{rp: rp, end: true, err: rp.sub.Err()})
-				return
-			}
-			if !send(replayItem{rp: rp, ev: ev}) {
+			if !pass(ev, ok) {
 				return
 			}
 			every = replayProbeEvery
@@ -291,11 +295,7 @@ func (rp *replay) forward(ctx context.Context, ch chan<- replayItem, wake func()
 		for drained := false; !drained; {
 			select {
 			case ev, ok := <-events:
-				if !ok {
-					send(replayItem{rp: rp, end: true, err: rp.sub.Err()})
-					return
-				}
-				if !send(replayItem{rp: rp, ev: ev}) {
+				if !pass(ev, ok) {
 					return
 				}
 			default:
