@@ -28,7 +28,11 @@ import (
 // serveOn has the test's broker serve ln too; it stops with the broker.
 func serveOn(t *testing.T, s *mqtttest.Server, ln net.Listener) string {
 	t.Helper()
-	go func() { _ = s.Broker().Serve(ln) }()
+	// The broker is read here, not in the goroutine: the test's cleanup
+	// may stop the server (and clear it) before the goroutine runs.
+	b := s.Broker()
+	t.Cleanup(func() { _ = ln.Close() }) // Serve after Close leaves ln open
+	go func() { _ = b.Serve(ln) }()
 	return ln.Addr().String()
 }
 
