@@ -174,14 +174,20 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-// waitReady returns once addr accepts a connection, or fails when the
-// process exits, ctx ends or mosquittoReadyTimeout passes.
+// waitReady returns once addr answers an MQTT CONNECT, or fails when the
+// process exits, ctx ends or mosquittoReadyTimeout passes. A TCP accept is
+// not enough: mosquitto listens before it enters its main loop, and a
+// SIGTERM that arrives in between is lost (the loop starts by setting its
+// run flag again), so a broker stopped right after a bare accept could
+// run on. A CONNACK comes from the main loop.
 func (p *mosquittoProc) waitReady(ctx context.Context, addr string) error {
 	deadline := time.Now().Add(mosquittoReadyTimeout)
 	for {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		dctx, cancel := context.WithTimeout(ctx, time.Second)
+		c, err := dial(dctx, addr, "mqttbench-ready")
+		cancel()
 		if err == nil {
-			c.Close()
+			c.close()
 			return nil
 		}
 		select {
@@ -231,7 +237,7 @@ func (p *mosquittoProc) stop() error {
 	case <-timer.C:
 		_ = p.cmd.Process.Kill()
 		<-p.exited
-		return fmt.Errorf("mosquitto (pid %d) did not exit within %v of SIGTERM; killed", p.cmd.Process.Pid, mosquittoStopTimeout)
+		return fmt.Errorf("mosquitto (pid %d) did not exit within %v of SIGTERM; killed%s", p.cmd.Process.Pid, mosquittoStopTimeout, p.logTail())
 	}
 }
 
