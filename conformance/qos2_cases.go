@@ -1,10 +1,11 @@
 package conformance
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
@@ -193,17 +194,11 @@ func caseDupPublishAcrossReconnect(t T, tg Target) {
 // when there is none.
 func sessionOnline(t T, db *table.DB, client string) (online, ok bool) {
 	t.Helper()
-	r, err := db.Get(t.Context(), brokerSessions, client)
-	if err != nil {
-		return false, false
-	}
-	var rec struct {
-		Online bool `json:"online"`
-	}
-	if err := json.Unmarshal(r.Value, &rec); err != nil {
+	si, ok, err := mqtt.SessionOf(t.Context(), db, client)
+	if errors.Is(err, engine.ErrCorrupt) {
 		t.Fatalf("session record of %s: %v", client, err)
 	}
-	return rec.Online, true
+	return si.Online, ok && err == nil
 }
 
 // caseCloseWithUnreleasedExchanges (Q09): 50 exchanges staged, 25 released,

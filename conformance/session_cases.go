@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -237,30 +236,18 @@ func caseSubscribeSecondTopicMidReplay(t T, tg Target) {
 }
 
 // sessionRecordOf reads the broker's session record of client.
-func sessionRecordOf(t T, db *table.DB, client string) (rec struct {
-	Online bool   `json:"online"`
-	Node   string `json:"node"`
-	Conn   string `json:"conn"`
-	Will   *struct {
-		Msg []byte `json:"msg"`
-	} `json:"will"`
-}, version table.Version) {
+func sessionRecordOf(t T, db *table.DB, client string) mqtt.SessionInfo {
 	t.Helper()
-	r, err := db.Get(t.Context(), brokerSessions, client)
-	if err != nil {
-		t.Fatalf("session record of %s: %v", client, err)
+	si, ok, err := mqtt.SessionOf(t.Context(), db, client)
+	if err != nil || !ok {
+		t.Fatalf("session record of %s: found %v, %v", client, ok, err)
 	}
-	if err := json.Unmarshal(r.Value, &rec); err != nil {
-		t.Fatalf("session record of %s: %v", client, err)
-	}
-	return rec, r.Version
+	return si
 }
 
-func willPayload(t T, msg []byte) string {
-	t.Helper()
-	var m mqtt.Message
-	if err := m.UnmarshalBinary(msg); err != nil {
-		t.Fatalf("will in the session record: %v", err)
+func willPayload(m *mqtt.Message) string {
+	if m == nil {
+		return ""
 	}
 	return string(m.Payload)
 }
@@ -297,10 +284,10 @@ func caseDuplicateClientIDOnTwoNodes(t T, tg Target) {
 	// A reads the store through its own view of the shared stream, which
 	// follows B's commits a moment later: A's hand-over write (will none,
 	// node B) may still be what it sees.
-	rec, _ := sessionRecordOf(t, a.DB(), "m04-c")
+	rec := sessionRecordOf(t, a.DB(), "m04-c")
 	eventually(t, "the session record on B with will-B, as node A sees it", func() bool {
-		rec, _ = sessionRecordOf(t, a.DB(), "m04-c")
-		return rec.Online && rec.Node == "B" && rec.Will != nil && willPayload(t, rec.Will.Msg) == "will-B"
+		rec = sessionRecordOf(t, a.DB(), "m04-c")
+		return rec.Online && rec.Node == "B" && willPayload(rec.Will) == "will-B"
 	})
 
 	// A third node starting now recovers only its own node's sessions.
@@ -309,8 +296,8 @@ func caseDuplicateClientIDOnTwoNodes(t T, tg Target) {
 	time.Sleep(2 * time.Second)
 	watch.expectExactly("will-A")
 	// B's own checkpoint writes may rewrite the record; it must stay B's.
-	rec2, _ := sessionRecordOf(t, a.DB(), "m04-c")
-	if !rec2.Online || rec2.Node != "B" || rec2.Conn != rec.Conn || rec2.Will == nil || willPayload(t, rec2.Will.Msg) != "will-B" {
+	rec2 := sessionRecordOf(t, a.DB(), "m04-c")
+	if !rec2.Online || rec2.Node != "B" || rec2.Conn != rec.Conn || willPayload(rec2.Will) != "will-B" {
 		t.Fatalf("session record after A's keepalive lapsed: online %v node %q conn %q (was %q) will %v", rec2.Online, rec2.Node, rec2.Conn, rec.Conn, rec2.Will)
 	}
 	// The session (with A's subscription) is B's.

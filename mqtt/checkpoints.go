@@ -2,7 +2,6 @@ package mqtt
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -157,7 +156,7 @@ func (b *Broker) indexSessions(ctx context.Context) error {
 	var werr error
 	err := b.db.Range(ctx, tableSessions, "", func(r table.Record) bool {
 		var s sessionRecord
-		if json.Unmarshal(r.Value, &s) != nil {
+		if decodeSession(r.Value, &s) != nil {
 			return true
 		}
 		if werr = indexSession(tx, r.ID, &s); werr != nil {
@@ -261,7 +260,7 @@ func (b *Broker) lowestRound(ctx context.Context, head table.Cursor) (table.Curs
 			return low, false, err
 		}
 		var s sessionRecord
-		if json.Unmarshal(r.Value, &s) != nil {
+		if decodeSession(r.Value, &s) != nil {
 			continue // a record no resume can read holds nothing back
 		}
 		if s.Checkpoint == e.cp {

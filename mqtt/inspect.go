@@ -2,7 +2,8 @@ package mqtt
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -26,6 +27,63 @@ type SessionInfo struct {
 	OutboundQoS2 int  `json:"outbound_qos2"`
 	StagedQoS2   int  `json:"staged_qos2"`
 	HasWill      bool `json:"has_will"`
+	// Will is the will message the session holds, if any.
+	Will *Message `json:"-"`
+	// Node and Conn name the broker node and the connection that held
+	// the session when it was last written.
+	Node string `json:"node,omitempty"`
+	Conn string `json:"conn,omitempty"`
+	// Version is the session record's version: every write changes it.
+	Version table.Version `json:"version"`
+}
+
+// SessionOf returns the stored session of client; ok is false when there
+// is none.
+func SessionOf(ctx context.Context, db *table.DB, client string) (_ SessionInfo, ok bool, _ error) {
+	r, err := db.Get(ctx, tableSessions, client)
+	if errors.Is(err, table.ErrNotFound) {
+		return SessionInfo{}, false, nil
+	}
+	if err != nil {
+		return SessionInfo{}, false, err
+	}
+	var s sessionRecord
+	if err := decodeSession(r.Value, &s); err != nil {
+		return SessionInfo{}, false, fmt.Errorf("session %q: %w", client, err)
+	}
+	si := infoOf(r, &s)
+	for t, n := range map[string]*int{tableOut: &si.OutboundQoS2, tableStaged: &si.StagedQoS2} {
+		err := db.Range(ctx, t, client+slotSep, func(r table.Record) bool {
+			if !r.Deleted && strings.LastIndex(r.ID, slotSep) == len(client) {
+				*n++
+			}
+			return true
+		})
+		if err != nil {
+			return SessionInfo{}, false, err
+		}
+	}
+	return si, true, nil
+}
+
+// infoOf is the SessionInfo of the stored record r, decoded into s, less
+// its QoS 2 counts.
+func infoOf(r table.Record, s *sessionRecord) SessionInfo {
+	si := SessionInfo{ClientID: r.ID, Online: s.Online, Protocol: s.Version.String(), ExpirySeconds: s.Expiry,
+		Checkpoint: s.Checkpoint, HasWill: s.Will != nil, Node: s.Node, Conn: s.Conn, Version: r.Version}
+	if s.Will != nil {
+		var m Message
+		if m.UnmarshalBinary(s.Will.Msg) == nil {
+			si.Will = &m
+		}
+	}
+	if s.DisconnectedAt > 0 {
+		si.DisconnectedAt = time.UnixMilli(s.DisconnectedAt).UTC()
+	}
+	for _, sub := range s.Subs {
+		si.Subscriptions = append(si.Subscriptions, sub.sub(r.ID).FullFilter()+" qos"+string('0'+sub.QoS))
+	}
+	return si
 }
 
 // Sessions lists the sessions stored in db, by client id. It holds them
@@ -65,17 +123,11 @@ func EachSession(ctx context.Context, db *table.DB, fn func(SessionInfo) bool) e
 	}
 	return db.Range(ctx, tableSessions, "", func(r table.Record) bool {
 		var s sessionRecord
-		if r.Deleted || json.Unmarshal(r.Value, &s) != nil {
+		if r.Deleted || decodeSession(r.Value, &s) != nil {
 			return true
 		}
-		si := SessionInfo{ClientID: r.ID, Online: s.Online, Protocol: s.Version.String(), ExpirySeconds: s.Expiry,
-			Checkpoint: s.Checkpoint, HasWill: s.Will != nil, OutboundQoS2: outN[r.ID], StagedQoS2: staged[r.ID]}
-		if s.DisconnectedAt > 0 {
-			si.DisconnectedAt = time.UnixMilli(s.DisconnectedAt).UTC()
-		}
-		for _, sub := range s.Subs {
-			si.Subscriptions = append(si.Subscriptions, sub.sub(r.ID).FullFilter()+" qos"+string('0'+sub.QoS))
-		}
+		si := infoOf(r, &s)
+		si.OutboundQoS2, si.StagedQoS2 = outN[r.ID], staged[r.ID]
 		return fn(si)
 	})
 }

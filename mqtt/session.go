@@ -2,7 +2,6 @@ package mqtt
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -110,7 +109,7 @@ func (b *Broker) loadSession(ctx context.Context, client string) (sessionRecord,
 		return sessionRecord{}, 0, false, err
 	}
 	var s sessionRecord
-	if err := json.Unmarshal(rec.Value, &s); err != nil {
+	if err := decodeSession(rec.Value, &s); err != nil {
 		return sessionRecord{}, 0, false, fmt.Errorf("mqtt: session %q: %w", client, err)
 	}
 	s.loaded()
@@ -127,11 +126,7 @@ func (b *Broker) loadSession(ctx context.Context, client string) (sessionRecord,
 // checkpoint and recovery indexes (see indexSession) and, for an offline
 // session that expires, its entry in the expiry index.
 func putSession(tx *table.Tx, client string, s *sessionRecord) error {
-	v, err := json.Marshal(s)
-	if err != nil {
-		return err
-	}
-	if err := tx.PutState(tableSessions, client, v); err != nil {
+	if err := tx.PutState(tableSessions, client, encodeSession(s)); err != nil {
 		return err
 	}
 	if err := indexSession(tx, client, s); err != nil {
@@ -218,7 +213,7 @@ func (b *Broker) discardTx(ctx context.Context, client string, overwrite bool) (
 		// The indexes go with the record; an overwrite puts new entries
 		// after these deletes, in the same commit.
 		var s sessionRecord
-		if json.Unmarshal(r.Value, &s) == nil {
+		if decodeSession(r.Value, &s) == nil {
 			s.loaded()
 			unindexSession(tx, client, &s)
 		}
@@ -318,7 +313,7 @@ func (b *Broker) indexExpiries(ctx context.Context) error {
 	n, chunk := 0, b.maxStateDeletes()
 	err := b.db.Range(ctx, tableSessions, "", func(r table.Record) bool {
 		var s sessionRecord
-		if r.Deleted || json.Unmarshal(r.Value, &s) != nil {
+		if r.Deleted || decodeSession(r.Value, &s) != nil {
 			return true
 		}
 		if d, ok := s.deadline(); ok {

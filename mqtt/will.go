@@ -2,7 +2,6 @@ package mqtt
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -133,7 +132,7 @@ func (b *Broker) recoverWills() {
 		}
 		var s sessionRecord
 		// A session online on another node sharing the store is live there.
-		if json.Unmarshal(r.Value, &s) == nil && s.needsRecovery() && !(s.Online && b.onOtherNode(s)) {
+		if decodeSession(r.Value, &s) == nil && s.needsRecovery() && !(s.Online && b.onOtherNode(s)) {
 			s.loaded()
 			recs = append(recs, found{id, s})
 		}

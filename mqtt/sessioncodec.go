@@ -1,0 +1,256 @@
+package mqtt
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+
+	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/packet"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// The session record's stored form. An online session rewrites its
+// record with every checkpoint, so a fleet writes it thousands of times a
+// second: the form is a compact binary one, written and read without
+// reflection. Records written as JSON by earlier versions (a JSON object
+// starts with '{') are still read; the next write turns them binary.
+//
+// Binary form, after the format byte sessionFormat1:
+//
+//	flags byte (sfOnline, sfClaimed, sfWill), protocol version byte,
+//	uvarint expiry, varint disconnected-at (Unix ms),
+//	string node, string conn, cursor checkpoint, cursor sent-high,
+//	uvarint next packet id,
+//	uvarint count of subscriptions, each: string filter, string group,
+//	  byte QoS, byte sub flags (subNL, subRAP, subSince, subPos),
+//	  byte retain handling, uvarint subscription id, [cursor since],
+//	[will: bytes message, uvarint delay],
+//	uvarint count of QoS 1 slots, each: cursor position, uvarint packet id.
+//
+// A string or bytes is a uvarint length and its bytes; a cursor is a
+// uvarint key and a uvarint next. Nothing may follow the last field.
+const sessionFormat1 = 0xB1
+
+const (
+	sfOnline = 1 << iota
+	sfClaimed
+	sfWill
+)
+
+const (
+	subNL = 1 << iota
+	subRAP
+	subSince
+	subPos
+)
+
+// errSessionForm reports a stored session record that does not decode.
+var errSessionForm = fmt.Errorf("mqtt: session record: %w", engine.ErrCorrupt)
+
+// encodeSession returns the stored form of s.
+func encodeSession(s *sessionRecord) []byte {
+	n := 48 + len(s.Node) + len(s.Conn) + 16*len(s.Q1)
+	for _, r := range s.Subs {
+		n += 24 + len(r.Filter) + len(r.Group)
+	}
+	if s.Will != nil {
+		n += 8 + len(s.Will.Msg)
+	}
+	b := make([]byte, 0, n)
+	var flags byte
+	if s.Online {
+		flags |= sfOnline
+	}
+	if s.Claimed {
+		flags |= sfClaimed
+	}
+	if s.Will != nil {
+		flags |= sfWill
+	}
+	b = append(b, sessionFormat1, flags, byte(s.Version))
+	b = binary.AppendUvarint(b, uint64(s.Expiry))
+	b = binary.AppendVarint(b, s.DisconnectedAt)
+	b = appendString(b, s.Node)
+	b = appendString(b, s.Conn)
+	b = appendCursor(b, s.Checkpoint)
+	b = appendCursor(b, s.SentHigh)
+	b = binary.AppendUvarint(b, uint64(s.NextPI))
+	b = binary.AppendUvarint(b, uint64(len(s.Subs)))
+	for _, r := range s.Subs {
+		b = appendString(b, r.Filter)
+		b = appendString(b, r.Group)
+		var sf byte
+		if r.NL {
+			sf |= subNL
+		}
+		if r.RAP {
+			sf |= subRAP
+		}
+		if r.Since != nil {
+			sf |= subSince
+		}
+		if r.Pos {
+			sf |= subPos
+		}
+		b = append(b, r.QoS, sf, r.RH)
+		b = binary.AppendUvarint(b, uint64(r.ID))
+		if r.Since != nil {
+			b = appendCursor(b, *r.Since)
+		}
+	}
+	if s.Will != nil {
+		b = appendString(b, string(s.Will.Msg))
+		b = binary.AppendUvarint(b, uint64(s.Will.Delay))
+	}
+	b = binary.AppendUvarint(b, uint64(len(s.Q1)))
+	for _, q := range s.Q1 {
+		b = appendCursor(b, q.Pos)
+		b = binary.AppendUvarint(b, uint64(q.PI))
+	}
+	return b
+}
+
+func appendString(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
+}
+
+func appendCursor(b []byte, c table.Cursor) []byte {
+	return binary.AppendUvarint(binary.AppendUvarint(b, uint64(c.Key)), uint64(c.Next))
+}
+
+// decodeSession decodes a stored session record, binary or JSON, into s.
+// The record's in-memory fields (its index state) are left as they are.
+func decodeSession(v []byte, s *sessionRecord) error {
+	if len(v) > 0 && v[0] == '{' {
+		return json.Unmarshal(v, s)
+	}
+	d := sessionDecoder{b: v}
+	if d.byte() != sessionFormat1 {
+		return fmt.Errorf("%w: unknown format", errSessionForm)
+	}
+	flags := d.byte()
+	s.Version = packet.Version(d.byte())
+	s.Expiry = d.uint32()
+	s.DisconnectedAt = d.varint()
+	s.Online, s.Claimed = flags&sfOnline != 0, flags&sfClaimed != 0
+	s.Node = d.string()
+	s.Conn = d.string()
+	s.Checkpoint = d.cursor()
+	s.SentHigh = d.cursor()
+	s.NextPI = d.uint16()
+	s.Subs = nil
+	if n := d.count(4); n > 0 {
+		s.Subs = make([]subRecord, n)
+		for i := range s.Subs {
+			r := &s.Subs[i]
+			r.Filter = d.string()
+			r.Group = d.string()
+			r.QoS = d.byte()
+			sf := d.byte()
+			r.RH = d.byte()
+			r.ID = d.uint32()
+			r.NL, r.RAP, r.Pos = sf&subNL != 0, sf&subRAP != 0, sf&subPos != 0
+			if sf&subSince != 0 {
+				c := d.cursor()
+				r.Since = &c
+			}
+		}
+	}
+	s.Will = nil
+	if flags&sfWill != 0 {
+		s.Will = &willRecord{Msg: []byte(d.string())}
+		s.Will.Delay = d.uint32()
+	}
+	s.Q1 = nil
+	if n := d.count(2); n > 0 {
+		s.Q1 = make([]q1Slot, n)
+		for i := range s.Q1 {
+			s.Q1[i] = q1Slot{Pos: d.cursor(), PI: d.uint16()}
+		}
+	}
+	switch {
+	case d.err != nil:
+		return d.err
+	case len(d.b) > 0:
+		return fmt.Errorf("%w: %d bytes after the last field", errSessionForm, len(d.b))
+	}
+	return nil
+}
+
+// sessionDecoder reads the binary form; the first error sticks, and every
+// read after it returns zero.
+type sessionDecoder struct {
+	b   []byte
+	err error
+}
+
+func (d *sessionDecoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: bad %s", errSessionForm, what)
+	}
+	d.b = nil
+}
+
+func (d *sessionDecoder) byte() byte {
+	if len(d.b) == 0 {
+		d.fail("length")
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *sessionDecoder) uvarint(max uint64, what string) uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 || v > max {
+		d.fail(what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *sessionDecoder) varint() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail("time")
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *sessionDecoder) uint32() uint32 { return uint32(d.uvarint(math.MaxUint32, "number")) }
+func (d *sessionDecoder) uint16() uint16 { return uint16(d.uvarint(math.MaxUint16, "packet id")) }
+
+// count reads a number of items each taking at least min bytes, so a
+// corrupt count cannot make the decoder allocate more than the record's
+// size warrants.
+func (d *sessionDecoder) count(min int) int {
+	n := d.uvarint(math.MaxInt32, "count")
+	if n > uint64(len(d.b)/min) {
+		d.fail("count")
+		return 0
+	}
+	return int(n)
+}
+
+func (d *sessionDecoder) string() string {
+	n := d.uvarint(math.MaxInt32, "string")
+	if d.err != nil || n > uint64(len(d.b)) {
+		d.fail("string")
+		return ""
+	}
+	s := string(d.b[:n])
+	d.b = d.b[n:]
+	return s
+}
+
+func (d *sessionDecoder) cursor() table.Cursor {
+	k := d.uvarint(math.MaxUint64, "cursor")
+	n := d.uint32()
+	return table.Cursor{Key: engine.LogKey(k), Next: n}
+}
