@@ -244,7 +244,7 @@ type Broker struct {
 
 	// store hands store calls to the store goroutines (see onStore).
 	store chan storeJob
-	// runners run the connections' ack loops.
+	// runners run the connections' ack loops and senders.
 	runners *runners
 
 	metrics metrics

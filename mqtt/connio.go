@@ -32,6 +32,11 @@ type connReader struct {
 	r, w  int
 	full  bool // the last fill filled buf
 	err   error
+	// readFn, n and rerr are readSocket's: the function it hands the
+	// socket, and what that read.
+	readFn func(fd uintptr) bool
+	n      int
+	rerr   error
 }
 
 func newConnReader(src io.Reader) *connReader {

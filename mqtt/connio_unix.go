@@ -22,22 +22,14 @@ func rawSocket(src io.Reader) syscall.RawConn {
 // readSocket reads what the socket has into a buffer taken for it,
 // waiting with none while it has nothing.
 func (cr *connReader) readSocket() (int, error) {
-	var n int
-	var rerr error
-	err := cr.rc.Read(func(fd uintptr) bool {
-		cr.take()
-		for {
-			n, rerr = syscall.Read(int(fd), cr.buf)
-			if rerr != syscall.EINTR {
-				break
-			}
-		}
-		if rerr == syscall.EAGAIN {
-			cr.drop()
-			return false // wait for input, then try again
-		}
-		return true
-	})
+	if cr.readFn == nil {
+		// Made once: a closure made per read would be an allocation per
+		// packet.
+		cr.readFn = cr.readOnce
+	}
+	cr.n, cr.rerr = 0, nil
+	err := cr.rc.Read(cr.readFn)
+	n, rerr := cr.n, cr.rerr
 	if n <= 0 {
 		cr.drop() // nothing came: no buffer held for an ended socket
 	}
@@ -50,4 +42,21 @@ func (cr *connReader) readSocket() (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// readOnce is readSocket's attempt at a read: it takes a buffer, reads
+// without blocking, and gives the buffer back when nothing was there.
+func (cr *connReader) readOnce(fd uintptr) bool {
+	cr.take()
+	for {
+		cr.n, cr.rerr = syscall.Read(int(fd), cr.buf)
+		if cr.rerr != syscall.EINTR {
+			break
+		}
+	}
+	if cr.rerr == syscall.EAGAIN {
+		cr.drop()
+		return false // wait for input, then try again
+	}
+	return true
 }

@@ -8,9 +8,9 @@ import (
 // runnerIdle is how long an idle runner waits for work before it ends.
 const runnerIdle = 30 * time.Second
 
-// runners runs short-lived work of connections (their ack loops) on
-// goroutines that stay around once their work is done, for the next. A
-// goroutine started for each ack loop begins with a small stack and grows
+// runners runs short-lived work of connections (their ack loops and
+// senders) on goroutines that stay around once their work is done, for
+// the next. A goroutine started for each ack loop begins with a small stack and grows
 // it while it waits for its first commit, every time: in a connect storm,
 // where every connection's first acknowledgements start an ack loop, that
 // growth was a sixth of the broker's CPU. A runner's stack grows once.

@@ -26,6 +26,7 @@ type sender struct {
 	pending bool // woken while running, or before start: look again
 	ended   bool // the session is ending: no goroutine starts again
 	wg      sync.WaitGroup
+	run     func() // the session's run, made at its first wake-up
 }
 
 // wake makes sure a sending goroutine looks at the session's work: it
@@ -40,7 +41,14 @@ func (o *outbound) wake() {
 	default:
 		s.running, s.pending = true, false
 		s.wg.Add(1)
-		go o.run()
+		// On a runner: a sender runs for moments at a time, and a new
+		// goroutine each time would grow a fresh stack each time. The
+		// function is made once: a method value per wake-up would be an
+		// allocation per delivery.
+		if s.run == nil {
+			s.run = o.run
+		}
+		o.c.b.runners.run(s.run)
 	}
 	s.mu.Unlock()
 }

@@ -272,8 +272,19 @@ func removeClient(n *node, client string) {
 // plain subscription, and for each shared group one member, rotating.
 func (ix *Index) Match(name string, fn func(Subscription)) {
 	var shared map[string][]Subscription
+	// Most topics have a few levels: split them without allocating.
+	var levelBuf [16]string
+	levels := levelBuf[:0]
+	for rest := name; ; {
+		level, more, found := strings.Cut(rest, "/")
+		levels = append(levels, level)
+		if !found {
+			break
+		}
+		rest = more
+	}
 	ix.mu.RLock()
-	collect(&ix.root, strings.Split(name, "/"), name != "" && name[0] == '$', true, func(s Subscription) {
+	collect(&ix.root, levels, name != "" && name[0] == '$', true, func(s Subscription) {
 		if s.Group == "" {
 			fn(s)
 			return
