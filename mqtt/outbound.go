@@ -1,7 +1,6 @@
 package mqtt
 
 import (
-	"encoding/json"
 	"errors"
 	"slices"
 	"sync"
@@ -155,7 +154,7 @@ func newOutbound(c *conn, window int, present bool, head table.Cursor) (*outboun
 	db := c.b.db
 	err := db.Range(ctx, tableOut, c.client+slotSep, func(r table.Record) bool {
 		var or outRecord
-		if r.Deleted || json.Unmarshal(r.Value, &or) != nil {
+		if r.Deleted || or.decode(r.Value) != nil {
 			return true
 		}
 		var m Message
@@ -525,10 +524,7 @@ func (o *outbound) addRecord(om *outMsg) error {
 	if err != nil {
 		return err
 	}
-	v, err := json.Marshal(outRecord{PI: om.pi, State: om.state, Pos: om.pos, Msg: enc})
-	if err != nil {
-		return err
-	}
+	v := (&outRecord{PI: om.pi, State: om.state, Pos: om.pos, Msg: enc}).encode()
 	if o.grp.tx == nil {
 		o.grp.tx = o.c.b.db.Begin()
 	}
@@ -604,7 +600,7 @@ func (o *outbound) pubrec(p *packet.Pubrec) bool {
 		return c.ack(ackEntry{pkt: &packet.Pubrel{PacketID: p.PacketID}})
 	}
 	enc, _ := om.msg.MarshalBinary()
-	v, _ := json.Marshal(outRecord{PI: om.pi, State: outPubrec, Pos: om.pos, Msg: enc})
+	v := (&outRecord{PI: om.pi, State: outPubrec, Pos: om.pos, Msg: enc}).encode()
 	return c.laterDelivery(func(tx *table.Tx) error { return tx.PutStateUnchecked(tableOut, slotID(c.client, om.pi), v) },
 		ackEntry{pkt: &packet.Pubrel{PacketID: p.PacketID}})
 }

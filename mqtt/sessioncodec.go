@@ -254,3 +254,37 @@ func (d *sessionDecoder) cursor() table.Cursor {
 	n := d.uint32()
 	return table.Cursor{Key: engine.LogKey(k), Next: n}
 }
+
+// The outbound QoS 2 record's stored form: the format byte outFormat1,
+// uvarint packet id, state byte, cursor position, then the message's
+// stored form to the end. JSON records of earlier versions are still read.
+const outFormat1 = 0xB2
+
+// encode returns the stored form of r.
+func (r *outRecord) encode() []byte {
+	b := make([]byte, 0, 24+len(r.Msg))
+	b = append(b, outFormat1)
+	b = binary.AppendUvarint(b, uint64(r.PI))
+	b = append(b, r.State)
+	b = appendCursor(b, r.Pos)
+	return append(b, r.Msg...)
+}
+
+// decode decodes a stored outbound record, binary or JSON, into r.
+func (r *outRecord) decode(v []byte) error {
+	if len(v) > 0 && v[0] == '{' {
+		return json.Unmarshal(v, r)
+	}
+	d := sessionDecoder{b: v}
+	if d.byte() != outFormat1 {
+		return fmt.Errorf("%w: unknown outbound record format", errSessionForm)
+	}
+	r.PI = d.uint16()
+	r.State = d.byte()
+	r.Pos = d.cursor()
+	if d.err != nil {
+		return d.err
+	}
+	r.Msg = d.b
+	return nil
+}
