@@ -23,6 +23,7 @@ func init() {
 		Case{Name: "failed_commit_applies_nothing", Run: caseFailedCommit},
 		Case{Name: "expect_checks", Run: caseExpectChecks},
 		Case{Name: "concurrent_compare_and_set", Run: caseConcurrentCAS},
+		Case{Name: "checks_follow_rewrites", Run: caseChecksFollowRewrites},
 		Case{Name: "snapshot_isolation", Run: caseSnapshotIsolation},
 		Case{Name: "ordered_range_iteration", Run: caseOrderedIteration},
 		Case{Name: "async_completion_order", Run: caseCompletionOrder},

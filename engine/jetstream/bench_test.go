@@ -15,3 +15,7 @@ import (
 func BenchmarkCommits(b *testing.B) {
 	benchtest.Commits(b, "jetstream")
 }
+
+func BenchmarkSlots(b *testing.B) {
+	benchtest.Slots(b, "jetstream")
+}

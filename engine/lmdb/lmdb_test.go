@@ -35,6 +35,10 @@ func BenchmarkCommits(b *testing.B) {
 	benchtest.Commits(b, "lmdb")
 }
 
+func BenchmarkSlots(b *testing.B) {
+	benchtest.Slots(b, "lmdb")
+}
+
 func openLMDB(t *testing.T, dir string, params map[string]string) engine.Engine {
 	t.Helper()
 	e, err := engine.Open(t.Context(), "lmdb", engine.Options{Dir: dir, Params: params})

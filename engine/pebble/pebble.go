@@ -58,6 +58,7 @@ type db struct {
 
 	mu      sync.Mutex
 	closed  bool
+	checks  checkCache         // under mu
 	pending chan pendingCommit // SyncAlways only; completed in order
 	// gate picks the deferred commits (Batch.Defer) that wait for a
 	// later sync.
@@ -242,6 +243,7 @@ func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error
 	}
 	if d.opts.Sync != engine.SyncAlways {
 		err := d.guard("apply", func() error { return d.pdb.Apply(pb, pebble.NoSync) })
+		d.appliedLocked(b.Ops, err)
 		d.mu.Unlock()
 		_ = pb.Close()
 		if err != nil {
@@ -260,6 +262,7 @@ func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error
 		// In the WAL before any later commit, so that commit's sync
 		// makes it durable too (see complete).
 		err := d.guard("apply", func() error { return d.pdb.Apply(pb, pebble.NoSync) })
+		d.appliedLocked(b.Ops, err)
 		_ = pb.Close()
 		if err != nil {
 			d.mu.Unlock()
@@ -269,7 +272,9 @@ func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error
 		d.mu.Unlock()
 		return h, nil
 	}
-	if err := d.guard("apply", func() error { return d.pdb.ApplyNoSyncWait(pb, pebble.Sync) }); err != nil {
+	err := d.guard("apply", func() error { return d.pdb.ApplyNoSyncWait(pb, pebble.Sync) })
+	d.appliedLocked(b.Ops, err)
+	if err != nil {
 		d.mu.Unlock()
 		// A batch Pebble panicked on is left to the collector: its
 		// state is unknown.
@@ -281,22 +286,41 @@ func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error
 	return h, nil
 }
 
-// checkLocked evaluates a batch's checks against the latest applied state;
-// mu is held, so no commit can land between the check and the apply.
+// appliedLocked brings the check cache up to date after an apply of ops
+// that returned err; mu held.
+func (d *db) appliedLocked(ops []engine.Op, err error) {
+	if err != nil {
+		d.checks.reset() // applied or not: unknown
+		return
+	}
+	d.checks.applied(ops)
+}
+
+// checkLocked evaluates a batch's checks against the latest applied state
+// (from the check cache where it holds the key); mu is held, so no commit
+// can land between the check and the apply.
 func (d *db) checkLocked(checks []engine.Check) error {
 	var key []byte
 	for i := range checks {
 		c := &checks[i]
+		if cached, err := d.checks.eval(c); cached {
+			if err != nil {
+				return err
+			}
+			continue
+		}
 		key = kvlog.DataKey(key, c.Key)
 		v, closer, err := d.pdb.Get(key)
 		switch {
 		case errors.Is(err, pebble.ErrNotFound):
+			d.checks.learn(c.Key, false, nil)
 			if !c.Absent {
 				return fmt.Errorf("pebble: %w: key %q is absent", engine.ErrConflict, c.Key)
 			}
 		case err != nil:
 			return fmt.Errorf("pebble: check %q: %w", c.Key, err)
 		default:
+			d.checks.learn(c.Key, true, v)
 			ok := !c.Absent && bytes.Equal(v, c.Value)
 			closer.Close()
 			if !ok {

@@ -24,3 +24,7 @@ func TestConformance(t *testing.T) {
 func BenchmarkCommits(b *testing.B) {
 	benchtest.Commits(b, "pebble")
 }
+
+func BenchmarkSlots(b *testing.B) {
+	benchtest.Slots(b, "pebble")
+}

@@ -192,6 +192,7 @@ func (d *db) reopen() (done bool, err error) {
 			d.log.Debug("closing the failed store", "err", cerr)
 		}
 	}
+	d.checks.reset() // what the failed store applied may not have lasted
 	pdb, err := d.openPebble()
 	if err != nil {
 		return false, err

@@ -31,8 +31,11 @@ type Server struct {
 	Engine string
 	Dir    string
 	Params map[string]string
-	Opts   mqtt.Options
-	Addr   string
+	// Sync is the engine's durability mode; engine.SyncAlways (the zero
+	// value) unless set before Start.
+	Sync engine.SyncMode
+	Opts mqtt.Options
+	Addr string
 
 	e      engine.Engine
 	db     *table.DB
@@ -45,9 +48,19 @@ type Server struct {
 // when the test ends.
 func Start(t TB, name string, params map[string]string, opts mqtt.Options) *Server {
 	t.Helper()
-	s := &Server{Engine: name, Dir: t.TempDir(), Params: params, Opts: opts}
+	return start(t, &Server{Engine: name, Dir: t.TempDir(), Params: params, Opts: opts})
+}
+
+// StartSync is Start with the engine's durability mode sync.
+func StartSync(t TB, name string, sync engine.SyncMode, opts mqtt.Options) *Server {
+	t.Helper()
+	return start(t, &Server{Engine: name, Dir: t.TempDir(), Sync: sync, Opts: opts})
+}
+
+func start(t TB, s *Server) *Server {
+	t.Helper()
 	if err := s.Start(); err != nil {
-		t.Fatalf("start broker on %s: %v", name, err)
+		t.Fatalf("start broker on %s: %v", s.Engine, err)
 	}
 	t.Cleanup(func() { _ = s.Stop() })
 	return s
@@ -56,7 +69,7 @@ func Start(t TB, name string, params map[string]string, opts mqtt.Options) *Serv
 // Start (re)starts the broker on the server's directory and address.
 func (s *Server) Start() error {
 	ctx := context.Background()
-	e, err := engine.Open(ctx, s.Engine, engine.Options{Dir: s.Dir, Params: s.Params})
+	e, err := engine.Open(ctx, s.Engine, engine.Options{Dir: s.Dir, Params: s.Params, Sync: s.Sync})
 	if err != nil {
 		return err
 	}
