@@ -27,6 +27,7 @@ type ackQueue struct {
 	// may start again (the connection is ending). spawn starts it (a new
 	// goroutine when nil).
 	loop    func()
+	run     func() // loop, counted in wg; made once
 	spawn   func(func())
 	running bool
 	stopped bool
@@ -44,17 +45,7 @@ func (a *ackQueue) push(ctx context.Context, e ackEntry) bool {
 		if len(a.q)-a.head < a.max {
 			a.q = append(a.q, e)
 			if !a.running && !a.stopped {
-				a.running = true
-				a.wg.Add(1)
-				run := func() {
-					defer a.wg.Done()
-					a.loop()
-				}
-				if a.spawn != nil {
-					a.spawn(run)
-				} else {
-					go run()
-				}
+				a.startLocked()
 			}
 			if a.waiters > 0 && len(a.q)-a.head < a.max {
 				a.wakeLocked() // room for another waiting pusher too
@@ -74,6 +65,53 @@ func (a *ackQueue) push(ctx context.Context, e ackEntry) bool {
 		if ctx.Err() != nil {
 			return false
 		}
+	}
+}
+
+// startLocked starts the ack loop; mu held, none running.
+func (a *ackQueue) startLocked() {
+	a.running = true
+	a.wg.Add(1)
+	if a.run == nil {
+		a.run = func() {
+			defer a.wg.Done()
+			a.loop()
+		}
+	}
+	if a.spawn != nil {
+		a.spawn(a.run)
+	} else {
+		go a.run()
+	}
+}
+
+// claim reports whether the caller may act as the ack loop for one entry
+// of its own: nothing is queued and no loop runs, so nothing is
+// acknowledged before it. It then holds the loop's place until release.
+func (a *ackQueue) claim() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.running || a.stopped || len(a.q) != a.head {
+		return false
+	}
+	a.running = true
+	a.wg.Add(1)
+	return true
+}
+
+// release gives back the place claim took; ok false says the entry ended
+// the connection's acknowledgements (as the loop ending on an error).
+// Entries pushed meanwhile get the ack loop.
+func (a *ackQueue) release(ok bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.wg.Done()
+	a.running = false
+	switch {
+	case !ok:
+		a.stopped = true
+	case !a.stopped && len(a.q) != a.head:
+		a.startLocked()
 	}
 }
 

@@ -28,11 +28,15 @@ type conn struct {
 	br  *connReader // rd's buffer
 	log connLog
 
-	wmu      sync.Mutex
-	armed    time.Time // when armWriteLocked last set the write deadline
-	bw       *connWriter
-	w        *packet.Writer
-	nwriters atomic.Int32
+	wmu   sync.Mutex
+	armed time.Time // when armWriteLocked last set the write deadline
+	// unflushed says the read loop wrote acknowledgements itself (see
+	// pushOwn) that its next wait for input must flush first. Read loop
+	// only.
+	unflushed bool
+	bw        *connWriter
+	w         *packet.Writer
+	nwriters  atomic.Int32
 
 	version   packet.Version
 	client    string
@@ -378,8 +382,16 @@ func (c *conn) readLoop() {
 		if c.ctx.Err() != nil {
 			return
 		}
-		if !c.packetReady() && !c.flushGroup() {
-			return
+		if !c.packetReady() {
+			if !c.flushGroup() {
+				return
+			}
+			if c.unflushed {
+				// Acknowledgements sent from here go out before the
+				// read loop waits for more input.
+				c.unflushed = false
+				c.flush()
+			}
 		}
 	}
 }
@@ -495,54 +507,64 @@ func (c *conn) ackLoop() {
 			}
 		}
 		c.b.metrics.pipelineDepth.Add(-1)
-		err, ok, timedOut := c.waitCommit(e, timer)
-		if timedOut {
-			c.flush()
-			c.fail(fmt.Errorf("store did not complete in %v; the client will re-send", c.b.opts.StoreTimeout))
+		if !c.finishAck(e, timer) {
 			return
-		}
-		if !ok {
-			return
-		}
-		if e.after != nil {
-			err = e.after(err)
-		}
-		if err != nil {
-			c.log.Warn("store failed; closing the connection", "client", c.client, "err", err)
-			c.flush() // what was acknowledged before the failure still goes out
-			if c.b.metrics.storeFailed(err) {
-				// The store cannot write (a full disk): a 5.0 client
-				// learns why, and re-sends what went unacknowledged
-				// after reconnecting.
-				c.disconnect(packet.QuotaExceeded, "the broker's store refuses writes; retry later")
-				return
-			}
-			c.fail(err)
-			return
-		}
-		if c.ctx.Err() != nil {
-			return
-		}
-		if e.atDone != "" {
-			c.b.at(e.atDone, c.client, e.pi)
-		}
-		if e.pkt != nil {
-			if err := c.writeBuffered(e.pkt); err != nil {
-				if !errors.Is(err, packet.ErrPacketTooLarge) || e.tooLarge == nil {
-					return
-				}
-				e.tooLarge()
-			}
-		}
-		if e.atSent != "" && c.b.opts.Hooks.At != nil {
-			c.flushed()
-			c.b.at(e.atSent, c.client, e.pi)
-		}
-		if e.qos1 {
-			c.inQoS1.Add(-1)
-		}
-		if e.then != nil {
-			e.then()
 		}
 	}
+}
+
+// finishAck waits for e's commit and sends its acknowledgement; false
+// when the ack loop must end (a failed or timed-out commit, an ended
+// connection), having ended the connection as the failure requires.
+func (c *conn) finishAck(e ackEntry, timer *time.Timer) bool {
+	err, ok, timedOut := c.waitCommit(e, timer)
+	if timedOut {
+		c.flush()
+		c.fail(fmt.Errorf("store did not complete in %v; the client will re-send", c.b.opts.StoreTimeout))
+		return false
+	}
+	if !ok {
+		return false
+	}
+	if e.after != nil {
+		err = e.after(err)
+	}
+	if err != nil {
+		c.log.Warn("store failed; closing the connection", "client", c.client, "err", err)
+		c.flush() // what was acknowledged before the failure still goes out
+		if c.b.metrics.storeFailed(err) {
+			// The store cannot write (a full disk): a 5.0 client
+			// learns why, and re-sends what went unacknowledged
+			// after reconnecting.
+			c.disconnect(packet.QuotaExceeded, "the broker's store refuses writes; retry later")
+			return false
+		}
+		c.fail(err)
+		return false
+	}
+	if c.ctx.Err() != nil {
+		return false
+	}
+	if e.atDone != "" {
+		c.b.at(e.atDone, c.client, e.pi)
+	}
+	if e.pkt != nil {
+		if err := c.writeBuffered(e.pkt); err != nil {
+			if !errors.Is(err, packet.ErrPacketTooLarge) || e.tooLarge == nil {
+				return false
+			}
+			e.tooLarge()
+		}
+	}
+	if e.atSent != "" && c.b.opts.Hooks.At != nil {
+		c.flushed()
+		c.b.at(e.atSent, c.client, e.pi)
+	}
+	if e.qos1 {
+		c.inQoS1.Add(-1)
+	}
+	if e.then != nil {
+		e.then()
+	}
+	return true
 }

@@ -189,11 +189,43 @@ func (c *conn) flushGroup() bool {
 	}
 	for _, e := range g.entries {
 		e.h = h
-		if !c.push(e) {
+		if !c.pushOwn(e) {
 			return false
 		}
 	}
 	return true
+}
+
+// pushOwn queues an acknowledgement of the read loop, or, when nothing is
+// queued before it and its commit is already done (no sync to wait for),
+// sends it at once from the read loop: no hand-off to the ack loop, and
+// the acknowledgements of a burst go out in the read loop's one flush
+// (see readLoop). Read loop only.
+func (c *conn) pushOwn(e ackEntry) bool {
+	if !c.ackNow(e) || !c.acks.claim() {
+		return c.push(e)
+	}
+	ok := c.finishAck(e, nil)
+	c.acks.release(ok)
+	c.unflushed = true
+	return ok
+}
+
+// ackNow reports whether e can be finished without waiting: its commit
+// is done and no hook holds acknowledgements.
+func (c *conn) ackNow(e ackEntry) bool {
+	if HooksEnabled && c.b.opts.Hooks.Ack != nil {
+		return false
+	}
+	if e.h == nil {
+		return true
+	}
+	select {
+	case <-e.h.Done():
+		return true
+	default:
+		return false
+	}
 }
 
 // ack queues an acknowledgement of the read loop behind the pending
@@ -202,7 +234,7 @@ func (c *conn) ack(e ackEntry) bool {
 	if !c.flushGroup() {
 		return false
 	}
-	return c.push(e)
+	return c.pushOwn(e)
 }
 
 // submit starts a commit of the read loop after the pending group's.
