@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
@@ -36,6 +37,9 @@ type Fanout struct {
 	// routing is halfway past.
 	mu  sync.Mutex
 	cur Cursor // every entry it covers was routed
+
+	// members counts the members joined and not closed.
+	members atomic.Int64
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -110,7 +114,12 @@ func (f *Fanout) run(ctx context.Context) {
 			// from the oldest retained entry.
 			st, serr := f.db.e.LogStats(ctx)
 			if serr == nil && st.Floor > 0 {
-				f.log.Warn("log truncated past the fanout follower; it goes on from the oldest retained entry", "err", err)
+				// With no member, nothing was owed the truncated entries.
+				level := slog.LevelDebug
+				if f.members.Load() > 0 {
+					level = slog.LevelWarn
+				}
+				f.log.Log(ctx, level, "log truncated past the fanout follower; it goes on from the oldest retained entry", "err", err)
 				f.mu.Lock()
 				if c := (Cursor{Key: st.Floor - 1}); f.cur.Less(c) {
 					f.cur = c
@@ -192,6 +201,7 @@ type Member struct {
 // catches up, and then those the route delivers to it. filter must agree
 // with the route: an event the route would deliver, filter accepts.
 func (f *Fanout) Join(start Cursor, filter func(Event) bool) *Member {
+	f.members.Add(1)
 	return &Member{f: f, table: f.table, filter: filter, ready: make(chan struct{}, 1), frontier: start}
 }
 
@@ -202,6 +212,7 @@ func (f *Fanout) Join(start Cursor, filter func(Event) bool) *Member {
 // fanout's lock held: it must not block, nor call the fanout or the
 // member. Ready of such a member is never signalled.
 func (f *Fanout) JoinFunc(start Cursor, filter func(Event) bool, notify func()) *Member {
+	f.members.Add(1)
 	return &Member{f: f, table: f.table, filter: filter, notify: notify, frontier: start}
 }
 
@@ -440,6 +451,9 @@ func (m *Member) Close() {
 		if m.frontier.Less(routed) {
 			m.frontier = routed
 		}
+	}
+	if !m.closed {
+		m.f.members.Add(-1)
 	}
 	m.closed, m.live, m.rd = true, false, nil
 	m.mu.Unlock()
