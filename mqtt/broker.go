@@ -77,6 +77,11 @@ type Options struct {
 	// a client may send (advertised in 5.0, enforced as back-pressure in
 	// 3.1.1): the depth of each connection's ack pipeline. Default 1024.
 	ReceiveMaximum int
+	// MaxInflight is the number of QoS 1 and 2 PUBLISHes the broker sends
+	// a client before it waits for their acknowledgements (default 1024):
+	// a 5.0 client's receive maximum lowers it. It bounds what a session
+	// holds for messages in flight, in memory and in its stored record.
+	MaxInflight int
 	// MaxPacketSize bounds an inbound packet (default 1 MiB); 5.0 clients
 	// are told in CONNACK.
 	MaxPacketSize int
@@ -181,6 +186,9 @@ func (o *Options) norm() {
 	}
 	if o.ReceiveMaximum <= 0 || o.ReceiveMaximum > 65535 {
 		o.ReceiveMaximum = 1024
+	}
+	if o.MaxInflight <= 0 || o.MaxInflight > 65535 {
+		o.MaxInflight = 1024
 	}
 	if o.MaxPacketSize <= 0 {
 		o.MaxPacketSize = 1 << 20

@@ -59,9 +59,9 @@ func (c *conn) connect(cp *packet.Connect) bool {
 	if c.version == packet.V5 && props.Has(packet.PropMaximumPacketSize) {
 		c.w.SetMaxPacketSize(int(props.MaximumPacketSize))
 	}
-	window := 65535
+	window := c.b.opts.MaxInflight
 	if c.version == packet.V5 && props.Has(packet.PropReceiveMaximum) {
-		window = int(props.ReceiveMaximum)
+		window = min(window, int(props.ReceiveMaximum))
 	}
 	if c.version == packet.V5 && props.Has(packet.PropTopicAliasMaximum) {
 		c.aliasMax = props.TopicAliasMaximum // aliases the client accepts from the broker

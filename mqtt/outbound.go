@@ -366,7 +366,6 @@ func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev
 	c.b.metrics.msgsOut[qos].Add(1)
 	c.b.metrics.bytesOut.Add(uint64(len(m.Payload)))
 	if qos == 0 {
-		tooLarge := func() { c.b.metrics.droppedTooLarge.Add(1) }
 		var then func()
 		switch {
 		case rp != nil:
@@ -374,7 +373,7 @@ func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev
 		case hasEv:
 			then = func() { _ = o.sub.Ack(ev) }
 		}
-		o.deliver(o.publishPacket(m, 0, 0, ids, retain, false), 0, tooLarge, then)
+		o.deliver(o.publishPacket(m, 0, 0, ids, retain, false), 0, then)
 		return
 	}
 	o.mu.Lock()
@@ -392,7 +391,7 @@ func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev
 	p := o.publishPacket(m, pi, qos, ids, retain, dup)
 	if qos == 1 {
 		// Too large for the client: dropped, as if acknowledged [MQTT-3.1.2-25].
-		o.deliver(p, pi, func() { c.b.metrics.droppedTooLarge.Add(1); o.complete(pi) }, nil)
+		o.deliver(p, pi, nil)
 		return
 	}
 	// Durable before the PUBLISH: a reconnect or restart re-sends it with
@@ -442,21 +441,21 @@ func (o *outbound) flushGroup() {
 	}
 }
 
-// deliver writes a PUBLISH that needs no commit (QoS 0 and 1); tooLarge
-// runs instead when p is over the client's maximum packet size, then
-// after it.
+// deliver writes a PUBLISH that needs no commit (QoS 0 and 1, packet id
+// pi), dropped as tooLarge says when it is over the client's maximum
+// packet size, then runs after.
 //
 // A QoS 2 PUBLISH waits for the commit of its record, in the sender's
 // group and then in the connection's FIFO, so the sender goes on to the
 // next message and the records of many deliveries share one commit. While
 // any such PUBLISH waits, the others queue behind it: the client sees
 // them in the order the sender took them.
-func (o *outbound) deliver(p *packet.Publish, pi uint16, tooLarge, after func()) {
+func (o *outbound) deliver(p *packet.Publish, pi uint16, after func()) {
 	c := o.c
 	o.flushGroup()
 	if o.queued.Load() == 0 {
 		if err := c.writeBuffered(p); errors.Is(err, packet.ErrPacketTooLarge) {
-			tooLarge()
+			o.tooLarge(pi)
 		} else if err != nil {
 			return
 		}
@@ -467,12 +466,22 @@ func (o *outbound) deliver(p *packet.Publish, pi uint16, tooLarge, after func())
 		return
 	}
 	o.queued.Add(1)
-	c.push(ackEntry{pkt: p, atSent: PointDelivered, pi: pi, tooLarge: tooLarge, then: func() {
+	c.push(ackEntry{pkt: p, atSent: PointDelivered, pi: pi, tooLarge: func() { o.tooLarge(pi) }, then: func() {
 		o.queued.Add(-1)
 		if after != nil {
 			after()
 		}
 	}})
+}
+
+// tooLarge drops a QoS 0 or QoS 1 PUBLISH (packet id pi, 0 for QoS 0)
+// over the client's maximum packet size, as if acknowledged
+// [MQTT-3.1.2-25].
+func (o *outbound) tooLarge(pi uint16) {
+	o.c.b.metrics.droppedTooLarge.Add(1)
+	if pi != 0 {
+		o.complete(pi)
+	}
 }
 
 func (o *outbound) allocPI() uint16 {

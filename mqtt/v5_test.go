@@ -559,6 +559,41 @@ func TestReceiveMaximum5(t *testing.T) {
 	})
 }
 
+// MaxInflight bounds what the broker sends unacknowledged to a 3.1.1
+// client, which announces no receive maximum, and to a 5.0 client whose
+// receive maximum is larger.
+func TestMaxInflight(t *testing.T) {
+	s := startBroker(t, func(o *mqtt.Options) { o.MaxInflight = 3 })
+	pub := connect5(t, s.Addr, "mi-pub", true, 0)
+	for _, v := range []packet.Version{packet.V311, packet.V5} {
+		t.Run(v.String(), func(t *testing.T) {
+			cp := &packet.Connect{Version: v, ClientID: "mi-" + v.String(), CleanStart: true, KeepAlive: 30}
+			if v == packet.V5 {
+				cp.Properties.SetReceiveMaximum(100)
+			}
+			r, _ := connectRaw(t, s.Addr, cp)
+			topic := "mi/" + v.String()
+			r.send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: topic, QoS: 1}}})
+			if _, ok := r.read().(*packet.Suback); !ok {
+				t.Fatal("no SUBACK")
+			}
+			for i := range 6 {
+				pub.pub(topic, 1, false, fmt.Sprint(i))
+			}
+			var held []*packet.Publish
+			for range 3 {
+				held = append(held, r.readPublish())
+			}
+			r.expectSilence(300 * time.Millisecond)
+			r.send(&packet.Puback{PacketID: held[0].PacketID})
+			if p := r.readPublish(); string(p.Payload) != "3" {
+				t.Fatalf("after one PUBACK got %q, want message 3", p.Payload)
+			}
+			r.expectSilence(300 * time.Millisecond)
+		})
+	}
+}
+
 // The client's maximum packet size is respected: a message too large for
 // it is not sent (and the next one is) [MQTT-3.1.2-24] [MQTT-3.1.2-25];
 // an inbound packet over the broker's limit ends the connection with 0x95.

@@ -25,6 +25,7 @@ type serveFlags struct {
 	logFormat   string
 	logLevel    string
 	recvMax     int
+	maxInflight int
 	maxPacket   int
 	maxQueued   int
 	history     time.Duration
@@ -111,6 +112,7 @@ a flag wins over the environment, which wins over the file.`,
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.IntVar(&f.recvMax, "receive-maximum", 1024, "unacknowledged QoS 1/2 PUBLISHes a client may send (1-65535)")
+	fs.IntVar(&f.maxInflight, "max-inflight", 1024, "unacknowledged QoS 1/2 PUBLISHes the broker sends a client (1-65535; a 5.0 client's receive maximum lowers it)")
 	fs.IntVar(&f.maxPacket, "max-packet-size", 1<<20, "largest accepted packet in bytes")
 	fs.IntVar(&f.maxQueued, "max-queued", 0, "log entries a session may have behind its checkpoint before retention drops its oldest (0: no limit)")
 	fs.DurationVar(&f.maxExpiry, "max-session-expiry", 0, "cap on the session expiry 5.0 clients ask for (0: no cap)")
@@ -167,6 +169,8 @@ func (f *serveFlags) validate() (engine.Options, mqtt.Options, *slog.Logger, err
 	switch {
 	case f.recvMax < 1 || f.recvMax > 65535:
 		return opts, bo, nil, fmt.Errorf("--receive-maximum %d: allowed 1 to 65535", f.recvMax)
+	case f.maxInflight < 1 || f.maxInflight > 65535:
+		return opts, bo, nil, fmt.Errorf("--max-inflight %d: allowed 1 to 65535", f.maxInflight)
 	case f.maxPacket < 64 || f.maxPacket > 268435460:
 		return opts, bo, nil, fmt.Errorf("--max-packet-size %d: allowed 64 to 268435460 bytes", f.maxPacket)
 	case f.maxQueued < 0:
@@ -194,7 +198,7 @@ func (f *serveFlags) validate() (engine.Options, mqtt.Options, *slog.Logger, err
 	case f.sessionExpiry < 0 || (f.sessionExpiry > 0 && f.sessionExpiry < time.Second):
 		return opts, bo, nil, fmt.Errorf("--session-expiry %v: must be 0 (never) or at least 1s", f.sessionExpiry)
 	}
-	bo = mqtt.Options{Logger: log, ReceiveMaximum: f.recvMax, MaxPacketSize: f.maxPacket,
+	bo = mqtt.Options{Logger: log, ReceiveMaximum: f.recvMax, MaxInflight: f.maxInflight, MaxPacketSize: f.maxPacket,
 		MaxQueuedMessages: f.maxQueued, MaxSessionExpiry: f.maxExpiry, RetentionEvery: f.retention,
 		MaxConnections: f.maxConns, MaxConnRate: f.maxConnRate, ConnectTimeout: f.connectTimeout,
 		MaxTopicLength: f.maxTopicLen, MaxTopicLevels: f.maxTopicLevels, MaxSubscriptions: f.maxSubs,
