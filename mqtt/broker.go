@@ -144,6 +144,15 @@ type Options struct {
 	// truncates nothing for History, since it does not know the times of
 	// the positions retained before it started.
 	History time.Duration
+	// TablesPrefix maps the topics under it onto the records of the
+	// broker's table.DB (docs/tables.md): <prefix><table>/<id> is record
+	// <id> of table <table>. A retained PUBLISH there writes the record
+	// (an empty payload deletes it) instead of the message log, and a
+	// subscription to <prefix><table>/# receives the current records and
+	// then every change, also those an application makes through package
+	// table. It must be a topic name without wildcards; a missing final
+	// "/" is added. Default "": off, every topic is an ordinary one.
+	TablesPrefix string
 
 	// Authenticator decides who a connecting client is (see access.go);
 	// nil accepts every client as the user name it presents.
@@ -266,6 +275,10 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 		return nil, errors.New("mqtt: New: nil table.DB")
 	}
 	opts.norm()
+	var err error
+	if opts.TablesPrefix, err = normTablesPrefix(opts.TablesPrefix); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Broker{
 		db: db, opts: opts, log: opts.Logger.With("component", "mqtt"), group: maxGroup,

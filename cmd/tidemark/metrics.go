@@ -144,6 +144,7 @@ var (
 	descTrunc    = prometheus.NewDesc("tidemark_retention_truncations_total", "Retention passes that removed log entries.", nil, nil)
 	descReplays  = prometheus.NewDesc("tidemark_replays_total", "Subscriptions asking for a replay of the message log, by result: started, refused.", []string{"result"}, nil)
 	descReplayed = prometheus.NewDesc("tidemark_replayed_messages_total", "Messages sent by replays.", nil, nil)
+	descTables   = prometheus.NewDesc("tidemark_table_topics_total", "Traffic of the tables namespace (--tables-prefix), by kind: write (PUBLISHes written to a table), delivery (records and changes sent to table subscriptions), refused (invalid table topics or filters).", []string{"kind"}, nil)
 	descSockets  = prometheus.NewDesc("tidemark_sockets", "Open MQTT sockets, by whether they have sent CONNECT.", []string{"state"}, nil)
 	descRefused  = prometheus.NewDesc("tidemark_sockets_refused_total", "Sockets closed before their CONNECT was served, by reason.", []string{"reason"}, nil)
 	descAcceptEr = prometheus.NewDesc("tidemark_accept_errors_total", "Failed Accepts, each retried after a pause.", nil, nil)
@@ -154,7 +155,7 @@ var (
 )
 
 func (c *brokerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descConns, descSessions, descConnects, descIn, descOut, descBytesIn, descBytesOut, descDropped, descPipeline, descInflight, descLogN, descLogB, descTrunc, descReplays, descReplayed, descSockets, descRefused, descAcceptEr, descStoreErr, descLimits, descAuthRef, descDenied} {
+	for _, d := range []*prometheus.Desc{descConns, descSessions, descConnects, descIn, descOut, descBytesIn, descBytesOut, descDropped, descPipeline, descInflight, descLogN, descLogB, descTrunc, descReplays, descReplayed, descTables, descSockets, descRefused, descAcceptEr, descStoreErr, descLimits, descAuthRef, descDenied} {
 		ch <- d
 	}
 }
@@ -179,6 +180,9 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descReplays, prometheus.CounterValue, float64(n), result)
 	}
 	ch <- prometheus.MustNewConstMetric(descReplayed, prometheus.CounterValue, float64(s.MessagesReplayed))
+	ch <- prometheus.MustNewConstMetric(descTables, prometheus.CounterValue, float64(s.TableWrites), "write")
+	ch <- prometheus.MustNewConstMetric(descTables, prometheus.CounterValue, float64(s.TableDeliveries), "delivery")
+	ch <- prometheus.MustNewConstMetric(descTables, prometheus.CounterValue, float64(s.TableRefused), "refused")
 	ch <- prometheus.MustNewConstMetric(descSockets, prometheus.GaugeValue, float64(s.AwaitingConnect), "awaiting_connect")
 	ch <- prometheus.MustNewConstMetric(descSockets, prometheus.GaugeValue, float64(s.Sockets-s.AwaitingConnect), "connected")
 	for reason, n := range s.Refused {

@@ -28,6 +28,7 @@ type serveFlags struct {
 	maxPacket   int
 	maxQueued   int
 	history     time.Duration
+	tablesPfx   string
 	maxExpiry   time.Duration
 	retention   time.Duration
 
@@ -114,6 +115,7 @@ a flag wins over the environment, which wins over the file.`,
 	fs.IntVar(&f.maxPacket, "max-packet-size", 1<<20, "largest accepted packet in bytes")
 	fs.IntVar(&f.maxQueued, "max-queued", 0, "log entries a session may have behind its checkpoint before retention drops its oldest (0: no limit)")
 	fs.DurationVar(&f.maxExpiry, "max-session-expiry", 0, "cap on the session expiry 5.0 clients ask for (0: no cap)")
+	fs.StringVar(&f.tablesPfx, "tables-prefix", "", "map the topics under this prefix onto table records, <prefix><table>/<id> (docs/tables.md), e.g. tables/ (empty: off)")
 	fs.DurationVar(&f.history, "history", 0, "keep at least this much of the message log for replay on subscribe, e.g. 24h (0: only what sessions have not received)")
 	fs.DurationVar(&f.retention, "retention-every", 10*time.Second, "period of retention passes over the message log")
 	fs.IntVar(&f.maxConns, "max-connections", 0, "open sockets, with or without CONNECT; at the cap a new socket replaces the oldest one without CONNECT (0: the open-file limit less a tenth)")
@@ -198,6 +200,6 @@ func (f *serveFlags) validate() (engine.Options, mqtt.Options, *slog.Logger, err
 		MaxQueuedMessages: f.maxQueued, MaxSessionExpiry: f.maxExpiry, RetentionEvery: f.retention,
 		MaxConnections: f.maxConns, MaxConnRate: f.maxConnRate, ConnectTimeout: f.connectTimeout,
 		MaxTopicLength: f.maxTopicLen, MaxTopicLevels: f.maxTopicLevels, MaxSubscriptions: f.maxSubs,
-		SessionExpiry: f.sessionExpiry, History: f.history, MaxMemory: int64(f.maxMemMB) << 20}
+		SessionExpiry: f.sessionExpiry, History: f.history, TablesPrefix: f.tablesPfx, MaxMemory: int64(f.maxMemMB) << 20}
 	return opts, bo, log, nil
 }
