@@ -23,6 +23,7 @@ func init() {
 		Case{Name: "T04_current_records_then_changes_no_duplicate", Run: caseTableSnapshotThenChanges},
 		Case{Name: "T05_bad_table_topics_refused", Run: caseTableBadTopicsRefused},
 		Case{Name: "T06_acl_on_table_topics", Run: caseTableACL},
+		Case{Name: "T07_persistent_session_gets_current_records_after_restart", Run: caseTablePersistentAfterRestart},
 	)
 }
 
@@ -442,4 +443,52 @@ func caseTableACL(t T, tg Target) {
 	if want := (tableDelivery{Topic: "tables/public/k", Payload: "open", Retain: true}); len(sub.took) != 1 || sub.took[0] != want {
 		t.Fatalf("subscriber took %+v, want only %+v", sub.took, want)
 	}
+}
+
+// caseTablePersistentAfterRestart (T07): a persistent session keeps its
+// table subscription across a broker restart; when it reconnects it gets
+// the current records (what changed while it was away, as the state it
+// left), then the changes, without subscribing again.
+func caseTablePersistentAfterRestart(t T, tg Target) {
+	s := startBroker(t, tg, tablesOn)
+	put := func(id, v string) {
+		t.Helper()
+		if err := s.DB().Update(t.Context(), func(tx *table.Tx) error { return tx.Put("doors", id, []byte(v)) }); err != nil {
+			t.Fatalf("app write: %v", err)
+		}
+	}
+	put("front", "closed")
+	put("back", "closed")
+	c, _ := connectRaw(t, "t07", s.Addr, "t07", packet.V5, false)
+	sub := &tableSubscriber{rawClient: c}
+	wantGranted(t, sub.subscribe(1, "tables/doors/+"))
+	sub.takeUntil("two current records", func(tableDelivery) bool { return len(sub.took) == 2 })
+	sub.disconnect()
+	put("front", "open")
+	if err := s.DB().Update(t.Context(), func(tx *table.Tx) error { return tx.Delete("doors", "back") }); err != nil {
+		t.Fatalf("app delete: %v", err)
+	}
+	put("side", "open")
+	if err := s.Restart(); err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	c2 := dialRaw(t, "t07", s.Addr, packet.V5)
+	if ack := c2.connect(connectPacket("t07", packet.V5, false)); !ack.SessionPresent {
+		t.Fatalf("CONNACK without the session")
+	}
+	sub2 := &tableSubscriber{rawClient: c2}
+	sub2.takeUntil("two current records", func(tableDelivery) bool { return len(sub2.took) == 2 })
+	want := []tableDelivery{
+		{Topic: "tables/doors/front", Payload: "open", Retain: true},
+		{Topic: "tables/doors/side", Payload: "open", Retain: true},
+	}
+	if fmt.Sprint(sub2.took) != fmt.Sprint(want) {
+		t.Fatalf("after the restart took %+v, want %+v", sub2.took, want)
+	}
+	put("side", "closed")
+	sub2.takeUntil("the change", func(tableDelivery) bool { return len(sub2.took) == 3 })
+	if got, want := sub2.took[2], (tableDelivery{Topic: "tables/doors/side", Payload: "closed"}); got != want {
+		t.Fatalf("took %+v, want %+v", got, want)
+	}
+	sub2.silence(quiet)
 }
