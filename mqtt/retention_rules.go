@@ -383,10 +383,15 @@ func (s *ruleSet) stats(now time.Time) []RetentionStat {
 // tableConfig holds broker settings kept for offline tools (inspect).
 const tableConfig = "mqtt.config"
 
-// saveRules records the rules in db for RetentionInfo.
+// saveRules records the rules in db for RetentionInfo; a broker without
+// rules writes only to remove rules an earlier run saved.
 func saveRules(ctx context.Context, db *table.DB, rules []RetentionRule) error {
 	tx := db.Begin()
 	if len(rules) == 0 {
+		_, err := db.Get(ctx, tableConfig, "retention")
+		if errors.Is(err, table.ErrNotFound) {
+			return nil
+		}
 		_ = tx.DeleteState(tableConfig, "retention")
 	} else {
 		v, err := json.Marshal(rules)
