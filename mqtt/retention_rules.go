@@ -359,7 +359,7 @@ type RetentionStat struct {
 	Oldest   time.Time `json:"oldest,omitzero"`
 }
 
-// stats returns each rule's RetentionStat; false before seeding.
+// stats returns each rule's RetentionStat (zero counts before seeding).
 func (s *ruleSet) stats(now time.Time) []RetentionStat {
 	if s == nil {
 		return nil
