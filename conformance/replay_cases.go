@@ -22,6 +22,7 @@ func init() {
 		Case{Name: "R05_replay_older_than_retention", Run: caseReplayOlderThanRetention},
 		Case{Name: "R06_replay_prefix_for_3_1_1", Run: caseReplayPrefix311},
 		Case{Name: "R07_embedded_app_and_mqtt_clients", Run: caseEmbeddedAppAndMQTT},
+		Case{Name: "R08_retention_rule_per_topic_filter", Run: caseRetentionRulePerFilter},
 	)
 }
 

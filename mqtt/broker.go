@@ -149,6 +149,23 @@ type Options struct {
 	// truncates nothing for History, since it does not know the times of
 	// the positions retained before it started.
 	History time.Duration
+	// TablesPrefix maps the topics under it onto the records of the
+	// broker's table.DB (docs/tables.md): <prefix><table>/<id> is record
+	// <id> of table <table>. A retained PUBLISH there writes the record
+	// (an empty payload deletes it) instead of the message log, and a
+	// subscription to <prefix><table>/# receives the current records and
+	// then every change, also those an application makes through package
+	// table. It must be a topic name without wildcards; a missing final
+	// "/" is added. Default "": off, every topic is an ordinary one.
+	TablesPrefix string
+	// Retention keeps, per topic filter, at least the messages a rule
+	// names (by age, count or size) in the message log, whatever the
+	// sessions have received (see retention_rules.go and
+	// docs/replay.md); ParseRetention reads them from text. The log is
+	// cut below the oldest message any rule, session or History needs.
+	// After a restart nothing is removed until the broker has read the
+	// retained log once to locate the rules' messages.
+	Retention []RetentionRule
 
 	// Authenticator decides who a connecting client is (see access.go);
 	// nil accepts every client as the user name it presents.
@@ -257,6 +274,9 @@ type Broker struct {
 
 	metrics metrics
 	history historyIndex
+	// rules locates the messages of Options.Retention's rules (nil
+	// without rules).
+	rules *ruleSet
 	// overBudget is set while the heap exceeds Options.MaxMemory.
 	overBudget atomic.Bool
 	// gate admits sockets (see accept.go).
@@ -274,12 +294,24 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 		return nil, errors.New("mqtt: New: nil table.DB")
 	}
 	opts.norm()
+	var err error
+	if opts.TablesPrefix, err = normTablesPrefix(opts.TablesPrefix); err != nil {
+		return nil, err
+	}
+	for _, r := range opts.Retention {
+		if err := r.check(); err != nil {
+			return nil, err
+		}
+	}
+	if err := saveRules(context.Background(), db, opts.Retention); err != nil {
+		return nil, err
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Broker{
 		db: db, opts: opts, log: opts.Logger.With("component", "mqtt"), group: maxGroup,
 		conns: map[string]*conn{}, wills: map[string]*pendingWill{}, members: map[string]*table.Member{},
 		gate: newGate(opts.MaxConnections, opts.MaxConnRate), store: make(chan storeJob), runners: newRunners(ctx),
-		ctx: ctx, cancel: cancel,
+		ctx: ctx, cancel: cancel, rules: newRuleSet(opts.Retention),
 	}
 	if err := b.startRouter(ctx); err != nil {
 		cancel()

@@ -22,6 +22,8 @@ var ErrInvalidTopic = errors.New("mqtt: invalid topic")
 // every subscriber it matches receives it, now or when it next connects.
 // A QoS 0 message goes to the online MQTT subscribers only. m.Retain
 // updates the retained message of the topic (an empty payload clears it).
+// On a topic under Options.TablesPrefix, Publish writes the table, at any
+// QoS, and returns once the write is durable (docs/tables.md).
 func (b *Broker) Publish(ctx context.Context, m Message) error {
 	if !topic.ValidName(m.Topic) || m.Topic == "" {
 		return fmt.Errorf("%w: %q: a topic name has no wildcards and is not empty", ErrInvalidTopic, m.Topic)
@@ -38,12 +40,15 @@ func (b *Broker) Publish(ctx context.Context, m Message) error {
 	if m.Expired(time.Now()) {
 		return nil
 	}
+	if b.inTables(m.Topic) {
+		return b.publishTable(ctx, &m)
+	}
 	if m.QoS == 0 {
 		b.publishQoS0(ctx, &m)
 		return nil
 	}
 	tx := b.db.Begin()
-	if err := addMessage(tx, &m); err != nil {
+	if err := b.addMessage(tx, &m); err != nil {
 		return fmt.Errorf("mqtt: publish %q: %w", m.Topic, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -80,10 +85,15 @@ type Subscription struct {
 // Close, or handler returns an error (reported by Err). Messages come
 // from the message log, so a replay (o.From) continues live with no gap
 // and no duplicate; QoS 0 messages, which are not in the log, do not
-// reach in-process subscribers. There are no access checks.
+// reach in-process subscribers. There are no access checks. A filter
+// under Options.TablesPrefix is refused: the application reads those
+// tables through table.DB.Subscribe.
 func (b *Broker) Subscribe(ctx context.Context, filter string, o SubscribeOptions, handler func(Delivery) error) (*Subscription, error) {
 	if !topic.ValidFilter(filter) || filter == "" {
 		return nil, fmt.Errorf("%w: filter %q", ErrInvalidTopic, filter)
+	}
+	if b.inTables(filter) {
+		return nil, fmt.Errorf("%w: filter %q is under the tables prefix %q: subscribe to the table with table.DB.Subscribe", ErrTableTopic, filter, b.opts.TablesPrefix)
 	}
 	if handler == nil {
 		return nil, errors.New("mqtt: Subscribe: nil handler")

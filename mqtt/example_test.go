@@ -2,6 +2,7 @@ package mqtt_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -56,4 +57,50 @@ func Example() {
 	d := <-got
 	fmt.Printf("%s %s\n", d.Topic, d.Payload)
 	// Output: sensors/kitchen/temp 21.5
+}
+
+// Tables as topics: with Options.TablesPrefix, a retained publication on
+// tables/<table>/<id> writes the record <id> of table <table>, which the
+// application reads (and subscribes to) through package table; what the
+// application writes there reaches MQTT subscribers of tables/<table>/#.
+func ExampleOptions_tablesPrefix() {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "tidemark-tables-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	e, err := engine.Open(ctx, "pebble", engine.Options{Dir: dir})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer e.Close()
+	db, err := table.Open(ctx, e, table.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	b, err := mqtt.New(db, mqtt.Options{TablesPrefix: "tables/"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer b.Close()
+
+	// As a device's retained PUBLISH would: durable when Publish returns.
+	err = b.Publish(ctx, mqtt.Message{Topic: "tables/settings/interval", QoS: 1, Retain: true, Payload: []byte("10s")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	r, err := db.Get(ctx, "settings", "interval")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%s/%s = %s\n", r.Table, r.ID, r.Value)
+
+	// Names the broker cannot use are refused.
+	err = b.Publish(ctx, mqtt.Message{Topic: "tables/mqtt.sessions/x", QoS: 1, Retain: true, Payload: []byte("x")})
+	fmt.Println(errors.Is(err, mqtt.ErrTableTopic))
+	// Output:
+	// settings/interval = 10s
+	// true
 }

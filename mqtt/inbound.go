@@ -50,6 +50,11 @@ func (c *conn) handlePublish(p *packet.Publish) bool {
 		c.disconnect(packet.ProtocolError, "subscription identifier in a PUBLISH from a client") // [MQTT-3.3.4-6]
 		return false
 	}
+	if c.b.inTables(name) {
+		if _, _, err := c.b.tableTopic(name); err != nil {
+			return c.refuseTableTopic(p, err)
+		}
+	}
 	if !c.mayPublish(name) {
 		return c.refusePublish(p)
 	}
@@ -71,7 +76,7 @@ func (c *conn) handlePublish(p *packet.Publish) bool {
 	case packet.QoS1:
 		c.b.beforeSubmit(KindPublish, c.client)
 		c.inQoS1.Add(1)
-		return c.later(func(tx *table.Tx) error { return addMessage(tx, m) },
+		return c.later(func(tx *table.Tx) error { return c.b.addMessage(tx, m) },
 			ackEntry{pkt: &packet.Puback{PacketID: p.PacketID}, qos1: true, kind: KindPublish, pi: p.PacketID})
 	default:
 		return c.publishQoS2(p, m)
@@ -240,7 +245,7 @@ func (c *conn) release(pi uint16, m *Message, version table.Version) bool {
 	tx := c.b.db.Begin()
 	tx.ExpectVersion(tableStaged, id, version)
 	tx.DeleteState(tableStaged, id)
-	if err := addMessage(tx, m); err != nil {
+	if err := c.b.addMessage(tx, m); err != nil {
 		c.disconnect(packet.UnspecifiedError, err.Error())
 		return false
 	}
@@ -273,8 +278,13 @@ func (c *conn) forget(pi uint16) {
 }
 
 // addMessage appends a QoS 1/2 message to the log, and updates the
-// retained store when the message is retained, in tx.
-func addMessage(tx *table.Tx, m *Message) error {
+// retained store when the message is retained, in tx. A message on a
+// topic under the tables prefix writes its table instead (tables.go).
+func (b *Broker) addMessage(tx *table.Tx, m *Message) error {
+	if b.inTables(m.Topic) {
+		b.metrics.tableWrites.Add(1)
+		return b.addTableWrite(tx, m)
+	}
 	enc, err := m.MarshalBinary()
 	if err != nil {
 		return err
@@ -282,12 +292,18 @@ func addMessage(tx *table.Tx, m *Message) error {
 	if err := tx.Message(tableMsgs, m.Topic, enc); err != nil {
 		return err
 	}
-	return addRetained(tx, m, enc)
+	return b.addRetained(tx, m, enc)
 }
 
-func addRetained(tx *table.Tx, m *Message, enc []byte) error {
+// addRetained updates the retained store with m, in tx, when m is
+// retained (its table, under the tables prefix).
+func (b *Broker) addRetained(tx *table.Tx, m *Message, enc []byte) error {
 	if !m.Retain {
 		return nil
+	}
+	if b.inTables(m.Topic) {
+		b.metrics.tableWrites.Add(1)
+		return b.addTableWrite(tx, m)
 	}
 	if len(m.Payload) == 0 {
 		return tx.Delete(tableRetained, m.Topic) // [MQTT-3.3.1-6]
@@ -298,11 +314,16 @@ func addRetained(tx *table.Tx, m *Message, enc []byte) error {
 // publishQoS0 routes a QoS 0 message to online subscribers in memory; a
 // retained one also updates the retained store.
 func (b *Broker) publishQoS0(ctx context.Context, m *Message) {
+	if b.inTables(m.Topic) {
+		b.metrics.tableWrites.Add(1)
+		b.submitTable(ctx, m)
+		return
+	}
 	if m.Retain {
 		enc, err := m.MarshalBinary()
 		if err == nil {
 			tx := b.db.Begin()
-			if err = addRetained(tx, m, enc); err == nil {
+			if err = b.addRetained(tx, m, enc); err == nil {
 				_, err = tx.Submit(ctx)
 			}
 		}
@@ -321,6 +342,9 @@ func (b *Broker) fanout(m *Message, sharedOnly bool) {
 		qos byte
 		ids []uint32
 		rap bool
+	}
+	if b.inTables(m.Topic) {
+		return // table subscriptions read the table, not these
 	}
 	targets := map[string]*target{}
 	b.index.Match(m.Topic, func(s topic.Subscription) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
+	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/table"
@@ -24,6 +25,9 @@ type metrics struct {
 	replaysStarted   atomic.Uint64
 	replaysRefused   atomic.Uint64
 	msgsReplayed     atomic.Uint64
+	tableWrites      atomic.Uint64
+	tableDelivered   atomic.Uint64
+	tableRefused     atomic.Uint64
 	pipelineDepth    atomic.Int64
 	inflightOut      atomic.Int64
 
@@ -83,6 +87,16 @@ type Stats struct {
 	// replays sent.
 	Replays          map[string]uint64
 	MessagesReplayed uint64
+	// TableWrites counts PUBLISHes written to a table under
+	// Options.TablesPrefix (docs/tables.md), TableDeliveries the records
+	// and changes sent to table subscriptions, and TableRefused the
+	// PUBLISHes and subscriptions refused there for an invalid table
+	// topic or filter.
+	TableWrites, TableDeliveries, TableRefused uint64
+	// Retention is what each of Options.Retention's rules keeps in the
+	// message log, in the order of the rules (zero counts until the
+	// broker has located the rules' messages after a start).
+	Retention []RetentionStat
 	// Sockets is the number of open sockets, with or without a CONNECT;
 	// AwaitingConnect those that have not sent one yet.
 	Sockets, AwaitingConnect int
@@ -126,6 +140,8 @@ func (b *Broker) Stats() Stats {
 		Truncations:      m.truncations.Load(),
 		Replays:          map[string]uint64{"started": m.replaysStarted.Load(), "refused": m.replaysRefused.Load()},
 		MessagesReplayed: m.msgsReplayed.Load(),
+		TableWrites:      m.tableWrites.Load(), TableDeliveries: m.tableDelivered.Load(), TableRefused: m.tableRefused.Load(),
+		Retention: b.rules.stats(time.Now()),
 		Dropped: map[string]uint64{
 			"retention": m.droppedRetention.Load(), "slow": m.droppedSlow.Load(),
 			"too_large": m.droppedTooLarge.Load(), "expired": m.droppedExpired.Load(),

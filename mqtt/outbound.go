@@ -64,6 +64,11 @@ type outbound struct {
 	// posFilters holds the plain subscription filters whose deliveries
 	// carry their log position (PropPosition).
 	posFilters map[string]bool
+	// tables holds the readers of the subscriptions under the tables
+	// prefix, by filter (see tables.go); they hand deliveries over on
+	// tableCh, made with the session's first one (under mu).
+	tables  map[string]*tableFeed
+	tableCh chan tableItem
 
 	// progress counts completed QoS 1/2 deliveries; persisted at
 	// persistedProgress, at persistedAt.
@@ -225,6 +230,7 @@ func (o *outbound) start() {
 		return
 	}
 	o.begin() // catch up from the checkpoint
+	o.startTableFeeds()
 }
 
 // subscribe starts the session's member of the router: it catches up

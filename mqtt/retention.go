@@ -22,7 +22,19 @@ func (b *Broker) retentionLoop() {
 	defer b.wg.Done()
 	t := time.NewTicker(b.opts.RetentionEvery)
 	defer t.Stop()
+	seeded := b.rules == nil
 	for {
+		if !seeded {
+			// Locate the rules' messages in what the log retained from
+			// before this start; retention waits for it.
+			if err := b.rules.seed(b.ctx, b.db); err != nil {
+				if b.ctx.Err() == nil {
+					b.log.Warn("retention rules: reading the message log failed", "err", err)
+				}
+			} else {
+				seeded = true
+			}
+		}
 		select {
 		case <-b.ctx.Done():
 			return
@@ -71,6 +83,13 @@ func (b *Broker) Retain(ctx context.Context) error {
 		if keep := b.history.floor(time.Now(), h, head); keep.Less(low) {
 			low = keep
 		}
+	}
+	if b.rules != nil {
+		keep, ok := b.rules.floor(time.Now(), low)
+		if !ok {
+			return nil // the rules' messages are not located yet
+		}
+		low = keep
 	}
 	if low.Key == 0 {
 		return nil

@@ -109,6 +109,7 @@ func (o *outbound) run() {
 			// log messages, however long the log.
 			o.drainDirect()
 			o.drainReplays()
+			o.drainTables()
 			if o.persistAsk.Swap(false) {
 				o.checkpoint()
 			}
@@ -120,6 +121,10 @@ func (o *outbound) run() {
 		}
 		if len(o.replayChan()) > 0 {
 			o.drainReplays()
+			continue
+		}
+		if len(o.tableChan()) > 0 {
+			o.drainTables()
 			continue
 		}
 		if o.persistAsk.Swap(false) {
@@ -227,6 +232,7 @@ func (o *outbound) waitWindow() bool {
 // connection ended before its CONNACK went out has no sender to stop.
 func (o *outbound) stop() {
 	o.endReplays()
+	o.endTableFeeds()
 	o.snd.end()
 	if sub := o.currentSub(); sub != nil {
 		sub.Close()

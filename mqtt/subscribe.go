@@ -2,6 +2,8 @@ package mqtt
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
@@ -41,6 +43,7 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 	// lock: they read the store.
 	replays, filters := c.replayRequests(p, ack)
 	var started []*replay
+	var tableWhy []string
 	anyShared := false
 	o.mu.Lock()
 	for i, req := range p.Subscriptions {
@@ -50,6 +53,11 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 		s := topic.Subscription{Client: c.client, Filter: filters[i], QoS: byte(req.QoS), NoLocal: req.NoLocal,
 			RetainAsPublished: req.RetainAsPublished, RetainHandling: byte(req.RetainHandling), ID: subID}
 		sh, shared, err := topic.ParseShared(s.Filter)
+		if rc, terr := c.checkTableFilter(s.Filter, sh, shared); terr != nil {
+			ack.ReasonCodes[i] = rc
+			tableWhy = append(tableWhy, terr.Error())
+			continue
+		}
 		switch {
 		case err != nil || !topic.ValidFilter(s.Filter) || c.b.checkTopic(s.Filter) != nil:
 			ack.ReasonCodes[i] = packet.TopicFilterInvalid
@@ -117,6 +125,9 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 	if anyShared {
 		c.b.startShared(head)
 	}
+	if len(tableWhy) > 0 && c.version == packet.V5 {
+		addReason(&ack.Properties, strings.Join(tableWhy, "; "))
+	}
 	if c.version == packet.V311 {
 		for i, rc := range ack.ReasonCodes {
 			if rc.IsError() {
@@ -143,7 +154,10 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 			o.runReplay(rp, until)
 		}
 		for _, a := range added {
-			if !a.replay { // its history comes from the log
+			switch {
+			case c.b.inTables(a.s.Filter) && a.s.Group == "":
+				c.out.subscribeTable(a.s, a.existed)
+			case !a.replay: // its history comes from the log
 				c.sendRetained(a.s, a.existed)
 			}
 		}
@@ -196,6 +210,10 @@ func (c *conn) replayRequests(p *packet.Subscribe, ack *packet.Suback) ([]*repla
 		}
 		if !topic.ValidFilter(filter) {
 			continue // refused as an invalid filter
+		}
+		if c.b.inTables(filter) {
+			refuse(i, packet.ImplementationSpecificError, fmt.Errorf("replay is not available under the tables prefix %q: a table subscription starts with the current records", c.b.opts.TablesPrefix))
+			continue
 		}
 		rs, err := parseReplayFrom(from, now)
 		if err == nil {
@@ -285,6 +303,7 @@ func (c *conn) handleUnsubscribe(p *packet.Unsubscribe) bool {
 				if group == "" {
 					o.since.del(filter)
 					o.dropReplayLocked(filter)
+					o.dropTableFeedLocked(filter)
 				}
 				c.b.index.Remove(c.client, group, filter)
 				ack.ReasonCodes[i] = packet.Success

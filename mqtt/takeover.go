@@ -210,11 +210,11 @@ func (c *conn) publishWillNow(ctx context.Context) error {
 		tx := c.b.db.Begin()
 		var err error
 		if m.QoS > 0 {
-			err = addMessage(tx, m)
+			err = c.b.addMessage(tx, m)
 		} else {
 			enc, merr := m.MarshalBinary()
 			if err = merr; err == nil {
-				err = addRetained(tx, m, enc)
+				err = c.b.addRetained(tx, m, enc)
 			}
 		}
 		if err == nil {

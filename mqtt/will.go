@@ -83,11 +83,11 @@ func (b *Broker) publishWill(ctx context.Context, client string, m *Message) err
 	if live && (m.QoS > 0 || m.Retain) {
 		writes = true
 		if m.QoS > 0 {
-			err = addMessage(tx, m)
+			err = b.addMessage(tx, m)
 		} else if enc, merr := m.MarshalBinary(); merr != nil {
 			err = merr
 		} else {
-			err = addRetained(tx, m, enc)
+			err = b.addRetained(tx, m, enc)
 		}
 		if err != nil {
 			return err

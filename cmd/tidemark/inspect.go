@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/tidemark-io/tidemark/engine"
@@ -23,6 +24,9 @@ type inspectReport struct {
 	// of them by client id, up to --sessions.
 	SessionCount int                `json:"session_count"`
 	Sessions     []mqtt.SessionInfo `json:"sessions"`
+	// Retention is what each retention rule the broker last ran with
+	// keeps in the message log.
+	Retention []mqtt.RetentionStat `json:"retention,omitempty"`
 }
 
 func inspectCmd() *cobra.Command {
@@ -64,6 +68,9 @@ subscriptions and in-flight QoS 2 state, and the change log's size and keys.`,
 			if r.Tables, err = db.Tables(ctx); err != nil {
 				return err
 			}
+			if r.Retention, err = mqtt.RetentionInfo(ctx, db); err != nil {
+				return err
+			}
 			if listMax < 0 {
 				return fmt.Errorf("--sessions %d: give how many sessions to list, or 0 for all", listMax)
 			}
@@ -91,6 +98,19 @@ subscriptions and in-flight QoS 2 state, and the change log's size and keys.`,
 				fmt.Fprintf(tw, "%s\t%d\t%d\n", t.Name, t.Live, t.Deleted)
 			}
 			tw.Flush()
+			if len(r.Retention) > 0 {
+				fmt.Fprintln(w)
+				tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+				fmt.Fprintln(tw, "retention rule\tkeeps\tmessages\tbytes\toldest")
+				for _, rs := range r.Retention {
+					oldest := "-"
+					if !rs.Oldest.IsZero() {
+						oldest = rs.Oldest.UTC().Format(time.RFC3339)
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\n", rs.Rule.Filter, rs.Rule.Amount(), rs.Messages, rs.Bytes, oldest)
+				}
+				tw.Flush()
+			}
 			fmt.Fprintf(w, "\n%d session(s)", r.SessionCount)
 			if len(r.Sessions) < r.SessionCount {
 				fmt.Fprintf(w, ", the first %d listed (--sessions 0 lists all)", len(r.Sessions))

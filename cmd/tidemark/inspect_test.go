@@ -53,3 +53,51 @@ func TestInspectListsSomeCountsAll(t *testing.T) {
 		t.Fatalf("a negative --sessions was not refused by name: %v\n%s", err, out)
 	}
 }
+
+// TestInspectShowsRetentionRules: `tidemark inspect` shows the retention
+// rules the broker last ran with and what each keeps in the log.
+func TestInspectShowsRetentionRules(t *testing.T) {
+	bin := tidemarkBinary(t)
+	dir := t.TempDir()
+	ctx := context.Background()
+	e, err := engine.Open(ctx, "pebble", engine.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := table.Open(ctx, e, table.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules, err := mqtt.ParseRetention("keep/#=5msgs,none/#=1h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := mqtt.New(db, mqtt.Options{Retention: rules})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 8 {
+		if err := b.Publish(ctx, mqtt.Message{Topic: "keep/x", QoS: 1, Payload: []byte(fmt.Sprint(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.Close()
+	db.Close()
+	e.Close()
+	out, err := exec.Command(bin, "inspect", "--data", dir).CombinedOutput()
+	if err != nil {
+		t.Fatalf("inspect: %v\n%s", err, out)
+	}
+	var keep, none string
+	for _, line := range strings.Split(string(out), "\n") {
+		switch f := strings.Fields(line); {
+		case len(f) > 0 && f[0] == "keep/#":
+			keep = strings.Join(f[:3], " ")
+		case len(f) > 0 && f[0] == "none/#":
+			none = strings.Join(f[:3], " ")
+		}
+	}
+	if keep != "keep/# 5msgs 5" || none != "none/# 1h0m0s 0" {
+		t.Fatalf("retention rows %q and %q, want keep/# keeping 5 messages and none/# none:\n%s", keep, none, out)
+	}
+}

@@ -144,6 +144,10 @@ var (
 	descTrunc    = prometheus.NewDesc("tidemark_retention_truncations_total", "Retention passes that removed log entries.", nil, nil)
 	descReplays  = prometheus.NewDesc("tidemark_replays_total", "Subscriptions asking for a replay of the message log, by result: started, refused.", []string{"result"}, nil)
 	descReplayed = prometheus.NewDesc("tidemark_replayed_messages_total", "Messages sent by replays.", nil, nil)
+	descTables   = prometheus.NewDesc("tidemark_table_topics_total", "Traffic of the tables namespace (--tables-prefix), by kind: write (PUBLISHes written to a table), delivery (records and changes sent to table subscriptions), refused (invalid table topics or filters).", []string{"kind"}, nil)
+	descRuleMsgs = prometheus.NewDesc("tidemark_retention_rule_messages", "Messages of each --retention rule's filter that the rule keeps in the message log.", []string{"filter", "keep"}, nil)
+	descRuleB    = prometheus.NewDesc("tidemark_retention_rule_bytes", "Stored bytes of the messages each --retention rule keeps.", []string{"filter", "keep"}, nil)
+	descRuleAge  = prometheus.NewDesc("tidemark_retention_rule_oldest_age_seconds", "Age of the oldest message each --retention rule keeps (0 when it keeps none).", []string{"filter", "keep"}, nil)
 	descSockets  = prometheus.NewDesc("tidemark_sockets", "Open MQTT sockets, by whether they have sent CONNECT.", []string{"state"}, nil)
 	descRefused  = prometheus.NewDesc("tidemark_sockets_refused_total", "Sockets closed before their CONNECT was served, by reason.", []string{"reason"}, nil)
 	descAcceptEr = prometheus.NewDesc("tidemark_accept_errors_total", "Failed Accepts, each retried after a pause.", nil, nil)
@@ -154,7 +158,7 @@ var (
 )
 
 func (c *brokerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descConns, descSessions, descConnects, descIn, descOut, descBytesIn, descBytesOut, descDropped, descPipeline, descInflight, descLogN, descLogB, descTrunc, descReplays, descReplayed, descSockets, descRefused, descAcceptEr, descStoreErr, descLimits, descAuthRef, descDenied} {
+	for _, d := range []*prometheus.Desc{descConns, descSessions, descConnects, descIn, descOut, descBytesIn, descBytesOut, descDropped, descPipeline, descInflight, descLogN, descLogB, descTrunc, descReplays, descReplayed, descTables, descRuleMsgs, descRuleB, descRuleAge, descSockets, descRefused, descAcceptEr, descStoreErr, descLimits, descAuthRef, descDenied} {
 		ch <- d
 	}
 }
@@ -179,6 +183,18 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descReplays, prometheus.CounterValue, float64(n), result)
 	}
 	ch <- prometheus.MustNewConstMetric(descReplayed, prometheus.CounterValue, float64(s.MessagesReplayed))
+	ch <- prometheus.MustNewConstMetric(descTables, prometheus.CounterValue, float64(s.TableWrites), "write")
+	ch <- prometheus.MustNewConstMetric(descTables, prometheus.CounterValue, float64(s.TableDeliveries), "delivery")
+	ch <- prometheus.MustNewConstMetric(descTables, prometheus.CounterValue, float64(s.TableRefused), "refused")
+	for _, r := range s.Retention {
+		ch <- prometheus.MustNewConstMetric(descRuleMsgs, prometheus.GaugeValue, float64(r.Messages), r.Rule.Filter, r.Rule.Amount())
+		ch <- prometheus.MustNewConstMetric(descRuleB, prometheus.GaugeValue, float64(r.Bytes), r.Rule.Filter, r.Rule.Amount())
+		age := 0.0
+		if !r.Oldest.IsZero() {
+			age = time.Since(r.Oldest).Seconds()
+		}
+		ch <- prometheus.MustNewConstMetric(descRuleAge, prometheus.GaugeValue, age, r.Rule.Filter, r.Rule.Amount())
+	}
 	ch <- prometheus.MustNewConstMetric(descSockets, prometheus.GaugeValue, float64(s.AwaitingConnect), "awaiting_connect")
 	ch <- prometheus.MustNewConstMetric(descSockets, prometheus.GaugeValue, float64(s.Sockets-s.AwaitingConnect), "connected")
 	for reason, n := range s.Refused {

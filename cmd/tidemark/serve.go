@@ -29,8 +29,10 @@ type serveFlags struct {
 	maxPacket   int
 	maxQueued   int
 	history     time.Duration
+	tablesPfx   string
 	maxExpiry   time.Duration
 	retention   time.Duration
+	rules       string
 
 	maxConns       int
 	maxConnRate    float64
@@ -116,7 +118,9 @@ a flag wins over the environment, which wins over the file.`,
 	fs.IntVar(&f.maxPacket, "max-packet-size", 1<<20, "largest accepted packet in bytes")
 	fs.IntVar(&f.maxQueued, "max-queued", 0, "log entries a session may have behind its checkpoint before retention drops its oldest (0: no limit)")
 	fs.DurationVar(&f.maxExpiry, "max-session-expiry", 0, "cap on the session expiry 5.0 clients ask for (0: no cap)")
+	fs.StringVar(&f.tablesPfx, "tables-prefix", "", "map the topics under this prefix onto table records, <prefix><table>/<id> (docs/tables.md), e.g. tables/ (empty: off)")
 	fs.DurationVar(&f.history, "history", 0, "keep at least this much of the message log for replay on subscribe, e.g. 24h (0: only what sessions have not received)")
+	fs.StringVar(&f.rules, "retention", "", "keep at least this much of the message log per topic filter, whatever sessions received: filter=age|count|size, comma-separated, e.g. 'sensors/#=24h,logs/#=10000msgs,big/#=512MiB' (docs/replay.md)")
 	fs.DurationVar(&f.retention, "retention-every", 10*time.Second, "period of retention passes over the message log")
 	fs.IntVar(&f.maxConns, "max-connections", 0, "open sockets, with or without CONNECT; at the cap a new socket replaces the oldest one without CONNECT (0: the open-file limit less a tenth)")
 	fs.Float64Var(&f.maxConnRate, "max-conn-rate", 0, "new sockets per second from one source address, with a burst of one second's worth (0: no limit)")
@@ -198,10 +202,15 @@ func (f *serveFlags) validate() (engine.Options, mqtt.Options, *slog.Logger, err
 	case f.sessionExpiry < 0 || (f.sessionExpiry > 0 && f.sessionExpiry < time.Second):
 		return opts, bo, nil, fmt.Errorf("--session-expiry %v: must be 0 (never) or at least 1s", f.sessionExpiry)
 	}
+	rules, err := mqtt.ParseRetention(f.rules)
+	if err != nil {
+		return opts, bo, nil, fmt.Errorf("--retention %q: %w", f.rules, err)
+	}
 	bo = mqtt.Options{Logger: log, ReceiveMaximum: f.recvMax, MaxInflight: f.maxInflight, MaxPacketSize: f.maxPacket,
 		MaxQueuedMessages: f.maxQueued, MaxSessionExpiry: f.maxExpiry, RetentionEvery: f.retention,
 		MaxConnections: f.maxConns, MaxConnRate: f.maxConnRate, ConnectTimeout: f.connectTimeout,
 		MaxTopicLength: f.maxTopicLen, MaxTopicLevels: f.maxTopicLevels, MaxSubscriptions: f.maxSubs,
-		SessionExpiry: f.sessionExpiry, History: f.history, MaxMemory: int64(f.maxMemMB) << 20}
+		SessionExpiry: f.sessionExpiry, History: f.history, TablesPrefix: f.tablesPfx, Retention: rules,
+		MaxMemory: int64(f.maxMemMB) << 20}
 	return opts, bo, log, nil
 }
