@@ -77,6 +77,18 @@ func dial5(t *testing.T, addr string, cp *paho.Connect, edit func(*paho.ClientCo
 	if err != nil {
 		return nil, err
 	}
+	return connectOn5(t, nc, cp, edit)
+}
+
+// connectOn5 is dial5 over a connection the caller opened. paho.golang
+// writes a packet in several writes and serializes its writers (the
+// pinger sends its first PINGREQ right after the CONNACK) only on a
+// connection that is a sync.Locker: a TCP socket sends the writes in one
+// writev, but on any other connection (TLS: one record per write) a
+// PINGREQ could land inside another packet, so those must be wrapped
+// with packets.NewThreadSafeConn.
+func connectOn5(t *testing.T, nc net.Conn, cp *paho.Connect, edit func(*paho.ClientConfig)) (*client5, error) {
+	t.Helper()
 	c := &client5{t: t, msgs: make(chan *paho.Publish, 4096), discs: make(chan *paho.Disconnect, 4), errs: make(chan error, 16)}
 	cfg := paho.ClientConfig{
 		ClientID: cp.ClientID,

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/eclipse/paho.golang/packets"
 	"github.com/eclipse/paho.golang/paho"
 	"github.com/gorilla/websocket"
 
@@ -45,7 +46,11 @@ func listenTLS(t *testing.T, conf *tls.Config) net.Listener {
 	return tls.NewListener(ln, conf)
 }
 
-// dialTLS5 connects a 5.0 client over TLS.
+// dialTLS5 connects a 5.0 client over TLS. The TLS connection is wrapped
+// for paho's writers to take turns (see connectOn5): a tls.Conn sends
+// each write as a record of its own, and paho's pinger would otherwise
+// put its PINGREQ inside the packet being written, which the broker
+// rightly refuses as malformed.
 func dialTLS5(t *testing.T, addr string, conf *tls.Config, cp *paho.Connect) (*client5, error) {
 	t.Helper()
 	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: wait}, Config: conf}
@@ -53,10 +58,7 @@ func dialTLS5(t *testing.T, addr string, conf *tls.Config, cp *paho.Connect) (*c
 	if err != nil {
 		return nil, err
 	}
-	return dial5(t, addr, cp, func(c *paho.ClientConfig) {
-		c.Conn.Close() // dial5's own TCP connection
-		c.Conn = nc
-	})
+	return connectOn5(t, packets.NewThreadSafeConn(nc), cp, nil)
 }
 
 func TestTLSUntrustedServerRefused(t *testing.T) {

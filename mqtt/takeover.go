@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
@@ -19,7 +20,8 @@ import (
 // it writes the session record as its own with Claimed set, conditional
 // on the version it read, and in the same commit appends a message to
 // tableTakeover. Every node follows that table; the node holding the
-// client's connection closes it (DISCONNECT 0x8E under 5.0), stops its
+// connection the claim names (the record's, at the version the claim was
+// conditional on) closes it (DISCONNECT 0x8E under 5.0), stops its
 // pipelines, and hands the session over: it writes its final session
 // state (checkpoint, subscriptions, packet ids) under the claimer's
 // ownership with Claimed cleared, or removes the session when it ended
@@ -32,8 +34,37 @@ import (
 // condition or find the claim answered, and change nothing.
 
 // tableTakeover carries takeover claims: id = client id, message = the
-// claiming connection's token.
+// claiming connection's token, a space and the token of the connection it
+// claims the session from (see claimMessage).
 const tableTakeover = "mqtt.takeover"
+
+// claimMessage is the tableTakeover message of a claim by claimer of the
+// session that connection victim holds.
+func claimMessage(claimer, victim string) []byte {
+	return []byte(claimer + " " + victim)
+}
+
+// parseClaim splits a tableTakeover message. A claim written by an
+// earlier version names no victim: victim is "".
+func parseClaim(msg []byte) (claimer, victim string) {
+	claimer, victim, _ = strings.Cut(string(msg), " ")
+	return claimer, victim
+}
+
+// endedBy reports whether a claim ends c. A claim names the connection
+// whose record it was conditional on, so it ends that connection only:
+// the follower may read it late, after that connection was replaced on
+// this node by a newer one (which took the session over itself, or was
+// handed it by another node), and ending the newer one for an old claim
+// would close a client that nobody took over, and hand its session to a
+// claimer that stopped waiting long ago. A claim without a victim (from
+// an earlier version) ends any connection but the claimer's.
+func (c *conn) endedBy(claimer, victim string) bool {
+	if victim != "" {
+		return c.token == victim
+	}
+	return c.token != claimer
+}
 
 func newToken() string {
 	var r [9]byte
@@ -92,7 +123,7 @@ func (c *conn) claimSession(ctx context.Context) {
 			if err := putSession(tx, c.client, &claim); err != nil {
 				return
 			}
-			tx.Message(tableTakeover, c.client, []byte(c.token))
+			tx.Message(tableTakeover, c.client, claimMessage(c.token, rec.Conn))
 			switch err := tx.Commit(ctx); {
 			case err == nil:
 				claimed = true
@@ -128,12 +159,12 @@ func (b *Broker) followTakeovers() {
 		if err == nil {
 			_, err = b.db.Follow(b.ctx, table.SubscribeOptions{Table: tableTakeover, Start: head, IncludeSuperseded: true},
 				func(ev table.Event) error {
-					token := string(ev.Value)
+					claimer, victim := parseClaim(ev.Value)
 					b.mu.Lock()
 					c := b.conns[ev.ID]
 					b.mu.Unlock()
-					if c != nil && c.token != token {
-						go c.takeoverRemote(token)
+					if c != nil && c.endedBy(claimer, victim) {
+						go c.takeoverRemote(claimer)
 					}
 					return nil
 				})

@@ -128,6 +128,13 @@ async function persistentSession(version) {
   await publish(pub, `${base}/a`, 'queued-1', 1);
   await publish(pub, `${base}/a`, 'queued-2', 2);
   await publish(pub, `${base}/a`, 'not-queued-0', 0);
+  // A QoS 0 publish resolves once written, before the broker has read it;
+  // read later, after the reconnect below, it would rightly reach the
+  // session live. The broker takes one connection's packets in order, so
+  // the acknowledgement of a QoS 1 message sent behind it (to a topic the
+  // session does not match) means it was handled while the session was
+  // offline.
+  await publish(pub, `interop/${run}/persist-sync/v${version}`, 'sync', 1);
 
   ({ client: sub, connack } = await connect(version, id, false, props));
   if (!connack.sessionPresent) fail('session not present on reconnect');

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"hash/maphash"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -258,14 +259,13 @@ func packetSize(t Type, v Version, remaining int) (int, error) {
 	return 1 + vbiLen(remaining) + remaining, nil
 }
 
-// grow makes room for n more bytes with one allocation at most.
+// grow makes room for n more bytes with one allocation at most. It grows
+// as append does, by a factor of the capacity: a caller appending many
+// packets to one buffer (a burst) copies what it holds a few times in
+// all, where growing to the exact size would copy it again for every
+// packet, quadratic in the burst's size.
 func grow(dst []byte, n int) []byte {
-	if cap(dst)-len(dst) < n {
-		nb := make([]byte, len(dst), len(dst)+n)
-		copy(nb, dst)
-		return nb
-	}
-	return dst
+	return slices.Grow(dst, n)
 }
 
 const maxStr = 65535
