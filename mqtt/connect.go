@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"context"
+	"net"
 	"strconv"
 	"time"
 
@@ -39,6 +40,15 @@ func (c *conn) connect(cp *packet.Connect) bool {
 	serverKeepAlive, ok := c.capKeepAlive()
 	if !ok {
 		return refuse(packet.ClientIdentifierNotValid)
+	}
+	if c.keepAlive == 0 {
+		// No keep alive of its own: TCP's finds a peer that vanished. A
+		// listener that leaves TCP keep-alive off (as `tidemark serve`'s
+		// plain one does, to spare every connection its system calls)
+		// relies on this.
+		if tc, ok := c.nc.(*net.TCPConn); ok {
+			_ = tc.SetKeepAlive(true)
+		}
 	}
 	switch {
 	case c.version == packet.V311 && cp.CleanStart:

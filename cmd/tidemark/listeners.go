@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -127,7 +128,13 @@ func (s *securityFlags) listen(plain string, tc *certs.Server, log *slog.Logger)
 		if l.addr == "" {
 			continue
 		}
-		ln, err := net.Listen("tcp", l.addr)
+		var lc net.ListenConfig
+		if l.kind == "mqtt" {
+			// MQTT's keep alive finds dead peers; the broker turns TCP's
+			// on for a client that uses none (see mqtt's connect).
+			lc.KeepAlive = -1
+		}
+		ln, err := lc.Listen(context.Background(), "tcp", l.addr)
 		if err != nil {
 			return fail(l.flag, l.addr, err)
 		}
