@@ -4,7 +4,6 @@ package mqtt_test
 
 import (
 	"context"
-	"encoding/json"
 	"net"
 	"slices"
 	"testing"
@@ -14,11 +13,9 @@ import (
 	"github.com/tidemark-io/tidemark/table"
 )
 
-// Names of the broker's tables the test reads and writes.
-const (
-	sessionsTable = "mqtt.sessions"
-	takeoverTable = "mqtt.takeover"
-)
+// takeoverTable is the broker's table of takeover claims, which the test
+// writes to.
+const takeoverTable = "mqtt.takeover"
 
 // startNode starts a second broker, with node id node, on s's store; it
 // returns its address and stops before s does.
@@ -85,17 +82,11 @@ func nextClaim(t *testing.T, claims <-chan []byte) []byte {
 // connToken reads the token of the connection holding client's session.
 func connToken(t *testing.T, db *table.DB, client string) string {
 	t.Helper()
-	r, err := db.Get(ctxT(t), sessionsTable, client)
-	if err != nil {
-		t.Fatalf("session of %s: %v", client, err)
+	si, ok, err := mqtt.SessionOf(ctxT(t), db, client)
+	if err != nil || !ok || si.Conn == "" {
+		t.Fatalf("session of %s: found %v, %v, connection %q", client, ok, err, si.Conn)
 	}
-	var rec struct {
-		Conn string `json:"conn"`
-	}
-	if err := json.Unmarshal(r.Value, &rec); err != nil || rec.Conn == "" {
-		t.Fatalf("session of %s: %v, connection %q", client, err, rec.Conn)
-	}
-	return rec.Conn
+	return si.Conn
 }
 
 // TestLateClaimEndsOnlyItsConnection: a node that reads a takeover claim
