@@ -32,16 +32,7 @@ func testDiskFull(t *testing.T, mode engine.SyncMode) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	// A small memtable makes flushes, and so table writes, fail on the
-	// full disk too. Not without syncs: there the first failed write is
-	// seen only by Pebble's background WAL writer, and a memtable
-	// rotating before it is seen makes Pebble panic in closing the old
-	// WAL with its mutex released, which no recover can catch.
-	memtable := "1"
-	if mode != engine.SyncAlways {
-		memtable = "16"
-	}
-	opts := engine.Options{Dir: dir, Sync: mode, Params: map[string]string{"memtable_mb": memtable}}
+	opts := engine.Options{Dir: dir, Sync: mode, Params: map[string]string{"memtable_mb": "1"}}
 	e, err := engine.Open(ctx, Name, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -78,6 +69,27 @@ func testDiskFull(t *testing.T, mode engine.SyncMode) {
 
 	full := func(op, name string) error { return fmt.Errorf("%s %s: %w", op, name, syscall.ENOSPC) }
 	d.fs.fault.Store(&full)
+	if mode != engine.SyncAlways {
+		// Without syncs a commit completes before its write, and the
+		// first failed write is seen by Pebble's background WAL writer:
+		// wait until the engine saw it. A memtable rotating before then
+		// would close the old WAL on the full disk, and Pebble panics
+		// there with its mutex released, past any recover (see
+		// docs/semantics.md, full disks).
+		// Pebble writes a WAL block once it fills (32 KB): commit one
+		// at a time until one is written and fails.
+		for i := 0; d.failed() == nil; i++ {
+			if i == 1000 {
+				t.Fatal("the failed write was never seen")
+			}
+			id := fmt.Sprintf("seen-%d", i)
+			h, err := commit(id)
+			if err != nil {
+				break
+			}
+			_ = wait(id, h)
+		}
+	}
 
 	// Commits in flight from several writers when the disk fills.
 	var wg sync.WaitGroup
