@@ -21,3 +21,9 @@ func BenchmarkPebble(b *testing.B) {
 	}
 	benchtest.MQTT(b, tm, []mqttbench.Load{{QoS: 1, Window: 256, Conns: 1}, {QoS: 2, Window: 256, Conns: 1}}, time.Second, nil)
 }
+
+// BenchmarkReopenMemoryPebble is benchtest.ReopenMemory on Pebble, the
+// figure to compare the other engines' with.
+func BenchmarkReopenMemoryPebble(b *testing.B) {
+	benchtest.ReopenMemory(b, "pebble", nil)
+}

@@ -19,3 +19,14 @@ func BenchmarkCommits(b *testing.B) {
 func BenchmarkSlots(b *testing.B) {
 	benchtest.Slots(b, "jetstream")
 }
+
+// BenchmarkReopenMemory reports the heap in use and the resident set after
+// reopening a store of 50,000 values of 1 KB (benchtest.ReopenMemory), with
+// one writer (commit=wal) and on a shared stream (commit=batch).
+func BenchmarkReopenMemory(b *testing.B) {
+	for _, mode := range []string{"wal", "batch"} {
+		b.Run("commit="+mode, func(b *testing.B) {
+			benchtest.ReopenMemory(b, "jetstream", map[string]string{"commit": mode})
+		})
+	}
+}

@@ -231,14 +231,14 @@ func (d *db) publishGroup(group []*pending, attempt int) {
 		d.publishGroup(live[half:], 0)
 		return
 	}
-	ix, _, closed := d.view.state()
+	_, closed := d.view.state()
 	if closed {
 		for _, p := range live {
 			settle(p, engine.Result{}, fmt.Errorf("jetstream: commit: %w", engine.ErrClosed))
 		}
 		return
 	}
-	pl := d.plan(live, ix)
+	pl := d.plan(live)
 	if len(pl.msgs) == 0 {
 		for _, p := range pl.commits {
 			settle(p, engine.Result{}, nil)
@@ -351,7 +351,7 @@ func allSolo(group []*pending) bool {
 // is looked up by its id, as a batch is. Handles complete in order as the
 // answers arrive.
 func (d *db) publishSolos(group []*pending) {
-	ix, _, closed := d.view.state()
+	_, closed := d.view.state()
 	if closed {
 		for _, p := range group {
 			settle(p, engine.Result{}, fmt.Errorf("jetstream: commit: %w", engine.ErrClosed))
@@ -378,7 +378,7 @@ func (d *db) publishSolos(group []*pending) {
 	}
 	out := make([]sent, len(group))
 	for i, p := range group {
-		pl := d.plan([]*pending{p}, ix)
+		pl := d.plan([]*pending{p})
 		id := d.engineID + "-" + strconv.FormatUint(d.commitSeq.Add(1), 36)
 		pl.msgs[0].Header.Set(hdrEnd, id)
 		fut, err := d.js.PublishMsgAsync(pl.msgs[0])
@@ -504,7 +504,6 @@ func (d *db) publishFailed(ctx context.Context, live []*pending, pl plan, attemp
 // may have swept one the server still holds, so the expected sequence the
 // index gives such a key can be wrong without any other node writing it.
 func (d *db) refreshChecked(ctx context.Context, group []*pending) {
-	ix, _, _ := d.view.state()
 	seen := map[string]bool{}
 	for _, p := range group {
 		for _, c := range p.b.Checks {
@@ -513,7 +512,7 @@ func (d *db) refreshChecked(ctx context.Context, group []*pending) {
 				continue
 			}
 			seen[k] = true
-			if v, ok := ix.get(k); ok && !v.deleted {
+			if v, ok, err := d.idx.get(k); err != nil || (ok && !v.deleted) {
 				continue
 			}
 			m, err := d.st.GetLastMsgForSubject(ctx, d.dataSubject(c.Key))
@@ -567,12 +566,12 @@ type overlayEntry struct {
 	deleted bool
 }
 
-// plan evaluates each commit's checks against ix plus the writes of the
-// commits before it in the group; a commit whose check fails is settled
+// plan evaluates each commit's checks against the index plus the writes
+// of the commits before it in the group; a commit whose check fails is settled
 // with ErrConflict and left out. A check on a key an earlier commit of the
 // group wrote needs no expectation: the batch is atomic, so that write is
 // what the commit will see.
-func (d *db) plan(group []*pending, ix index) plan {
+func (d *db) plan(group []*pending) plan {
 	overlay := map[string]overlayEntry{}
 	var written []string
 	expect := map[string]uint64{}
@@ -588,7 +587,15 @@ func (d *db) plan(group []*pending, ix index) plan {
 			if ov, in := overlay[k]; in {
 				cur, present = ov.val, !ov.deleted
 			} else {
-				v, found := ix.get(k)
+				v, found, err := d.idx.get(k)
+				if err != nil {
+					ok = false
+					for _, k := range mine {
+						delete(expect, k)
+					}
+					settle(p, engine.Result{}, fmt.Errorf("jetstream: commit: check %q: %w", c.Key, err))
+					break
+				}
 				cur, present = v.val, found && !v.deleted
 				if _, had := expect[k]; !had {
 					expect[k] = v.seq

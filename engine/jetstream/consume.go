@@ -3,16 +3,17 @@
 package jetstream
 
 import (
-	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
@@ -27,8 +28,9 @@ import (
 // own acknowledged groups to them the same way (applyOwn).
 type view struct {
 	mu       sync.Mutex
-	ix       index
-	applied  uint64        // highest stream sequence in ix
+	idx      *store // the index; it holds what was published
+	log      *slog.Logger
+	applied  uint64        // highest stream sequence in the published index
 	floor    uint64        // truncation floor
 	floorSeq uint64        // sequence of the latest floor message
 	logTop   uint64        // highest log entry sequence seen
@@ -54,20 +56,21 @@ type view struct {
 	// when the list is long.
 	dirty   []string
 	matKick chan struct{}
-	epoch   uint64 // the last edit epoch of the work index (index.withIn)
 
 	batches    map[string]uint64 // recent batch id -> last sequence
 	batchOrder []string
 
-	work                    index
+	// work holds the writes applied since the last publish, which
+	// commits them to idx.
+	work                    *pebble.Batch
 	workSeq, workLogTop     uint64
 	workFloor, workFloorSeq uint64
 	workLog                 bool
 }
 
-func (v *view) init() {
-	v.ix = newIndex()
-	v.work = v.ix
+func (v *view) init(idx *store, log *slog.Logger) {
+	v.idx, v.log = idx, log
+	v.work = idx.db.NewBatch()
 	v.changed = make(chan struct{})
 	v.caught = make(chan struct{})
 	v.matKick = make(chan struct{}, 1)
@@ -81,11 +84,12 @@ func (v *view) close() {
 	v.changed = make(chan struct{})
 }
 
-// state returns the published index and its sequence.
-func (v *view) state() (index, uint64, bool) {
+// state returns the highest stream sequence the published index holds,
+// and whether the view closed.
+func (v *view) state() (uint64, bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.ix, v.applied, v.closed
+	return v.applied, v.closed
 }
 
 func (v *view) floorNow() (floor, floorSeq, logTop uint64) {
@@ -197,6 +201,11 @@ func (d *db) onMsg(m jetstream.Msg) {
 	v := &d.view
 	seq := md.Sequence.Stream
 	v.mu.Lock()
+	if v.closed {
+		// The engine closed: the index is gone or going.
+		v.mu.Unlock()
+		return
+	}
 	if seq <= v.workSeq {
 		// Applied already: a group of this engine's own (applyOwn).
 		if md.NumPending == 0 {
@@ -243,11 +252,17 @@ func (d *db) applyMsgLocked(seq uint64, subj string, h nats.Header, data []byte)
 			break
 		}
 		deleted := h.Get(hdrOp) == "del"
-		if deleted && d.wal {
-			v.work = v.work.withoutIn(string(key), 0)
-			break
+		if d.wal {
+			// Loading a single-writer stream: what a key's subject holds
+			// is what the materializer finds there.
+			if deleted {
+				v.del(string(key))
+				_ = v.work.Delete(presentKey(string(key)), nil)
+				break
+			}
+			_ = v.work.Set(presentKey(string(key)), nil, nil)
 		}
-		v.work = v.work.with(string(key), version{seq: seq, val: data, deleted: deleted})
+		v.put(string(key), version{seq: seq, val: data, deleted: deleted})
 		if deleted {
 			v.tombs = append(v.tombs, tomb{key: string(key), seq: seq, at: time.Now()})
 		}
@@ -269,8 +284,8 @@ func (d *db) applyMsgLocked(seq uint64, subj string, h nats.Header, data []byte)
 // publishLocked makes the work index the one readers see and reports
 // whether Watch should signal now. v.mu held.
 func (v *view) publishLocked() (notify bool) {
+	v.commitLocked()
 	v.sweepLocked()
-	v.ix = v.work
 	v.applied = v.workSeq
 	v.floor = max(v.floor, v.workFloor)
 	v.floorSeq = max(v.floorSeq, v.workFloorSeq)
@@ -292,11 +307,37 @@ type tomb struct {
 	at  time.Time
 }
 
-// sweepLocked drops from the work index the delete markers older than
-// tombTTL, which the server has expired (or is about to) without a
-// message the consumer could see. If the index and the stream disagree
-// on a marker for a while, a check on its key fails on the server and
-// refreshChecked settles it. v.mu held, at a batch boundary.
+// put and del write one record to the work batch; the index copies the
+// value, so it may belong to a caller. v.mu held. A batch set or delete
+// fails only on a closed batch, which the view never holds.
+func (v *view) put(key string, ver version) {
+	_ = v.work.Set(recordKey(key), encodeVersion(ver), nil)
+}
+
+func (v *view) del(key string) {
+	_ = v.work.Delete(recordKey(key), nil)
+}
+
+// commitLocked commits the work batch to the index, where readers see it
+// whole. The index is local and rebuilt at every open: a failure here
+// (a full disk) leaves it behind the stream, so it is logged loudly. v.mu
+// held.
+func (v *view) commitLocked() {
+	if v.work.Empty() {
+		return
+	}
+	if err := v.work.Commit(pebble.NoSync); err != nil {
+		v.log.Error("index: applying a batch failed; reads on this node may miss it until a restart", "seq", v.workSeq, "err", err)
+	}
+	_ = v.work.Close()
+	v.work = v.idx.db.NewBatch()
+}
+
+// sweepLocked drops from the index the delete markers older than tombTTL,
+// which the server has expired (or is about to) without a message the
+// consumer could see. If the index and the stream disagree on a marker for
+// a while, a check on its key fails on the server and refreshChecked
+// settles it. v.mu held, right after a commit.
 func (v *view) sweepLocked() {
 	if len(v.tombs) == 0 || time.Since(v.tombs[0].at) < v.tombTTL {
 		return
@@ -307,12 +348,18 @@ func (v *view) sweepLocked() {
 			break
 		}
 		n++
-		if cur, ok := v.work.get(t.key); ok && cur.deleted && cur.seq == t.seq {
-			v.work = v.work.withoutIn(t.key, 0)
+		cur, ok, err := v.idx.get(t.key)
+		if err != nil {
+			v.log.Warn("index: sweeping a delete marker", "err", err)
+			continue
+		}
+		if ok && cur.deleted && cur.seq == t.seq {
+			v.del(t.key)
 		}
 	}
 	// Reslicing is O(1); the next growth copies only the live part.
 	v.tombs = v.tombs[n:]
+	v.commitLocked()
 }
 
 // settleKey makes the index say what the stream holds for key, as found
@@ -322,16 +369,16 @@ func (v *view) sweepLocked() {
 func (v *view) settleKey(key string, seq uint64, found bool) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if v.workSeq != v.applied || seq > v.applied {
+	if v.closed || v.workSeq != v.applied || seq > v.applied {
 		return
 	}
 	if found {
-		v.work = v.work.with(key, version{seq: seq, deleted: true})
+		v.put(key, version{seq: seq, deleted: true})
 		v.tombs = append(v.tombs, tomb{key: key, seq: seq, at: time.Now()})
 	} else {
-		v.work = v.work.withoutIn(key, 0)
+		v.del(key)
 	}
-	v.ix = v.work
+	v.commitLocked()
 }
 
 func (v *view) markCaughtLocked() {
@@ -359,9 +406,9 @@ func (d *db) applyOwn(first uint64, msgs []*nats.Msg, id string) bool {
 	// holds a prefix of it, and the rest goes on top.
 	for i, m := range msgs {
 		if seq := first + uint64(i); seq > v.workSeq {
-			// The index keeps values past the handle's completion, when
-			// the caller may reuse the batch's slices.
-			d.applyMsgLocked(seq, m.Subject, m.Header, bytes.Clone(m.Data))
+			// The index copies the values: the caller may reuse the
+			// batch's slices once its handle completed.
+			d.applyMsgLocked(seq, m.Subject, m.Header, m.Data)
 		}
 	}
 	if id != "" {

@@ -2,7 +2,45 @@
 
 package jetstream
 
-import "hash/maphash"
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
+)
+
+// The index (see the package doc, "Reads") is a Pebble store on local
+// disk, in a directory of its own that nothing outlives the engine: it is
+// rebuilt from the stream at every open, so it needs no write-ahead log
+// and no sync, and it holds in memory only Pebble's block cache and
+// memtables, whatever the number of keys.
+const (
+	// indexCacheBytes is the index's block cache.
+	indexCacheBytes = 8 << 20
+	// indexMemTableBytes is the size of one memtable; Pebble keeps at
+	// most a few of them while it flushes.
+	indexMemTableBytes = 4 << 20
+	// indexDirPrefix names the index directories under the data
+	// directory (or the system's temporary directory without one).
+	indexDirPrefix = "jetstream-index-"
+)
+
+// Key prefixes in the index store.
+const (
+	// prefixRecord + user key -> the key's record (encodeVersion).
+	prefixRecord = 'd'
+	// prefixPresent + user key -> empty: the key's subject holds a value
+	// rather than a delete marker or nothing (commit=wal; see
+	// materializer), so a delete must be copied there.
+	prefixPresent = 'p'
+)
 
 // version is the latest message of one data subject: the value it stored
 // (or a delete marker) and its stream sequence, which a commit that checks
@@ -13,179 +51,192 @@ type version struct {
 	deleted bool
 }
 
-// node is a node of an immutable treap keyed by user key. Updates copy the
-// path they change and leave every older root intact, so a snapshot is a
-// root pointer: readers never lock and never see a later commit. A node
-// made by an update in edit epoch e (see withIn) may be changed in place
-// by later updates of the same epoch: no root anyone holds reaches it yet.
-type node struct {
-	key         string
-	v           version
-	prio        uint64
-	epoch       uint64 // 0: shared from the start, never changed in place
-	left, right *node
+// errBadRecord reports an undecodable index record.
+var errBadRecord = errors.New("jetstream: undecodable index record")
+
+// recordKey returns the index key of user key.
+func recordKey(key string) []byte {
+	return append([]byte{prefixRecord}, key...)
 }
 
-// index is an ordered map from key to version built from immutable treap
-// roots. The zero value is empty.
-type index struct {
-	root *node
-	seed maphash.Seed
+func presentKey(key string) []byte {
+	return append([]byte{prefixPresent}, key...)
 }
 
-func newIndex() index { return index{seed: maphash.MakeSeed()} }
-
-// with returns the index with key set to v; ix itself is unchanged.
-func (ix index) with(key string, v version) index {
-	return ix.withIn(key, v, 0)
-}
-
-// withIn is with for a run of updates that publish only their last
-// result: the nodes the run made (epoch e, non-zero and unique to the run)
-// are changed in place rather than copied again, so a run of many keys
-// allocates each changed path once. No root returned during the run may
-// be handed to a reader before the run ends.
-func (ix index) withIn(key string, v version, e uint64) index {
-	ix.root = insert(ix.root, key, v, maphash.String(ix.seed, key), e)
-	return ix
-}
-
-// own returns n itself when edit epoch e made it, else a copy made in e.
-func own(n *node, e uint64) *node {
-	if e != 0 && n.epoch == e {
-		return n
+// encodeVersion encodes a record: the sequence (8 bytes, big endian), a
+// flag byte (1: deleted), then the value.
+func encodeVersion(v version) []byte {
+	b := make([]byte, 9, 9+len(v.val))
+	binary.BigEndian.PutUint64(b, v.seq)
+	if v.deleted {
+		b[8] = 1
 	}
-	c := *n
-	c.epoch = e
-	return &c
+	return append(b, v.val...)
 }
 
-// withoutIn returns the index without key, in edit epoch e (see withIn;
-// 0 copies every node it changes).
-func (ix index) withoutIn(key string, e uint64) index {
-	ix.root, _ = remove(ix.root, key, e)
-	return ix
+// decodeVersion decodes a record; its value aliases b.
+func decodeVersion(b []byte) (version, error) {
+	if len(b) < 9 || b[8] > 1 {
+		return version{}, errBadRecord
+	}
+	return version{seq: binary.BigEndian.Uint64(b), deleted: b[8] == 1, val: b[9:]}, nil
 }
 
-func remove(n *node, key string, e uint64) (*node, bool) {
-	if n == nil {
-		return nil, false
+// store is the index: records of the keys the index applied, in key order.
+// Readers go through snapshots (read.go); mu keeps close from pulling the
+// Pebble handle from under them.
+type store struct {
+	dir   string
+	lock  *dirlock.Lock
+	db    *pebble.DB
+	cache *pebble.Cache
+
+	mu     sync.RWMutex
+	closed bool
+	snaps  map[*snapshot]struct{}
+}
+
+// openStore makes a new, empty index in a directory of its own under base
+// (the system's temporary directory when empty), after removing the index
+// directories there that no open engine holds (left by a crash).
+func openStore(base string, log *slog.Logger) (*store, error) {
+	if base == "" {
+		base = os.TempDir()
 	}
-	if key == n.key {
-		return join(n.left, n.right, e), true
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		return nil, fmt.Errorf("jetstream: index directory: %w", err)
 	}
-	if key < n.key {
-		l, found := remove(n.left, key, e)
-		if !found {
-			return n, false
+	removeStaleIndexes(base, log)
+	dir, err := os.MkdirTemp(base, indexDirPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream: index directory: %w", err)
+	}
+	lock, err := dirlock.Take(Name, dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	cache := pebble.NewCache(indexCacheBytes)
+	popts := &pebble.Options{
+		FS:           noSyncFS{pebble.DefaultOptions().FS},
+		Cache:        cache,
+		MemTableSize: indexMemTableBytes,
+		DisableWAL:   true,
+		Logger:       pebbleLogger{log},
+	}
+	// Checks read keys that are often absent (a free staging slot).
+	popts.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
+	pdb, err := pebble.Open(filepath.Join(dir, "db"), popts)
+	if err != nil {
+		cache.Unref()
+		lock.Release()
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("jetstream: open index in %s: %w", dir, err)
+	}
+	return &store{dir: dir, lock: lock, db: pdb, cache: cache, snaps: map[*snapshot]struct{}{}}, nil
+}
+
+// removeStaleIndexes removes the index directories under base whose lock
+// nobody holds: their engine is gone.
+func removeStaleIndexes(base string, log *slog.Logger) {
+	dirs, _ := filepath.Glob(filepath.Join(base, indexDirPrefix+"*"))
+	for _, dir := range dirs {
+		lock, err := dirlock.Take(Name, dir)
+		if err != nil {
+			continue // in use, or not ours to judge
 		}
-		c := own(n, e)
-		c.left = l
-		return c, true
-	}
-	r, found := remove(n.right, key, e)
-	if !found {
-		return n, false
-	}
-	c := own(n, e)
-	c.right = r
-	return c, true
-}
-
-// join merges two treaps whose keys are all below (a) and above (b) one
-// another.
-func join(a, b *node, e uint64) *node {
-	switch {
-	case a == nil:
-		return b
-	case b == nil:
-		return a
-	case a.prio > b.prio:
-		c := own(a, e)
-		c.right = join(a.right, b, e)
-		return c
-	default:
-		c := own(b, e)
-		c.left = join(a, b.left, e)
-		return c
-	}
-}
-
-func insert(n *node, key string, v version, prio, e uint64) *node {
-	if n == nil {
-		return &node{key: key, v: v, prio: prio, epoch: e}
-	}
-	c := own(n, e)
-	switch {
-	case key == c.key:
-		c.v = v
-	case key < c.key:
-		c.left = insert(c.left, key, v, prio, e)
-		if c.left.prio > c.prio {
-			// c.left is this run's node, so rotating through it
-			// changes nothing another root shares.
-			l := c.left
-			c.left = l.right
-			l.right = c
-			return l
+		if err := os.RemoveAll(dir); err != nil {
+			log.Warn("removing a stale index directory", "dir", dir, "err", err)
 		}
-	default:
-		c.right = insert(c.right, key, v, prio, e)
-		if c.right.prio > c.prio {
-			r := c.right
-			c.right = r.left
-			r.left = c
-			return r
-		}
+		lock.Release()
 	}
-	return c
 }
 
-// get returns the version stored under key.
-func (ix index) get(key string) (version, bool) {
-	n := ix.root
-	for n != nil {
-		switch {
-		case key == n.key:
-			return n.v, true
-		case key < n.key:
-			n = n.left
-		default:
-			n = n.right
-		}
+// close closes every snapshot still open, then the store, and removes its
+// directory. Nothing may write to the store once close began.
+func (s *store) close() {
+	if s == nil {
+		return
 	}
-	return version{}, false
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	s.closed = true
+	for sn := range s.snaps {
+		sn.closeLocked()
+	}
+	_ = s.db.Close() // its directory goes next: nothing in it matters
+	s.cache.Unref()
+	_ = os.RemoveAll(s.dir)
+	s.lock.Release()
 }
 
-// cursor walks an index in key order from a lower bound.
-type cursor struct {
-	stack []*node
+// lookup returns the record of key in r (the store or one of its
+// snapshots); the value is the caller's.
+func lookup(r pebble.Reader, key string) (version, bool, error) {
+	b, closer, err := r.Get(recordKey(key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return version{}, false, nil
+	}
+	if err != nil {
+		return version{}, false, fmt.Errorf("jetstream: index: get %q: %w", key, err)
+	}
+	defer func() { _ = closer.Close() }()
+	v, err := decodeVersion(b)
+	if err != nil {
+		return version{}, false, fmt.Errorf("%w: key %q", err, key)
+	}
+	v.val = append([]byte(nil), v.val...)
+	return v, true, nil
 }
 
-// seek positions the cursor at the first key >= lower.
-func (ix index) seek(lower string) *cursor {
-	c := &cursor{}
-	n := ix.root
-	for n != nil {
-		if n.key >= lower {
-			c.stack = append(c.stack, n)
-			n = n.left
-		} else {
-			n = n.right
-		}
-	}
-	return c
+// get returns the record of key as the index stands now.
+func (s *store) get(key string) (version, bool, error) {
+	return lookup(s.db, key)
 }
 
-// next returns the next node, or nil at the end.
-func (c *cursor) next() *node {
-	if len(c.stack) == 0 {
-		return nil
+// present reports whether key's subject holds a value (commit=wal).
+func (s *store) present(key string) (bool, error) {
+	_, closer, err := s.db.Get(presentKey(key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return false, nil
 	}
-	n := c.stack[len(c.stack)-1]
-	c.stack = c.stack[:len(c.stack)-1]
-	for m := n.right; m != nil; m = m.left {
-		c.stack = append(c.stack, m)
+	if err != nil {
+		return false, fmt.Errorf("jetstream: index: %w", err)
 	}
-	return n
+	_ = closer.Close()
+	return true, nil
+}
+
+// setPresent records whether key's subject holds a value (commit=wal).
+func (s *store) setPresent(key string, on bool) error {
+	var err error
+	if on {
+		err = s.db.Set(presentKey(key), nil, pebble.NoSync)
+	} else {
+		err = s.db.Delete(presentKey(key), pebble.NoSync)
+	}
+	if err != nil {
+		return fmt.Errorf("jetstream: index: %w", err)
+	}
+	return nil
+}
+
+// pebbleLogger routes Pebble's logs to slog; its info chatter goes to
+// debug level.
+type pebbleLogger struct{ l *slog.Logger }
+
+func (l pebbleLogger) Infof(format string, args ...any) { l.l.Debug(fmt.Sprintf(format, args...)) }
+func (l pebbleLogger) Errorf(format string, args ...any) {
+	l.l.Error(fmt.Sprintf(format, args...))
+}
+
+// Fatalf is called by Pebble on a state it cannot go on from, and must
+// not return.
+func (l pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	l.l.Error("index: pebble fatal error", "err", msg)
+	panic("jetstream: index: " + msg)
 }

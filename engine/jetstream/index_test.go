@@ -3,103 +3,118 @@
 package jetstream
 
 import (
-	"fmt"
-	"maps"
-	"math/rand/v2"
-	"slices"
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/tidemark-io/tidemark/engine"
 )
 
-// TestJetStreamIndexImmutable checks the index's two promises: iteration
-// in key order from any lower bound, and an old root unchanged by later
-// updates (what makes a snapshot a pointer).
-func TestJetStreamIndexImmutable(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	ix := newIndex()
-	want := map[string]uint64{}
-	for i := 0; i < 2000; i++ {
-		k := fmt.Sprintf("k%04d", rng.IntN(1500))
-		ix = ix.with(k, version{seq: uint64(i + 1)})
-		want[k] = uint64(i + 1)
+// indexRecords returns every record the index holds, deleted ones
+// included.
+func indexRecords(t *testing.T, d *db) map[string]version {
+	t.Helper()
+	it, err := d.idx.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixRecord}, UpperBound: []byte{prefixRecord + 1}})
+	if err != nil {
+		t.Fatal(err)
 	}
-	old, oldWant := ix, maps.Clone(want)
-	for i := 0; i < 500; i++ {
-		k := fmt.Sprintf("k%04d", rng.IntN(3000))
-		ix = ix.with(k, version{seq: uint64(10000 + i), deleted: i%3 == 0})
-		want[k] = uint64(10000 + i)
-	}
-	// Runs of updates in edit epochs change their own nodes in place,
-	// never a node an earlier root reaches.
-	var mids []index
-	var midWants []map[string]uint64
-	for e := uint64(1); e <= 20; e++ {
-		mids, midWants = append(mids, ix), append(midWants, maps.Clone(want))
-		for i := 0; i < 1+rng.IntN(200); i++ {
-			k := fmt.Sprintf("k%04d", rng.IntN(3000))
-			seq := 20000 + e*1000 + uint64(i)
-			if rng.IntN(3) == 0 {
-				ix = ix.withoutIn(k, e)
-				delete(want, k)
-				continue
-			}
-			ix = ix.withIn(k, version{seq: seq}, e)
-			want[k] = seq
+	defer func() { _ = it.Close() }()
+	out := map[string]version{}
+	for ok := it.First(); ok; ok = it.Next() {
+		v, err := decodeVersion(it.Value())
+		if err != nil {
+			t.Fatalf("record of %q: %v", it.Key()[1:], err)
 		}
+		v.val = bytes.Clone(v.val)
+		out[string(it.Key()[1:])] = v
 	}
+	if err := it.Error(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
 
-	check := func(name string, ix index, want map[string]uint64) {
-		t.Helper()
-		keys := make([]string, 0, len(want))
-		for k := range want {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		for _, lower := range []string{"", "k0750", "k1499x", "z"} {
-			var got []string
-			c := ix.seek(lower)
-			for n := c.next(); n != nil; n = c.next() {
-				if n.v.seq != want[n.key] {
-					t.Fatalf("%s: key %s has seq %d, want %d", name, n.key, n.v.seq, want[n.key])
-				}
-				got = append(got, n.key)
-			}
-			i, _ := slices.BinarySearch(keys, lower)
-			if !slices.Equal(got, keys[i:]) {
-				t.Fatalf("%s: from %q got %d keys, want %d in order", name, lower, len(got), len(keys[i:]))
-			}
-		}
-		n := 0
-		for c, nd := ix.seek(""), (*node)(nil); ; n++ {
-			if nd = c.next(); nd == nil {
-				break
-			}
-		}
-		if n != len(want) {
-			t.Fatalf("%s: %d keys, want %d", name, n, len(want))
-		}
-		for k, seq := range want {
-			if v, ok := ix.get(k); !ok || v.seq != seq {
-				t.Fatalf("%s: get %s = %d, %v; want %d", name, k, v.seq, ok, seq)
-			}
-		}
+// indexDirs lists the index directories under dir.
+func indexDirs(t *testing.T, dir string) []string {
+	t.Helper()
+	dirs, err := filepath.Glob(filepath.Join(dir, indexDirPrefix+"*"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	check("old root", old, oldWant)
-	check("new root", ix, want)
-	for i := range mids {
-		check(fmt.Sprintf("root before epoch %d", i+1), mids[i], midWants[i])
+	return dirs
+}
+
+// TestJetStreamIndexDirectory: the index lives in a directory of its own
+// under the data directory while the engine is open, and goes with it;
+// one a crash left behind is removed by the next open, which rebuilds the
+// index from the stream.
+func TestJetStreamIndexDirectory(t *testing.T) {
+	ctx := t.Context()
+	dir := t.TempDir()
+	d := openWALAt(t, dir)
+	if _, err := engine.Commit(ctx, d, new(engine.Batch).Put([]byte("k"), []byte("v"))); err != nil {
+		t.Fatal(err)
+	}
+	if got := indexDirs(t, dir); len(got) != 1 {
+		t.Fatalf("open engine: index directories %v, want one", got)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := indexDirs(t, dir); len(got) != 0 {
+		t.Fatalf("closed engine: index directories %v left behind", got)
+	}
+	stale := filepath.Join(dir, indexDirPrefix+"stale")
+	if err := os.MkdirAll(filepath.Join(stale, "db"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d = openWALAt(t, dir)
+	defer func() { _ = d.Close() }()
+	if _, err := os.Stat(stale); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the stale index directory is still there (%v)", err)
+	}
+	snap, err := d.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = snap.Close() }()
+	if v, err := snap.Get(ctx, []byte("k")); err != nil || string(v) != "v" {
+		t.Fatalf("after reopen: k = %q, %v; want v", v, err)
 	}
 }
 
-// TestPrefersSeparateCommits: on a shared stream the engine tells callers
-// not to gather independent writes into one commit (each would be an
-// atomic batch); as the only writer it wants them gathered (one message).
-func TestPrefersSeparateCommits(t *testing.T) {
-	if !engine.PrefersSeparateCommits(openEngine(t, map[string]string{"commit": "batch"})) {
-		t.Fatal("the jetstream engine with commit=batch does not ask for separate commits")
+// TestJetStreamIndexClosedUnderReader: closing the engine closes the
+// snapshots and iterators still open on its index; they answer ErrClosed
+// instead of reading a closed store.
+func TestJetStreamIndexClosedUnderReader(t *testing.T) {
+	ctx := t.Context()
+	d := openWALAt(t, t.TempDir())
+	if _, err := engine.Commit(ctx, d, new(engine.Batch).Put([]byte("a"), []byte("1")).Put([]byte("b"), []byte("2"))); err != nil {
+		t.Fatal(err)
 	}
-	if engine.PrefersSeparateCommits(openEngine(t, nil)) {
-		t.Fatal("the jetstream engine with commit=wal asks for separate commits")
+	snap, err := d.Snapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
+	it, err := snap.Iter(ctx, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !it.Next() || string(it.Key()) != "a" || string(it.Value()) != "1" {
+		t.Fatalf("first entry %q=%q, %v; want a=1", it.Key(), it.Value(), it.Err())
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if it.Next() || !errors.Is(it.Err(), engine.ErrClosed) {
+		t.Fatalf("iterator after close: err %v, want ErrClosed", it.Err())
+	}
+	if _, err := snap.Get(ctx, []byte("a")); !errors.Is(err, engine.ErrClosed) {
+		t.Fatalf("snapshot get after close: %v, want ErrClosed", err)
+	}
+	_ = it.Close()
+	_ = snap.Close()
 }

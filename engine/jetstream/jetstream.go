@@ -104,7 +104,8 @@ type db struct {
 	// (single-writer protocol only).
 	gate *deferral.Gate
 
-	view      view // the index and what the consumer applied
+	idx       *store // the index: every live key's record, on local disk
+	view      view   // what the index applied
 	consumer  jetstream.ConsumeContext
 	indexCons jetstream.Consumer
 	notifier  engine.Notifier
@@ -204,24 +205,32 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		engineID:      newEngineID(),
 	}
 	d.batchLimit.Store(int64(maxBatch))
-	d.view.init()
-	d.view.tombTTL = tombTTL
 	if url == "" {
 		if d.dirLock, err = dirlock.Take("jetstream", opts.Dir); err != nil {
 			return nil, err
 		}
+	}
+	if d.idx, err = openStore(opts.Dir, d.log); err != nil {
+		d.dirLock.Release()
+		return nil, err
+	}
+	d.view.init(d.idx, d.log)
+	d.view.tombTTL = tombTTL
+	if url == "" {
 		if d.srv, err = startEmbedded(opts, d.log, !d.wal); err != nil {
+			d.idx.close()
 			d.dirLock.Release()
 			return nil, err
 		}
 		url = d.srv.ClientURL()
 	}
 	if err := d.connect(ctx, url, replicas, secure...); err != nil {
+		d.view.close()
 		d.shutdownTransport()
 		return nil, err
 	}
 	if d.wal {
-		_, applied, _ := d.view.state()
+		applied, _ := d.view.state()
 		d.recent.reset(applied + 1)
 		go d.committerWAL()
 		go d.mat.run()
@@ -368,7 +377,7 @@ func (d *db) Watch(ctx context.Context) <-chan struct{} {
 }
 
 // Close completes every submitted commit, then stops the consumer, the
-// connection and the embedded server.
+// connection and the embedded server, and removes the index.
 func (d *db) Close() error {
 	d.mu.Lock()
 	if d.closed {
@@ -397,6 +406,8 @@ func (d *db) shutdownTransport() {
 		d.nc.Close()
 	}
 	stopEmbedded(d.srv)
+	// The view closed first: the consumer no longer writes to the index.
+	d.idx.close()
 	d.dirLock.Release()
 }
 

@@ -7,9 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"sync/atomic"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/tidemark-io/tidemark/engine"
 )
@@ -18,26 +18,30 @@ func (d *db) Snapshot(ctx context.Context) (engine.Snapshot, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("jetstream: snapshot: %w", err)
 	}
-	ix, _, closed := d.view.state()
-	if closed || d.isClosed() {
+	if d.isClosed() {
 		return nil, fmt.Errorf("jetstream: snapshot: %w", engine.ErrClosed)
 	}
-	return &snapshot{d: d, ix: ix}, nil
-}
-
-// snapshot is an immutable index root; it needs no lock, only to notice
-// that it or its engine was closed.
-type snapshot struct {
-	d      *db
-	ix     index
-	closed atomic.Bool
-}
-
-func (s *snapshot) usable() error {
-	if s.closed.Load() || s.d.isClosed() {
-		return engine.ErrClosed
+	idx := d.idx
+	idx.mu.Lock()
+	defer idx.mu.Unlock()
+	if idx.closed {
+		return nil, fmt.Errorf("jetstream: snapshot: %w", engine.ErrClosed)
 	}
-	return nil
+	// The index commits only whole batches (view.publishLocked), so a
+	// Pebble snapshot sees a prefix of the stream, never part of a batch.
+	s := &snapshot{idx: idx, snap: idx.db.NewSnapshot(), iters: map[*iterator]struct{}{}}
+	idx.snaps[s] = struct{}{}
+	return s, nil
+}
+
+// snapshot is a Pebble snapshot of the index. Every call holds the index's
+// read lock, so closing the engine never pulls the snapshot from under
+// it; after either closed, calls return ErrClosed.
+type snapshot struct {
+	idx    *store
+	snap   *pebble.Snapshot
+	iters  map[*iterator]struct{} // under idx.mu
+	closed bool                   // under idx.mu
 }
 
 func (s *snapshot) Get(ctx context.Context, key []byte) ([]byte, error) {
@@ -47,87 +51,134 @@ func (s *snapshot) Get(ctx context.Context, key []byte) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("jetstream: get: %w", err)
 	}
-	if err := s.usable(); err != nil {
+	s.idx.mu.RLock()
+	defer s.idx.mu.RUnlock()
+	if s.closed {
+		return nil, fmt.Errorf("jetstream: get: %w", engine.ErrClosed)
+	}
+	v, ok, err := lookup(s.snap, string(key))
+	if err != nil {
 		return nil, fmt.Errorf("jetstream: get: %w", err)
 	}
-	v, ok := s.ix.get(string(key))
 	if !ok || v.deleted {
 		return nil, fmt.Errorf("jetstream: get %q: %w", key, engine.ErrNotFound)
 	}
-	return append([]byte(nil), v.val...), nil
+	return v.val, nil
 }
 
 func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (engine.Iterator, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("jetstream: iter: %w", err)
 	}
-	if err := s.usable(); err != nil {
+	s.idx.mu.Lock()
+	defer s.idx.mu.Unlock()
+	if s.closed {
+		return nil, fmt.Errorf("jetstream: iter: %w", engine.ErrClosed)
+	}
+	hi := []byte{prefixRecord + 1}
+	if upper != nil {
+		hi = recordKey(string(upper))
+	}
+	it, err := s.snap.NewIter(&pebble.IterOptions{LowerBound: recordKey(string(lower)), UpperBound: hi})
+	if err != nil {
 		return nil, fmt.Errorf("jetstream: iter: %w", err)
 	}
-	return &iterator{s: s, cur: s.ix.seek(string(lower)), upper: upper}, nil
+	w := &iterator{s: s, it: it}
+	s.iters[w] = struct{}{}
+	return w, nil
 }
 
 func (s *snapshot) Close() error {
-	s.closed.Store(true)
+	s.idx.mu.Lock()
+	defer s.idx.mu.Unlock()
+	if !s.closed {
+		delete(s.idx.snaps, s)
+		s.closeLocked()
+	}
 	return nil
 }
 
-type iterator struct {
-	s      *snapshot
-	cur    *cursor
-	upper  []byte
-	n      *node
-	err    error
-	closed bool
+// closeLocked closes the snapshot and its iterators; idx.mu write-locked.
+func (s *snapshot) closeLocked() {
+	s.closed = true
+	for it := range s.iters {
+		it.closeLocked()
+	}
+	_ = s.snap.Close() // a snapshot of a store rebuilt at every open
 }
 
-func (it *iterator) Next() bool {
-	if it.err != nil {
+// iterator walks the live records of a snapshot. Key and Value are
+// copies, valid until the next call to Next, so they never point into
+// the index after it closed.
+type iterator struct {
+	s        *snapshot
+	it       *pebble.Iterator
+	started  bool
+	closed   bool // under s.idx.mu
+	err      error
+	key, val []byte
+}
+
+func (w *iterator) Next() bool {
+	if w.err != nil {
 		return false
 	}
-	if it.closed {
-		it.err = fmt.Errorf("jetstream: iter: %w", engine.ErrClosed)
-		return false
-	}
-	if err := it.s.usable(); err != nil {
-		it.err = fmt.Errorf("jetstream: iter: %w", err)
-		it.n = nil
+	w.s.idx.mu.RLock()
+	defer w.s.idx.mu.RUnlock()
+	w.key, w.val = w.key[:0], w.val[:0]
+	if w.closed {
+		w.err = fmt.Errorf("jetstream: iter: %w", engine.ErrClosed)
+		w.key, w.val = nil, nil
 		return false
 	}
 	for {
-		n := it.cur.next()
-		if n == nil || (it.upper != nil && n.key >= string(it.upper)) {
-			it.n = nil
-			it.cur.stack = nil
+		var ok bool
+		if !w.started {
+			w.started = true
+			ok = w.it.First()
+		} else {
+			ok = w.it.Next()
+		}
+		if !ok {
+			if err := w.it.Error(); err != nil {
+				w.err = fmt.Errorf("jetstream: iter: %w", err)
+			}
+			w.key, w.val = nil, nil
 			return false
 		}
-		if !n.v.deleted {
-			it.n = n
+		v, err := decodeVersion(w.it.Value())
+		if err != nil {
+			w.err = fmt.Errorf("jetstream: iter: %w: key %q", err, w.it.Key()[1:])
+			w.key, w.val = nil, nil
+			return false
+		}
+		if !v.deleted {
+			w.key = append(w.key, w.it.Key()[1:]...)
+			w.val = append(w.val, v.val...)
 			return true
 		}
 	}
 }
 
-func (it *iterator) Key() []byte {
-	if it.n == nil {
-		return nil
+func (w *iterator) Key() []byte   { return w.key }
+func (w *iterator) Value() []byte { return w.val }
+func (w *iterator) Err() error    { return w.err }
+
+func (w *iterator) Close() error {
+	w.s.idx.mu.Lock()
+	defer w.s.idx.mu.Unlock()
+	if !w.closed {
+		delete(w.s.iters, w)
+		w.closeLocked()
 	}
-	return []byte(it.n.key)
-}
-
-func (it *iterator) Value() []byte {
-	if it.n == nil {
-		return nil
-	}
-	return it.n.v.val
-}
-
-func (it *iterator) Err() error { return it.err }
-
-func (it *iterator) Close() error {
-	it.closed = true
-	it.n = nil
+	w.key, w.val = nil, nil
 	return nil
+}
+
+// closeLocked closes the Pebble iterator; idx.mu write-locked.
+func (w *iterator) closeLocked() {
+	w.closed = true
+	_ = w.it.Close()
 }
 
 // scanPage is how many log entries one batched direct get asks for.
@@ -166,7 +217,7 @@ func (d *db) ScanLog(ctx context.Context, from engine.LogKey, exclusive bool, fn
 		if d.isClosed() {
 			return fmt.Errorf("jetstream: scan log: %w", engine.ErrClosed)
 		}
-		_, applied, _ := d.view.state()
+		applied, _ := d.view.state()
 		next, more, stopped, err := d.scanPage(ctx, start, applied, fn)
 		if err != nil || stopped {
 			return err

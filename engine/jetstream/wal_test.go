@@ -245,11 +245,7 @@ func TestWALKeepsOneMessagePerKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ix, _, _ := d.view.state()
-	n := 0
-	for c := ix.seek(""); c.next() != nil; n++ {
-	}
-	if n != 10 {
+	if n := len(indexRecords(t, d)); n != 10 {
 		t.Fatalf("the index holds %d keys, want the 10 live ones (deleted keys leave it)", n)
 	}
 	// Ten live keys, a delete marker for each "gone" key that was
@@ -286,7 +282,7 @@ func TestWALKeysFoldedEarlyAreMaterialized(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	_, applied, _ := d.view.state()
+	applied, _ := d.view.state()
 	d.mat.mu.Lock()
 	mark := d.mat.mark
 	d.mat.mu.Unlock()
@@ -428,13 +424,9 @@ func TestBatchDeleteMarkersExpire(t *testing.T) {
 	if _, err := engine.Commit(ctx, d, new(engine.Batch).Put([]byte("tick"), nil)); err != nil {
 		t.Fatal(err)
 	}
-	ix, _, _ := d.view.state()
-	for c, n := ix.seek(""), (*node)(nil); ; {
-		if n = c.next(); n == nil {
-			break
-		}
-		if n.v.deleted {
-			t.Fatalf("the index still holds the delete marker of %q", n.key)
+	for k, v := range indexRecords(t, d) {
+		if v.deleted {
+			t.Fatalf("the index still holds the delete marker of %q", k)
 		}
 	}
 }
@@ -509,7 +501,7 @@ func TestWALRecentLog(t *testing.T) {
 			}
 		}
 		if len(keys) > 0 {
-			_, applied, _ := d.view.state()
+			applied, _ := d.view.state()
 			if _, ok := d.recent.scan(uint64(keys[len(keys)-1]), applied); ok != wantMemory {
 				t.Fatalf("%s: the newest entry answered from memory: %v, want %v", when, ok, wantMemory)
 			}

@@ -99,14 +99,14 @@ func (d *db) commitTx(group []*pending) {
 // settleTx settles every commit of group and reports whether a log entry
 // was committed.
 func (d *db) settleTx(group []*pending) bool {
-	ix, _, closed := d.view.state()
+	_, closed := d.view.state()
 	if closed {
 		for _, p := range group {
 			settle(p, engine.Result{}, fmt.Errorf("jetstream: commit: %w", engine.ErrClosed))
 		}
 		return false
 	}
-	tx := planTx(group, ix)
+	tx := planTx(group, d.idx)
 	if len(tx.writes) == 0 && len(tx.logs) == 0 {
 		for _, p := range tx.commits {
 			settle(p, engine.Result{}, nil)
@@ -137,7 +137,7 @@ func (d *db) settleTx(group []*pending) bool {
 		// finds its entries here.
 		d.recent.add(seq, tx.logs)
 	}
-	d.applyTx(seq, tx.writes, len(tx.logs) > 0, true)
+	d.applyTx(seq, tx.writes, len(tx.logs) > 0)
 	for i, p := range tx.commits {
 		keys := make([]engine.LogKey, len(p.b.Log))
 		for j := range keys {
@@ -214,26 +214,21 @@ func (d *db) txLanded(id string) (uint64, bool, error) {
 }
 
 // applyTx applies a transaction at stream sequence seq to the index and
-// publishes it, and marks its keys for materializing. The index keeps
-// its own copies when the values belong to a caller (own).
-func (d *db) applyTx(seq uint64, ws []txWrite, hasLog, own bool) {
+// publishes it, and marks its keys for materializing. The index copies
+// the values, which may belong to a caller.
+func (d *db) applyTx(seq uint64, ws []txWrite, hasLog bool) {
 	v := &d.view
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	v.epoch++
 	for _, w := range ws {
 		v.dirty = append(v.dirty, w.key)
 		if w.deleted {
 			// Nothing needs a deleted key's sequence here (checks are
 			// decided locally), so it leaves the index altogether.
-			v.work = v.work.withoutIn(w.key, v.epoch)
+			v.del(w.key)
 			continue
 		}
-		val := w.val
-		if own {
-			val = bytes.Clone(w.val)
-		}
-		v.work = v.work.withIn(w.key, version{seq: seq, val: val}, v.epoch)
+		v.put(w.key, version{seq: seq, val: w.val})
 	}
 	v.workSeq = seq
 	if hasLog {
@@ -259,16 +254,16 @@ type txPlan struct {
 	logAt   []int
 }
 
-// planTx decides each commit's checks against ix plus the writes of the
-// commits before it in the group; a commit whose check fails is settled
+// planTx decides each commit's checks against the index plus the writes
+// of the commits before it in the group; a commit whose check fails is settled
 // with ErrConflict and left out. Checks decided here are final: this
 // engine is the stream's only writer and publishes one transaction at a
 // time, so the index it decides on is the stream's state.
-func planTx(group []*pending, ix index) txPlan {
+func planTx(group []*pending, idx *store) txPlan {
 	var tx txPlan
 	at := map[string]int{} // key -> position in tx.writes
 	for _, p := range group {
-		if err := checkTx(p.b.Checks, ix, at, tx.writes); err != nil {
+		if err := checkTx(p.b.Checks, idx, at, tx.writes); err != nil {
 			settle(p, engine.Result{}, err)
 			continue
 		}
@@ -288,7 +283,7 @@ func planTx(group []*pending, ix index) txPlan {
 	return tx
 }
 
-func checkTx(checks []engine.Check, ix index, at map[string]int, ws []txWrite) error {
+func checkTx(checks []engine.Check, idx *store, at map[string]int, ws []txWrite) error {
 	for _, c := range checks {
 		k := string(c.Key)
 		var cur []byte
@@ -296,7 +291,10 @@ func checkTx(checks []engine.Check, ix index, at map[string]int, ws []txWrite) e
 		if i, ok := at[k]; ok {
 			cur, present = ws[i].val, !ws[i].deleted
 		} else {
-			v, found := ix.get(k)
+			v, found, err := idx.get(k)
+			if err != nil {
+				return fmt.Errorf("jetstream: commit: check %q: %w", c.Key, err)
+			}
 			cur, present = v.val, found && !v.deleted
 		}
 		if c.Absent == present || (!c.Absent && !bytes.Equal(cur, c.Value)) {

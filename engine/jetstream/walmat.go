@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/tidemark-io/tidemark/engine"
@@ -63,10 +64,6 @@ type materializer struct {
 	// noFinal skips the run at close, leaving the stream as a crash
 	// would (tests).
 	noFinal bool
-	// present holds the keys whose subject holds a value rather than a
-	// delete marker or nothing: a key deleted before it was ever
-	// materialized needs no marker.
-	present map[string]bool
 	// young holds the keys written since the last run that were folded
 	// out of view.dirty before it (see collect).
 	young   map[string]struct{}
@@ -119,7 +116,8 @@ func (m *materializer) flush(all bool) error {
 	d := m.d
 	// The young generation is complete up to top only when both are read
 	// at once: its keys' transactions are purged once the mark passes top.
-	written, ix, top := d.view.takeWritten()
+	written, snap, top := d.view.takeWritten()
+	defer func() { _ = snap.Close() }()
 	m.fold(written)
 	young := m.young
 	m.young = nil
@@ -133,7 +131,7 @@ func (m *materializer) flush(all bool) error {
 	if len(keys) == 0 && upTo <= m.mark {
 		return m.purge()
 	}
-	if err := m.write(keys, ix); err != nil {
+	if err := m.write(keys, snap); err != nil {
 		m.old = merge(m.old, keys)
 		return err
 	}
@@ -152,8 +150,7 @@ func (m *materializer) flush(all bool) error {
 // collect folds the keys listed in view.dirty into young and returns how
 // many distinct keys young holds; m.mu held.
 func (m *materializer) collect() int {
-	written, _, _ := m.d.view.takeWritten()
-	return m.fold(written)
+	return m.fold(m.d.view.takeDirty())
 }
 
 // fold adds written to young and returns how many distinct keys young
@@ -169,21 +166,32 @@ func (m *materializer) fold(written []string) int {
 }
 
 // takeWritten returns the keys written since the last call (repeats
-// included), with the index and the applied sequence they are complete up
-// to, all read at once.
-func (v *view) takeWritten() ([]string, index, uint64) {
+// included), with a snapshot of the index and the applied sequence they
+// are complete up to, all read at once. The caller closes the snapshot.
+func (v *view) takeWritten() ([]string, *pebble.Snapshot, uint64) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	return v.takeDirtyLocked(), v.idx.db.NewSnapshot(), v.applied
+}
+
+// takeDirty returns the keys written since the last call.
+func (v *view) takeDirty() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.takeDirtyLocked()
+}
+
+func (v *view) takeDirtyLocked() []string {
 	written := v.dirty
 	if len(written) > 0 {
 		v.dirty = make([]string, 0, cap(written))
 	}
-	return written, v.ix, v.applied
+	return written
 }
 
 // write publishes the current value (or a delete marker) of every key in
 // keys, matWindow at a time.
-func (m *materializer) write(keys map[string]struct{}, ix index) error {
+func (m *materializer) write(keys map[string]struct{}, snap *pebble.Snapshot) error {
 	d := m.d
 	type sent struct {
 		key     string
@@ -202,10 +210,8 @@ func (m *materializer) write(keys map[string]struct{}, ix index) error {
 		for _, s := range batch {
 			select {
 			case <-s.fut.Ok():
-				if s.deleted {
-					delete(m.present, s.key)
-				} else {
-					m.present[s.key] = true
+				if err := d.idx.setPresent(s.key, !s.deleted); err != nil {
+					first = cmp(first, err)
 				}
 			case err := <-s.fut.Err():
 				first = cmp(first, err)
@@ -220,10 +226,23 @@ func (m *materializer) write(keys map[string]struct{}, ix index) error {
 		return nil
 	}
 	for k := range keys {
-		ver, ok := ix.get(k)
+		ver, ok, err := lookup(snap, k)
+		if err != nil {
+			_ = wait()
+			return fmt.Errorf("jetstream: materialize key: %w", err)
+		}
 		deleted := !ok || ver.deleted
-		if deleted && !m.present[k] {
-			continue
+		if deleted {
+			// A key deleted before it was ever materialized needs no
+			// marker.
+			present, err := d.idx.present(k)
+			if err != nil {
+				_ = wait()
+				return fmt.Errorf("jetstream: materialize key: %w", err)
+			}
+			if !present {
+				continue
+			}
 		}
 		msg := &nats.Msg{Subject: d.dataSubject([]byte(k)), Header: nats.Header{}}
 		msg.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)

@@ -34,19 +34,7 @@ func (d *db) loadWAL(ctx context.Context) error {
 			d.log.Debug("delete index consumer", "err", err)
 		}
 	}
-	v := &d.view
-	v.mu.Lock()
-	present := map[string]bool{}
-	for c, n := v.work.seek(""), (*node)(nil); ; {
-		if n = c.next(); n == nil {
-			break
-		}
-		if !n.v.deleted {
-			present[n.key] = true
-		}
-	}
-	v.mu.Unlock()
-	d.mat = &materializer{d: d, stop: make(chan struct{}), done: make(chan struct{}), present: present}
+	d.mat = &materializer{d: d, stop: make(chan struct{}), done: make(chan struct{})}
 
 	mark, err := d.lastNumber(ctx, d.markSubj)
 	if err != nil {
@@ -73,7 +61,7 @@ func (d *db) loadWAL(ctx context.Context) error {
 			if err != nil {
 				return fmt.Errorf("jetstream: replay transaction %d: %w", m.Sequence, err)
 			}
-			d.applyTx(m.Sequence, ws, m.Subject == d.txLogSubj, false)
+			d.applyTx(m.Sequence, ws, m.Subject == d.txLogSubj)
 		}
 		if len(page) == 0 || !more {
 			return nil
@@ -135,7 +123,7 @@ func (d *db) scanLogWAL(ctx context.Context, start uint64, fn func(engine.Entry)
 	if floor > 0 && start < floor {
 		return fmt.Errorf("jetstream: scan log: %w: scan starts at %d, retained log starts at %d", engine.ErrLogTruncated, start, floor)
 	}
-	_, applied, _ := d.view.state()
+	applied, _ := d.view.state()
 	if page, ok := d.recent.scan(start, applied); ok {
 		for _, e := range page {
 			if !fn(e) {
@@ -184,7 +172,7 @@ func (d *db) scanLogWAL(ctx context.Context, start uint64, fn func(engine.Entry)
 // key subjects.
 func (d *db) truncateWAL(ctx context.Context, below engine.LogKey) error {
 	floor, _, _ := d.view.floorNow()
-	_, applied, _ := d.view.state()
+	applied, _ := d.view.state()
 	// Keys past the next transaction do not exist yet; a floor above
 	// them would hide entries not yet written.
 	target := min(uint64(below), uint64(txKey(applied+1, 0)))
