@@ -538,25 +538,32 @@ func TestReceiveMaximum5(t *testing.T) {
 		cp := connect5Packet("rm-out", true, 0)
 		cp.Properties.SetReceiveMaximum(3)
 		r, _ := connectRaw(t, s.Addr, cp)
-		r.send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "rm/out", QoS: 1}}})
-		if _, ok := r.read().(*packet.Suback); !ok {
-			t.Fatal("no SUBACK")
-		}
-		pub := connect5(t, s.Addr, "rm-pub", true, 0)
-		for i := 0; i < 6; i++ {
-			pub.pub("rm/out", 1, false, fmt.Sprint(i))
-		}
-		var held []*packet.Publish
-		for i := 0; i < 3; i++ {
-			held = append(held, r.readPublish())
-		}
-		r.expectSilence(300 * time.Millisecond)
-		r.send(&packet.Puback{PacketID: held[0].PacketID})
-		if p := r.readPublish(); string(p.Payload) != "3" {
-			t.Fatalf("after one PUBACK got %q, want message 3", p.Payload)
-		}
-		r.expectSilence(300 * time.Millisecond)
+		expectWindow(t, r, connect5(t, s.Addr, "rm-pub", true, 0), "rm/out", 3)
 	})
+}
+
+// expectWindow subscribes r to topic at QoS 1, publishes 2*window
+// messages to it from pub, and checks that r is sent window of them
+// unacknowledged, then one more for each PUBACK.
+func expectWindow(t *testing.T, r *rawClient, pub *client5, topic string, window int) {
+	t.Helper()
+	r.send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: topic, QoS: 1}}})
+	if _, ok := r.read().(*packet.Suback); !ok {
+		t.Fatal("no SUBACK")
+	}
+	for i := range 2 * window {
+		pub.pub(topic, 1, false, fmt.Sprint(i))
+	}
+	var held []*packet.Publish
+	for range window {
+		held = append(held, r.readPublish())
+	}
+	r.expectSilence(300 * time.Millisecond)
+	r.send(&packet.Puback{PacketID: held[0].PacketID})
+	if p := r.readPublish(); string(p.Payload) != fmt.Sprint(window) {
+		t.Fatalf("after one PUBACK got %q, want message %d", p.Payload, window)
+	}
+	r.expectSilence(300 * time.Millisecond)
 }
 
 // MaxInflight bounds what the broker sends unacknowledged to a 3.1.1
@@ -572,24 +579,7 @@ func TestMaxInflight(t *testing.T) {
 				cp.Properties.SetReceiveMaximum(100)
 			}
 			r, _ := connectRaw(t, s.Addr, cp)
-			topic := "mi/" + v.String()
-			r.send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: topic, QoS: 1}}})
-			if _, ok := r.read().(*packet.Suback); !ok {
-				t.Fatal("no SUBACK")
-			}
-			for i := range 6 {
-				pub.pub(topic, 1, false, fmt.Sprint(i))
-			}
-			var held []*packet.Publish
-			for range 3 {
-				held = append(held, r.readPublish())
-			}
-			r.expectSilence(300 * time.Millisecond)
-			r.send(&packet.Puback{PacketID: held[0].PacketID})
-			if p := r.readPublish(); string(p.Payload) != "3" {
-				t.Fatalf("after one PUBACK got %q, want message 3", p.Payload)
-			}
-			r.expectSilence(300 * time.Millisecond)
+			expectWindow(t, r, pub, "mi/"+v.String(), 3)
 		})
 	}
 }
