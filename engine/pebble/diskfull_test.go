@@ -75,7 +75,7 @@ func testDiskFull(t *testing.T, mode engine.SyncMode) {
 		// wait until the engine saw it. A memtable rotating before then
 		// would close the old WAL on the full disk, and Pebble panics
 		// there with its mutex released, past any recover (see
-		// docs/semantics.md, full disks).
+		// the README, on full disks).
 		// Pebble writes a WAL block once it fills (32 KB): commit one
 		// at a time until one is written and fails.
 		for i := 0; d.failed() == nil; i++ {
