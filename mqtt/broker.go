@@ -78,7 +78,7 @@ type Options struct {
 	// 3.1.1): the depth of each connection's ack pipeline. Default 1024.
 	ReceiveMaximum int
 	// MaxInflight is the number of QoS 1 and 2 PUBLISHes the broker sends
-	// a client before it waits for their acknowledgements (default 1024):
+	// a client before it waits for their acknowledgements (default 4096):
 	// a 5.0 client's receive maximum lowers it. It bounds what a session
 	// holds for messages in flight, in memory and in its stored record.
 	MaxInflight int
@@ -205,7 +205,7 @@ func (o *Options) norm() {
 		o.ReceiveMaximum = 1024
 	}
 	if o.MaxInflight <= 0 || o.MaxInflight > 65535 {
-		o.MaxInflight = 1024
+		o.MaxInflight = 4096
 	}
 	if o.MaxPacketSize <= 0 {
 		o.MaxPacketSize = 1 << 20
