@@ -3,6 +3,7 @@
 package mqtt
 
 import (
+	"errors"
 	"io"
 	"os"
 	"syscall"
@@ -50,11 +51,11 @@ func (cr *connReader) readOnce(fd uintptr) bool {
 	cr.take()
 	for {
 		cr.n, cr.rerr = syscall.Read(int(fd), cr.buf)
-		if cr.rerr != syscall.EINTR {
+		if !errors.Is(cr.rerr, syscall.EINTR) {
 			break
 		}
 	}
-	if cr.rerr == syscall.EAGAIN {
+	if errors.Is(cr.rerr, syscall.EAGAIN) {
 		cr.drop()
 		return false // wait for input, then try again
 	}

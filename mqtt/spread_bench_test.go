@@ -164,7 +164,7 @@ func receiveSpread(ep, n int) (int, error) {
 			fd := int(ev.Fd)
 			m, err := syscall.Read(fd, buf[:])
 			if err != nil || m == 0 {
-				return got, fmt.Errorf("subscriber descriptor %d: read: %v", fd, err)
+				return got, fmt.Errorf("subscriber descriptor %d: read: %w", fd, err)
 			}
 			data := append(pending[ev.Fd], buf[:m]...)
 			var acks []byte
