@@ -6,35 +6,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/mqtt"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
-	"github.com/tidemark-io/tidemark/table"
 )
-
-// retainedPayloads returns the payloads of the messages on topic in the
-// retained message log, read from where retention left it.
-func retainedPayloads(t T, db *table.DB, topic string) []string {
-	t.Helper()
-	st, err := db.LogStats(t.Context())
-	if err != nil {
-		t.Fatalf("log stats: %v", err)
-	}
-	var from table.Cursor
-	if st.Floor > 0 {
-		from.Key = st.Floor - 1
-	}
-	var out []string
-	_, err = db.Follow(t.Context(), table.SubscribeOptions{Table: brokerMsgs, Start: from, IncludeSuperseded: true,
-		Hooks: table.Hooks{Live: func() bool { return false }}}, func(ev table.Event) error {
-		var m mqtt.Message
-		if ev.ID == topic && m.UnmarshalBinary(ev.Value) == nil {
-			out = append(out, string(m.Payload))
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("read the message log: %v", err)
-	}
-	return out
-}
 
 // caseRetentionRulePerFilter (R08): with no session holding the log, a
 // count rule keeps the newest messages of its filter and an age rule its
@@ -70,13 +42,13 @@ func caseRetentionRulePerFilter(t T, tg Target) {
 	}
 	check := func(keep, drop []string) {
 		t.Helper()
-		if got := retainedPayloads(t, s.DB(), "keep/x"); !slices.Equal(got, keep) {
+		if got := logMessages(t, s.DB(), "keep/x"); !slices.Equal(got, keep) {
 			t.Fatalf("keep/x retained %v, want %v", got, keep)
 		}
-		if got := retainedPayloads(t, s.DB(), "young/a"); !slices.Equal(got, seqOf("", 0, 3)) {
+		if got := logMessages(t, s.DB(), "young/a"); !slices.Equal(got, seqOf("", 0, 3)) {
 			t.Fatalf("young/a retained %v, want 000..002", got)
 		}
-		if got := retainedPayloads(t, s.DB(), "drop/b"); !slices.Equal(got, drop) {
+		if got := logMessages(t, s.DB(), "drop/b"); !slices.Equal(got, drop) {
 			t.Fatalf("drop/b retained %v, want %v", got, drop)
 		}
 		st := s.Broker().Stats().Retention
@@ -84,7 +56,7 @@ func caseRetentionRulePerFilter(t T, tg Target) {
 			t.Fatalf("Stats().Retention = %+v, want keep/# keeping 5, young/# 3", st)
 		}
 	}
-	retainUntil("the log cut for the rules", func() bool { return len(retainedPayloads(t, s.DB(), "keep/x")) == 5 })
+	retainUntil("the log cut for the rules", func() bool { return len(logMessages(t, s.DB(), "keep/x")) == 5 })
 	check(seqOf("", 7, 12), seqOf("", 3, 6))
 
 	// After a restart the rules find their messages in the log again.
@@ -92,7 +64,7 @@ func caseRetentionRulePerFilter(t T, tg Target) {
 		t.Fatalf("restart: %v", err)
 	}
 	publish("keep/x", 12, 15)
-	retainUntil("the log cut after the restart", func() bool { return len(retainedPayloads(t, s.DB(), "keep/x")) == 5 })
+	retainUntil("the log cut after the restart", func() bool { return len(logMessages(t, s.DB(), "keep/x")) == 5 })
 	check(seqOf("", 10, 15), seqOf("", 3, 6))
 
 	// A replay from the oldest position delivers what the rules kept.
