@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/internal/freeport"
 	"github.com/tidemark-io/tidemark/mqtt"
 	"github.com/tidemark-io/tidemark/mqtt/mqtttest"
 	"github.com/tidemark-io/tidemark/table"
@@ -367,14 +368,16 @@ type brokerChild struct {
 }
 
 // startBrokerChild starts a child broker on dir, listening on a.Addr
-// (127.0.0.1:0 when empty), and waits until it serves.
+// (a free loopback port when empty), and waits until it serves.
 func startBrokerChild(t T, tg Target, dir string, a brokerArgs) *brokerChild {
 	t.Helper()
 	if a.Kill != "" {
 		needFaults(t, mqtt.Hooks{At: func(mqtt.Point, string, uint16) {}})
 	}
 	if a.Addr == "" {
-		a.Addr = "127.0.0.1:0"
+		// Below the ephemeral range: a restart on the same address never
+		// finds a client's local port on it.
+		a.Addr = freeport.MustAddr(t)
 	}
 	if a.CheckpointEvery == 0 {
 		a.CheckpointEvery = 100

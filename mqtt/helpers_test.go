@@ -23,6 +23,7 @@ import (
 	"github.com/eclipse/paho.golang/paho"
 	paho3 "github.com/eclipse/paho.mqtt.golang"
 
+	"github.com/tidemark-io/tidemark/internal/freeport"
 	"github.com/tidemark-io/tidemark/mqtt"
 	"github.com/tidemark-io/tidemark/mqtt/mqtttest"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
@@ -516,7 +517,7 @@ func startBrokerChild(t *testing.T, engine, dir, addr string) *brokerChild {
 		t.Fatal(err)
 	}
 	if addr == "" {
-		addr = "127.0.0.1:0"
+		addr = freeport.MustAddr(t)
 	}
 	raw, _ := json.Marshal(childSpec{Engine: engine, Dir: dir, Addr: addr})
 	cmd := exec.Command(exe, "-test.run=^$")

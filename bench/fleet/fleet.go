@@ -29,6 +29,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tidemark-io/tidemark/internal/freeport"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 )
 
@@ -199,7 +200,7 @@ func runOne(ctx context.Context, b Broker, n, fan int, dir string, say func(stri
 			}
 		}
 	}()
-	port, err := freePort()
+	port, err := freeport.Port()
 	if err != nil {
 		r.Err = err
 		return r
@@ -557,15 +558,6 @@ func rss(pid int) int64 {
 		}
 	}
 	return 0
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // ErrNoBroker is returned when no broker was selected.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/internal/freeport"
 	"github.com/tidemark-io/tidemark/mqtt"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
@@ -141,7 +142,7 @@ func runOffline(ctx context.Context, b Broker, n, samples int, dir string, say f
 	}
 	r.Seed = time.Since(start)
 	say(fmt.Sprintf("  %d sessions stored in %v", n, r.Seed.Round(time.Millisecond)))
-	port, err := freePort()
+	port, err := freeport.Port()
 	if err != nil {
 		r.Err = err
 		return r

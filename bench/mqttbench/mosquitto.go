@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/tidemark-io/tidemark/internal/freeport"
 )
 
 // ErrNotInstalled reports that a peer broker the run asked for is not
@@ -118,7 +120,7 @@ type mosquittoProc struct {
 }
 
 func tryMosquitto(ctx context.Context, bin, dir string, log *slog.Logger) (_ *instance, portTaken bool, _ error) {
-	port, err := freePort()
+	port, err := freeport.Port()
 	if err != nil {
 		return nil, false, err
 	}
@@ -162,16 +164,6 @@ func tryMosquitto(ctx context.Context, bin, dir string, log *slog.Logger) (_ *in
 		return nil, false, errors.Join(err, p.stop())
 	}
 	return &instance{addr: addr, stop: p.stop}, false, nil
-}
-
-// freePort returns a port on 127.0.0.1 that was free a moment ago.
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // waitReady returns once addr answers an MQTT CONNECT, or fails when the

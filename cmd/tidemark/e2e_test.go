@@ -15,6 +15,8 @@ import (
 	"time"
 
 	paho3 "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/tidemark-io/tidemark/internal/freeport"
 )
 
 // TestServeEndToEnd builds the binary, runs `tidemark serve` from a config
@@ -167,14 +169,8 @@ func (p *serveProc) stop(t *testing.T) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+// freeAddr returns a loopback address for a serve child process to bind.
+func freeAddr(t *testing.T) string { return freeport.MustAddr(t) }
 
 func connect(t *testing.T, addr, id string, clean bool) paho3.Client {
 	return connectWith(t, addr, id, clean, nil)

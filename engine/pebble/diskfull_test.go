@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/tidemark-io/tidemark/engine"
 )
 
@@ -71,23 +72,15 @@ func testDiskFull(t *testing.T, mode engine.SyncMode) {
 	d.fs.fault.Store(&full)
 	if mode != engine.SyncAlways {
 		// Without syncs a commit completes before its write, and the
-		// first failed write is seen by Pebble's background WAL writer:
-		// wait until the engine saw it. A memtable rotating before then
-		// would close the old WAL on the full disk, and Pebble panics
-		// there with its mutex released, past any recover (see
-		// the README, on full disks).
-		// Pebble writes a WAL block once it fills (32 KB): commit one
-		// at a time until one is written and fails.
-		for i := 0; d.failed() == nil; i++ {
-			if i == 1000 {
-				t.Fatal("the failed write was never seen")
-			}
-			id := fmt.Sprintf("seen-%d", i)
-			h, err := commit(id)
-			if err != nil {
-				break
-			}
-			_ = wait(id, h)
+		// first failed write happens later, in Pebble's WAL writer. If
+		// that write were the one a memtable rotation makes when it closes
+		// the old WAL, Pebble would panic with its mutex released, past
+		// any recover (see the README, on full disks): so a synced WAL
+		// record, which takes no memtable space and so never rotates,
+		// makes the failure seen first.
+		err := d.guard("sync", func() error { return d.pdb.LogData([]byte("probe"), pebble.Sync) })
+		if !errors.Is(err, engine.ErrWriteFailed) || !errors.Is(d.failed(), syscall.ENOSPC) {
+			t.Fatalf("a synced WAL record on a full disk: %v; engine failure: %v", err, d.failed())
 		}
 	}
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/internal/freeport"
 	"github.com/tidemark-io/tidemark/mqtt"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -86,7 +87,14 @@ func (s *Server) Start() error {
 	}
 	addr := s.Addr
 	if addr == "" {
-		addr = "127.0.0.1:0"
+		// Below the ephemeral range, so that a restart on the same
+		// address never finds a client's local port on it.
+		if addr, err = freeport.Addr(); err != nil {
+			b.Close()
+			db.Close()
+			e.Close()
+			return err
+		}
 	}
 	var ln net.Listener
 	for i := 0; ; i++ {

@@ -6,13 +6,14 @@ package jetstreamtest
 
 import (
 	"fmt"
-	"net"
 	"net/url"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/tidemark-io/tidemark/internal/freeport"
 )
 
 // TB is the part of testing.TB the helpers use.
@@ -93,22 +94,16 @@ func ClientURLs(servers []*server.Server) string {
 	return strings.Join(us, ",")
 }
 
-// freePorts reserves n loopback ports; the listeners close before the
-// servers bind, which is good enough on a test machine.
+// freePorts picks n loopback ports for the servers to bind.
 func freePorts(t TB, n int) []int {
 	t.Helper()
-	var ls []net.Listener
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	ports := make([]int, n)
+	for i := range ports {
+		p, err := freeport.Port()
 		if err != nil {
 			t.Fatalf("reserve port: %v", err)
 		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	for _, l := range ls {
-		l.Close()
+		ports[i] = p
 	}
 	return ports
 }
