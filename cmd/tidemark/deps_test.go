@@ -38,3 +38,66 @@ func TestPebbleOnlyBuildLinksNoOtherEngine(t *testing.T) {
 		}
 	}
 }
+
+// TestLayering keeps imports pointing down the layers (cmd -> mqtt ->
+// table -> engine <- engine/*) and each storage library inside its own
+// engine package, so a backend can be left out by its build tag and no
+// caller comes to depend on one backend's API.
+func TestLayering(t *testing.T) {
+	const mod = "github.com/tidemark-io/tidemark/"
+	out, err := exec.Command("go", "list", "-tags", "faults", "-f",
+		"{{.ImportPath}} {{join .Imports \" \"}} | {{join .TestImports \" \"}} {{join .XTestImports \" \"}}", mod+"...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	homes := map[string]string{
+		"github.com/cockroachdb/pebble":  "engine/pebble",
+		"github.com/dgraph-io/badger":    "engine/badger",
+		"github.com/PowerDNS/lmdb-go":    "engine/lmdb",
+		"github.com/nats-io/nats.go":     "engine/jetstream",
+		"github.com/nats-io/nats-server": "engine/jetstream",
+	}
+	// The benchmark runs nats-server's own MQTT broker as a peer to
+	// measure against; it stores nothing of Tidemark's.
+	peers := map[string]string{"bench/mqttbench": "github.com/nats-io/nats-server"}
+	// below[p] lists the module's packages p must never import outside
+	// its tests (an engine's tests run the conformance suite on it).
+	below := map[string][]string{
+		"engine": {"table", "mqtt", "conformance", "cmd"},
+		"table":  {"mqtt", "conformance", "cmd"},
+		"mqtt":   {"conformance", "cmd"},
+	}
+	within := func(pkg, dir string) bool { return pkg == dir || strings.HasPrefix(pkg, dir+"/") }
+	checked := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		f := strings.Fields(line)
+		pkg := strings.TrimPrefix(f[0], mod)
+		checked++
+		inTests := false
+		for _, imp := range f[1:] {
+			if imp == "|" {
+				inTests = true
+				continue
+			}
+			for lib, home := range homes {
+				if strings.HasPrefix(imp, lib) && !within(pkg, home) && peers[pkg] != lib {
+					t.Errorf("%s imports %s, which only %s may", pkg, imp, home)
+				}
+			}
+			rel, ours := strings.CutPrefix(imp, mod)
+			if inTests || !ours {
+				continue
+			}
+			for layer, banned := range below {
+				for _, up := range banned {
+					if within(pkg, layer) && within(rel, up) {
+						t.Errorf("%s imports %s, a layer above it", pkg, imp)
+					}
+				}
+			}
+		}
+	}
+	if checked < 20 {
+		t.Fatalf("go list named %d packages; the check read nothing", checked)
+	}
+}

@@ -13,11 +13,11 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/pebble/localkv"
 )
 
 // view is the engine's picture of the stream, built by the index consumer.
@@ -62,7 +62,7 @@ type view struct {
 
 	// work holds the writes applied since the last publish, which
 	// commits them to idx.
-	work                    *pebble.Batch
+	work                    *localkv.Batch
 	workSeq, workLogTop     uint64
 	workFloor, workFloorSeq uint64
 	workLog                 bool
@@ -257,10 +257,10 @@ func (d *db) applyMsgLocked(seq uint64, subj string, h nats.Header, data []byte)
 			// is what the materializer finds there.
 			if deleted {
 				v.del(string(key))
-				_ = v.work.Delete(presentKey(string(key)), nil)
+				v.work.Delete(presentKey(string(key)))
 				break
 			}
-			_ = v.work.Set(presentKey(string(key)), nil, nil)
+			v.work.Set(presentKey(string(key)), nil)
 		}
 		v.put(string(key), version{seq: seq, val: data, deleted: deleted})
 		if deleted {
@@ -311,11 +311,11 @@ type tomb struct {
 // value, so it may belong to a caller. v.mu held. A batch set or delete
 // fails only on a closed batch, which the view never holds.
 func (v *view) put(key string, ver version) {
-	_ = v.work.Set(recordKey(key), encodeVersion(ver), nil)
+	v.work.Set(recordKey(key), encodeVersion(ver))
 }
 
 func (v *view) del(key string) {
-	_ = v.work.Delete(recordKey(key), nil)
+	v.work.Delete(recordKey(key))
 }
 
 // commitLocked commits the work batch to the index, where readers see it
@@ -326,10 +326,10 @@ func (v *view) commitLocked() {
 	if v.work.Empty() {
 		return
 	}
-	if err := v.work.Commit(pebble.NoSync); err != nil {
+	if err := v.work.Commit(); err != nil {
 		v.log.Error("index: applying a batch failed; reads on this node may miss it until a restart", "seq", v.workSeq, "err", err)
 	}
-	_ = v.work.Close()
+	v.work.Close()
 	v.work = v.idx.db.NewBatch()
 }
 

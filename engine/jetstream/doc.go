@@ -155,9 +155,10 @@
 //
 // # Memory
 //
-// The index is a Pebble store on local disk, not in memory: a directory
-// of its own under Options.Dir (jetstream-index-<random>; under the
-// system's temporary directory for an engine with "url" and no Dir),
+// The index is a Pebble store on local disk (engine/pebble/localkv), not
+// in memory: a directory of its own under Options.Dir
+// (jetstream-index-<random>; under the system's temporary directory for
+// an engine with "url" and no Dir),
 // made empty at every open, rebuilt from the stream, and removed on
 // Close; the next open in the same place removes one a crash left. It
 // holds, per live key, the key, its value and its stream sequence (and

@@ -11,16 +11,15 @@ import (
 	"path/filepath"
 	"sync"
 
-	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
+	"github.com/tidemark-io/tidemark/engine/pebble/localkv"
 )
 
-// The index (see the package doc, "Reads") is a Pebble store on local
+// The index (see the package doc, "Reads") is a localkv store on local
 // disk, in a directory of its own that nothing outlives the engine: it is
 // rebuilt from the stream at every open, so it needs no write-ahead log
-// and no sync, and it holds in memory only Pebble's block cache and
-// memtables, whatever the number of keys.
+// and no sync, and it holds in memory only a block cache and memtables,
+// whatever the number of keys.
 const (
 	// indexCacheBytes is the index's block cache.
 	indexCacheBytes = 8 << 20
@@ -84,12 +83,11 @@ func decodeVersion(b []byte) (version, error) {
 
 // store is the index: records of the keys the index applied, in key order.
 // Readers go through snapshots (read.go); mu keeps close from pulling the
-// Pebble handle from under them.
+// store from under them.
 type store struct {
-	dir   string
-	lock  *dirlock.Lock
-	db    *pebble.DB
-	cache *pebble.Cache
+	dir  string
+	lock *dirlock.Lock
+	db   *localkv.DB
 
 	mu     sync.RWMutex
 	closed bool
@@ -116,24 +114,16 @@ func openStore(base string, log *slog.Logger) (*store, error) {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	cache := pebble.NewCache(indexCacheBytes)
-	popts := &pebble.Options{
-		FS:           noSyncFS{pebble.DefaultOptions().FS},
-		Cache:        cache,
-		MemTableSize: indexMemTableBytes,
-		DisableWAL:   true,
-		Logger:       pebbleLogger{log},
-	}
 	// Checks read keys that are often absent (a free staging slot).
-	popts.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
-	pdb, err := pebble.Open(filepath.Join(dir, "db"), popts)
+	db, err := localkv.Open(filepath.Join(dir, "db"), localkv.Options{
+		CacheBytes: indexCacheBytes, MemTableBytes: indexMemTableBytes, BloomFilters: true, Logger: log,
+	})
 	if err != nil {
-		cache.Unref()
 		lock.Release()
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("jetstream: open index in %s: %w", dir, err)
 	}
-	return &store{dir: dir, lock: lock, db: pdb, cache: cache, snaps: map[*snapshot]struct{}{}}, nil
+	return &store{dir: dir, lock: lock, db: db, snaps: map[*snapshot]struct{}{}}, nil
 }
 
 // removeStaleIndexes removes the index directories under base whose lock
@@ -168,27 +158,24 @@ func (s *store) close() {
 		sn.closeLocked()
 	}
 	_ = s.db.Close() // its directory goes next: nothing in it matters
-	s.cache.Unref()
 	_ = os.RemoveAll(s.dir)
 	s.lock.Release()
 }
 
 // lookup returns the record of key in r (the store or one of its
 // snapshots); the value is the caller's.
-func lookup(r pebble.Reader, key string) (version, bool, error) {
-	b, closer, err := r.Get(recordKey(key))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return version{}, false, nil
-	}
+func lookup(r localkv.Reader, key string) (version, bool, error) {
+	b, ok, err := r.Get(recordKey(key))
 	if err != nil {
 		return version{}, false, fmt.Errorf("jetstream: index: get %q: %w", key, err)
 	}
-	defer func() { _ = closer.Close() }()
+	if !ok {
+		return version{}, false, nil
+	}
 	v, err := decodeVersion(b)
 	if err != nil {
 		return version{}, false, fmt.Errorf("%w: key %q", err, key)
 	}
-	v.val = append([]byte(nil), v.val...)
 	return v, true, nil
 }
 
@@ -199,44 +186,23 @@ func (s *store) get(key string) (version, bool, error) {
 
 // present reports whether key's subject holds a value (commit=wal).
 func (s *store) present(key string) (bool, error) {
-	_, closer, err := s.db.Get(presentKey(key))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return false, nil
-	}
+	_, ok, err := s.db.Get(presentKey(key))
 	if err != nil {
 		return false, fmt.Errorf("jetstream: index: %w", err)
 	}
-	_ = closer.Close()
-	return true, nil
+	return ok, nil
 }
 
 // setPresent records whether key's subject holds a value (commit=wal).
 func (s *store) setPresent(key string, on bool) error {
 	var err error
 	if on {
-		err = s.db.Set(presentKey(key), nil, pebble.NoSync)
+		err = s.db.Set(presentKey(key), nil)
 	} else {
-		err = s.db.Delete(presentKey(key), pebble.NoSync)
+		err = s.db.Delete(presentKey(key))
 	}
 	if err != nil {
 		return fmt.Errorf("jetstream: index: %w", err)
 	}
 	return nil
-}
-
-// pebbleLogger routes Pebble's logs to slog; its info chatter goes to
-// debug level.
-type pebbleLogger struct{ l *slog.Logger }
-
-func (l pebbleLogger) Infof(format string, args ...any) { l.l.Debug(fmt.Sprintf(format, args...)) }
-func (l pebbleLogger) Errorf(format string, args ...any) {
-	l.l.Error(fmt.Sprintf(format, args...))
-}
-
-// Fatalf is called by Pebble on a state it cannot go on from, and must
-// not return.
-func (l pebbleLogger) Fatalf(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	l.l.Error("index: pebble fatal error", "err", msg)
-	panic("jetstream: index: " + msg)
 }

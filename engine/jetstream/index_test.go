@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/tidemark-io/tidemark/engine"
 )
 
@@ -17,7 +16,7 @@ import (
 // included.
 func indexRecords(t *testing.T, d *db) map[string]version {
 	t.Helper()
-	it, err := d.idx.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixRecord}, UpperBound: []byte{prefixRecord + 1}})
+	it, err := d.idx.db.NewIter([]byte{prefixRecord}, []byte{prefixRecord + 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,9 +9,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/pebble/localkv"
 )
 
 func (d *db) Snapshot(ctx context.Context) (engine.Snapshot, error) {
@@ -39,7 +39,7 @@ func (d *db) Snapshot(ctx context.Context) (engine.Snapshot, error) {
 // it; after either closed, calls return ErrClosed.
 type snapshot struct {
 	idx    *store
-	snap   *pebble.Snapshot
+	snap   *localkv.Snapshot
 	iters  map[*iterator]struct{} // under idx.mu
 	closed bool                   // under idx.mu
 }
@@ -79,7 +79,7 @@ func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (engine.Iterat
 	if upper != nil {
 		hi = recordKey(string(upper))
 	}
-	it, err := s.snap.NewIter(&pebble.IterOptions{LowerBound: recordKey(string(lower)), UpperBound: hi})
+	it, err := s.snap.NewIter(recordKey(string(lower)), hi)
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: iter: %w", err)
 	}
@@ -112,7 +112,7 @@ func (s *snapshot) closeLocked() {
 // the index after it closed.
 type iterator struct {
 	s        *snapshot
-	it       *pebble.Iterator
+	it       *localkv.Iterator
 	started  bool
 	closed   bool // under s.idx.mu
 	err      error

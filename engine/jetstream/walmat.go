@@ -10,10 +10,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cockroachdb/pebble/v2"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/pebble/localkv"
 )
 
 // Materializing (single-writer layout): the latest value of every key the
@@ -168,7 +168,7 @@ func (m *materializer) fold(written []string) int {
 // takeWritten returns the keys written since the last call (repeats
 // included), with a snapshot of the index and the applied sequence they
 // are complete up to, all read at once. The caller closes the snapshot.
-func (v *view) takeWritten() ([]string, *pebble.Snapshot, uint64) {
+func (v *view) takeWritten() ([]string, *localkv.Snapshot, uint64) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	return v.takeDirtyLocked(), v.idx.db.NewSnapshot(), v.applied
@@ -191,7 +191,7 @@ func (v *view) takeDirtyLocked() []string {
 
 // write publishes the current value (or a delete marker) of every key in
 // keys, matWindow at a time.
-func (m *materializer) write(keys map[string]struct{}, snap *pebble.Snapshot) error {
+func (m *materializer) write(keys map[string]struct{}, snap *localkv.Snapshot) error {
 	d := m.d
 	type sent struct {
 		key     string

@@ -1,13 +1,11 @@
-//go:build !nojetstream
-
-package jetstream
+package localkv
 
 import "github.com/cockroachdb/pebble/v2/vfs"
 
-// noSyncFS is the index's file system: the disk's, with every sync a no-op.
-// The index is rebuilt from the stream at every open, so nothing in it
-// needs to survive a crash, and a sync would only cost the commits
-// waiting behind a flush (and every open its manifest's).
+// noSyncFS is the store's file system: the disk's, with every sync a
+// no-op. The store is rebuilt at every open, so nothing in it needs to
+// survive a crash, and a sync would only cost the writes waiting behind a
+// flush (and every open its manifest's).
 type noSyncFS struct{ vfs.FS }
 
 func (fs noSyncFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
