@@ -16,7 +16,7 @@ import (
 // where it is not installed the test is skipped, naming the package,
 // unless TIDEMARK_REQUIRE_PEERS=1 (set by CI, which installs it) makes
 // its absence a failure.
-func mosquittoPeer(t *testing.T) Target {
+func mosquittoPeer(t testing.TB) Target {
 	t.Helper()
 	p, err := Peer("mosquitto", 0, 0)
 	if errors.Is(err, ErrNotInstalled) && os.Getenv("TIDEMARK_REQUIRE_PEERS") != "1" {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidemark-io/tidemark/mqtt/packet"
@@ -134,6 +135,13 @@ type flight struct {
 }
 
 // publisher keeps up to window PUBLISHes in flight on one connection.
+//
+// With QoS 1 and 2 the goroutine that reads the acknowledgements sends the
+// next PUBLISHes itself, in the write that carries its PUBRELs, as a lean
+// client does: at window 1 a hand-off to another goroutine per exchange
+// would cost the client a scheduler wake-up that the broker is then
+// charged for. QoS 0 has no acknowledgement, so its credits come back from
+// the subscriber, through the credits channel.
 type publisher struct {
 	c      *conn
 	run    uint32
@@ -142,8 +150,16 @@ type publisher struct {
 	window int
 	topic  string
 
-	// credits holds one token per message that may still be sent.
+	// credits holds one token per message that may still be sent: all of
+	// them at QoS 0, and with QoS 1/2 only the first window and, once
+	// stopped, each completion (for drain).
 	credits chan struct{}
+	// inline: QoS 1/2, whose reader sends the next PUBLISHes (see above).
+	inline bool
+	// pub is the PUBLISH the writes reuse; c.wmu held.
+	pub *packet.Publish
+	// stopped ends inline sending: completions go back as credits.
+	stopped atomic.Bool
 
 	mu        sync.Mutex
 	inflight  []flight // by packet id (QoS 1/2), by seq % window (QoS 0)
@@ -164,7 +180,8 @@ type publisher struct {
 
 func newPublisher(c *conn, run, idx uint32, qos packet.QoS, window int, topic string) *publisher {
 	p := &publisher{c: c, run: run, idx: idx, qos: qos, window: window, topic: topic,
-		credits: make(chan struct{}, window), dead: make(chan struct{})}
+		credits: make(chan struct{}, window), dead: make(chan struct{}), inline: qos != packet.QoS0,
+		pub: &packet.Publish{Topic: topic, QoS: qos, Payload: make([]byte, PayloadSize)}}
 	if qos == packet.QoS0 {
 		p.inflight = make([]flight, window)
 	} else {
@@ -180,7 +197,23 @@ func newPublisher(c *conn, run, idx uint32, qos packet.QoS, window int, topic st
 // messages still in flight. It returns when both are over.
 func (p *publisher) publish(ctx context.Context, stop <-chan struct{}, drain time.Duration) error {
 	go p.readAcks()
-	pub := &packet.Publish{Topic: p.topic, QoS: p.qos, Payload: make([]byte, PayloadSize)}
+	if p.inline {
+		for range p.window {
+			<-p.credits
+		}
+		if err := p.write(p.window); err != nil {
+			return err
+		}
+		select {
+		case <-stop:
+			p.stopped.Store(true)
+			return p.drain(ctx, drain)
+		case <-p.dead:
+			return p.err()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	for {
 		select {
 		case <-p.credits:
@@ -201,7 +234,7 @@ func (p *publisher) publish(ctx context.Context, stop <-chan struct{}, drain tim
 				break gather
 			}
 		}
-		if err := p.write(pub, n); err != nil {
+		if err := p.write(n); err != nil {
 			if p.err() != nil {
 				return p.err()
 			}
@@ -211,9 +244,18 @@ func (p *publisher) publish(ctx context.Context, stop <-chan struct{}, drain tim
 }
 
 // write sends n PUBLISHes in one flush.
-func (p *publisher) write(pub *packet.Publish, n int) error {
+func (p *publisher) write(n int) error {
 	p.c.wmu.Lock()
 	defer p.c.wmu.Unlock()
+	if err := p.writeLocked(n); err != nil {
+		return err
+	}
+	return p.c.bw.Flush()
+}
+
+// writeLocked buffers n PUBLISHes; c.wmu held.
+func (p *publisher) writeLocked(n int) error {
+	pub := p.pub
 	for range n {
 		now := time.Now()
 		p.mu.Lock()
@@ -242,12 +284,14 @@ func (p *publisher) write(pub *packet.Publish, n int) error {
 			p.mu.Unlock()
 		}
 	}
-	return p.c.bw.Flush()
+	return nil
 }
 
-// readAcks completes exchanges as PUBACK and PUBCOMP arrive and answers
-// PUBREC with PUBREL.
+// readAcks completes exchanges as PUBACK and PUBCOMP arrive, answers
+// PUBREC with PUBREL and, inline, sends a PUBLISH per completion; what it
+// writes goes out in one flush once nothing more is waiting to be read.
 func (p *publisher) readAcks() {
+	freed := 0
 	for {
 		pk, err := p.c.rd.ReadPacket()
 		if err != nil {
@@ -257,9 +301,13 @@ func (p *publisher) readAcks() {
 		var reply packet.Packet
 		switch pk := pk.(type) {
 		case *packet.Puback:
-			p.complete(pk.PacketID, packet.QoS1)
+			if p.complete(pk.PacketID, packet.QoS1) {
+				freed++
+			}
 		case *packet.Pubcomp:
-			p.complete(pk.PacketID, packet.QoS2)
+			if p.complete(pk.PacketID, packet.QoS2) {
+				freed++
+			}
 		case *packet.Pubrec:
 			if !p.pending(pk.PacketID, packet.QoS2) {
 				p.protoError()
@@ -268,11 +316,44 @@ func (p *publisher) readAcks() {
 		default:
 			p.protoError()
 		}
-		if err := p.c.reply(reply); err != nil {
+		if p.inline && freed > 0 && !p.stopped.Load() {
+			err = p.replyAndPublish(reply, &freed)
+		} else {
+			err = p.c.reply(reply)
+		}
+		if err != nil {
 			p.fail(err)
 			return
 		}
+		for ; freed > 0 && (!p.inline || p.stopped.Load()); freed-- {
+			select {
+			case p.credits <- struct{}{}:
+			default: // full: drain is awake anyway
+			}
+		}
 	}
+}
+
+// replyAndPublish is reply, with *freed new PUBLISHes in the same write
+// once nothing more is waiting to be read.
+func (p *publisher) replyAndPublish(reply packet.Packet, freed *int) error {
+	c := p.c
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if reply != nil {
+		if err := c.w.WritePacket(reply); err != nil {
+			return err
+		}
+	}
+	if c.br.Buffered() > 0 {
+		return nil
+	}
+	n := *freed
+	*freed = 0
+	if err := p.writeLocked(n); err != nil {
+		return err
+	}
+	return c.bw.Flush()
 }
 
 func (p *publisher) pending(pi uint16, qos packet.QoS) bool {
@@ -292,22 +373,22 @@ func (p *publisher) measure(at, sent time.Time) {
 	p.last = at
 }
 
-// complete ends the exchange of packet id pi.
-func (p *publisher) complete(pi uint16, qos packet.QoS) {
+// complete ends the exchange of packet id pi and reports whether it was
+// one in flight (its window slot is free again).
+func (p *publisher) complete(pi uint16, qos packet.QoS) bool {
 	now := time.Now()
 	p.mu.Lock()
+	defer p.mu.Unlock()
 	f := &p.inflight[pi]
 	if p.qos != qos || !f.used {
 		p.protoErrs++
-		p.mu.Unlock()
-		return
+		return false
 	}
 	f.used = false
 	p.acked.set(f.seq)
 	p.done++
 	p.measure(now, f.sent)
-	p.mu.Unlock()
-	p.credits <- struct{}{}
+	return true
 }
 
 // delivered is the subscriber telling a QoS 0 publisher that seq arrived:

@@ -158,6 +158,13 @@ type Result struct {
 	Unacked int `json:"unacked"`
 	// ProtocolErrors counts packets no correct broker sends.
 	ProtocolErrors int `json:"protocol_errors"`
+	// ClientMicros is the CPU time (user and system) this process spent
+	// per acknowledged message while sending, in microseconds: the load
+	// generator's own cost per exchange, publishers and subscriber
+	// together. Set only for a broker in a process of its own (mosquitto,
+	// TidemarkProcess); for one in this process it would include the
+	// broker.
+	ClientMicros float64 `json:"client_us_per_msg,omitempty"`
 	// VsNATS, VsMochi and VsMosquitto are msgs/s over the peer's at the
 	// same load (and for nats-server the same sync mode); zero when the
 	// peer did not run.
@@ -329,6 +336,7 @@ func runPoint(ctx context.Context, cfg Config, t Target, l Load, dir string, run
 	}
 	timer := time.AfterFunc(cfg.Warmup+cfg.Duration, func() { close(stop) })
 	defer timer.Stop()
+	cpu0 := processCPU()
 	for i, p := range pubs {
 		wg.Go(func() {
 			if err := p.publish(ctx, stop, cfg.DrainTimeout); err != nil {
@@ -337,6 +345,7 @@ func runPoint(ctx context.Context, cfg Config, t Target, l Load, dir string, run
 		})
 	}
 	wg.Wait()
+	cpu := processCPU() - cpu0
 
 	acked := make([]bitset, len(pubs))
 	var hist histogram
@@ -356,6 +365,9 @@ func runPoint(ctx context.Context, cfg Config, t Target, l Load, dir string, run
 	}
 	if qos == packet.QoS0 {
 		r.Unacked = 0 // nothing to acknowledge; undelivered ones count as lost
+	}
+	if inst.external && cpu > 0 && r.Messages > 0 {
+		r.ClientMicros = float64(cpu.Microseconds()) / float64(r.Messages)
 	}
 	sub.wait(ctx, acked, cfg.IdleTimeout)
 	r.Lost = sub.missing(acked)

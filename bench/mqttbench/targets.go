@@ -57,6 +57,9 @@ func (t Target) Label() string {
 type instance struct {
 	addr string
 	stop func() error
+	// external: the broker runs in a process of its own, so this
+	// process's CPU time is the load generator's alone.
+	external bool
 }
 
 // Tidemark returns a target running Tidemark's broker in this process on

@@ -30,6 +30,7 @@ type mqttBenchFlags struct {
 	jsonOut      string
 	chart        string
 	dir          string
+	inProcess    bool
 }
 
 // mqttBenchCmd is the MQTT benchmark under the name use ("bench" or "mqtt").
@@ -45,7 +46,8 @@ mochi-mqtt (Badger storage hook) and, with --peers including mosquitto, a mosqui
 16 and 256, and QoS 1 and 2 over 50 connections at window 16. A subscriber checks every point for
 lost, duplicated and reordered messages. Prints msgs/s, p50/p99 acknowledgement latency and the
 ratios to each peer that ran, and what each side fsyncs. Everything listens on 127.0.0.1 only;
-each point starts its broker afresh and stops it. Rates and latencies leave out each point's
+each point starts its broker afresh and stops it; Tidemark runs as ` + "`tidemark serve`" + ` in a process of its own
+(see --in-process), so the load generator's CPU per exchange, measured while it drives mosquitto, is printed. Rates and latencies leave out each point's
 first fifth of --duration (sent on top of it), and each load of 50 connections starts with an
 unreported one-second point: both are warm-up, and their messages are checked all the same. Exits non-zero if any point
 failed or lost, duplicated or reordered a message.`,
@@ -71,6 +73,7 @@ failed or lost, duplicated or reordered a message.`,
 	fs.StringVar(&f.jsonOut, "json", "", "write the results as JSON to this file (- for standard output, instead of the table)")
 	fs.StringVar(&f.chart, "chart", "", "draw msgs/s against the window per target and QoS to this .svg or .png file")
 	fs.StringVar(&f.dir, "dir", "", "directory for the brokers' data (default: a temporary directory)")
+	fs.BoolVar(&f.inProcess, "in-process", false, "run Tidemark inside the benchmark's process instead of as `tidemark serve` in its own, as mosquitto runs")
 	return cmd
 }
 
@@ -124,10 +127,25 @@ func (f *mqttBenchFlags) targets() ([]mqttbench.Target, error) {
 	}
 	// Peers with a sync setting run once per mode, after the engines; the
 	// others once, at the end.
+	self := ""
+	if !f.inProcess {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("finding this executable to run `tidemark serve` (or use --in-process): %w", err)
+		}
+		self = exe
+	}
 	var out, once []mqttbench.Target
 	for i, m := range modes {
 		for _, e := range engines {
-			t, err := mqttbench.Tidemark(e, engine.Options{Sync: m, SyncInterval: f.syncInterval, DeferWindow: deferWindow(f.syncDefer)})
+			opts := engine.Options{Sync: m, SyncInterval: f.syncInterval, DeferWindow: deferWindow(f.syncDefer)}
+			var t mqttbench.Target
+			var err error
+			if self != "" {
+				t, err = mqttbench.TidemarkProcess(self, e, opts)
+			} else {
+				t, err = mqttbench.Tidemark(e, opts)
+			}
 			if err != nil {
 				return nil, fmt.Errorf("--engines %q: %w", e, err)
 			}

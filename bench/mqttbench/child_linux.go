@@ -4,10 +4,10 @@ package mqttbench
 
 import "syscall"
 
-// mosquittoProcAttr puts mosquitto in a process group of its own, so a
+// childProcAttr puts a broker in a process group of its own, so a
 // Ctrl-C at the terminal reaches only the benchmark, which then stops the
 // broker itself; and has the kernel kill it should the benchmark die
 // without stopping it.
-func mosquittoProcAttr() *syscall.SysProcAttr {
+func childProcAttr() *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }
