@@ -190,6 +190,13 @@ type Options struct {
 	// (runtime/debug.SetMemoryLimit) near it, so garbage does not count
 	// as queued data; tidemark serve does.
 	MaxMemory int64
+	// MaxPublishRate is how many PUBLISHes per second one connection may
+	// send (0: no limit), with bursts of up to a second's worth. Past it
+	// the broker reads that connection's next PUBLISH only when the rate
+	// allows, so the client is slowed by TCP flow control rather than
+	// refused or disconnected; each PUBLISH held back counts in
+	// Stats.LimitHits["publish_rate"].
+	MaxPublishRate float64
 	// MaxKeepAlive caps the keep alive a client may use (0: no cap). A
 	// 5.0 client asking for more, or for none, is told the cap in the
 	// CONNACK's Server Keep Alive; a 3.1.1 client, which cannot be told,

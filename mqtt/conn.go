@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 )
@@ -34,9 +36,13 @@ type conn struct {
 	// pushOwn) that its next wait for input must flush first. Read loop
 	// only.
 	unflushed bool
-	bw        *connWriter
-	w         *packet.Writer
-	nwriters  atomic.Int32
+	// rate paces the client's PUBLISHes (Options.MaxPublishRate); nil
+	// until its first. Read loop only.
+	rate *rate.Limiter
+
+	bw       *connWriter
+	w        *packet.Writer
+	nwriters atomic.Int32
 
 	version   packet.Version
 	client    string
@@ -376,7 +382,7 @@ func (c *conn) readLoop() {
 			c.readError(err)
 			return
 		}
-		if !c.handle(p) {
+		if !c.throttle(p) || !c.handle(p) {
 			return
 		}
 		if c.ctx.Err() != nil {

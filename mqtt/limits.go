@@ -60,6 +60,9 @@ func (o *Options) normLimits() {
 	if o.MaxMemory < 0 {
 		o.MaxMemory = 0
 	}
+	if o.MaxPublishRate < 0 {
+		o.MaxPublishRate = 0
+	}
 	if o.SessionExpiry < 0 {
 		o.SessionExpiry = 0
 	}

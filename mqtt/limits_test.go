@@ -7,11 +7,13 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+	paho3 "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt"
@@ -205,5 +207,37 @@ func TestSessionExpiryOption(t *testing.T) {
 	c3, _, err := dial3(t, s.Addr, "se3", false, nil)
 	if err != nil || c3.present {
 		t.Fatalf("3.1.1 session after its expiry: present %v, %v", c3 != nil && c3.present, err)
+	}
+}
+
+// A connection past Options.MaxPublishRate is held back, not refused or
+// disconnected: every message of a burst five times the rate arrives, in
+// order, and the holds are counted.
+func TestPublishRateLimit(t *testing.T) {
+	s := startBroker(t, func(o *mqtt.Options) { o.MaxPublishRate = 20 })
+	sub := connect3(t, s.Addr, "pr-sub", true)
+	sub.sub("pr/#", 1)
+	pub := connect3(t, s.Addr, "pr-pub", true)
+	const n = 100
+	toks := make([]paho3.Token, n)
+	for i := range toks {
+		toks[i] = pub.Publish("pr/t", 1, false, strconv.Itoa(i))
+	}
+	for i, tok := range toks {
+		if !tok.WaitTimeout(wait) || tok.Error() != nil {
+			t.Fatalf("publish %d: %v", i, tok.Error())
+		}
+	}
+	for i, m := range sub.expect(n) {
+		if string(m.Payload()) != strconv.Itoa(i) {
+			t.Fatalf("message %d is %q", i, m.Payload())
+		}
+	}
+	if !pub.IsConnectionOpen() {
+		t.Fatal("the publisher was disconnected")
+	}
+	// The first second's worth passes at once; most of the rest waits.
+	if hits := s.Broker().Stats().LimitHits["publish_rate"]; hits < n/2 {
+		t.Fatalf("publish rate limit hits %d, want at least %d of %d over the rate", hits, n/2, n-20)
 	}
 }

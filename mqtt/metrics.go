@@ -40,6 +40,7 @@ type metrics struct {
 	// Packets or subscriptions refused by a configured limit.
 	limitTopicLength, limitTopicLevels, limitSubscriptions atomic.Uint64
 	limitMemory, droppedMemory                             atomic.Uint64
+	limitPublishRate                                       atomic.Uint64
 	authRefused                                            [nRefused]atomic.Uint64
 	denied                                                 [3]atomic.Uint64 // read, write, subscribe
 }
@@ -116,7 +117,8 @@ type Stats struct {
 	// LimitHits counts what a configured limit refused, by limit:
 	// "topic_length" and "topic_levels" (a PUBLISH topic or a filter),
 	// "subscriptions" (a subscription past the per-session cap), "memory"
-	// (a PUBLISH over Options.MaxMemory).
+	// (a PUBLISH over Options.MaxMemory), "publish_rate" (a PUBLISH held
+	// back by Options.MaxPublishRate).
 	LimitHits map[string]uint64
 	// AuthRefused counts refused CONNECTs by reason: "bad_credentials",
 	// "not_authorized" (anonymous, client id or will topic not allowed),
@@ -158,6 +160,7 @@ func (b *Broker) Stats() Stats {
 	s.LimitHits = map[string]uint64{
 		limitTopicLength: m.limitTopicLength.Load(), limitTopicLevels: m.limitTopicLevels.Load(),
 		limitSubscriptions: m.limitSubscriptions.Load(), limitMemory: m.limitMemory.Load(),
+		limitPublishRate: m.limitPublishRate.Load(),
 	}
 	for i := range 3 {
 		s.MessagesIn[i], s.MessagesOut[i] = m.msgsIn[i].Load(), m.msgsOut[i].Load()
