@@ -176,7 +176,7 @@ func leanConnect(ctx context.Context, addr, id string) (net.Conn, error) {
 	connack := make([]byte, 4)
 	if _, err := io.ReadFull(nc, connack); err != nil || connack[0] != 0x20 || connack[3] != 0 {
 		nc.Close()
-		return nil, fmt.Errorf("CONNACK % x: %v", connack, err)
+		return nil, fmt.Errorf("CONNACK % x: %w", connack, err)
 	}
 	return nc, nil
 }
@@ -188,7 +188,7 @@ func leanSubscribe(nc net.Conn, topic string, qos packet.QoS) error {
 	}
 	suback := make([]byte, 5)
 	if _, err := io.ReadFull(nc, suback); err != nil || suback[0] != 0x90 || suback[4] != byte(qos) {
-		return fmt.Errorf("SUBACK % x: %v", suback, err)
+		return fmt.Errorf("SUBACK % x: %w", suback, err)
 	}
 	return nil
 }
