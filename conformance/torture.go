@@ -141,7 +141,11 @@ func Torture(t T, o TortureOptions) TortureReport {
 		}
 		kill()
 		rep.Kills++
+		restart := time.Now()
 		kill = o.Start(t, dir, o.Addr)
+		if rep.Kills%25 == 0 {
+			t.Logf("kill %d of %d; the broker served again %v after it", rep.Kills, o.Kills, time.Since(restart).Round(time.Millisecond))
+		}
 		for _, s := range online {
 			s.reconnectRetry(o.Addr)
 		}

@@ -135,7 +135,9 @@ func startServe(t *testing.T, bin, cfg, addr string) *serveProc {
 		}
 	}()
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	deadline := time.Now().Add(15 * time.Second)
+	// Generous: a store reopened after SIGKILL replays its log first,
+	// and a long crash loop may run on a loaded machine.
+	deadline := time.Now().Add(60 * time.Second)
 	for {
 		c, err := net.Dial("tcp", addr)
 		if err == nil {
