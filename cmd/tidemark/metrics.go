@@ -63,9 +63,25 @@ func (i *instrumented) Submit(ctx context.Context, b *engine.Batch) (*engine.Han
 	return h, err
 }
 
+// The wrapper passes every optional interface of the engine on: hidden
+// behind it, a JetStream engine's atomic batch limit would read as
+// engine.MaxBatchEntries and the broker would build commits the server
+// refuses, and its preference for separate commits would be lost.
+var (
+	_ engine.HealthReporter  = (*instrumented)(nil)
+	_ engine.CommitLimit     = (*instrumented)(nil)
+	_ engine.SeparateCommits = (*instrumented)(nil)
+)
+
 // Health passes the wrapped engine's health on, so /healthz sees a store
 // that refuses writes through the wrapper.
 func (i *instrumented) Health() error { return engine.Health(i.Engine) }
+
+// MaxCommitEntries passes the wrapped engine's atomic commit limit on.
+func (i *instrumented) MaxCommitEntries() int { return engine.MaxCommitEntries(i.Engine) }
+
+// PrefersSeparateCommits passes the wrapped engine's preference on.
+func (i *instrumented) PrefersSeparateCommits() bool { return engine.PrefersSeparateCommits(i.Engine) }
 
 func (i *instrumented) Close() error {
 	err := i.Engine.Close()
