@@ -64,11 +64,21 @@ func envInt(t *testing.T, name string, def int) int {
 }
 
 // startKillable starts `tidemark serve` on engine in dir at addr and
-// returns a function that SIGKILLs it and waits until it is gone.
-func startKillable(t conformance.T, bin, engine, dir, addr string) func() {
+// returns a function that SIGKILLs it and waits until it is gone; extra
+// are more lines of its configuration file.
+func startKillable(t conformance.T, bin, engine, dir, addr string, extra ...string) func() {
 	t.Helper()
 	cfg := filepath.Join(dir, "tidemark.yaml")
-	conf := fmt.Sprintf("engine: %s\ndata: %s\nmqtt: %s\nlog-level: warn\n", engine, filepath.Join(dir, "data"), addr)
+	conf := fmt.Sprintf("engine: %s\ndata: %s\nmqtt: %s\n", engine, filepath.Join(dir, "data"), addr)
+	level := "log-level: warn"
+	for _, l := range extra {
+		if strings.HasPrefix(l, "log-level:") {
+			level = l
+			continue
+		}
+		conf += l + "\n"
+	}
+	conf += level + "\n"
 	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
 		t.Fatalf("%v", err)
 	}
@@ -76,7 +86,11 @@ func startKillable(t conformance.T, bin, engine, dir, addr string) func() {
 	if !ok {
 		t.Fatalf("startKillable needs a *testing.T")
 	}
+	began := time.Now()
 	p := startServe(tt, bin, cfg, addr)
+	if d := time.Since(began); d > 10*time.Second {
+		t.Logf("serve took %v to listen; its log:\n%s", d.Round(time.Millisecond), p.log.String())
+	}
 	return func() {
 		_ = p.cmd.Process.Kill()
 		select {
@@ -85,5 +99,10 @@ func startKillable(t conformance.T, bin, engine, dir, addr string) func() {
 			t.Fatalf("serve did not end after SIGKILL")
 		}
 		_ = p.cmd.Wait()
+		// Kept beside the data for a failure's diagnosis.
+		if f, err := os.OpenFile(filepath.Join(dir, "serve.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644); err == nil {
+			_, _ = f.WriteString(p.log.String())
+			f.Close()
+		}
 	}
 }
