@@ -341,8 +341,9 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 	go b.expireSessions()
 	go b.retentionLoop()
 	if opts.NodeID != "" {
-		b.wg.Add(1)
+		b.wg.Add(2)
 		go b.followTakeovers()
+		go b.beat()
 	}
 	if opts.MaxMemory > 0 {
 		b.wg.Add(1)

@@ -30,7 +30,8 @@ import (
 // it reads the session and sends its CONNACK, so the old connection is
 // closed first and the new one starts from the old one's final state.
 // A node that does not answer (it crashed, or is stuck) is passed over
-// after the timeout; its own later session writes then fail their
+// after the timeout, or sooner once its presence record stopped changing
+// (see presence.go); its own later session writes then fail their
 // condition or find the claim answered, and change nothing.
 
 // tableTakeover carries takeover claims: id = client id, message = the
@@ -81,6 +82,7 @@ func (c *conn) claimSession(ctx context.Context) {
 	}
 	deadline := time.Now().Add(b.opts.TakeoverTimeout)
 	claimed := false
+	var holder nodeWatch
 	for {
 		rec, ver, ok, err := b.loadSession(ctx, c.client)
 		switch {
@@ -127,13 +129,21 @@ func (c *conn) claimSession(ctx context.Context) {
 			switch err := tx.Commit(ctx); {
 			case err == nil:
 				claimed = true
+				if holder.node != rec.Node {
+					holder = nodeWatch{node: rec.Node}
+				}
 			case !errors.Is(err, engine.ErrConflict):
 				c.log.Warn("claim session", "err", err)
 				return
 			}
 		}
-		if time.Now().After(deadline) {
+		now := time.Now()
+		if now.After(deadline) {
 			c.log.Warn("the node holding the session did not hand it over; taking it as it is", "node", rec.Node)
+			return
+		}
+		if claimed && holder.gone(ctx, b.db, now) {
+			c.log.Warn("the node holding the session stopped beating; taking the session as it is", "node", holder.node, "silent", now.Sub(holder.since).Round(time.Millisecond))
 			return
 		}
 		select {
