@@ -197,6 +197,12 @@ type Options struct {
 	// refused or disconnected; each PUBLISH held back counts in
 	// Stats.LimitHits["publish_rate"].
 	MaxPublishRate float64
+	// MaxRetained bounds the retained messages kept (0: no limit). Past
+	// it a retained PUBLISH to a topic that has none is still published
+	// but not retained (counted in Stats.LimitHits["retained"]); one that
+	// replaces or deletes a retained message always goes through. The
+	// count is the store's at start plus this node's own changes.
+	MaxRetained int
 	// MaxKeepAlive caps the keep alive a client may use (0: no cap). A
 	// 5.0 client asking for more, or for none, is told the cap in the
 	// CONNACK's Server Keep Alive; a 3.1.1 client, which cannot be told,
@@ -280,7 +286,9 @@ type Broker struct {
 	runners *runners
 
 	metrics metrics
-	history historyIndex
+	// retained counts retained messages for Options.MaxRetained.
+	retained retainedCount
+	history  historyIndex
 	// rules locates the messages of Options.Retention's rules (nil
 	// without rules).
 	rules *ruleSet
@@ -328,6 +336,11 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 		b.group = 1
 	}
 	if err := b.indexSessions(ctx); err != nil {
+		cancel()
+		b.fan.Close()
+		return nil, err
+	}
+	if err := b.countRetained(ctx); err != nil {
 		cancel()
 		b.fan.Close()
 		return nil, err

@@ -305,6 +305,9 @@ func (b *Broker) addRetained(tx *table.Tx, m *Message, enc []byte) error {
 		b.metrics.tableWrites.Add(1)
 		return b.addTableWrite(tx, m)
 	}
+	if !b.admitRetained(m) {
+		return nil
+	}
 	if len(m.Payload) == 0 {
 		return tx.Delete(tableRetained, m.Topic) // [MQTT-3.3.1-6]
 	}

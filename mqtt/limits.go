@@ -63,6 +63,9 @@ func (o *Options) normLimits() {
 	if o.MaxPublishRate < 0 {
 		o.MaxPublishRate = 0
 	}
+	if o.MaxRetained < 0 {
+		o.MaxRetained = 0
+	}
 	if o.SessionExpiry < 0 {
 		o.SessionExpiry = 0
 	}

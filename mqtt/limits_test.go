@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -240,4 +241,42 @@ func TestPublishRateLimit(t *testing.T) {
 	if hits := s.Broker().Stats().LimitHits["publish_rate"]; hits < n/2 {
 		t.Fatalf("publish rate limit hits %d, want at least %d of %d over the rate", hits, n/2, n-20)
 	}
+}
+
+// Past Options.MaxRetained a retained PUBLISH to a new topic is delivered
+// but not retained; replacing and deleting retained messages still work,
+// and a delete makes room.
+func TestRetainedLimit(t *testing.T) {
+	s := startBroker(t, func(o *mqtt.Options) { o.MaxRetained = 2 })
+	live := connect3(t, s.Addr, "rl-live", true)
+	live.sub("rl/#", 1)
+	pub := connect3(t, s.Addr, "rl-pub", true)
+	pub.pub("rl/1", 1, true, "one")
+	pub.pub("rl/2", 1, true, "two")
+	pub.pub("rl/3", 0, true, "three") // over the limit: published, not retained
+	pub.pub("rl/4", 1, true, "four")  // and at QoS 1
+	pub.pub("rl/1", 1, true, "one again")
+	live.expect(5)
+	if n := s.Broker().Stats().LimitHits["retained"]; n != 2 {
+		t.Fatalf("retained limit hits %d, want 2", n)
+	}
+	retained := func(want ...string) {
+		t.Helper()
+		c := connect3(t, s.Addr, "rl-late", true)
+		c.sub("rl/#", 1)
+		var got []string
+		for _, m := range c.expect(len(want)) {
+			got = append(got, m.Topic()+"="+string(m.Payload()))
+		}
+		c.expectNone(200 * time.Millisecond)
+		c.close()
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Fatalf("retained %q, want %q", got, want)
+		}
+	}
+	retained("rl/1=one again", "rl/2=two")
+	pub.pub("rl/2", 1, true, "") // a delete makes room
+	pub.pub("rl/4", 1, true, "four")
+	retained("rl/1=one again", "rl/4=four")
 }

@@ -40,7 +40,7 @@ type metrics struct {
 	// Packets or subscriptions refused by a configured limit.
 	limitTopicLength, limitTopicLevels, limitSubscriptions atomic.Uint64
 	limitMemory, droppedMemory                             atomic.Uint64
-	limitPublishRate                                       atomic.Uint64
+	limitPublishRate, limitRetained                        atomic.Uint64
 	authRefused                                            [nRefused]atomic.Uint64
 	denied                                                 [3]atomic.Uint64 // read, write, subscribe
 }
@@ -118,7 +118,8 @@ type Stats struct {
 	// "topic_length" and "topic_levels" (a PUBLISH topic or a filter),
 	// "subscriptions" (a subscription past the per-session cap), "memory"
 	// (a PUBLISH over Options.MaxMemory), "publish_rate" (a PUBLISH held
-	// back by Options.MaxPublishRate).
+	// back by Options.MaxPublishRate), "retained" (a retained PUBLISH
+	// published but not retained, past Options.MaxRetained).
 	LimitHits map[string]uint64
 	// AuthRefused counts refused CONNECTs by reason: "bad_credentials",
 	// "not_authorized" (anonymous, client id or will topic not allowed),
@@ -160,7 +161,7 @@ func (b *Broker) Stats() Stats {
 	s.LimitHits = map[string]uint64{
 		limitTopicLength: m.limitTopicLength.Load(), limitTopicLevels: m.limitTopicLevels.Load(),
 		limitSubscriptions: m.limitSubscriptions.Load(), limitMemory: m.limitMemory.Load(),
-		limitPublishRate: m.limitPublishRate.Load(),
+		limitPublishRate: m.limitPublishRate.Load(), limitRetained: m.limitRetained.Load(),
 	}
 	for i := range 3 {
 		s.MessagesIn[i], s.MessagesOut[i] = m.msgsIn[i].Load(), m.msgsOut[i].Load()

@@ -42,7 +42,7 @@ func TestServeEndToEnd(t *testing.T) {
 	for _, args := range [][]string{{"--sync", "sometimes", "--sync:"}, {"--sync-defer", "-1ms", "--sync-defer -1ms: must be"},
 		{"--max-topic-length", "70000", "--max-topic-length 70000: allowed 1 to 65535"}, {"--connect-timeout", "0s", "--connect-timeout 0s: must be positive"},
 		{"--max-memory-mb", "10", "--max-memory-mb 10: must be 0 (no budget) or at least 64"}, {"--max-inflight", "0", "--max-inflight 0: allowed 1 to 65535"},
-		{"--max-publish-rate", "-5", "--max-publish-rate -5: must be 0"}} {
+		{"--max-publish-rate", "-5", "--max-publish-rate -5: must be 0"}, {"--max-retained", "-1", "--max-retained -1: must be 0"}} {
 		bad := exec.Command(bin, "serve", "--config", cfg, args[0], args[1])
 		if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(string(out), args[2]) {
 			t.Fatalf("bad %s accepted: %v\n%s", args[0], err, out)

@@ -41,6 +41,7 @@ type serveFlags struct {
 	maxTopicLevels int
 	maxSubs        int
 	maxPubRate     float64
+	maxRetained    int
 	maxMemMB       int
 	sessionExpiry  time.Duration
 	nodeIDFlag     string
@@ -129,6 +130,7 @@ a flag wins over the environment, which wins over the file.`,
 	fs.IntVar(&f.maxTopicLen, "max-topic-length", mqtt.MaxTopicLength, "longest topic name or filter in bytes (1-65535)")
 	fs.IntVar(&f.maxTopicLevels, "max-topic-levels", 0, "most levels in a topic name or filter (0: no limit)")
 	fs.IntVar(&f.maxSubs, "max-subscriptions", 0, "most subscriptions of one session (0: no limit)")
+	fs.IntVar(&f.maxRetained, "max-retained", 0, "retained messages kept; past it a retained PUBLISH to a new topic is published but not retained (0: no limit)")
 	fs.Float64Var(&f.maxPubRate, "max-publish-rate", 0, "PUBLISHes per second one connection may send, in bursts of a second's worth; past it the connection is read more slowly, not refused (0: no limit)")
 	fs.IntVar(&f.maxMemMB, "max-memory-mb", 0, "memory budget in MiB: over it new publishes are refused (QoS 0 dropped; QoS 1/2: quota exceeded 0x97 on 5.0, connection closed on 3.1.1) and Go's memory limit is set to it (0: none)")
 	fs.StringVar(&f.nodeIDFlag, "node-id", "", "this node's name among Tidemark nodes sharing one JetStream stream, unique among them (default with --nats-url: generated once and kept in <data>/node-id)")
@@ -199,6 +201,8 @@ func (f *serveFlags) validate() (engine.Options, mqtt.Options, *slog.Logger, err
 		return opts, bo, nil, fmt.Errorf("--max-topic-levels %d: must be 0 (no limit) or positive", f.maxTopicLevels)
 	case f.maxSubs < 0:
 		return opts, bo, nil, fmt.Errorf("--max-subscriptions %d: must be 0 (no limit) or positive", f.maxSubs)
+	case f.maxRetained < 0:
+		return opts, bo, nil, fmt.Errorf("--max-retained %d: must be 0 (no limit) or positive, e.g. 100000", f.maxRetained)
 	case f.maxPubRate < 0:
 		return opts, bo, nil, fmt.Errorf("--max-publish-rate %v: must be 0 (no limit) or positive, e.g. 100", f.maxPubRate)
 	case f.maxMemMB < 0 || (f.maxMemMB > 0 && f.maxMemMB < minMemoryMB):
@@ -215,6 +219,6 @@ func (f *serveFlags) validate() (engine.Options, mqtt.Options, *slog.Logger, err
 		MaxConnections: f.maxConns, MaxConnRate: f.maxConnRate, ConnectTimeout: f.connectTimeout,
 		MaxTopicLength: f.maxTopicLen, MaxTopicLevels: f.maxTopicLevels, MaxSubscriptions: f.maxSubs,
 		SessionExpiry: f.sessionExpiry, History: f.history, TablesPrefix: f.tablesPfx, Retention: rules,
-		MaxMemory: int64(f.maxMemMB) << 20, MaxPublishRate: f.maxPubRate}
+		MaxMemory: int64(f.maxMemMB) << 20, MaxPublishRate: f.maxPubRate, MaxRetained: f.maxRetained}
 	return opts, bo, log, nil
 }
