@@ -384,3 +384,32 @@ func TestQueueCutHeldReconnect(t *testing.T) {
 	}
 	sub.expectNone(200 * time.Millisecond)
 }
+
+// TestQueueLimitSkipsSharedAndQoS0: what an offline session would not be
+// sent does not count against its limit: messages of its shared
+// subscriptions (a group serves members that are online) and of its QoS 0
+// ones (no message published while it was away).
+func TestQueueLimitSkipsSharedAndQoS0(t *testing.T) {
+	s := startBroker(t, func(o *mqtt.Options) { o.MaxQueuedMessages = 50 })
+	sub := connect5(t, s.Addr, "mixed-sub", false, 3600)
+	sub.subOpts(nil, paho.SubscribeOptions{Topic: "$share/g/busy/b", QoS: 1})
+	sub.sub("zero/z", 0)
+	sub.sub("quiet/a", 1)
+	sub.close()
+	pub := connect3(t, s.Addr, "mixed-pub", true)
+	var pubs [][2]string
+	for i, p := range quietAndBusy(10, 10) {
+		pubs = append(pubs, p, [2]string{"zero/z", fmt.Sprint(i)})
+	}
+	pub.pubBurst(1, pubs...) // 100 to busy/b, 110 to zero/z, 10 to quiet/a
+	pub.close()
+	retainDown(t, s, logKey(t, s.DB(), "quiet/a", "a0"))
+	if d := s.Broker().Stats().Dropped["retention"]; d != 0 {
+		t.Fatalf("dropped %d messages of a session with 10 of its own", d)
+	}
+	sub = connect5(t, s.Addr, "mixed-sub", false, 3600)
+	if got, want := topics5(sub.expect(10)), wantQuiet(0, 10); !slices.Equal(got, want) {
+		t.Fatalf("received %v, want %v", got, want)
+	}
+	sub.expectNone(200 * time.Millisecond)
+}
