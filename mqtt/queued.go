@@ -36,7 +36,10 @@ import (
 //
 // Online sessions are not cut: their clients' acknowledgements move
 // their checkpoints, and the limit applies from the first pass after they
-// disconnect. (Moving the checkpoint of a session that is being served
+// disconnect. Nor is a session whose delayed will is still to be
+// published: publishWill takes any write of the record before its own
+// for the client's return and cancels the will, so the limit waits for
+// the will to go. (Moving the checkpoint of a session that is being served
 // would have to go through its delivery state; the log it holds is what
 // its client has not acknowledged yet.)
 //
@@ -302,8 +305,8 @@ func (b *Broker) limitQueues(ctx context.Context, head table.Cursor) error {
 // queueBatch reads the next batch of offline sessions from the checkpoint
 // index, from id from on, below stop; next is where the following batch
 // starts ("\xff" when the index has no more below stop). Sessions online
-// on this node, gone, online elsewhere, or whose index entry is stale
-// are left out (a stale entry's record has its own entry, read now or by
+// on this node, gone, online elsewhere, holding a will still to publish,
+// or whose index entry is stale are left out (a stale entry's record has its own entry, read now or by
 // a later pass).
 func (b *Broker) queueBatch(ctx context.Context, from string, stop, floor table.Cursor, seen map[string]bool) ([]*queued, string, error) {
 	type entry struct {
@@ -342,7 +345,7 @@ func (b *Broker) queueBatch(ctx context.Context, from string, stop, floor table.
 			return nil, "", err
 		}
 		var s sessionRecord
-		if decodeSession(r.Value, &s) != nil || s.Online || s.Checkpoint != e.cp {
+		if decodeSession(r.Value, &s) != nil || s.Online || s.Will != nil || s.Checkpoint != e.cp {
 			continue
 		}
 		seen[e.client] = true
@@ -495,7 +498,7 @@ func (b *Broker) moveCheckpoint(ctx context.Context, client, key string, cp tabl
 		return "", err
 	}
 	var s sessionRecord
-	if decodeSession(r.Value, &s) != nil || s.Online || queueKey(&s) != key {
+	if decodeSession(r.Value, &s) != nil || s.Online || s.Will != nil || queueKey(&s) != key {
 		return "", nil
 	}
 	s.loaded()
