@@ -129,15 +129,17 @@ func (t *tailCount) threshold(ctx context.Context, b *Broker, head, floor table.
 		if t.count%step == 0 {
 			t.marks = append(t.marks, tailMark{pos: t.upTo, n: t.count})
 		}
+		// A mark more than limit messages back is never the answer
+		// again: the count only grows. About 64 are kept.
+		for len(t.marks) > 1 && t.count-t.marks[0].n > limit {
+			t.marks = t.marks[1:]
+		}
 		return true
 	})
 	if err != nil {
 		return head, err
 	}
 	t.upTo = head
-	for len(t.marks) > 1 && t.count-t.marks[0].n > limit {
-		t.marks = t.marks[1:]
-	}
 	if t.count-t.marks[0].n > limit {
 		return head, nil
 	}
@@ -306,8 +308,8 @@ func (b *Broker) limitQueues(ctx context.Context, head table.Cursor) error {
 // index, from id from on, below stop; next is where the following batch
 // starts ("\xff" when the index has no more below stop). Sessions online
 // on this node, gone, online elsewhere, holding a will still to publish,
-// or whose index entry is stale are left out (a stale entry's record has its own entry, read now or by
-// a later pass).
+// or whose index entry is stale are left out (a stale entry's record has
+// its own entry, read now or by a later pass).
 func (b *Broker) queueBatch(ctx context.Context, from string, stop, floor table.Cursor, seen map[string]bool) ([]*queued, string, error) {
 	type entry struct {
 		client string
@@ -392,6 +394,10 @@ func (b *Broker) countQueues(ctx context.Context, batch []*queued, head table.Cu
 		return true
 	})
 	if err != nil {
+		// Counted part of the way: count them again next pass.
+		for _, e := range batch {
+			delete(b.queues.m, e.client)
+		}
 		return err
 	}
 	for _, e := range batch {

@@ -55,18 +55,21 @@ var queueSubs = []struct {
 
 // quietAndBusy returns the publications of n messages to quiet/a, each
 // after every messages to busy/b: payloads a0.. and b0...
-func quietAndBusy(n, every int) [][2]string {
+func quietAndBusy(n, every int) [][2]string { return quietAndBusyFrom(0, 0, n, every) }
+
+// quietAndBusyFrom is quietAndBusy numbering from aN and bN.
+func quietAndBusyFrom(aN, bN, n, every int) [][2]string {
 	var out [][2]string
 	for i := range n {
 		for j := range every {
-			out = append(out, [2]string{"busy/b", fmt.Sprintf("b%d", i*every+j)})
+			out = append(out, [2]string{"busy/b", fmt.Sprintf("b%d", bN+i*every+j)})
 		}
-		out = append(out, [2]string{"quiet/a", fmt.Sprintf("a%d", i)})
+		out = append(out, [2]string{"quiet/a", fmt.Sprintf("a%d", aN+i)})
 	}
 	return out
 }
 
-// want returns "quiet/a=aN" for N in [from, to).
+// wantQuiet returns "quiet/a=aN" for N in [from, to).
 func wantQuiet(from, to int) []string {
 	var out []string
 	for i := from; i < to; i++ {
@@ -463,4 +466,53 @@ func TestQueueLimitWaitsForWill(t *testing.T) {
 		t.Fatalf("received %v, want %v", got, want)
 	}
 	sub.expectNone(200 * time.Millisecond)
+}
+
+// TestQueueLimitManySessionsManyPasses: sessions at different positions,
+// counted over several passes from what earlier passes counted, each keep
+// exactly their newest messages up to the limit.
+func TestQueueLimitManySessionsManyPasses(t *testing.T) {
+	s := startBroker(t, func(o *mqtt.Options) { o.MaxQueuedMessages = 20 })
+	for _, c := range [][2]string{{"early-a", "quiet/a"}, {"early-b", "busy/b"}} {
+		sub := connect5(t, s.Addr, c[0], false, 3600)
+		sub.sub(c[1], 1)
+		sub.close()
+	}
+	pub := connect3(t, s.Addr, "many-pub", false)
+	pub.pubBurst(1, quietAndBusyFrom(0, 0, 10, 3)...) // a0..a9, b0..b29
+	retainOnce(t, s)
+	late := connect5(t, s.Addr, "late-a", false, 3600)
+	late.sub("quiet/a", 1)
+	late.close()
+	pub.pubBurst(1, quietAndBusyFrom(10, 30, 10, 3)...) // a10..a19, b30..b59
+	retainOnce(t, s)
+	pub.pubBurst(1, quietAndBusyFrom(20, 60, 5, 0)...) // a20..a24
+	retainOnce(t, s)
+	// early-b: 10 dropped in the first pass, 30 in the second; early-a: 5
+	// in the third; late-a none.
+	if d := s.Broker().Stats().Dropped["retention"]; d != 45 {
+		t.Fatalf("dropped by retention = %d, want 45", d)
+	}
+	for _, c := range []struct {
+		id   string
+		want []string
+	}{
+		{"early-a", wantQuiet(5, 25)},
+		{"late-a", wantQuiet(10, 25)},
+	} {
+		sub := connect5(t, s.Addr, c.id, false, 3600)
+		if got := topics5(sub.expect(len(c.want))); !slices.Equal(got, c.want) {
+			t.Fatalf("%s received %v, want %v", c.id, got, c.want)
+		}
+		sub.expectNone(100 * time.Millisecond)
+	}
+	var want []string
+	for i := 40; i < 60; i++ {
+		want = append(want, fmt.Sprintf("busy/b=b%d", i))
+	}
+	sub := connect5(t, s.Addr, "early-b", false, 3600)
+	if got := topics5(sub.expect(20)); !slices.Equal(got, want) {
+		t.Fatalf("early-b received %v, want %v", got, want)
+	}
+	sub.expectNone(100 * time.Millisecond)
 }
