@@ -139,9 +139,10 @@ type Options struct {
 	// "retention"; a session further behind than that in the log but not
 	// in its own messages has its checkpoint moved up to its oldest one,
 	// losing nothing. Either way an offline session holds the log from
-	// its oldest kept message only. Online sessions are not cut. Default
-	// 0: no cap, the log is kept until every session has acknowledged
-	// it. See Broker.Retain.
+	// its oldest kept message only. Online sessions are not cut, nor one
+	// whose delayed will is still to be published. Default 0: no cap,
+	// the log is kept until every session has acknowledged it. See
+	// Broker.Retain.
 	MaxQueuedMessages int
 	// RetentionEvery is the period of retention passes (default 10 s).
 	RetentionEvery time.Duration
