@@ -3,6 +3,7 @@ package mqtt
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -51,9 +52,13 @@ import (
 // more than the limit of messages behind it: every session above has
 // fewer, so none can be over. The sessions of a batch are counted by one
 // read of the log from the lowest point any of them has not been counted
-// to; the counts are kept in memory between passes (queueCount), so a
-// pass reads only what was appended since, and dropped for sessions the
-// pass did not reach (gone, online, or no longer behind).
+// to, each message matched once through an index of the batch's
+// subscriptions; the counts are kept in memory between passes
+// (queueCount), so a pass reads only what was appended since, and dropped
+// for sessions the pass did not reach (gone, online, or no longer
+// behind). A pass still reads the record of every offline session it
+// reaches, to see that its checkpoint and subscriptions are those
+// counted.
 //
 // Races. A move writes the session record conditional on the version it
 // read, so it never replaces a record the session (or anything else)
@@ -68,7 +73,7 @@ import (
 // dropped there once more).
 
 // queueBatch is how many sessions one log read of a pass counts.
-const queueBatch = 64
+const queueBatch = 1024
 
 // queueCount is what a pass counted of one offline session, kept for the
 // next: valid while the session's checkpoint and subscriptions (key) are
@@ -151,6 +156,7 @@ type queued struct {
 	client string
 	subs   []subRecord
 	n      *queueCount
+	at     uint64 // the last message countQueues counted it for
 }
 
 // queueKey identifies what a count depends on: the checkpoint and every
@@ -369,28 +375,57 @@ func (b *Broker) queueBatch(ctx context.Context, from string, stop, floor table.
 }
 
 // countQueues brings the counts of batch up to head, by one read of the
-// log from the lowest point any of them was counted to.
+// log from the lowest point any of them was counted to. Each message is
+// matched once, through an index of the batch's subscriptions, so the
+// read costs what the messages and their matches cost, not the messages
+// times the sessions.
 func (b *Broker) countQueues(ctx context.Context, batch []*queued, head table.Cursor) error {
-	from := head
+	var idx topic.Index
+	byClient := make(map[string]*queued, len(batch))
 	for _, e := range batch {
-		if e.n.upTo.Less(from) {
-			from = e.n.upTo
+		byClient[e.client] = e
+		for _, r := range e.subs {
+			if r.Group == "" && r.QoS > 0 {
+				idx.Add(topic.Subscription{Client: e.client, Filter: r.Filter, QoS: r.QoS})
+			}
 		}
 	}
-	err := b.scanMessages(ctx, from, head, func(ev table.Event) bool {
-		for _, e := range batch {
-			n := e.n
-			if n.upTo.Covers(ev.Key, ev.Index) {
-				continue
+	// Sessions start counting in the order of where they were counted
+	// to; seen counts the messages read, start what it was when each
+	// started.
+	order := slices.Clone(batch)
+	slices.SortFunc(order, func(x, y *queued) int {
+		switch {
+		case x.n.upTo.Less(y.n.upTo):
+			return -1
+		case y.n.upTo.Less(x.n.upTo):
+			return 1
+		}
+		return 0
+	})
+	start := make(map[*queued]int, len(order))
+	seen, next := 0, 0
+	var at uint64 // the message being read, for the one count per session
+	err := b.scanMessages(ctx, order[0].n.upTo, head, func(ev table.Event) bool {
+		for next < len(order) && !order[next].n.upTo.Covers(ev.Key, ev.Index) {
+			start[order[next]] = seen
+			next++
+		}
+		seen++
+		at++
+		idx.Match(ev.ID, func(sub topic.Subscription) {
+			e := byClient[sub.Client]
+			if e == nil || e.at == at || e.n.upTo.Covers(ev.Key, ev.Index) {
+				return
 			}
-			n.total++
-			if e.owns(ev) {
+			e.at = at
+			if n := e.n; e.owns(ev) {
 				if n.own == 0 {
-					n.first, n.before = cursorBefore(ev), n.total-1
+					n.first, n.before = cursorBefore(ev), n.total+seen-1-start[e]
 				}
 				n.own++
 			}
-		}
+		})
 		return true
 	})
 	if err != nil {
@@ -400,7 +435,10 @@ func (b *Broker) countQueues(ctx context.Context, batch []*queued, head table.Cu
 		}
 		return err
 	}
-	for _, e := range batch {
+	for _, e := range order {
+		if st, ok := start[e]; ok {
+			e.n.total += seen - st
+		}
 		if e.n.upTo.Less(head) {
 			e.n.upTo = head
 		}
