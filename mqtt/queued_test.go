@@ -13,6 +13,8 @@ import (
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt"
 	"github.com/tidemark-io/tidemark/mqtt/mqtttest"
+	"github.com/tidemark-io/tidemark/mqtt/packet"
+	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
 )
 
@@ -514,5 +516,51 @@ func TestQueueLimitManySessionsManyPasses(t *testing.T) {
 	if got := topics5(sub.expect(20)); !slices.Equal(got, want) {
 		t.Fatalf("early-b received %v, want %v", got, want)
 	}
+	sub.expectNone(100 * time.Millisecond)
+}
+
+// TestQueueLimitAcrossBatches: a pass goes on through batches of the
+// checkpoint index while the sessions it finds are further behind than
+// the limit, so a fleet of offline sessions, each on its own topic, is
+// cut where it holds too much, wherever it sorts, and the rest move up
+// losing nothing.
+func TestQueueLimitAcrossBatches(t *testing.T) {
+	s := mqtttest.StartSync(t, testEngine, engine.SyncNone, mqtt.Options{MaxQueuedMessages: 50})
+	const fleet = 2500
+	var sessions []mqtt.OfflineSession
+	for i := range fleet {
+		sessions = append(sessions, mqtt.OfflineSession{ClientID: fmt.Sprintf("dev-%04d", i), Version: packet.V5,
+			ExpirySeconds: 3600, Subscriptions: []topic.Subscription{{Filter: fmt.Sprintf("dev/%04d", i), QoS: 1}}})
+	}
+	if err := mqtt.AddOfflineSessions(ctxT(t), s.DB(), sessions); err != nil {
+		t.Fatal(err)
+	}
+	busy := []int{0, 1100, 2499} // in the first, second and third batch
+	pub := connect3(t, s.Addr, "fleet-pub", true)
+	var pubs [][2]string
+	for j := range 60 {
+		for _, i := range busy {
+			pubs = append(pubs, [2]string{fmt.Sprintf("dev/%04d", i), fmt.Sprint(j)})
+		}
+	}
+	pubs = append(pubs, [2]string{"dev/0007", "only"})
+	pub.pubBurst(1, pubs...)
+	pub.close()
+	retainOnce(t, s)
+	if d := s.Broker().Stats().Dropped["retention"]; d != 30 {
+		t.Fatalf("dropped by retention = %d, want 10 for each of %d sessions", d, len(busy))
+	}
+	for _, i := range busy {
+		sub := connect5(t, s.Addr, fmt.Sprintf("dev-%04d", i), false, 3600)
+		for j, m := range sub.expect(50) {
+			if want := fmt.Sprint(10 + j); string(m.Payload) != want {
+				t.Fatalf("dev-%04d: message %d = %s, want %s", i, j, m.Payload, want)
+			}
+		}
+		sub.expectNone(100 * time.Millisecond)
+		sub.close()
+	}
+	sub := connect5(t, s.Addr, "dev-0007", false, 3600)
+	sub.expectOne("dev/0007", "only")
 	sub.expectNone(100 * time.Millisecond)
 }
