@@ -130,10 +130,19 @@ type Options struct {
 	// KeepAliveGrace multiplies the client's keep alive before a silent
 	// connection is closed (the spec's 1.5 by default).
 	KeepAliveGrace float64
-	// MaxQueuedMessages caps how many log entries a session may have
-	// behind its checkpoint; past it retention drops the oldest for that
-	// session (see Broker.Retain). Default 0: no cap, the log is kept
-	// until every session has acknowledged it.
+	// MaxQueuedMessages caps how many of its own messages an offline
+	// session may hold: QoS 1/2 messages in the log after its checkpoint
+	// that its plain (not shared) subscriptions of QoS 1 or 2 match.
+	// Messages of other topics do not count. Past it, each retention pass
+	// drops the session's oldest, so it keeps exactly the newest
+	// MaxQueuedMessages of them, counted as dropped with reason
+	// "retention"; a session further behind than that in the log but not
+	// in its own messages has its checkpoint moved up to its oldest one,
+	// losing nothing. Either way an offline session holds the log from
+	// its oldest kept message only. Online sessions are not cut, nor one
+	// whose delayed will is still to be published. Default 0: no cap,
+	// the log is kept until every session has acknowledged it. See
+	// Broker.Retain.
 	MaxQueuedMessages int
 	// RetentionEvery is the period of retention passes (default 10 s).
 	RetentionEvery time.Duration
@@ -289,6 +298,10 @@ type Broker struct {
 	// retained counts retained messages for Options.MaxRetained.
 	retained retainedCount
 	history  historyIndex
+	// queues keeps Options.MaxQueuedMessages (see queued.go); cutting
+	// holds, under mu, the clients whose checkpoint it is moving.
+	queues  queueCounts
+	cutting map[string]chan struct{}
 	// rules locates the messages of Options.Retention's rules (nil
 	// without rules).
 	rules *ruleSet

@@ -303,21 +303,3 @@ func (b *Broker) onlineCheckpoint(client string, persisted table.Cursor) (table.
 	}
 	return b.liveCheckpoint(client, persisted), true
 }
-
-// behind counts the sessions whose checkpoint is at or above floor and
-// below cut: those a cut at cut drops messages of for the first time
-// (sessions below floor lost theirs to an earlier cut already).
-func (b *Broker) behind(ctx context.Context, floor, cut table.Cursor) (int, error) {
-	n := 0
-	err := b.db.RangeFrom(ctx, tableCheckpoints, checkpointID(floor, ""), func(r table.Record) bool {
-		cp, client, ok := parseCheckpointID(r.ID)
-		if !ok || !cp.Less(cut) {
-			return false
-		}
-		if live, _ := b.onlineCheckpoint(client, cp); live.Less(cut) {
-			n++
-		}
-		return true
-	})
-	return n, err
-}

@@ -81,6 +81,9 @@ func (c *conn) connect(cp *packet.Connect) bool {
 		old.takeover()
 	}
 	c.registered = true
+	// A retention move of this session's checkpoint under way finishes
+	// before the session is read; none starts now (see queued.go).
+	c.b.awaitQueueCut(ctx, c.client)
 	c.b.cancelWill(c.client)
 	c.claimSession(ctx)
 

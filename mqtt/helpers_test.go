@@ -27,6 +27,7 @@ import (
 	"github.com/tidemark-io/tidemark/mqtt"
 	"github.com/tidemark-io/tidemark/mqtt/mqtttest"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
+	"github.com/tidemark-io/tidemark/table"
 )
 
 // testEngine runs every test but the all-engine restart test.
@@ -317,6 +318,22 @@ func (c *client3) pub(topic string, qos byte, retain bool, payload string) {
 	}
 }
 
+// pubBurst publishes msgs (topic and payload each) one after the other
+// without waiting, then waits for every acknowledgement: they enter the
+// log in this order.
+func (c *client3) pubBurst(qos byte, msgs ...[2]string) {
+	c.t.Helper()
+	toks := make([]paho3.Token, 0, len(msgs))
+	for _, m := range msgs {
+		toks = append(toks, c.Publish(m[0], qos, false, m[1]))
+	}
+	for i, tok := range toks {
+		if !tok.WaitTimeout(wait) || tok.Error() != nil {
+			c.t.Fatalf("publish %q: %v", msgs[i][0], tok.Error())
+		}
+	}
+}
+
 func (c *client3) expect(n int) []paho3.Message {
 	c.t.Helper()
 	var got []paho3.Message
@@ -348,6 +365,35 @@ func (c *client3) expectNone(d time.Duration) {
 		c.t.Fatalf("%s: unexpected message %q %q", c.id, m.Topic(), m.Payload())
 	case <-time.After(d):
 	}
+}
+
+// ---- the store ----
+
+// logPayloads returns the payloads of the messages on topic in the
+// retained message log.
+func logPayloads(t *testing.T, db *table.DB, topic string) []string {
+	t.Helper()
+	var out []string
+	st, err := db.LogStats(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var from table.Cursor
+	if st.Floor > 0 {
+		from.Key = st.Floor - 1
+	}
+	_, err = db.Follow(ctxT(t), table.SubscribeOptions{Table: "mqtt.msgs", Start: from, IncludeSuperseded: true,
+		Hooks: table.Hooks{Live: func() bool { return false }}}, func(ev table.Event) error {
+		var m mqtt.Message
+		if ev.ID == topic && m.UnmarshalBinary(ev.Value) == nil {
+			out = append(out, string(m.Payload))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("read the message log: %v", err)
+	}
+	return out
 }
 
 // ---- raw client over the packet codec ----

@@ -57,6 +57,9 @@ const (
 	KindRelease Kind = "release" // an inbound QoS 2 message released to the log
 	KindPublish Kind = "publish" // an inbound QoS 1 message appended to the log
 	KindSession Kind = "session" // a session record write on SUBSCRIBE or UNSUBSCRIBE
+	// KindQueueCut is retention moving an offline session's checkpoint
+	// (Options.MaxQueuedMessages); client is that session's.
+	KindQueueCut Kind = "queue-cut"
 )
 
 func (b *Broker) at(p Point, client string, pi uint16) {

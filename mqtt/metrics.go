@@ -70,11 +70,13 @@ type Stats struct {
 	MessagesIn, MessagesOut [3]uint64
 	// BytesIn and BytesOut count application payload bytes.
 	BytesIn, BytesOut uint64
-	// Dropped counts messages not delivered, by reason: "retention" (the
-	// log was truncated below an offline session), "slow" (an in-memory
-	// delivery queue was full), "too_large" (over the client's maximum
-	// packet size), "expired" (message expiry passed before delivery),
-	// "memory" (a QoS 0 PUBLISH over Options.MaxMemory).
+	// Dropped counts messages not delivered, by reason: "retention" (an
+	// offline session over Options.MaxQueuedMessages lost them, one per
+	// message; or a session resumed below the truncated log, one per
+	// resume), "slow" (an in-memory delivery queue was full), "too_large"
+	// (over the client's maximum packet size), "expired" (message expiry
+	// passed before delivery), "memory" (a QoS 0 PUBLISH over
+	// Options.MaxMemory).
 	Dropped map[string]uint64
 	// PipelineDepth is the number of acknowledgements waiting for their
 	// commit across all connections; InflightOut the QoS 1/2 PUBLISHes

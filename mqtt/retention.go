@@ -2,10 +2,10 @@ package mqtt
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
-	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/table"
 )
 
@@ -13,11 +13,10 @@ import (
 // checkpoint of all sessions, every Options.RetentionEvery.
 //
 // An offline session's persisted checkpoint bounds truncation; an online
-// session's acknowledged one does (see liveCheckpoint). With Options.MaxQueuedMessages set, a session further
-// behind than that many log entries is cut: the log is truncated above its
-// checkpoint, and when it next resumes it skips to the oldest retained
-// message (counted as dropped with reason "retention", logged as a
-// warning).
+// session's acknowledged one does (see liveCheckpoint). With
+// Options.MaxQueuedMessages set, an offline session holding more of its
+// own messages than that loses its oldest first: its checkpoint moves up
+// (see queued.go), and the log below goes.
 func (b *Broker) retentionLoop() {
 	defer b.wg.Done()
 	t := time.NewTicker(b.opts.RetentionEvery)
@@ -49,11 +48,17 @@ func (b *Broker) retentionLoop() {
 // Retain runs one retention pass now (see retentionLoop). It reads the
 // checkpoint index from the bottom (see checkpoints.go), so a pass costs
 // what the sessions below the lowest offline checkpoint cost, not a read
-// of every stored session.
+// of every stored session; with Options.MaxQueuedMessages, what the
+// sessions further behind than the limit cost (see queued.go).
 func (b *Broker) Retain(ctx context.Context) error {
 	head, err := b.db.Head(ctx)
 	if err != nil {
 		return err
+	}
+	if b.opts.MaxQueuedMessages > 0 {
+		if err := b.limitQueues(ctx, head); err != nil {
+			return fmt.Errorf("mqtt: queued-message limit: %w", err)
+		}
 	}
 	low, ok, err := b.lowestCheckpoint(ctx, head)
 	if err != nil || !ok {
@@ -62,22 +67,6 @@ func (b *Broker) Retain(ctx context.Context) error {
 	st, err := b.db.LogStats(ctx)
 	if err != nil {
 		return err
-	}
-	if max := b.opts.MaxQueuedMessages; max > 0 && low.Less(head) {
-		cut, err := b.cutForLimit(ctx, low, head, max)
-		if err != nil {
-			return err
-		}
-		if low.Less(cut) {
-			low = cut
-			floor := table.Cursor{}
-			if st.First > 0 {
-				floor.Key = st.First - 1
-			}
-			if n, err := b.behind(ctx, floor, cut); err == nil && n > 0 {
-				b.log.Warn("sessions over the queued-message limit lose their oldest messages", "sessions", n, "limit", max)
-			}
-		}
 	}
 	if h := b.opts.History; h > 0 {
 		if keep := b.history.floor(time.Now(), h, head); keep.Less(low) {
@@ -127,26 +116,6 @@ func (b *Broker) liveCheckpoint(client string, persisted table.Cursor) table.Cur
 		}
 	}
 	return persisted
-}
-
-// cutForLimit returns the cursor below which the log may go so that no
-// session keeps more than max entries behind it.
-func (b *Broker) cutForLimit(ctx context.Context, low, head table.Cursor, max int) (table.Cursor, error) {
-	var keys []engine.LogKey
-	err := b.db.Engine().ScanLog(ctx, low.Key, false, func(e engine.Entry) bool {
-		if e.Key > head.Key {
-			return false
-		}
-		keys = append(keys, e.Key)
-		return true
-	})
-	if err != nil {
-		return low, err
-	}
-	if len(keys) <= max {
-		return low, nil
-	}
-	return table.Cursor{Key: keys[len(keys)-max-1]}, nil
 }
 
 // historyIndex remembers the log head at each retention pass, so that

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/mqtt"
-	"github.com/tidemark-io/tidemark/table"
 )
 
 func TestParseRetention(t *testing.T) {
@@ -34,33 +33,6 @@ func TestParseRetention(t *testing.T) {
 			t.Errorf("ParseRetention(%q) = %v, want ErrRetentionRule", bad, err)
 		}
 	}
-}
-
-// logPayloads returns the payloads of the messages on topic in the
-// retained message log.
-func logPayloads(t *testing.T, db *table.DB, topic string) []string {
-	t.Helper()
-	var out []string
-	st, err := db.LogStats(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var from table.Cursor
-	if st.Floor > 0 {
-		from.Key = st.Floor - 1
-	}
-	_, err = db.Follow(ctxT(t), table.SubscribeOptions{Table: "mqtt.msgs", Start: from, IncludeSuperseded: true,
-		Hooks: table.Hooks{Live: func() bool { return false }}}, func(ev table.Event) error {
-		var m mqtt.Message
-		if ev.ID == topic && m.UnmarshalBinary(ev.Value) == nil {
-			out = append(out, string(m.Payload))
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("read the message log: %v", err)
-	}
-	return out
 }
 
 func seqStrings(from, to int) []string {

@@ -118,7 +118,7 @@ a flag wins over the environment, which wins over the file.`,
 	fs.IntVar(&f.recvMax, "receive-maximum", 1024, "unacknowledged QoS 1/2 PUBLISHes a client may send (1-65535)")
 	fs.IntVar(&f.maxInflight, "max-inflight", 4096, "unacknowledged QoS 1/2 PUBLISHes the broker sends a client (1-65535; a 5.0 client's receive maximum lowers it)")
 	fs.IntVar(&f.maxPacket, "max-packet-size", 1<<20, "largest accepted packet in bytes")
-	fs.IntVar(&f.maxQueued, "max-queued", 0, "log entries a session may have behind its checkpoint before retention drops its oldest (0: no limit)")
+	fs.IntVar(&f.maxQueued, "max-queued", 0, "messages an offline session may hold: those of its own subscriptions (QoS 1/2, not shared) after its checkpoint; past it retention drops its oldest, counted as dropped with reason retention (0: no limit)")
 	fs.DurationVar(&f.maxExpiry, "max-session-expiry", 0, "cap on the session expiry 5.0 clients ask for (0: no cap)")
 	fs.StringVar(&f.tablesPfx, "tables-prefix", "", "map the topics under this prefix onto table records, <prefix><table>/<id> (docs/tables.md), e.g. tables/ (empty: off)")
 	fs.DurationVar(&f.history, "history", 0, "keep at least this much of the message log for replay on subscribe, e.g. 24h (0: only what sessions have not received)")
