@@ -23,7 +23,7 @@ import (
 // and every acknowledged message reaches the persistent subscriber. The
 // test mounts the tmpfs itself, so it needs the privilege to mount.
 func TestServeDiskFull(t *testing.T) {
-	for _, eng := range []string{"pebble", "lmdb"} {
+	for _, eng := range []string{"pebble", "lmdb", "badger", "jetstream"} {
 		t.Run(eng, func(t *testing.T) { testServeDiskFull(t, eng) })
 	}
 }
@@ -51,8 +51,13 @@ func testServeDiskFull(t *testing.T, eng string) {
 	mqttAddr, metricsAddr := freeAddr(t), freeAddr(t)
 	cfg := filepath.Join(dir, "tidemark.yaml")
 	conf := fmt.Sprintf("engine: %s\ndata: %s\nmqtt: %s\nmetrics: %s\n", eng, filepath.Join(mnt, "data"), mqttAddr, metricsAddr)
-	if eng == "pebble" {
+	switch eng {
+	case "pebble":
 		conf += "engine-param: [memtable_mb=1]\n"
+	case "badger":
+		// The default reserve (4 memtables) is more than the whole file
+		// system: keep one MiB free beyond what a memtable flush takes.
+		conf += "engine-param: [memtable_mb=32, reserve_mb=1]\n"
 	}
 	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)
