@@ -58,6 +58,8 @@ func testServeDiskFull(t *testing.T, eng string) {
 		// The default reserve (4 memtables) is more than the whole file
 		// system: keep one MiB free beyond what a memtable flush takes.
 		conf += "engine-param: [memtable_mb=32, reserve_mb=1]\n"
+	case "jetstream":
+		conf += "engine-param: [reserve_mb=1]\n"
 	}
 	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
 		t.Fatal(err)

@@ -245,6 +245,12 @@ func (d *db) publishGroup(group []*pending, attempt int) {
 		}
 		return
 	}
+	if err := d.admit(pl.commits); err != nil {
+		for _, p := range pl.commits {
+			settle(p, engine.Result{}, err)
+		}
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	pctx, pcancel := context.WithTimeout(ctx, publishTimeout)
@@ -358,6 +364,12 @@ func (d *db) publishSolos(group []*pending) {
 		}
 		return
 	}
+	if err := d.admit(group); err != nil {
+		for _, p := range group {
+			settle(p, engine.Result{}, err)
+		}
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	pctx, pcancel := context.WithTimeout(ctx, publishTimeout)
@@ -400,7 +412,7 @@ func (d *db) publishSolos(group []*pending) {
 		if err != nil {
 			var apiErr *jetstream.APIError
 			if errors.As(err, &apiErr) {
-				settle(p, engine.Result{}, fmt.Errorf("jetstream: publish: %w", err))
+				settle(p, engine.Result{}, d.storageRefused(fmt.Errorf("jetstream: publish: %w", err)))
 				p.complete(p.res, p.err)
 				continue
 			}
@@ -492,8 +504,9 @@ func (d *db) publishFailed(ctx context.Context, live []*pending, pl plan, attemp
 		time.Sleep(time.Duration(attempt+1) * 20 * time.Millisecond)
 		d.publishGroup(live, attempt+1)
 	default:
+		err = d.storageRefused(fmt.Errorf("jetstream: publish batch: %w", err))
 		for _, p := range live {
-			settle(p, engine.Result{}, fmt.Errorf("jetstream: publish batch: %w", err))
+			settle(p, engine.Result{}, err)
 		}
 	}
 }

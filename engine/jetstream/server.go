@@ -41,6 +41,10 @@ func startEmbedded(opts engine.Options, log *slog.Logger, listen bool) (*server.
 		DontListen: !listen,
 	}
 	sopts.JetStreamLimits.MaxBatchSize = embeddedMaxBatch
+	// The limit the server would derive from the free space at start
+	// stops a full stream for good; the engine's space guard keeps the
+	// disk from filling instead (see space.go).
+	sopts.JetStreamMaxStore = embeddedMaxStore
 	switch opts.Sync {
 	case engine.SyncAlways:
 		sopts.SyncAlways = true

@@ -113,6 +113,12 @@ func (d *db) settleTx(group []*pending) bool {
 		}
 		return false
 	}
+	if err := d.admit(tx.commits); err != nil {
+		for _, p := range tx.commits {
+			settle(p, engine.Result{}, err)
+		}
+		return false
+	}
 	d.txBuf = encodeTx(d.txBuf[:0], tx.logs, tx.writes)
 	id := d.engineID + "-" + strconv.FormatUint(d.commitSeq.Add(1), 36)
 	m := &nats.Msg{Subject: d.txStateSubj, Header: nats.Header{}, Data: d.txBuf}
@@ -161,7 +167,7 @@ func (d *db) publishTx(m *nats.Msg, id string) (uint64, error) {
 	}
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
-		return 0, fmt.Errorf("jetstream: publish transaction: %w", err)
+		return 0, d.storageRefused(fmt.Errorf("jetstream: publish transaction: %w", err))
 	}
 	for attempt := 0; ; attempt++ {
 		seq, landed, lerr := d.fencedLookup(id)
