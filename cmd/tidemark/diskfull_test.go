@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	paho3 "github.com/eclipse/paho.mqtt.golang"
+	"github.com/tidemark-io/tidemark/internal/tmpfs"
 )
 
 // TestServeDiskFull runs `tidemark serve` on a small tmpfs that fills up
@@ -30,22 +30,9 @@ func TestServeDiskFull(t *testing.T) {
 
 func testServeDiskFull(t *testing.T, eng string) {
 	dir := t.TempDir()
-	mnt := filepath.Join(dir, "fs")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs to fill (needs the privilege to mount): %v: %s", err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v: %s", mnt, err, out)
-		}
-	})
+	mnt := tmpfs.Mount(t, 16)
 	filler := filepath.Join(mnt, "filler")
-	if err := os.WriteFile(filler, make([]byte, 8<<20), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	tmpfs.Fill(t, filler, 8<<20)
 
 	bin := tidemarkBinary(t)
 	mqttAddr, metricsAddr := freeAddr(t), freeAddr(t)

@@ -276,6 +276,14 @@ func (d *db) publishGroup(group []*pending, attempt int) {
 			d.publishGroup(live, attempt+1)
 			return
 		}
+		if serr := d.storeErr(); serr != nil {
+			// The embedded server's store failed a write and answers
+			// nothing more, lookups included (see walcommit.go).
+			for _, p := range pl.commits {
+				settle(p, engine.Result{}, fmt.Errorf("jetstream: publish batch: no acknowledgement (%w): %w", err, serr))
+			}
+			return
+		}
 		// No answer (a timeout, a lost connection, a failover): the batch
 		// may have landed. The index tells, once it caught up.
 		seq, landed := d.batchLanded(ctx, id)
@@ -413,6 +421,11 @@ func (d *db) publishSolos(group []*pending) {
 			var apiErr *jetstream.APIError
 			if errors.As(err, &apiErr) {
 				settle(p, engine.Result{}, d.storageRefused(fmt.Errorf("jetstream: publish: %w", err)))
+				p.complete(p.res, p.err)
+				continue
+			}
+			if serr := d.storeErr(); serr != nil {
+				settle(p, engine.Result{}, fmt.Errorf("jetstream: publish: no acknowledgement (%w): %w", err, serr))
 				p.complete(p.res, p.err)
 				continue
 			}

@@ -228,13 +228,19 @@
 // external server's limits) fails its commits with engine.ErrWriteFailed
 // as well. With "url" the server's disk is not the engine's to watch.
 //
-// Not covered: another process taking the reserve faster than the
-// checks see it, so that a write of the server itself fails. That stream
-// then takes no more writes and answers none: commits fail after
-// publishTimeout without an acknowledgement (nothing is acknowledged
-// that was not stored), and the process must restart once space is
-// free. Give the store a file system of its own, or a reserve_mb that
-// covers what else writes there.
+// The server's own writes can still meet a full disk: another process
+// takes the reserve between two checks, the materializer copies keys
+// after the disk filled, or another node writes to a shared stream. The
+// stream's file store then keeps the error and fails every later write
+// without an answer; the engine learns of it from the server's log
+// ("critical write error"), refuses commits with engine.ErrWriteFailed
+// (the one in flight fails at once: it was not stored, or it was the
+// failed write, whose outcome engine.ErrWriteFailed leaves open) and
+// reports it on Health. Once space returns it shuts JetStream down and
+// enables it again in the same server, which reloads the stream from its
+// files as a restart would (a partial last record is dropped), and takes
+// commits again. Nothing acknowledged is lost: an acknowledgement comes
+// only after the server wrote (and under SyncAlways synced) the message.
 //
 // # Build
 //

@@ -72,6 +72,11 @@ type db struct {
 	// server.
 	space        *space.Guard
 	reserveBytes int64
+	// broken is the write failure the embedded server's store reported,
+	// until restartStore brought the store back.
+	broken atomic.Pointer[error]
+	// down is closed when broken is set; restartStore puts a new one.
+	down atomic.Pointer[chan struct{}]
 	// dirLock holds Options.Dir for the embedded server.
 	dirLock *dirlock.Lock
 	nc      *nats.Conn
@@ -217,6 +222,8 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		reserveBytes:  int64(reserveMB) << 20,
 	}
 	d.batchLimit.Store(int64(maxBatch))
+	down := make(chan struct{})
+	d.down.Store(&down)
 	if url == "" {
 		if d.dirLock, err = dirlock.Take("jetstream", opts.Dir); err != nil {
 			return nil, err
@@ -230,7 +237,8 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 	d.view.tombTTL = tombTTL
 	if url == "" {
 		d.space = space.NewGuard("jetstream", opts.Dir, d.reserve, d.log)
-		if d.srv, err = startEmbedded(opts, d.log, !d.wal); err != nil {
+		d.space.OnSpace(d.restartStore)
+		if d.srv, err = startEmbedded(opts, d.log, !d.wal, d.serverWriteFailed); err != nil {
 			d.space.Close()
 			d.idx.close()
 			d.dirLock.Release()

@@ -3,33 +3,30 @@
 package jetstream
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/tidemark-io/tidemark/engine"
 )
 
-// The embedded server on a full disk. nats-server limits a JetStream
-// store to 75% of the disk space free when it starts (plus what it
-// recovered), and past that answers every publish with "insufficient
-// resources", for good: the limit never follows space that returns. And
-// when a write to a stream's file store does fail (ENOSPC), the standalone
-// server keeps that error on the store and fails every later write to the
-// stream without an answer, until the server restarts. Neither recovers
-// by itself, so the engine starts the embedded server with a store limit
-// it never reaches (embeddedMaxStore) and keeps the disk from filling
-// itself: before each group of commits it asks a space guard
-// (engine/internal/space) whether three times the group's bytes (the
-// transaction message, the materialized copy of its keys, the index's
-// copy) fit while leaving reserve_mb plus the index's memtables free, and
-// refuses the group with engine.ErrWriteFailed (wrapping syscall.ENOSPC)
-// when not. From the first refusal every commit is refused at once and
-// Health reports it, until the reserve plus 1 MiB is free again and a
-// probe file can be written; the server never saw a failed write, so
-// nothing needs restarting. A publish the server refuses for resources
-// (an external server's limits, or an embedded one's) fails the commit
-// with engine.ErrWriteFailed too.
+// The embedded server on a full disk (see the package doc, "A full
+// disk"). nats-server limits a JetStream store to 75% of the disk space
+// free when it starts (plus what it recovered) and past that refuses
+// every publish for good: the limit never follows space that returns.
+// And when a write of a stream's file store fails (ENOSPC), the
+// standalone server keeps the error on the store and fails every later
+// write to the stream without an answer. So the engine starts the server
+// with a store limit it never reaches (embeddedMaxStore), keeps the disk
+// from filling with a space guard (engine/internal/space) that admits a
+// group of commits only when spaceFactor times its bytes leave reserve_mb
+// plus the index's memtables free, and, when the store failed a write
+// anyway, restarts JetStream in the same server once space returns
+// (restartStore). A publish the server refuses for lack of resources
+// (an external server's limits) fails its commits with
+// engine.ErrWriteFailed too.
 
 // embeddedMaxStore is the embedded server's JetStream store limit: a
 // PiB, so the limit the server would derive from the free space at start
@@ -104,4 +101,62 @@ func (d *db) Health() error {
 		return nil
 	}
 	return d.space.Health()
+}
+
+// serverWriteFailed is called when the embedded server's store failed a
+// write. The server then fails every later write to the stream without
+// answering, so the engine refuses commits at once, gives up on the one
+// in flight, and restarts the store once space returns (restartStore).
+func (d *db) serverWriteFailed(msg string) {
+	err := fmt.Errorf("jetstream: %w: the embedded server's store failed a write: %s", engine.ErrWriteFailed, msg)
+	if d.broken.CompareAndSwap(nil, &err) {
+		_ = d.space.Fail(err) // recorded for Health; commits get it from Admit
+		close(*d.down.Load())
+		d.cancelInflight()
+	}
+}
+
+// storeDown returns a channel closed while the server's store has failed
+// a write, so waits for its answers end at once.
+func (d *db) storeDown() <-chan struct{} { return *d.down.Load() }
+
+// storeErr returns the write failure the server's store reported.
+func (d *db) storeErr() error {
+	if b := d.broken.Load(); b != nil {
+		return *b
+	}
+	return nil
+}
+
+// restartStore runs once space returned: when the server's store failed a
+// write, it shuts JetStream down and enables it again, which reloads the
+// stream from its files as a restart would (a partial last record is
+// dropped), and waits until the stream answers.
+func (d *db) restartStore() error {
+	if d.broken.Load() == nil {
+		return nil
+	}
+	cfg := d.srv.JetStreamConfig()
+	if cfg == nil {
+		return fmt.Errorf("jetstream: restart the store: JetStream is not running")
+	}
+	d.log.Info("restarting the embedded server's JetStream after a failed write")
+	if err := d.srv.ShutdownJetStream(); err != nil {
+		return fmt.Errorf("jetstream: shut JetStream down: %w", err)
+	}
+	// The config holds the store directory with the server's own suffix,
+	// which EnableJetStream adds again.
+	cfg.StoreDir = filepath.Dir(cfg.StoreDir)
+	if err := d.srv.EnableJetStream(cfg); err != nil {
+		return fmt.Errorf("jetstream: enable JetStream again: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	if _, err := d.js.Stream(ctx, d.name); err != nil {
+		return fmt.Errorf("jetstream: stream %s after restarting JetStream: %w", d.name, err)
+	}
+	down := make(chan struct{})
+	d.down.Store(&down)
+	d.broken.Store(nil)
+	return nil
 }

@@ -160,7 +160,13 @@ func (d *db) settleTx(group []*pending) bool {
 // exactly when it is the last transaction there.
 func (d *db) publishTx(m *nats.Msg, id string) (uint64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
+	d.inflightMu.Lock()
+	d.inflightCancel = cancel
+	d.inflightMu.Unlock()
 	ack, err := d.acks.publish(ctx, d.nc, m)
+	d.inflightMu.Lock()
+	d.inflightCancel = nil
+	d.inflightMu.Unlock()
 	cancel()
 	if err == nil {
 		return ack.Sequence, nil
@@ -170,6 +176,13 @@ func (d *db) publishTx(m *nats.Msg, id string) (uint64, error) {
 		return 0, d.storageRefused(fmt.Errorf("jetstream: publish transaction: %w", err))
 	}
 	for attempt := 0; ; attempt++ {
+		if b := d.broken.Load(); b != nil {
+			// The store fails every write without an answer, the lookup
+			// included; the message was not stored or, at most, is the
+			// failed write itself, whose outcome ErrWriteFailed leaves
+			// open.
+			return 0, fmt.Errorf("jetstream: publish transaction: no acknowledgement (%w): %w", err, *b)
+		}
 		seq, landed, lerr := d.fencedLookup(id)
 		switch {
 		case lerr == nil && landed:

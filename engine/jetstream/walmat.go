@@ -217,6 +217,8 @@ func (m *materializer) write(keys map[string]struct{}, snap *pebble.Snapshot) er
 				first = cmp(first, err)
 			case <-ctx.Done():
 				first = cmp(first, ctx.Err())
+			case <-d.storeDown():
+				first = cmp(first, d.storeErr())
 			}
 		}
 		batch = batch[:0]

@@ -39,6 +39,9 @@ type Guard struct {
 	checked time.Time // when budget was measured; zero: measure now
 
 	failure atomic.Pointer[failure]
+	// reopen, when set, runs once space returned and before the refusal
+	// lifts: what the engine must redo after a failed write.
+	reopen func() error
 
 	recMu   sync.Mutex
 	closed  bool
@@ -59,6 +62,11 @@ type failure struct {
 func NewGuard(name, dir string, reserve func() int64, log *slog.Logger) *Guard {
 	return &Guard{name: name, dir: dir, reserve: reserve, log: log, stop: make(chan struct{})}
 }
+
+// OnSpace sets fn to run when space returned, before the refusal lifts;
+// while it fails the guard keeps refusing and tries again later. Set it
+// before the first Admit.
+func (g *Guard) OnSpace(fn func() error) { g.reopen = fn }
 
 // Admit returns nil when n more bytes may be written, and otherwise an
 // error wrapping engine.ErrWriteFailed and syscall.ENOSPC; from then on
@@ -169,6 +177,12 @@ func (g *Guard) recover() {
 		if err != nil {
 			g.log.Debug("storage still short of space", "dir", g.dir, "err", err)
 			continue
+		}
+		if g.reopen != nil {
+			if err := g.reopen(); err != nil {
+				g.log.Warn("space returned, but the store did not come back; retrying", "dir", g.dir, "err", err)
+				continue
+			}
 		}
 		g.mu.Lock()
 		g.checked = time.Time{}
