@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"os"
 	"strings"
-	"syscall"
 
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
+	"github.com/tidemark-io/tidemark/engine/internal/space"
 )
 
 // Badger writes its memtable WAL, its value log and its tables through
@@ -59,11 +59,7 @@ func (d *db) memtableBytes() int64 {
 		if err != nil {
 			continue
 		}
-		if st, ok := info.Sys().(*syscall.Stat_t); ok {
-			n += st.Blocks * 512
-		} else {
-			n += info.Size()
-		}
+		n += space.Allocated(info)
 	}
 	return n
 }

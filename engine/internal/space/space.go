@@ -13,25 +13,13 @@ package space
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"syscall"
 )
 
 // ProbeName is the file a probe writes in the directory it tests.
 const ProbeName = "tidemark.space-probe"
-
-// Free returns the bytes an unprivileged writer can still allocate on
-// dir's file system.
-func Free(dir string) (int64, error) {
-	var st syscall.Statfs_t
-	if err := syscall.Statfs(dir, &st); err != nil {
-		return 0, fmt.Errorf("statfs %s: %w", dir, err)
-	}
-	return int64(st.Bavail) * st.Bsize, nil //nolint:gosec // block counts fit int64 on any real file system
-}
 
 // File is what a probe writes through: an os.File, or a file of the
 // engine's own file-system layer (Pebble's vfs.File).
