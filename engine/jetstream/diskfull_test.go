@@ -136,6 +136,36 @@ func testDiskFull(t *testing.T, mode string) {
 		}
 	}
 
+	if mode == commitBatch {
+		// The index consumer came back with the stream: another node's
+		// commit reaches this engine.
+		other, err := engine.Open(ctx, Name, engine.Options{Dir: t.TempDir(),
+			Params: map[string]string{"url": d.srv.ClientURL(), "commit": commitBatch}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := &engine.Batch{}
+		b.Put([]byte("from-other"), []byte("v"))
+		h, err := other.Submit(ctx, b)
+		if err == nil {
+			_, err = h.Wait(ctx)
+		}
+		if err != nil {
+			t.Fatalf("commit from another node after recovery: %v", err)
+		}
+		_ = other.Close()
+		for {
+			if _, err := engine.Get(ctx, e, []byte("from-other")); err == nil {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				t.Fatal("another node's commit after recovery never reached this engine's index")
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+
 	check := func(e engine.Engine, when string) {
 		t.Helper()
 		seen := map[string]bool{}
