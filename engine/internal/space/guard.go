@@ -37,6 +37,9 @@ type Guard struct {
 	mu      sync.Mutex
 	budget  int64     // bytes still admitted before the next measurement
 	checked time.Time // when budget was measured; zero: measure now
+	// wanted is the free space the last measurement waited for, for
+	// Health to say without measuring.
+	wanted atomic.Int64
 
 	failure atomic.Pointer[failure]
 	// reopen, when set, runs once space returned and before the refusal
@@ -86,6 +89,7 @@ func (g *Guard) Admit(n int64) error {
 			return nil
 		}
 		reserve := g.reserve()
+		g.wanted.Store(reserve + Slack)
 		g.budget, g.checked = free-reserve, now
 		if g.budget < n {
 			return g.Fail(fmt.Errorf("%s: %w: %w: %d bytes free in %s, the engine keeps %d free (reserve) and needed %d more",
@@ -115,6 +119,9 @@ func (g *Guard) Fail(err error) error {
 	if !g.failure.CompareAndSwap(nil, f) {
 		return err
 	}
+	if g.wanted.Load() == 0 {
+		g.wanted.Store(g.reserve() + Slack) // for Health, which does not measure
+	}
 	g.log.Error("storage full or failing; refusing commits until space returns", "err", err)
 	g.recMu.Lock()
 	defer g.recMu.Unlock()
@@ -134,14 +141,15 @@ func (g *Guard) Err() error {
 }
 
 // Health returns nil while writes are admitted, and otherwise an error
-// wrapping the failure that says since when and what to do.
+// wrapping the failure that says since when and what to do. It measures
+// nothing: it answers in constant time.
 func (g *Guard) Health() error {
 	f := g.failure.Load()
 	if f == nil {
 		return nil
 	}
 	return fmt.Errorf("%s: refusing commits since %s until %s has %d bytes free (free space there): %w",
-		g.name, f.since.UTC().Format(time.RFC3339), g.dir, g.reserve()+Slack, f.err)
+		g.name, f.since.UTC().Format(time.RFC3339), g.dir, g.wanted.Load(), f.err)
 }
 
 // Close stops waiting for space; Admit and Health go on answering.
@@ -168,8 +176,12 @@ func (g *Guard) recover() {
 		}
 		wait = min(2*wait, retryMax)
 		free, err := Free(g.dir)
-		if err == nil && free < g.reserve()+Slack {
-			err = fmt.Errorf("%d bytes free, waiting for %d", free, g.reserve()+Slack)
+		if err == nil {
+			want := g.reserve() + Slack
+			g.wanted.Store(want)
+			if free < want {
+				err = fmt.Errorf("%d bytes free, waiting for %d", free, want)
+			}
 		}
 		if err == nil {
 			err = Probe(g.dir, Slack)
