@@ -19,6 +19,7 @@ import (
 	"github.com/tidemark-io/tidemark/engine/internal/deferral"
 	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
+	"github.com/tidemark-io/tidemark/engine/internal/space"
 )
 
 // Parameter bounds and defaults, in MiB.
@@ -52,6 +53,8 @@ func init() {
 				Doc: fmt.Sprintf("memtable size in MiB (%d to %d); a Badger transaction may take 15%% of it", minMemtableMB, maxMemtableMB)},
 			{Name: "cache_mb", Default: strconv.Itoa(defaultCacheMB),
 				Doc: fmt.Sprintf("block cache size in MiB (1 to %d)", maxCacheMB)},
+			{Name: "reserve_mb", Default: fmt.Sprintf("%d x memtable_mb", defaultReserveMemtables),
+				Doc: "free space in MiB commits leave on the data directory's file system for Badger's flushes and compactions (0 to 1048576); commits that would use it are refused with engine.ErrWriteFailed"},
 		},
 		Doc: "embedded LSM with value log (dgraph-io/badger v4); one log key per transaction; group commit packs waiting commits into one Badger transaction",
 	})
@@ -73,6 +76,10 @@ type db struct {
 	log  *slog.Logger
 	lim  txnLimits
 	ver  versions
+	// space refuses commits that would leave less than reserve() free on
+	// the data directory's file system (see space.go).
+	space        *space.Guard
+	reserveBytes int64
 
 	gate   sync.RWMutex
 	closed bool
@@ -104,6 +111,10 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		return nil, err
 	}
 	cacheMB, err := engine.IntParam(opts, "badger", "cache_mb", defaultCacheMB, 1, maxCacheMB)
+	if err != nil {
+		return nil, err
+	}
+	reserveMB, err := engine.IntParam(opts, "badger", "reserve_mb", defaultReserveMemtables*memMB, 0, 1<<20)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +161,10 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		writerDone: make(chan struct{}),
 		deferGate:  deferral.NewGate(opts.Deferral()),
 		stop:       make(chan struct{}),
+
+		reserveBytes: int64(reserveMB) << 20,
 	}
+	d.space = space.NewGuard("badger", opts.Dir, d.reserve, log)
 	d.ver.init(bdb.MaxVersion())
 	top, floor, err := d.recoverKeys()
 	if err == nil {
@@ -159,6 +173,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		err = d.deleteLogBelow(ctx, floor)
 	}
 	if err != nil {
+		d.space.Close()
 		_ = bdb.Close()
 		lock.Release()
 		return nil, err
@@ -276,9 +291,14 @@ func (d *db) every(period time.Duration, fn func()) {
 }
 
 // collectGarbage runs value-log garbage collection, rewriting files until
-// Badger finds none worth rewriting or the engine stops.
+// Badger finds none worth rewriting or the engine stops. It skips a round
+// while the disk lacks the room one rewrite may take beyond the reserve:
+// a rewrite writes the live values of a value-log file before it frees it.
 func (d *db) collectGarbage() {
 	for {
+		if !d.space.Has(valueLogFileSize) {
+			return
+		}
 		select {
 		case <-d.stop:
 			return
@@ -309,6 +329,7 @@ func (d *db) Close() error {
 	<-d.writerDone
 	close(d.stop)
 	d.bg.Wait()
+	d.space.Close()
 	d.notifier.Close()
 
 	d.rw.Lock()

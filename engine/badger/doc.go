@@ -70,6 +70,9 @@
 //     the LSM tree and group more commits into one transaction. The value
 //     threshold is 735 bytes at 64 MiB and 121 bytes at 32 MiB.
 //   - cache_mb (default 16, 1 to 65536): block cache size in MiB.
+//   - reserve_mb (default 4 x memtable_mb, 0 to 1048576): free space in
+//     MiB that commits leave on the data directory's file system for
+//     Badger's flushes and compactions (see A full disk).
 //
 // Memory: an open engine holds a memtable arena of about 1.3 x memtable_mb
 // (Badger sizes it to take one full transaction on top of the memtable),
@@ -80,15 +83,35 @@
 //
 // # A full disk
 //
-// Badger writes its memtable WAL and its value log through memory-mapped
-// files it creates sparse (truncated to full size, blocks allocated on
-// first write). On a file system that runs out of space the kernel
-// cannot back such a write, and the process receives SIGBUS inside
-// Badger: no error reaches the engine, and the process ends. Nothing
-// acknowledged is lost (the WAL up to the last synced write is on disk and
-// replays at the next open), but the broker does not stay up through a
-// full disk as it does on pebble and lmdb. Keep free space monitored, or
-// give Badger a file system of its own with headroom.
+// Badger writes its memtable WAL, value log and tables through
+// memory-mapped files it creates sparse; on a file system with no space
+// left the kernel cannot back such a write, and the process receives
+// SIGBUS inside Badger, with no error to recover from. So Badger must
+// never meet a full disk: before each group of commits, and each step of
+// a truncation, the engine checks the file system's free space (statfs,
+// measured again at least every 20ms and whenever the admitted bytes
+// could pass it) and refuses the group when its bytes (counted twice:
+// once in the WAL or value log, once in the table its memtable flushes
+// to) would leave less free than the reserve. The reserve is reserve_mb
+// plus the space the memtable WAL files take (what flushing them writes).
+// Refused commits complete with engine.ErrWriteFailed wrapping
+// syscall.ENOSPC; from the first refusal every commit is refused at once
+// and Health reports it. The engine recovers by itself: once the reserve
+// plus 1 MiB is free and a probe file of 1 MiB can be written and synced
+// in the data directory, commits are taken again. Nothing needs reopening,
+// since Badger never saw a failed write, and nothing acknowledged is
+// lost. A commit that Badger itself fails (an I/O error it returns) is
+// reported and recovered from the same way. Value-log garbage collection
+// skips its rounds while a value-log file's worth beyond the reserve is
+// not free.
+//
+// What the reserve does not cover ends the process as before: Badger's
+// background work writing more than the reserve while the disk is full
+// (a compaction of deeper levels, which can write several tables of up to
+// tens of MiB each before it frees their inputs), or another process taking
+// the reserve. Nothing acknowledged is lost then either (the WAL up to
+// the last synced write replays at the next open). Give Badger a file
+// system of its own, or a reserve_mb sized to its largest compactions.
 //
 // # Build
 //

@@ -133,6 +133,9 @@ func (d *db) setFloor(below engine.LogKey) error {
 	if d.rclosed {
 		return fmt.Errorf("badger: truncate: %w", engine.ErrClosed)
 	}
+	if err := d.admitTruncate(1); err != nil {
+		return err
+	}
 	txn := d.newTxn(true)
 	defer d.endTxn(txn)
 	if err := txn.Set(kvlog.MetaFloor, kvlog.EncodeFloor(below)); err != nil {
@@ -184,6 +187,9 @@ func (d *db) deleteLogBatch(upper []byte) (bool, error) {
 	d.endTxn(rtxn)
 	if len(keys) == 0 {
 		return true, nil
+	}
+	if err := d.admitTruncate(len(keys)); err != nil {
+		return false, err
 	}
 	txn := d.newTxn(true)
 	defer d.endTxn(txn)

@@ -3,11 +3,14 @@
 package badger
 
 import (
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/tidemark-io/tidemark/engine"
 )
 
 // versions issues Badger's versions itself (Badger's managed mode). In
@@ -94,7 +97,11 @@ func (d *db) commitTxn(txn *badger.Txn) error {
 	d.ver.next++
 	t := d.ver.next
 	if err := txn.CommitAt(t, nil); err != nil {
-		return err
+		if errors.Is(err, badger.ErrDBClosed) {
+			return err
+		}
+		// Whatever else fails a commit is the store's writes failing.
+		return d.space.Fail(fmt.Errorf("badger: %w: %w", engine.ErrWriteFailed, err))
 	}
 	d.ver.read.Store(t)
 	return nil

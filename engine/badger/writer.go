@@ -25,6 +25,7 @@ type pending struct {
 	checks   [][]byte // stored key of each check
 	logVals  [][]byte // stored value of each log entry
 	size     int64    // Badger's size estimate of the commit's entries
+	bytes    int64    // keys and values, for the space guard (groupBytes)
 	count    int64    // number of Badger entries
 	after    uint64   // transactions the writer had committed when it was submitted
 	deferred bool     // engine.Batch.Defer, and the gate let it wait
@@ -72,6 +73,7 @@ func (d *db) prepare(b *engine.Batch) *pending {
 		op := &b.Ops[i]
 		p.data[i] = kvlog.DataKey(make([]byte, 0, len(op.Key)+1), op.Key)
 		p.size += d.lim.entrySize(len(p.data[i]), len(op.Value))
+		p.bytes += int64(len(p.data[i])+len(op.Value)) + commitOverhead
 	}
 	for i := range b.Checks {
 		p.checks[i] = kvlog.DataKey(nil, b.Checks[i].Key)
@@ -81,6 +83,7 @@ func (d *db) prepare(b *engine.Batch) *pending {
 		for i, e := range b.Log {
 			p.logVals[i] = kvlog.LogValue(uint32(n), e)
 			p.size += d.lim.entrySize(kvlog.LogKeyLen, len(p.logVals[i]))
+			p.bytes += int64(kvlog.LogKeyLen+len(p.logVals[i])) + commitOverhead
 		}
 	}
 	p.count = int64(len(b.Ops) + len(b.Log))
@@ -111,6 +114,11 @@ func (d *db) writer() {
 			})
 		}
 		start := time.Now()
+		if err := d.space.Admit(groupBytes(group)); err != nil {
+			d.fail(group, err)
+			clear(group)
+			continue
+		}
 		d.commitGroup(group)
 		took = time.Since(start)
 		last = len(group)

@@ -245,6 +245,12 @@ func (d *db) publishGroup(group []*pending, attempt int) {
 		}
 		return
 	}
+	if err := d.admit(pl.commits); err != nil {
+		for _, p := range pl.commits {
+			settle(p, engine.Result{}, err)
+		}
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	pctx, pcancel := context.WithTimeout(ctx, publishTimeout)
@@ -268,6 +274,14 @@ func (d *db) publishGroup(group []*pending, attempt int) {
 			d.log.Info("no stream leader took the batch; sending it again", "stream", d.name, "attempt", attempt+1)
 			time.Sleep(time.Duration(attempt+1) * 100 * time.Millisecond)
 			d.publishGroup(live, attempt+1)
+			return
+		}
+		if serr := d.storeErr(); serr != nil {
+			// The embedded server's store failed a write and answers
+			// nothing more, lookups included (see walcommit.go).
+			for _, p := range pl.commits {
+				settle(p, engine.Result{}, fmt.Errorf("jetstream: publish batch: no acknowledgement (%w): %w", err, serr))
+			}
 			return
 		}
 		// No answer (a timeout, a lost connection, a failover): the batch
@@ -358,6 +372,12 @@ func (d *db) publishSolos(group []*pending) {
 		}
 		return
 	}
+	if err := d.admit(group); err != nil {
+		for _, p := range group {
+			settle(p, engine.Result{}, err)
+		}
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	pctx, pcancel := context.WithTimeout(ctx, publishTimeout)
@@ -400,7 +420,12 @@ func (d *db) publishSolos(group []*pending) {
 		if err != nil {
 			var apiErr *jetstream.APIError
 			if errors.As(err, &apiErr) {
-				settle(p, engine.Result{}, fmt.Errorf("jetstream: publish: %w", err))
+				settle(p, engine.Result{}, d.storageRefused(fmt.Errorf("jetstream: publish: %w", err)))
+				p.complete(p.res, p.err)
+				continue
+			}
+			if serr := d.storeErr(); serr != nil {
+				settle(p, engine.Result{}, fmt.Errorf("jetstream: publish: no acknowledgement (%w): %w", err, serr))
 				p.complete(p.res, p.err)
 				continue
 			}
@@ -492,8 +517,9 @@ func (d *db) publishFailed(ctx context.Context, live []*pending, pl plan, attemp
 		time.Sleep(time.Duration(attempt+1) * 20 * time.Millisecond)
 		d.publishGroup(live, attempt+1)
 	default:
+		err = d.storageRefused(fmt.Errorf("jetstream: publish batch: %w", err))
 		for _, p := range live {
-			settle(p, engine.Result{}, fmt.Errorf("jetstream: publish batch: %w", err))
+			settle(p, engine.Result{}, err)
 		}
 	}
 }

@@ -30,6 +30,9 @@
 //     the nats-server default (1000) with "url". A server that reports a
 //     lower limit lowers it at run time. MaxCommitEntries reports it, so
 //     callers split larger commits (engine.MaxCommitEntries).
+//   - reserve_mb: with the embedded server, the free space in MiB
+//     commits leave on the data directory's file system; 64 by default
+//     (see A full disk).
 //   - start_timeout: how long opening waits for the servers, a JetStream
 //     meta leader, enough servers for the replicas and the stream's
 //     leader, when the caller's context has no deadline; 2m by default.
@@ -202,6 +205,43 @@
 // engine first gets a fence message acknowledged on the same connection
 // ("<stream>.n"): the server handles one connection's messages in order,
 // so the lookup after it is final.
+//
+// # A full disk
+//
+// With the embedded server the engine keeps the disk from filling, since
+// nats-server does not recover from a full one by itself: it limits a
+// store to 75% of the space free when it starts and then refuses every
+// publish for good once the stream reaches that, and a write that fails
+// (ENOSPC) leaves the stream's file store failing every later write
+// without an answer until the server restarts. So the engine starts the
+// server with a store limit it never reaches (1 PiB) and, before each
+// group of commits, checks the file system's free space (statfs, measured
+// again at least every 20ms and whenever the admitted bytes could pass
+// it): a group whose bytes, counted three times (the transaction message,
+// the materializer's copy of its keys, the index's copy), would leave
+// less free than reserve_mb (default 64) plus the index's memtables is
+// refused with engine.ErrWriteFailed wrapping syscall.ENOSPC. From the
+// first refusal every commit is refused at once and Health reports it;
+// once the reserve plus 1 MiB is free and a probe file of 1 MiB can be
+// written and synced in the data directory, commits are taken again,
+// with no restart: the server never saw a failed write. A publish the
+// server refuses for lack of resources (err_code 10023 or 10047; an
+// external server's limits) fails its commits with engine.ErrWriteFailed
+// as well. With "url" the server's disk is not the engine's to watch.
+//
+// The server's own writes can still meet a full disk: another process
+// takes the reserve between two checks, the materializer copies keys
+// after the disk filled, or another node writes to a shared stream. The
+// stream's file store then keeps the error and fails every later write
+// without an answer; the engine learns of it from the server's log
+// ("critical write error"), refuses commits with engine.ErrWriteFailed
+// (the one in flight fails at once: it was not stored, or it was the
+// failed write, whose outcome engine.ErrWriteFailed leaves open) and
+// reports it on Health. Once space returns it shuts JetStream down and
+// enables it again in the same server, which reloads the stream from its
+// files as a restart would (a partial last record is dropped), and takes
+// commits again. Nothing acknowledged is lost: an acknowledgement comes
+// only after the server wrote (and under SyncAlways synced) the message.
 //
 // # Build
 //

@@ -162,6 +162,17 @@ func (s *store) close() {
 	s.lock.Release()
 }
 
+// memtableBytes returns the memory the index's memtables take, which
+// flushing them writes to its disk again.
+func (s *store) memtableBytes() int64 {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return 0
+	}
+	return int64(s.db.Metrics().MemTable.Size) //nolint:gosec // a memory size fits int64
+}
+
 // lookup returns the record of key in r (the store or one of its
 // snapshots); the value is the caller's.
 func lookup(r localkv.Reader, key string) (version, bool, error) {

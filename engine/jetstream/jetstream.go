@@ -23,6 +23,7 @@ import (
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/engine/internal/deferral"
 	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
+	"github.com/tidemark-io/tidemark/engine/internal/space"
 )
 
 func init() {
@@ -35,6 +36,7 @@ func init() {
 			{Name: "max_batch", Default: "16384 embedded, 1000 with url", Doc: "most messages per atomic batch (commit=batch); lowered when the server reports a smaller limit"},
 			{Name: "tombstone_ttl", Default: "60s", Doc: "how long a deleted key's delete marker stays in the stream (at least 1s)"},
 			{Name: "start_timeout", Default: "2m", Doc: "how long opening waits for the NATS servers, a JetStream leader and the stream when the caller sets no deadline"},
+			{Name: "reserve_mb", Default: strconv.Itoa(defaultReserveMB), Doc: "with the embedded server: free space in MiB commits leave on the data directory's file system (0 to 1048576); commits that would use it are refused with engine.ErrWriteFailed"},
 			{Name: "commit", Default: "wal embedded, batch with url", Doc: "wal: this engine is the stream's only writer, one message per group of commits (embedded server only); batch: any number of nodes share the stream, atomic batch publish"},
 		}, secureParams...),
 		Doc: "NATS JetStream (embedded server or a cluster); one log key per record; group commit as one transaction message (single writer) or one atomic batch (shared stream)",
@@ -65,6 +67,16 @@ type db struct {
 	opts engine.Options
 	log  *slog.Logger
 	srv  *server.Server // nil with an external server
+	// space refuses commits that would leave less than reserve() free on
+	// the embedded server's disk (see space.go); nil with an external
+	// server.
+	space        *space.Guard
+	reserveBytes int64
+	// broken is the write failure the embedded server's store reported,
+	// until restartStore brought the store back.
+	broken atomic.Pointer[error]
+	// down is closed when broken is set; restartStore puts a new one.
+	down atomic.Pointer[chan struct{}]
 	// dirLock holds Options.Dir for the embedded server.
 	dirLock *dirlock.Lock
 	nc      *nats.Conn
@@ -176,6 +188,10 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 			return nil, fmt.Errorf("%w: jetstream parameter start_timeout=%q: use a positive duration, such as 2m", engine.ErrInvalidOption, v)
 		}
 	}
+	reserveMB, err := engine.IntParam(opts, "jetstream", "reserve_mb", defaultReserveMB, 0, 1<<20)
+	if err != nil {
+		return nil, err
+	}
 	secure, err := secureOptions(opts.Params, url)
 	if err != nil {
 		return nil, err
@@ -203,8 +219,11 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		gate:          deferral.NewGate(opts.DeferralAnyMode()),
 		committerDone: make(chan struct{}),
 		engineID:      newEngineID(),
+		reserveBytes:  int64(reserveMB) << 20,
 	}
 	d.batchLimit.Store(int64(maxBatch))
+	down := make(chan struct{})
+	d.down.Store(&down)
 	if url == "" {
 		if d.dirLock, err = dirlock.Take("jetstream", opts.Dir); err != nil {
 			return nil, err
@@ -217,7 +236,10 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 	d.view.init(d.idx, d.log)
 	d.view.tombTTL = tombTTL
 	if url == "" {
-		if d.srv, err = startEmbedded(opts, d.log, !d.wal); err != nil {
+		d.space = space.NewGuard("jetstream", opts.Dir, d.reserve, d.log)
+		d.space.OnSpace(d.restartStore)
+		if d.srv, err = startEmbedded(opts, d.log, !d.wal, d.serverWriteFailed); err != nil {
+			d.space.Close()
 			d.idx.close()
 			d.dirLock.Release()
 			return nil, err
@@ -404,6 +426,9 @@ func (d *db) shutdownTransport() {
 	}
 	if d.nc != nil {
 		d.nc.Close()
+	}
+	if d.space != nil {
+		d.space.Close()
 	}
 	stopEmbedded(d.srv)
 	// The view closed first: the consumer no longer writes to the index.

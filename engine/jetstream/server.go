@@ -29,7 +29,10 @@ const (
 // dir and, with listen, accepts connections on 127.0.0.1 (random port);
 // without, only in-process ones. Its fsync policy follows
 // the engine's sync mode (see the package doc).
-func startEmbedded(opts engine.Options, log *slog.Logger, listen bool) (*server.Server, error) {
+//
+// onWriteErr is called with the server's message when its store fails a
+// write (see space.go).
+func startEmbedded(opts engine.Options, log *slog.Logger, listen bool, onWriteErr func(string)) (*server.Server, error) {
 	sopts := &server.Options{
 		ServerName: "tidemark-embedded",
 		Host:       "127.0.0.1",
@@ -41,6 +44,10 @@ func startEmbedded(opts engine.Options, log *slog.Logger, listen bool) (*server.
 		DontListen: !listen,
 	}
 	sopts.JetStreamLimits.MaxBatchSize = embeddedMaxBatch
+	// The limit the server would derive from the free space at start
+	// stops a full stream for good; the engine's space guard keeps the
+	// disk from filling instead (see space.go).
+	sopts.JetStreamMaxStore = embeddedMaxStore
 	switch opts.Sync {
 	case engine.SyncAlways:
 		sopts.SyncAlways = true
@@ -51,7 +58,7 @@ func startEmbedded(opts engine.Options, log *slog.Logger, listen bool) (*server.
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: embedded server: %w", err)
 	}
-	s.SetLoggerV2(serverLogger{log.With("component", "nats-server")}, false, false, false)
+	s.SetLoggerV2(serverLogger{l: log.With("component", "nats-server"), onWriteErr: onWriteErr}, false, false, false)
 	s.Start()
 	if !s.ReadyForConnections(30 * time.Second) {
 		s.Shutdown()
@@ -73,7 +80,12 @@ func stopEmbedded(s *server.Server) {
 // serverLogger routes nats-server logs to slog. The server's notices are
 // routine start/stop chatter, so they go to debug level; Fatalf is only
 // logged: the engine reports failures through its errors, never by exiting.
-type serverLogger struct{ l *slog.Logger }
+// A store's "critical write error" is also handed to onWriteErr: the
+// server reports it nowhere else.
+type serverLogger struct {
+	l          *slog.Logger
+	onWriteErr func(string)
+}
 
 func (l serverLogger) Noticef(format string, v ...any) { l.l.Debug(fmt.Sprintf(format, v...)) }
 func (l serverLogger) Warnf(format string, v ...any) {
@@ -86,6 +98,12 @@ func (l serverLogger) Warnf(format string, v ...any) {
 	l.l.Warn(msg)
 }
 func (l serverLogger) Fatalf(format string, v ...any) { l.l.Error(fmt.Sprintf(format, v...)) }
-func (l serverLogger) Errorf(format string, v ...any) { l.l.Error(fmt.Sprintf(format, v...)) }
+func (l serverLogger) Errorf(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	l.l.Error(msg)
+	if l.onWriteErr != nil && strings.Contains(strings.ToLower(msg), "critical write error") {
+		l.onWriteErr(msg)
+	}
+}
 func (l serverLogger) Debugf(format string, v ...any) {}
 func (l serverLogger) Tracef(format string, v ...any) {}

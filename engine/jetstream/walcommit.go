@@ -113,6 +113,12 @@ func (d *db) settleTx(group []*pending) bool {
 		}
 		return false
 	}
+	if err := d.admit(tx.commits); err != nil {
+		for _, p := range tx.commits {
+			settle(p, engine.Result{}, err)
+		}
+		return false
+	}
 	d.txBuf = encodeTx(d.txBuf[:0], tx.logs, tx.writes)
 	id := d.engineID + "-" + strconv.FormatUint(d.commitSeq.Add(1), 36)
 	m := &nats.Msg{Subject: d.txStateSubj, Header: nats.Header{}, Data: d.txBuf}
@@ -154,16 +160,29 @@ func (d *db) settleTx(group []*pending) bool {
 // exactly when it is the last transaction there.
 func (d *db) publishTx(m *nats.Msg, id string) (uint64, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
+	d.inflightMu.Lock()
+	d.inflightCancel = cancel
+	d.inflightMu.Unlock()
 	ack, err := d.acks.publish(ctx, d.nc, m)
+	d.inflightMu.Lock()
+	d.inflightCancel = nil
+	d.inflightMu.Unlock()
 	cancel()
 	if err == nil {
 		return ack.Sequence, nil
 	}
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
-		return 0, fmt.Errorf("jetstream: publish transaction: %w", err)
+		return 0, d.storageRefused(fmt.Errorf("jetstream: publish transaction: %w", err))
 	}
 	for attempt := 0; ; attempt++ {
+		if b := d.broken.Load(); b != nil {
+			// The store fails every write without an answer, the lookup
+			// included; the message was not stored or, at most, is the
+			// failed write itself, whose outcome ErrWriteFailed leaves
+			// open.
+			return 0, fmt.Errorf("jetstream: publish transaction: no acknowledgement (%w): %w", err, *b)
+		}
 		seq, landed, lerr := d.fencedLookup(id)
 		switch {
 		case lerr == nil && landed:

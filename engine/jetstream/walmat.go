@@ -217,6 +217,8 @@ func (m *materializer) write(keys map[string]struct{}, snap *localkv.Snapshot) e
 				first = cmp(first, err)
 			case <-ctx.Done():
 				first = cmp(first, ctx.Err())
+			case <-d.storeDown():
+				first = cmp(first, d.storeErr())
 			}
 		}
 		batch = batch[:0]

@@ -4,13 +4,12 @@ package lmdb
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/PowerDNS/lmdb-go/lmdb"
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
+	"github.com/tidemark-io/tidemark/engine/internal/space"
 )
 
 // LMDB writes a commit's pages with pwrite and then its meta page in
@@ -59,7 +58,7 @@ func (d *db) writeFailed(op string, err error) error {
 // one small write of the engine's own, on the writer; only then does it
 // clear the failure.
 func (d *db) probe() {
-	if err := probeSpace(d.opts.Dir); err != nil {
+	if err := space.Probe(d.opts.Dir, probeSize); err != nil {
 		d.log.Debug("storage still refuses writes", "err", err)
 		return
 	}
@@ -87,30 +86,6 @@ func (d *db) probe() {
 	if f := d.failure.Swap(nil); f != nil {
 		d.log.Info("storage writes succeed again", "down", time.Since(f.since).Round(time.Millisecond).String())
 	}
-}
-
-// probeSpace writes, syncs and removes a file of probeSize in dir.
-func probeSpace(dir string) (err error) {
-	name := filepath.Join(dir, "tidemark.space-probe")
-	f, err := os.Create(name)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if rerr := os.Remove(name); err == nil {
-			err = rerr
-		}
-	}()
-	buf := make([]byte, 64<<10)
-	for n := 0; n < probeSize; n += len(buf) {
-		if _, err := f.Write(buf); err != nil {
-			return err
-		}
-	}
-	return f.Sync()
 }
 
 // Health reports whether the latest commit succeeded: nil, or an error

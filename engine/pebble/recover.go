@@ -3,14 +3,13 @@
 package pebble
 
 import (
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/internal/space"
 )
 
 // A failed write leaves Pebble's WAL writer holding the error for good:
@@ -136,27 +135,10 @@ func (d *db) recoverLoop() {
 
 // probe writes, syncs and removes a file in the data directory, through
 // the same file system Pebble uses.
-func (d *db) probe() (err error) {
-	name := filepath.Join(d.opts.Dir, "tidemark.space-probe")
-	f, err := d.fs.Create(name, "tidemark-probe")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if rerr := d.fs.FS.Remove(name); err == nil && rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
-			err = rerr
-		}
-	}()
-	buf := make([]byte, 64<<10)
-	for n := 0; n < max(minProbe, int(d.popts.MemTableSize)); n += len(buf) {
-		if _, err := f.Write(buf); err != nil {
-			return err
-		}
-	}
-	return f.Sync()
+func (d *db) probe() error {
+	create := func(name string) (space.File, error) { return d.fs.Create(name, "tidemark-probe") }
+	name := filepath.Join(d.opts.Dir, space.ProbeName)
+	return space.ProbeWith(create, d.fs.FS.Remove, name, max(minProbe, int(d.popts.MemTableSize)))
 }
 
 // reopen closes the failed Pebble DB and opens the directory again. done
