@@ -170,7 +170,7 @@ func (s *store) memtableBytes() int64 {
 	if s.closed {
 		return 0
 	}
-	return int64(s.db.Metrics().MemTable.Size) //nolint:gosec // a memory size fits int64
+	return s.db.MemTableBytes()
 }
 
 // lookup returns the record of key in r (the store or one of its

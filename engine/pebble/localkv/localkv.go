@@ -76,6 +76,12 @@ func (d *DB) Close() error {
 	return err
 }
 
+// MemTableBytes returns the memory the store's memtables take, which
+// flushing them writes to disk.
+func (d *DB) MemTableBytes() int64 {
+	return int64(d.db.Metrics().MemTable.Size) //nolint:gosec // a memory size fits int64
+}
+
 // Reader reads point values: a DB or a Snapshot.
 type Reader interface {
 	// Get returns a copy of key's value and whether the key exists.
