@@ -280,3 +280,42 @@ func TestRetainedLimit(t *testing.T) {
 	pub.pub("rl/4", 1, true, "four")
 	retained("rl/1=one again", "rl/4=four")
 }
+
+// The in-flight gauge counts deliveries waiting for their acknowledgement
+// and gives back those still waiting when the connection ends.
+func TestInflightGaugeReturnsToZero(t *testing.T) {
+	s := startBroker(t)
+	sub, _, err := dial3(t, s.Addr, "ig-sub", false, func(o *paho3.ClientOptions) { o.SetAutoAckDisabled(true) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub.sub("ig/#", 1)
+	pub := connect3(t, s.Addr, "ig-pub", true)
+	for i := range 5 {
+		pub.pub("ig/t", 1, false, strconv.Itoa(i))
+	}
+	sub.expect(5) // never acknowledged
+	if n := s.Broker().Stats().InflightOut; n != 5 {
+		t.Fatalf("in flight with 5 unacknowledged deliveries: %d", n)
+	}
+	sub.close()
+	deadline := time.Now().Add(wait)
+	for s.Broker().Stats().InflightOut != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("in flight after the subscriber left: %d, want 0", s.Broker().Stats().InflightOut)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The session resumes: the five are sent again and counted again.
+	sub2, _, err := dial3(t, s.Addr, "ig-sub", false, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub2.expect(5)
+	for s.Broker().Stats().InflightOut != 0 {
+		if time.Now().After(deadline.Add(wait)) {
+			t.Fatalf("in flight after the resumed session acknowledged: %d", s.Broker().Stats().InflightOut)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -101,6 +101,9 @@ type outMsg struct {
 	// rp is the replay the event came from (its reader takes the ack),
 	// nil for the session's member.
 	rp *replay
+	// gauged: counted in the in-flight gauge (metrics.inflightOut) until
+	// it completes or the connection ends; under o.mu.
+	gauged bool
 }
 
 const (
@@ -390,7 +393,7 @@ func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev
 	if !ok || qos != 1 || !hasEv || pi == 0 || o.inflight[pi] != nil {
 		pi = o.allocPI()
 	}
-	om := &outMsg{pi: pi, qos: qos, ev: ev, hasEv: hasEv, pos: ev.Cursor(), msg: m, state: outSent, rp: rp}
+	om := &outMsg{pi: pi, qos: qos, ev: ev, hasEv: hasEv, pos: ev.Cursor(), msg: m, state: outSent, rp: rp, gauged: true}
 	o.track(om)
 	o.mu.Unlock()
 	c.b.metrics.inflightOut.Add(1)
@@ -568,7 +571,14 @@ func (o *outbound) complete(pi uint16) {
 		// is now acknowledged through the done marks, not attached here.
 		delete(o.resumed, om.pos)
 	}
+	gauged := om != nil && om.gauged
+	if gauged {
+		om.gauged = false
+	}
 	o.mu.Unlock()
+	if gauged {
+		o.c.b.metrics.inflightOut.Add(-1)
+	}
 	switch {
 	case om != nil && om.rp != nil:
 		_ = om.rp.sub.Ack(om.ev)
@@ -579,7 +589,6 @@ func (o *outbound) complete(pi uint16) {
 		}
 	}
 	if om != nil {
-		o.c.b.metrics.inflightOut.Add(-1)
 		// After the Ack: the write asked for covers this delivery.
 		if n := o.progress.Add(1); n-o.persistedProgress.Load() >= uint64(max(min(o.window, persistEvery), 1)) {
 			o.requestPersist()

@@ -239,4 +239,21 @@ func (o *outbound) stop() {
 		o.c.b.leave(o.c.client, sub)
 	}
 	o.snd.wg.Wait()
+	o.ungauge()
+}
+
+// ungauge takes the deliveries still in flight out of the in-flight
+// gauge: the connection ended, and a resume sends them again, counted
+// anew.
+func (o *outbound) ungauge() {
+	o.mu.Lock()
+	n := 0
+	for _, om := range o.inflight {
+		if om.gauged {
+			om.gauged = false
+			n++
+		}
+	}
+	o.mu.Unlock()
+	o.c.b.metrics.inflightOut.Add(int64(-n))
 }
