@@ -117,6 +117,8 @@ type db struct {
 
 	engineID  string        // tells this engine's commit ids from other engines'
 	commitSeq atomic.Uint64 // numbers the commit ids of plain publishes
+
+	pages chan struct{} // a slot per page read in flight (see getPage)
 }
 
 // cancelInflight gives up on the acknowledgement of the batch in flight;
@@ -203,6 +205,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		gate:          deferral.NewGate(opts.DeferralAnyMode()),
 		committerDone: make(chan struct{}),
 		engineID:      newEngineID(),
+		pages:         make(chan struct{}, pageReads),
 	}
 	d.batchLimit.Store(int64(maxBatch))
 	if url == "" {
