@@ -119,6 +119,11 @@ type db struct {
 	commitSeq atomic.Uint64 // numbers the commit ids of plain publishes
 
 	pages chan struct{} // a slot per page read in flight (see getPage)
+
+	// lost is a transaction of unknown outcome (committer only); lostNow
+	// says there is one, for Health.
+	lost    *lostTx
+	lostNow atomic.Bool
 }
 
 // cancelInflight gives up on the acknowledgement of the batch in flight;
