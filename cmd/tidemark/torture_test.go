@@ -18,18 +18,18 @@ import (
 // serve` child processes, per engine: a few kills in `make test`, many in
 // `make torture`. The environment sizes it:
 //
-//	TIDEMARK_TORTURE_ENGINES   engines, comma separated (pebble,badger,lmdb;
-//	                           jetstream may be named too)
+//	TIDEMARK_TORTURE_ENGINES   engines, comma separated
+//	                           (pebble,badger,lmdb,jetstream)
 //	TIDEMARK_TORTURE_KILLS     SIGKILLs per engine (3)
 //	TIDEMARK_TORTURE_MESSAGES  messages per publisher (1000; 4 publishers)
 //	TIDEMARK_TORTURE_WINDOW    each publisher's PUBLISHes in flight (64)
 //	TIDEMARK_TORTURE_ONLINE    subscribers online through the kills (2)
-//	TIDEMARK_TORTURE_QOS       1 or 2: every publisher at that QoS (by
-//	                           default QoS 1 and 2 in turn)
+//	TIDEMARK_TORTURE_QOS       1 or 2: every publisher at that QoS (0:
+//	                           QoS 1 and 2 in turn)
 //	TIDEMARK_TORTURE_LOGS      a file to write the brokers' logs to, failed
 //	                           or not (by default a failed run logs them)
 func TestTorture(t *testing.T) {
-	engines := strings.Split(envOr("TIDEMARK_TORTURE_ENGINES", "pebble,badger,lmdb"), ",")
+	engines := strings.Split(envOr("TIDEMARK_TORTURE_ENGINES", "pebble,badger,lmdb,jetstream"), ",")
 	kills := envInt(t, "TIDEMARK_TORTURE_KILLS", 3)
 	msgs := envInt(t, "TIDEMARK_TORTURE_MESSAGES", 1000)
 	window := envInt(t, "TIDEMARK_TORTURE_WINDOW", 64)
