@@ -22,7 +22,7 @@ func TestWALConcurrentScansKeepConnection(t *testing.T) {
 	ctx := t.Context()
 	d := openWALAt(t, t.TempDir())
 	defer d.Close()
-	const commits, perCommit, size, readers = 40, 2, 1 << 20, 8
+	const commits, perCommit, size, readers = 24, 2, 1 << 20, 8
 	for i := range commits {
 		b := new(engine.Batch)
 		for j := range perCommit {
