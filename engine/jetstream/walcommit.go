@@ -116,7 +116,7 @@ func (d *db) settleTx(group []*pending) bool {
 		for _, p := range tx.commits {
 			settle(p, engine.Result{}, nil)
 		}
-		return false
+		return logged
 	}
 	d.txBuf = encodeTx(d.txBuf[:0], tx.logs, tx.writes)
 	id := d.engineID + "-" + strconv.FormatUint(d.commitSeq.Add(1), 36)
