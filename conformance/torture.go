@@ -37,8 +37,15 @@ type TortureOptions struct {
 	// Publishers is the number of publishers, QoS 1 and QoS 2 in turn
 	// (at least 2).
 	Publishers int
+	// QoS, when 1 or 2, makes every publisher publish at that QoS
+	// instead.
+	QoS packet.QoS
 	// Window is each publisher's unacknowledged PUBLISHes in flight.
 	Window int
+	// Online is the number of persistent subscribers that stay online,
+	// reconnecting after every kill (2 when zero); one more stays
+	// offline until the publishers finished.
+	Online int
 	// MaxUptime bounds the random time the broker runs before a kill.
 	MaxUptime time.Duration
 	// MaxQoS1DupsPerKill, when positive, bounds the QoS 1 deliveries
@@ -97,17 +104,17 @@ func Torture(t T, o TortureOptions) TortureReport {
 	if o.MaxUptime <= 0 {
 		o.MaxUptime = time.Second
 	}
+	if o.Online <= 0 {
+		o.Online = 2
+	}
 	dir := t.TempDir()
 	kill := o.Start(t, dir, o.Addr)
 	defer func() { kill() }()
 
 	const filter = "torture/#"
 	var online []*subscriber
-	for i := range 2 {
-		v := packet.V311
-		if i == 1 {
-			v = packet.V5
-		}
+	for i := range o.Online {
+		v := []packet.Version{packet.V311, packet.V5}[i%2]
 		online = append(online, newSubscriber(t, fmt.Sprintf("online-%d", i), o.Addr, fmt.Sprintf("torture-online-%d", i), v, filter, packet.QoS2))
 	}
 	offline := newSubscriber(t, "offline", o.Addr, "torture-offline", packet.V5, filter, packet.QoS2)
@@ -117,7 +124,11 @@ func Torture(t T, o TortureOptions) TortureReport {
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for i := range pubs {
-		p := &torturePub{t: t, addr: o.Addr, id: fmt.Sprintf("pub%d", i), qos: packet.QoS1 + packet.QoS(i%2), n: o.Messages, window: o.Window,
+		qos := packet.QoS1 + packet.QoS(i%2)
+		if o.QoS == packet.QoS1 || o.QoS == packet.QoS2 {
+			qos = o.QoS
+		}
+		p := &torturePub{t: t, addr: o.Addr, id: fmt.Sprintf("pub%d", i), qos: qos, n: o.Messages, window: o.Window,
 			v: []packet.Version{packet.V311, packet.V5}[(i/2)%2], inflight: map[uint16]*tortureMsg{}, acked: make([]bool, o.Messages)}
 		pubs[i] = p
 		wg.Add(1)

@@ -680,9 +680,15 @@ func (o *outbound) finishQoS2(om *outMsg, inLoop bool) bool {
 		return false
 	}
 	go func() {
-		if _, err := h.Wait(c.ctx); err == nil {
-			o.complete(om.pi)
+		if _, err := h.Wait(c.ctx); err != nil {
+			// The exchange stays open: end the connection, as a failed
+			// commit in the ack loop does, rather than hold its window
+			// slot for as long as the connection lasts.
+			c.warn("end QoS 2 delivery", err)
+			c.fail(err)
+			return
 		}
+		o.complete(om.pi)
 	}()
 	return true
 }

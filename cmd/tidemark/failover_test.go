@@ -24,9 +24,12 @@ func TestServeClusterFailover(t *testing.T) {
 	cluster := jetstreamtest.StartCluster(t, 3)
 	jetstreamtest.WaitMetaLeader(t, cluster.Servers)
 	base := t.TempDir()
-	if keep := os.Getenv("TIDEMARK_FAILOVER_DIR"); keep != "" {
-		base = keep // kept after the test, with each node's serve.log
-	}
+	logs := &brokerLogs{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("node logs:\n%s", logs.tail())
+		}
+	})
 	starts, stopped := 0, -1
 	start := func(t conformance.T, _, addr string) func() {
 		t.Helper()
@@ -64,7 +67,7 @@ func TestServeClusterFailover(t *testing.T) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatalf("%v", err)
 		}
-		kill := startKillable(t, bin, "jetstream", dir, addr,
+		kill := startKillable(t, bin, "jetstream", dir, addr, logs,
 			"nats-url: "+cluster.URLs(), "replicas: 3", "node-id: "+node, "log-level: info")
 		if starts > 1 {
 			t.Logf("failover %d: node %s serving %v after the previous node was killed%s", starts-1, node, time.Since(began).Round(time.Millisecond), step)

@@ -204,7 +204,22 @@
 // "outcome unknown", as with any lost acknowledgement. With commit=wal the
 // engine first gets a fence message acknowledged on the same connection
 // ("<stream>.n"): the server handles one connection's messages in order,
-// so the lookup after it is final.
+// so the lookup after it is final. If the stream does not answer the
+// lookup within 30 seconds, the transaction's commits fail with an error
+// wrapping engine.ErrWriteFailed; until it answers, the engine publishes
+// nothing else (its checks are decided on an index that could disagree
+// with the stream), fails commits at once, logs an error every 10
+// seconds and reports the failure through Health; once it answers, a
+// transaction that did land is applied to the index. A connection the
+// server drops is made again at once (every 100 ms while it fails), and
+// the log says so.
+//
+// Reads from the stream (log scans, the index load at open) go in pages
+// of at most 1 MiB (or one larger message), at most four in flight per
+// engine: the server queues a page whole for the connection, and drops a
+// connection that has more than its max_pending (64 MiB) queued as a slow
+// consumer. A page that ends before the server's end of batch fails the
+// read rather than let it skip messages.
 //
 // # A full disk
 //

@@ -129,6 +129,13 @@ type db struct {
 
 	engineID  string        // tells this engine's commit ids from other engines'
 	commitSeq atomic.Uint64 // numbers the commit ids of plain publishes
+
+	pages chan struct{} // a slot per page read in flight (see getPage)
+
+	// lost is a transaction of unknown outcome (committer only); lostNow
+	// says there is one, for Health.
+	lost    *lostTx
+	lostNow atomic.Bool
 }
 
 // cancelInflight gives up on the acknowledgement of the batch in flight;
@@ -220,6 +227,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		committerDone: make(chan struct{}),
 		engineID:      newEngineID(),
 		reserveBytes:  int64(reserveMB) << 20,
+		pages:         make(chan struct{}, pageReads),
 	}
 	d.batchLimit.Store(int64(maxBatch))
 	down := make(chan struct{})
@@ -271,7 +279,29 @@ func (d *db) connect(ctx context.Context, url string, replicas int, secure ...na
 		nats.ReconnectWait(100 * time.Millisecond),
 		// A reply to a request sent before a disconnect is never
 		// delivered; stop waiting for the batch in flight at once.
-		nats.DisconnectErrHandler(func(*nats.Conn, error) { d.cancelInflight() }),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			d.cancelInflight()
+			if !d.isClosed() {
+				d.log.Warn("lost the connection to the NATS server; reconnecting", "stream", d.name, "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			d.log.Warn("reconnected to the NATS server", "stream", d.name, "server", nc.ConnectedUrlRedacted())
+		}),
+		nats.ClosedHandler(func(nc *nats.Conn) {
+			if !d.isClosed() {
+				d.log.Error("the connection to the NATS server closed for good; commits and reads fail", "stream", d.name, "err", nc.LastError())
+			}
+		}),
+		// Asynchronous errors (a subscription that fell behind, a
+		// protocol error) go to the log, not to stderr.
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			subject := ""
+			if sub != nil {
+				subject = sub.Subject
+			}
+			d.log.Warn("NATS connection error", "stream", d.name, "subject", subject, "err", err)
+		}),
 		// Each page of a log scan (a batch direct get) is a synchronous
 		// subscription of its own; the default queue (64k messages) made
 		// every one allocate half a megabyte for at most scanPage+1.

@@ -78,16 +78,25 @@ func stopEmbedded(s *server.Server) {
 }
 
 // serverLogger routes nats-server logs to slog. The server's notices are
-// routine start/stop chatter, so they go to debug level; Fatalf is only
-// logged: the engine reports failures through its errors, never by exiting.
-// A store's "critical write error" is also handed to onWriteErr: the
-// server reports it nowhere else.
+// routine start/stop chatter, so they go to debug level, except the one
+// saying it dropped a client as a slow consumer: on the embedded server
+// that client is the engine itself, and the notice is the only place that
+// says why its connection went. Fatalf is only logged: the engine reports
+// failures through its errors, never by exiting. A store's "critical write
+// error" is also handed to onWriteErr: the server reports it nowhere else.
 type serverLogger struct {
 	l          *slog.Logger
 	onWriteErr func(string)
 }
 
-func (l serverLogger) Noticef(format string, v ...any) { l.l.Debug(fmt.Sprintf(format, v...)) }
+func (l serverLogger) Noticef(format string, v ...any) {
+	msg := fmt.Sprintf(format, v...)
+	if strings.Contains(msg, "Slow Consumer") {
+		l.l.Warn(msg)
+		return
+	}
+	l.l.Debug(msg)
+}
 func (l serverLogger) Warnf(format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)
 	if strings.HasPrefix(msg, "Maximum payloads over") {

@@ -92,10 +92,14 @@ func (d *db) storageRefused(err error) error {
 
 // Health reports whether the engine takes commits: nil, or an error
 // wrapping engine.ErrWriteFailed (the disk of the embedded server is
-// short of space) or engine.ErrClosed.
+// short of space, or a transaction's outcome is unknown and the engine
+// fails commits at once until the stream answers) or engine.ErrClosed.
 func (d *db) Health() error {
 	if d.isClosed() {
 		return fmt.Errorf("jetstream: %w", engine.ErrClosed)
+	}
+	if d.lostNow.Load() {
+		return fmt.Errorf("jetstream: %w: waiting for the stream to answer", errOutcomeUnknown)
 	}
 	if d.space == nil {
 		return nil

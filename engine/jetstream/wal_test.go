@@ -448,14 +448,14 @@ func TestWALLostAnswerLookup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if seq, ok, err := d.fencedLookup(last.Header.Get(hdrEnd)); err != nil || !ok || seq != last.Sequence {
+	if seq, ok, err := d.lookupTx(last.Header.Get(hdrEnd)); err != nil || !ok || seq != last.Sequence {
 		t.Fatalf("lookup of the last transaction = %d, %v, %v; want %d", seq, ok, err, last.Sequence)
 	}
 	first, err := d.st.GetLastMsgForSubject(ctx, d.txLogSubj)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := d.txLanded(first.Header.Get(hdrEnd)); err != nil || ok {
+	if _, ok, err := d.lookupTx(first.Header.Get(hdrEnd)); err != nil || ok {
 		t.Fatalf("lookup of an earlier transaction = %v, %v; want not the last", ok, err)
 	}
 }

@@ -4,14 +4,12 @@ package jetstream
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/engine/internal/deferral"
 )
@@ -106,18 +104,25 @@ func (d *db) settleTx(group []*pending) bool {
 		}
 		return false
 	}
+	logged, err := d.resolveLost()
+	if err != nil {
+		for _, p := range group {
+			settle(p, engine.Result{}, err)
+		}
+		return logged
+	}
 	tx := planTx(group, d.idx)
 	if len(tx.writes) == 0 && len(tx.logs) == 0 {
 		for _, p := range tx.commits {
 			settle(p, engine.Result{}, nil)
 		}
-		return false
+		return logged
 	}
 	if err := d.admit(tx.commits); err != nil {
 		for _, p := range tx.commits {
 			settle(p, engine.Result{}, err)
 		}
-		return false
+		return logged
 	}
 	d.txBuf = encodeTx(d.txBuf[:0], tx.logs, tx.writes)
 	id := d.engineID + "-" + strconv.FormatUint(d.commitSeq.Add(1), 36)
@@ -128,6 +133,9 @@ func (d *db) settleTx(group []*pending) bool {
 		m.Header.Set(hdrLogTotal, strconv.FormatUint(d.logTotal+uint64(len(tx.logs)), 10))
 	}
 	seq, err := d.publishTx(m, id)
+	if errors.Is(err, errOutcomeUnknown) {
+		d.keepLost(id, tx)
+	}
 	if err == nil && seq > maxTxSequence {
 		err = fmt.Errorf("jetstream: stream sequence %d is past the last one the log keys can carry", seq)
 	}
@@ -135,15 +143,9 @@ func (d *db) settleTx(group []*pending) bool {
 		for _, p := range tx.commits {
 			settle(p, engine.Result{}, err)
 		}
-		return false
+		return logged
 	}
-	d.logTotal += uint64(len(tx.logs))
-	if len(tx.logs) > 0 {
-		// Before the index publishes seq: a scan that sees it applied
-		// finds its entries here.
-		d.recent.add(seq, tx.logs)
-	}
-	d.applyTx(seq, tx.writes, len(tx.logs) > 0)
+	d.landTx(seq, tx.writes, tx.logs)
 	for i, p := range tx.commits {
 		keys := make([]engine.LogKey, len(p.b.Log))
 		for j := range keys {
@@ -151,85 +153,20 @@ func (d *db) settleTx(group []*pending) bool {
 		}
 		settle(p, engine.Result{Keys: keys}, nil)
 	}
-	return len(tx.logs) > 0
+	return logged || len(tx.logs) > 0
 }
 
-// publishTx publishes one transaction message and returns its stream
-// sequence. When the answer is lost (a timeout, a dropped connection) it
-// asks the stream: this engine is the only writer, so the message landed
-// exactly when it is the last transaction there.
-func (d *db) publishTx(m *nats.Msg, id string) (uint64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
-	d.inflightMu.Lock()
-	d.inflightCancel = cancel
-	d.inflightMu.Unlock()
-	ack, err := d.acks.publish(ctx, d.nc, m)
-	d.inflightMu.Lock()
-	d.inflightCancel = nil
-	d.inflightMu.Unlock()
-	cancel()
-	if err == nil {
-		return ack.Sequence, nil
+// landTx applies a transaction that landed at stream sequence seq: its
+// log entries join the running total and the recent log, its writes the
+// index.
+func (d *db) landTx(seq uint64, ws []txWrite, logs [][]byte) {
+	d.logTotal += uint64(len(logs))
+	if len(logs) > 0 {
+		// Before the index publishes seq: a scan that sees it applied
+		// finds its entries here.
+		d.recent.add(seq, logs)
 	}
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) {
-		return 0, d.storageRefused(fmt.Errorf("jetstream: publish transaction: %w", err))
-	}
-	for attempt := 0; ; attempt++ {
-		if b := d.broken.Load(); b != nil {
-			// The store fails every write without an answer, the lookup
-			// included; the message was not stored or, at most, is the
-			// failed write itself, whose outcome ErrWriteFailed leaves
-			// open.
-			return 0, fmt.Errorf("jetstream: publish transaction: no acknowledgement (%w): %w", err, *b)
-		}
-		seq, landed, lerr := d.fencedLookup(id)
-		switch {
-		case lerr == nil && landed:
-			return seq, nil
-		case lerr == nil:
-			return 0, fmt.Errorf("jetstream: publish transaction: no acknowledgement, and it is not in the stream: %w", err)
-		}
-		if d.isClosed() && attempt >= 3 {
-			// Leave the outcome open rather than guess: the engine is
-			// going away, and the next open replays whatever landed.
-			return 0, fmt.Errorf("jetstream: publish transaction: outcome unknown (%w), engine closing: %w", lerr, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// fencedLookup first gets a fence message acknowledged on the same
-// connection: the server handles one connection's messages in order, so
-// the transaction either landed before the fence or never will. Then it
-// looks the transaction up.
-func (d *db) fencedLookup(id string) (uint64, bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	f := &nats.Msg{Subject: d.fenceSubj, Header: nats.Header{}}
-	f.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
-	if _, err := d.js.PublishMsg(ctx, f); err != nil {
-		return 0, false, fmt.Errorf("fence: %w", err)
-	}
-	return d.txLanded(id)
-}
-
-// txLanded reports whether the transaction message carrying id is the
-// stream's last one, and its sequence. With one writer publishing one at
-// a time, a transaction whose answer was lost landed exactly then.
-func (d *db) txLanded(id string) (uint64, bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	last, err := d.st.GetLastMsgForSubject(ctx, d.txPrefix+">")
-	switch {
-	case errors.Is(err, jetstream.ErrMsgNotFound):
-		return 0, false, nil
-	case err != nil:
-		return 0, false, err
-	case last.Header.Get(hdrEnd) == id:
-		return last.Sequence, true, nil
-	}
-	return 0, false, nil
+	d.applyTx(seq, ws, len(logs) > 0)
 }
 
 // applyTx applies a transaction at stream sequence seq to the index and

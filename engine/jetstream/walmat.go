@@ -210,8 +210,10 @@ func (m *materializer) write(keys map[string]struct{}, snap *localkv.Snapshot) e
 		for _, s := range batch {
 			select {
 			case <-s.fut.Ok():
-				if err := d.idx.setPresent(s.key, !s.deleted); err != nil {
-					first = cmp(first, err)
+				if s.deleted {
+					if err := d.idx.setPresent(s.key, false); err != nil {
+						first = cmp(first, err)
+					}
 				}
 			case err := <-s.fut.Err():
 				first = cmp(first, err)
@@ -252,6 +254,16 @@ func (m *materializer) write(keys map[string]struct{}, snap *localkv.Snapshot) e
 			msg.Header.Set(hdrOp, "del")
 			msg.Header.Set(jetstream.MsgTTLHeader, d.tombTTLHeader())
 		} else {
+			// Present before it is sent, not once acknowledged: a value
+			// whose answer is lost (a dropped connection, a timeout) may
+			// have landed, and a key whose subject might hold a value
+			// must get a delete marker when deleted, or the next open
+			// would find the value there once the delete's transaction
+			// was purged.
+			if err := d.idx.setPresent(k, true); err != nil {
+				_ = wait()
+				return fmt.Errorf("jetstream: materialize key: %w", err)
+			}
 			msg.Data = ver.val
 		}
 		fut, err := d.js.PublishMsgAsync(msg)

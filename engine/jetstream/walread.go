@@ -10,7 +10,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 	"github.com/tidemark-io/tidemark/engine"
 )
 
@@ -68,40 +67,6 @@ func (d *db) loadWAL(ctx context.Context) error {
 		}
 		next = after
 	}
-}
-
-// getPage reads up to scanPage messages on subject from sequence from on,
-// none past limit. It returns the sequence after the last one read and
-// whether the stream holds more.
-func (d *db) getPage(ctx context.Context, subject string, from, limit uint64) ([]*jetstream.RawStreamMsg, uint64, bool, error) {
-	rctx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
-	msgs, err := jetstreamext.GetBatch(rctx, d.js, d.name, scanPage,
-		jetstreamext.GetBatchSeq(from), jetstreamext.GetBatchSubject(subject), jetstreamext.GetBatchMaxBytes(maxPayload))
-	if err != nil {
-		return nil, from, false, err
-	}
-	var page []*jetstream.RawStreamMsg
-	more := false
-	for m, err := range msgs {
-		if errors.Is(err, jetstreamext.ErrNoMessages) {
-			break
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				err = ctx.Err()
-			}
-			return nil, from, false, err
-		}
-		if m.Sequence > limit {
-			more = false
-			break
-		}
-		page = append(page, m)
-		from = m.Sequence + 1
-		more = m.Header.Get("Nats-Num-Pending") != "0"
-	}
-	return page, from, more, nil
 }
 
 // lastNumber returns the number in the last message of subj, 0 if none.
