@@ -6,14 +6,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/internal/enginetest"
 	"github.com/tidemark-io/tidemark/internal/tmpfs"
 )
 
@@ -116,24 +119,10 @@ func testDiskFull(t *testing.T, mode engine.SyncMode) {
 
 	check := func(e engine.Engine, when string) {
 		t.Helper()
-		seen := map[string]bool{}
-		err := e.ScanLog(ctx, 0, false, func(en engine.Entry) bool {
-			seen[string(en.Value)] = true
-			return true
-		})
-		if err != nil {
-			t.Fatalf("%s: scan: %v", when, err)
-		}
 		mu.Lock()
-		defer mu.Unlock()
-		for id := range acked {
-			if !seen[id] {
-				t.Errorf("%s: completed commit %s is not in the log", when, id)
-			}
-			if _, err := engine.Get(ctx, e, []byte("k/"+id)); err != nil {
-				t.Errorf("%s: key of completed commit %s: %v", when, id, err)
-			}
-		}
+		ids := slices.Collect(maps.Keys(acked))
+		mu.Unlock()
+		enginetest.CheckCommitted(t, ctx, e, ids, when)
 	}
 	check(e, "after recovery")
 	if err := e.Close(); err != nil {

@@ -6,6 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/internal/enginetest"
 )
 
 // TestDiskFullRecovers fails every write under a running engine the way a
@@ -150,29 +153,10 @@ func testDiskFull(t *testing.T, mode engine.SyncMode) {
 	}
 	check := func(e engine.Engine, when string) {
 		t.Helper()
-		seen := map[string]bool{}
-		var last engine.LogKey
-		err := e.ScanLog(ctx, 0, false, func(en engine.Entry) bool {
-			if en.Key < last {
-				t.Errorf("%s: log key %d after %d", when, en.Key, last)
-			}
-			last = en.Key
-			seen[string(en.Value)] = true
-			return true
-		})
-		if err != nil {
-			t.Fatalf("%s: scan: %v", when, err)
-		}
 		mu.Lock()
-		defer mu.Unlock()
-		for id := range acked {
-			if !seen[id] {
-				t.Errorf("%s: completed commit %s is not in the log", when, id)
-			}
-			if _, err := engine.Get(ctx, e, []byte("k/"+id)); err != nil {
-				t.Errorf("%s: key of completed commit %s: %v", when, id, err)
-			}
-		}
+		ids := slices.Collect(maps.Keys(acked))
+		mu.Unlock()
+		enginetest.CheckCommitted(t, ctx, e, ids, when)
 	}
 	check(e, "after recovery")
 	if err := e.Close(); err != nil {
