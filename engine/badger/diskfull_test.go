@@ -6,10 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -47,24 +45,8 @@ func testDiskFull(t *testing.T, mode engine.SyncMode) {
 	}
 	defer func() { _ = e.Close() }() // the last engine opened; closing twice only errs
 
-	var mu sync.Mutex
-	acked := map[string]bool{}
-	commit := func(id string) error {
-		b := &engine.Batch{}
-		b.Put([]byte("k/"+id), make([]byte, 2000))
-		b.Append([]byte(id))
-		h, err := e.Submit(ctx, b)
-		if err != nil {
-			return err
-		}
-		if _, err := h.Wait(ctx); err != nil {
-			return err
-		}
-		mu.Lock()
-		acked[id] = true
-		mu.Unlock()
-		return nil
-	}
+	c := &enginetest.Committer{E: e, ValueSize: 2000}
+	commit := func(id string) error { return c.Commit(ctx, id) }
 
 	// Four writers until each sees the disk full.
 	var wg sync.WaitGroup
@@ -99,7 +81,7 @@ func testDiskFull(t *testing.T, mode engine.SyncMode) {
 	if err := e.Truncate(ctx, 1); !errors.Is(err, engine.ErrWriteFailed) {
 		t.Fatalf("Truncate on a full disk = %v, want engine.ErrWriteFailed", err)
 	}
-	t.Logf("%d commits completed before the disk filled", len(acked))
+	t.Logf("%d commits completed before the disk filled", len(c.Completed()))
 
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
@@ -119,10 +101,7 @@ func testDiskFull(t *testing.T, mode engine.SyncMode) {
 
 	check := func(e engine.Engine, when string) {
 		t.Helper()
-		mu.Lock()
-		ids := slices.Collect(maps.Keys(acked))
-		mu.Unlock()
-		enginetest.CheckCommitted(t, ctx, e, ids, when)
+		enginetest.CheckCommitted(t, ctx, e, c.Completed(), when)
 	}
 	check(e, "after recovery")
 	if err := e.Close(); err != nil {

@@ -6,11 +6,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"path/filepath"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -48,24 +45,8 @@ func testDiskFull(t *testing.T, mode string) {
 	defer func() { _ = e.Close() }() // the last engine opened; closing twice only errs
 	d := e.(*db)
 
-	var mu sync.Mutex
-	acked := map[string]bool{}
-	commit := func(id string) error {
-		b := &engine.Batch{}
-		b.Put([]byte("k/"+id), make([]byte, 1000))
-		b.Append([]byte(id))
-		h, err := e.Submit(ctx, b)
-		if err != nil {
-			return err
-		}
-		if _, err := h.Wait(ctx); err != nil {
-			return err
-		}
-		mu.Lock()
-		acked[id] = true
-		mu.Unlock()
-		return nil
-	}
+	c := &enginetest.Committer{E: e, ValueSize: 1000}
+	commit := func(id string) error { return c.Commit(ctx, id) }
 	for i := range 500 {
 		if err := commit(fmt.Sprintf("before-%d", i)); err != nil {
 			t.Fatalf("commit before the disk filled: %v", err)
@@ -171,10 +152,7 @@ func testDiskFull(t *testing.T, mode string) {
 
 	check := func(e engine.Engine, when string) {
 		t.Helper()
-		mu.Lock()
-		ids := slices.Collect(maps.Keys(acked))
-		mu.Unlock()
-		enginetest.CheckCommitted(t, ctx, e, ids, when)
+		enginetest.CheckCommitted(t, ctx, e, c.Completed(), when)
 	}
 	check(e, "after recovery")
 	if err := e.Close(); err != nil {

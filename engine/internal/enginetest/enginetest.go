@@ -3,6 +3,9 @@ package enginetest
 
 import (
 	"context"
+	"maps"
+	"slices"
+	"sync"
 
 	"github.com/tidemark-io/tidemark/engine"
 )
@@ -40,4 +43,44 @@ func CheckCommitted(t TB, ctx context.Context, e engine.Engine, ids []string, wh
 			t.Errorf("%s: key of completed commit %s: %v", when, id, err)
 		}
 	}
+}
+
+// Committer commits one key and log entry per id and keeps the ids whose
+// commits completed: what a store must still hold after a failure. It is
+// safe for concurrent use.
+type Committer struct {
+	E         engine.Engine
+	ValueSize int
+
+	mu    sync.Mutex
+	acked map[string]bool
+}
+
+// Commit writes "k/<id>" (ValueSize bytes) and appends id to the log, waits
+// for the commit and, when it completed, records id.
+func (c *Committer) Commit(ctx context.Context, id string) error {
+	b := &engine.Batch{}
+	b.Put([]byte("k/"+id), make([]byte, c.ValueSize))
+	b.Append([]byte(id))
+	h, err := c.E.Submit(ctx, b)
+	if err != nil {
+		return err
+	}
+	if _, err := h.Wait(ctx); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.acked == nil {
+		c.acked = map[string]bool{}
+	}
+	c.acked[id] = true
+	return nil
+}
+
+// Completed returns the ids whose commits completed.
+func (c *Committer) Completed() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Collect(maps.Keys(c.acked))
 }
