@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/mqtt"
+	"github.com/tidemark-io/tidemark/mqtt/mqtttest"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 )
@@ -53,7 +54,7 @@ func (d *fleetDevice) dial(t T, addr string, clean bool) bool {
 	if err != nil {
 		t.Fatalf("%s: dial: %v", d.id, err)
 	}
-	cp := connectPacket(d.id, d.v, false)
+	cp := mqtttest.ConnectPacket(d.id, d.v, false)
 	// A fresh persistent session: 5.0 starts clean with an expiry that
 	// never ends; 3.1.1 has only clean=false.
 	cp.CleanStart = clean && d.v == packet.V5
@@ -73,7 +74,7 @@ func (d *fleetDevice) dial(t T, addr string, clean bool) bool {
 	}
 	ack, ok := p.(*packet.Connack)
 	if !ok || ack.ReasonCode.IsError() {
-		t.Fatalf("%s: got %s, want an accepting CONNACK", d.id, describe(p))
+		t.Fatalf("%s: got %s, want an accepting CONNACK", d.id, mqtttest.Describe(p))
 	}
 	_ = nc.SetReadDeadline(time.Time{})
 	d.mu.Lock()
@@ -233,22 +234,22 @@ func caseFleetRouting(t T, tg Target) {
 				payload := strconv.Itoa(next)
 				if next%2 == 0 {
 					burst = append(burst, pubQoS1(pi, fleetTopic(next), payload))
-					want = append(want, ack{packet.TypePuback, pi})
+					want = append(want, ack{Type: packet.TypePuback, PacketID: pi})
 				} else {
 					burst = append(burst, pubQoS2(pi, fleetTopic(next), payload))
-					want = append(want, ack{packet.TypePubrec, pi})
+					want = append(want, ack{Type: packet.TypePubrec, PacketID: pi})
 					rels = append(rels, pubrel(pi))
-					comps = append(comps, ack{packet.TypePubcomp, pi})
+					comps = append(comps, ack{Type: packet.TypePubcomp, PacketID: pi})
 				}
 				next++
 			}
-			pub.send(burst...)
-			pub.expectSeq(want...)
-			pub.send(rels...)
-			pub.expectSeq(comps...)
+			pub.Send(burst...)
+			pub.ExpectSeq(want...)
+			pub.Send(rels...)
+			pub.ExpectSeq(comps...)
 			n -= k
 		}
-		pub.disconnect()
+		pub.Disconnect()
 	}
 	publish(per)
 	dropped := func(i int) bool { return i%4 == 1 && devs[i].group == "" }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt"
+	"github.com/tidemark-io/tidemark/mqtt/mqtttest"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -66,18 +67,17 @@ func pubrels(from, to int) []packet.Packet {
 func acks(typ packet.Type, from, to int) []ack {
 	var out []ack
 	for i := from; i <= to; i++ {
-		out = append(out, ack{typ, uint16(i)})
+		out = append(out, ack{Type: typ, PacketID: uint16(i)})
 	}
 	return out
 }
 
 // exchange runs one full QoS 2 exchange and checks the responses.
 func exchange(c *rawClient, pi uint16, topic, payload string) {
-	c.t.Helper()
-	c.send(pubQoS2(pi, topic, payload))
-	c.expectSeq(ack{packet.TypePubrec, pi})
-	c.send(pubrel(pi))
-	c.expectSeq(ack{packet.TypePubcomp, pi})
+	c.Send(pubQoS2(pi, topic, payload))
+	c.ExpectSeq(ack{Type: packet.TypePubrec, PacketID: pi})
+	c.Send(pubrel(pi))
+	c.ExpectSeq(ack{Type: packet.TypePubcomp, PacketID: pi})
 }
 
 // caseBurstOrderingExactlyOnce (Q01): 100 QoS 2 PUBLISHes without reading;
@@ -87,12 +87,12 @@ func caseBurstOrderingExactlyOnce(t T, tg Target) {
 	s := startBroker(t, tg, mqtt.Options{})
 	sub := newSubscriber(t, "sub", s.Addr, "q01-sub", packet.V311, "q01/foo", packet.QoS1)
 	pub, _ := connectRaw(t, "pub", s.Addr, "q01-pub", packet.V5, true)
-	pub.send(burstQoS2("q01/foo", "msg-", 1, 100)...)
-	pub.expectSeq(acks(packet.TypePubrec, 1, 100)...)
-	pub.send(pubrels(1, 100)...)
-	pub.expectSeq(acks(packet.TypePubcomp, 1, 100)...)
+	pub.Send(burstQoS2("q01/foo", "msg-", 1, 100)...)
+	pub.ExpectSeq(acks(packet.TypePubrec, 1, 100)...)
+	pub.Send(pubrels(1, 100)...)
+	pub.ExpectSeq(acks(packet.TypePubcomp, 1, 100)...)
 	sub.expectExactly(seqPayloads("msg-", 1, 100)...)
-	pub.silence(quiet)
+	pub.Silence(quiet)
 }
 
 // caseDuplicatePublishDifferentBytes (Q02): three PUBLISHes on one id with
@@ -103,13 +103,13 @@ func caseDuplicatePublishDifferentBytes(t T, tg Target) {
 	s := startBroker(t, tg, mqtt.Options{})
 	sub := newSubscriber(t, "sub", s.Addr, "q02-sub", packet.V5, "q02/foo", packet.QoS2)
 	pub, _ := connectRaw(t, "pub", s.Addr, "q02-pub", packet.V5, true)
-	pub.send(pubQoS2(444, "q02/foo", "data1"), dupOf(pubQoS2(444, "q02/foo", "data2")), pubQoS2(444, "q02/foo", "data3"))
-	pub.expectSeq(ack{packet.TypePubrec, 444}, ack{packet.TypePubrec, 444}, ack{packet.TypePubrec, 444})
-	pub.send(pubrel(444), pubrel(444), pubrel(444))
-	pub.expectSeq(ack{packet.TypePubcomp, 444}, ack{packet.TypePubcomp, 444}, ack{packet.TypePubcomp, 444})
+	pub.Send(pubQoS2(444, "q02/foo", "data1"), dupOf(pubQoS2(444, "q02/foo", "data2")), pubQoS2(444, "q02/foo", "data3"))
+	pub.ExpectSeq(ack{Type: packet.TypePubrec, PacketID: 444}, ack{Type: packet.TypePubrec, PacketID: 444}, ack{Type: packet.TypePubrec, PacketID: 444})
+	pub.Send(pubrel(444), pubrel(444), pubrel(444))
+	pub.ExpectSeq(ack{Type: packet.TypePubcomp, PacketID: 444}, ack{Type: packet.TypePubcomp, PacketID: 444}, ack{Type: packet.TypePubcomp, PacketID: 444})
 	exchange(pub, 444, "q02/foo", "data5")
 	sub.expectExactly("data1", "data5")
-	pub.silence(quiet)
+	pub.Silence(quiet)
 }
 
 // caseRetransmittedPubrelWhileReleaseHeld (Q03): PUBREL retransmitted twice
@@ -124,25 +124,25 @@ func caseRetransmittedPubrelWhileReleaseHeld(t T, tg Target) {
 	sub := newSubscriber(t, "sub", s.Addr, "q03-sub", packet.V311, "q03/foo", packet.QoS2)
 	pub, _ := connectRaw(t, "pub", s.Addr, "q03-pub", packet.V311, false)
 
-	pub.send(pubQoS2(7, "q03/foo", "m7"))
-	pub.expectSeq(ack{packet.TypePubrec, 7})
+	pub.Send(pubQoS2(7, "q03/foo", "m7"))
+	pub.ExpectSeq(ack{Type: packet.TypePubrec, PacketID: 7})
 	release := f.holdAcks(mqtt.KindRelease)
-	pub.send(pubrel(7))
-	pub.send(pubrel(7))
-	pub.send(pubrel(7))
-	pub.silence(quiet) // the held release heads the FIFO
+	pub.Send(pubrel(7))
+	pub.Send(pubrel(7))
+	pub.Send(pubrel(7))
+	pub.Silence(quiet) // the held release heads the FIFO
 	release()
-	pub.expectSeq(ack{packet.TypePubcomp, 7}, ack{packet.TypePubcomp, 7}, ack{packet.TypePubcomp, 7})
+	pub.ExpectSeq(ack{Type: packet.TypePubcomp, PacketID: 7}, ack{Type: packet.TypePubcomp, PacketID: 7}, ack{Type: packet.TypePubcomp, PacketID: 7})
 
-	pub.send(pubQoS2(8, "q03/foo", "m8"))
-	pub.expectSeq(ack{packet.TypePubrec, 8})
+	pub.Send(pubQoS2(8, "q03/foo", "m8"))
+	pub.ExpectSeq(ack{Type: packet.TypePubrec, PacketID: 8})
 	release = f.holdSubmits(mqtt.KindRelease)
-	pub.send(pubrel(8))
+	pub.Send(pubrel(8))
 	f.waitHeld(t, mqtt.KindRelease)
-	pub.send(pubrel(8), pubrel(8))
-	pub.silence(quiet)
+	pub.Send(pubrel(8), pubrel(8))
+	pub.Silence(quiet)
 	release()
-	pub.expectSeq(ack{packet.TypePubcomp, 8}, ack{packet.TypePubcomp, 8}, ack{packet.TypePubcomp, 8})
+	pub.ExpectSeq(ack{Type: packet.TypePubcomp, PacketID: 8}, ack{Type: packet.TypePubcomp, PacketID: 8}, ack{Type: packet.TypePubcomp, PacketID: 8})
 	sub.expectExactly("m7", "m8")
 }
 
@@ -156,13 +156,13 @@ func casePIReuseWithReleaseDelayed(t T, tg Target) {
 	sub := newSubscriber(t, "sub", s.Addr, "q04-sub", packet.V5, "q04/foo", packet.QoS1)
 	pub, _ := connectRaw(t, "pub", s.Addr, "q04-pub", packet.V5, true)
 	for i := 1; i <= 10; i++ {
-		pub.send(pubQoS2(1, "q04/foo", fmt.Sprintf("cycle-%d", i)))
-		rec := pub.expect(packet.TypePubrec, 1)
-		if rc := reasonOf(rec); rc != packet.Success {
+		pub.Send(pubQoS2(1, "q04/foo", fmt.Sprintf("cycle-%d", i)))
+		rec := pub.Expect(packet.TypePubrec, 1)
+		if rc := mqtttest.ReasonOf(rec); rc != packet.Success {
 			t.Fatalf("cycle %d: PUBREC reason %v, want success", i, rc)
 		}
-		pub.send(pubrel(1))
-		if rc := reasonOf(pub.expect(packet.TypePubcomp, 1)); rc != packet.Success {
+		pub.Send(pubrel(1))
+		if rc := mqtttest.ReasonOf(pub.Expect(packet.TypePubcomp, 1)); rc != packet.Success {
 			t.Fatalf("cycle %d: PUBCOMP reason %v, want success", i, rc)
 		}
 	}
@@ -176,17 +176,17 @@ func caseDupPublishAcrossReconnect(t T, tg Target) {
 	s := startBroker(t, tg, mqtt.Options{})
 	sub := newSubscriber(t, "sub", s.Addr, "q05-sub", packet.V5, "q05/foo", packet.QoS2)
 	pub, _ := connectRaw(t, "pub", s.Addr, "q05-pub", packet.V311, false)
-	pub.send(pubQoS2(444, "q05/foo", "data1"))
-	pub.expectSeq(ack{packet.TypePubrec, 444})
-	pub.drop()
+	pub.Send(pubQoS2(444, "q05/foo", "data1"))
+	pub.ExpectSeq(ack{Type: packet.TypePubrec, PacketID: 444})
+	pub.Drop()
 	pub, ackp := connectRaw(t, "pub", s.Addr, "q05-pub", packet.V311, false)
 	if !ackp.SessionPresent {
 		t.Fatalf("session not present after reconnect")
 	}
-	pub.send(dupOf(pubQoS2(444, "q05/foo", "data2")))
-	pub.expectSeq(ack{packet.TypePubrec, 444})
-	pub.send(pubrel(444))
-	pub.expectSeq(ack{packet.TypePubcomp, 444})
+	pub.Send(dupOf(pubQoS2(444, "q05/foo", "data2")))
+	pub.ExpectSeq(ack{Type: packet.TypePubrec, PacketID: 444})
+	pub.Send(pubrel(444))
+	pub.ExpectSeq(ack{Type: packet.TypePubcomp, PacketID: 444})
 	sub.expectExactly("data1")
 }
 
@@ -211,11 +211,11 @@ func caseCloseWithUnreleasedExchanges(t T, tg Target) {
 	s := startBroker(t, tg, mqtt.Options{})
 	sub := newSubscriber(t, "sub", s.Addr, "q09-sub", packet.V311, "q09/foo", packet.QoS1)
 	pub, _ := connectRaw(t, "pub", s.Addr, "q09-pub", packet.V5, false)
-	pub.send(burstQoS2("q09/foo", "msg-", 1, 50)...)
-	pub.expectSeq(acks(packet.TypePubrec, 1, 50)...)
-	pub.send(pubrels(1, 25)...)
-	pub.expectSeq(acks(packet.TypePubcomp, 1, 25)...)
-	pub.drop()
+	pub.Send(burstQoS2("q09/foo", "msg-", 1, 50)...)
+	pub.ExpectSeq(acks(packet.TypePubrec, 1, 50)...)
+	pub.Send(pubrels(1, 25)...)
+	pub.ExpectSeq(acks(packet.TypePubcomp, 1, 25)...)
+	pub.Drop()
 	deadline := time.Now().Add(2 * time.Second)
 	for {
 		online, ok := sessionOnline(t, s.DB(), "q09-pub")
@@ -233,7 +233,7 @@ func caseCloseWithUnreleasedExchanges(t T, tg Target) {
 		t.Fatalf("session not present for the successor")
 	}
 	exchange(pub, 100, "q09/foo", "after")
-	pub.silence(quiet)
+	pub.Silence(quiet)
 	sub.expectExactly(append(seqPayloads("msg-", 1, 25), "after")...)
 }
 
@@ -250,13 +250,13 @@ func caseCorruptStagedSlot(t T, tg Target) {
 	if err := tx.Commit(t.Context()); err != nil {
 		t.Fatalf("write garbage: %v", err)
 	}
-	pub.send(pubrel(5))
-	if !pub.closed(waitFor) {
+	pub.Send(pubrel(5))
+	if !pub.Closed(waitFor) {
 		t.Fatalf("the connection survived a PUBREL of a corrupt staged message")
 	}
-	for _, p := range pub.drain() {
+	for _, p := range pub.Drain() {
 		if p.Type() != packet.TypeDisconnect {
-			t.Fatalf("got %s on the failing connection, want nothing or DISCONNECT", describe(p))
+			t.Fatalf("got %s on the failing connection, want nothing or DISCONNECT", mqtttest.Describe(p))
 		}
 	}
 	deadline := time.Now().Add(2 * time.Second)
@@ -267,13 +267,13 @@ func caseCorruptStagedSlot(t T, tg Target) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	pub, _ = connectRaw(t, "pub", s.Addr, "q10-pub", packet.V5, false)
-	pub.send(pubrel(5))
-	comp := pub.expect(packet.TypePubcomp, 5)
-	if rc := reasonOf(comp); rc != packet.Success && rc != packet.PacketIdentifierNotFound {
+	pub.Send(pubrel(5))
+	comp := pub.Expect(packet.TypePubcomp, 5)
+	if rc := mqtttest.ReasonOf(comp); rc != packet.Success && rc != packet.PacketIdentifierNotFound {
 		t.Fatalf("retried PUBREL: PUBCOMP reason %v", rc)
 	}
-	pub.send(&packet.Pingreq{})
-	pub.expect(packet.TypePingresp, 0)
+	pub.Send(&packet.Pingreq{})
+	pub.Expect(packet.TypePingresp, 0)
 	exchange(pub, 5, "q10/foo", "clean")
 	sub.expectExactly("clean")
 }
@@ -286,15 +286,15 @@ func caseUnknownPubrel(t T, tg Target) {
 	for _, v := range []packet.Version{packet.V5, packet.V311} {
 		id := fmt.Sprintf("q11-pub-%d", v)
 		pub, _ := connectRaw(t, "pub", s.Addr, id, v, true)
-		pub.send(pubrel(321))
-		comp := pub.expect(packet.TypePubcomp, 321)
-		if rc := reasonOf(comp); rc != packet.Success && rc != packet.PacketIdentifierNotFound {
+		pub.Send(pubrel(321))
+		comp := pub.Expect(packet.TypePubcomp, 321)
+		if rc := mqtttest.ReasonOf(comp); rc != packet.Success && rc != packet.PacketIdentifierNotFound {
 			t.Fatalf("%v: PUBCOMP reason %v, want 0 or 0x92", v, rc)
 		}
-		pub.send(&packet.Pingreq{})
-		pub.expect(packet.TypePingresp, 0)
+		pub.Send(&packet.Pingreq{})
+		pub.Expect(packet.TypePingresp, 0)
 		exchange(pub, 321, "q11/foo", fmt.Sprintf("after-%d", v))
-		pub.disconnect()
+		pub.Disconnect()
 	}
 	sub.expectExactly("after-5", "after-4")
 }
@@ -305,12 +305,12 @@ func caseMixedQoSOnOneConnection(t T, tg Target) {
 	s := startBroker(t, tg, mqtt.Options{})
 	sub := newSubscriber(t, "sub", s.Addr, "q14-sub", packet.V5, "q14/#", packet.QoS2)
 	pub, _ := connectRaw(t, "pub", s.Addr, "q14-pub", packet.V5, true)
-	pub.send(pubQoS1(1, "q14/a", "A1"), pubQoS2(2, "q14/b", "B1"), pubQoS1(3, "q14/a", "A2"), pubrel(2),
+	pub.Send(pubQoS1(1, "q14/a", "A1"), pubQoS2(2, "q14/b", "B1"), pubQoS1(3, "q14/a", "A2"), pubrel(2),
 		pubQoS2(4, "q14/b", "B2"), pubQoS1(5, "q14/a", "A3"), pubrel(4))
-	pub.expectSeq(ack{packet.TypePuback, 1}, ack{packet.TypePubrec, 2}, ack{packet.TypePuback, 3}, ack{packet.TypePubcomp, 2},
-		ack{packet.TypePubrec, 4}, ack{packet.TypePuback, 5}, ack{packet.TypePubcomp, 4})
+	pub.ExpectSeq(ack{Type: packet.TypePuback, PacketID: 1}, ack{Type: packet.TypePubrec, PacketID: 2}, ack{Type: packet.TypePuback, PacketID: 3}, ack{Type: packet.TypePubcomp, PacketID: 2},
+		ack{Type: packet.TypePubrec, PacketID: 4}, ack{Type: packet.TypePuback, PacketID: 5}, ack{Type: packet.TypePubcomp, PacketID: 4})
 	sub.expectExactly("A1", "A2", "B1", "A3", "B2")
-	pub.silence(quiet)
+	pub.Silence(quiet)
 }
 
 // caseCleanStartDiscardsInboundState (Q17): a clean start discards the
@@ -320,12 +320,12 @@ func caseCleanStartDiscardsInboundState(t T, tg Target) {
 	s := startBroker(t, tg, mqtt.Options{})
 	sub := newSubscriber(t, "sub", s.Addr, "q17-sub", packet.V311, "q17/foo", packet.QoS2)
 	pub, _ := connectRaw(t, "pub", s.Addr, "q17-pub", packet.V5, false)
-	pub.send(pubQoS2(3, "q17/foo", "staged"))
-	pub.expectSeq(ack{packet.TypePubrec, 3})
+	pub.Send(pubQoS2(3, "q17/foo", "staged"))
+	pub.ExpectSeq(ack{Type: packet.TypePubrec, PacketID: 3})
 	if stagedAbsent(t, s.DB(), "q17-pub", 3) {
 		t.Fatalf("the PUBREC came before the message was staged")
 	}
-	pub.drop()
+	pub.Drop()
 	pub, ackp := connectRaw(t, "pub", s.Addr, "q17-pub", packet.V5, true)
 	if ackp.SessionPresent {
 		t.Fatalf("clean start reported a session present")
@@ -333,8 +333,8 @@ func caseCleanStartDiscardsInboundState(t T, tg Target) {
 	if !stagedAbsent(t, s.DB(), "q17-pub", 3) {
 		t.Fatalf("clean start kept the staged message")
 	}
-	pub.send(pubrel(3))
-	if rc := reasonOf(pub.expect(packet.TypePubcomp, 3)); rc != packet.PacketIdentifierNotFound && rc != packet.Success {
+	pub.Send(pubrel(3))
+	if rc := mqtttest.ReasonOf(pub.Expect(packet.TypePubcomp, 3)); rc != packet.PacketIdentifierNotFound && rc != packet.Success {
 		t.Fatalf("PUBCOMP reason %v", rc)
 	}
 	sub.waitN(0)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/mqtt"
+	"github.com/tidemark-io/tidemark/mqtt/mqtttest"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 )
 
@@ -56,8 +57,8 @@ func caseCrashBetweenPubrecAndPubrel(t T, tg Target) {
 	b := startBrokerChild(t, tg, dir, brokerArgs{Kill: mqtt.PointPubrecSent, KillClient: "q06-pub", KillPI: 9})
 	subs := newQoSSubs(t, b.Addr, "q06", "q06/foo")
 	pub, _ := connectRaw(t, "pub", b.Addr, "q06-pub", packet.V5, false)
-	pub.send(&packet.Publish{Topic: "q06/foo", PacketID: 9, QoS: packet.QoS2, Retain: true, Payload: []byte("m9")})
-	pub.expect(packet.TypePubrec, 9)
+	pub.Send(&packet.Publish{Topic: "q06/foo", PacketID: 9, QoS: packet.QoS2, Retain: true, Payload: []byte("m9")})
+	pub.Expect(packet.TypePubrec, 9)
 	b.waitKilledItself()
 
 	b = b.restart(tg, brokerArgs{})
@@ -66,8 +67,8 @@ func caseCrashBetweenPubrecAndPubrel(t T, tg Target) {
 	if !ackp.SessionPresent {
 		t.Fatalf("publisher's session lost in the crash")
 	}
-	pub.send(pubrel(9))
-	if rc := reasonOf(pub.expect(packet.TypePubcomp, 9)); rc != packet.Success {
+	pub.Send(pubrel(9))
+	if rc := mqtttest.ReasonOf(pub.Expect(packet.TypePubcomp, 9)); rc != packet.Success {
 		t.Fatalf("PUBCOMP after the crash: reason %v, want success (the staged message was released)", rc)
 	}
 	for q, sub := range subs {
@@ -129,8 +130,8 @@ func caseCrashBetweenPubrelAndPubcomp(t T, tg Target) {
 			if !ackp.SessionPresent {
 				t.Fatalf("run %d: publisher's session lost", i)
 			}
-			pub.send(pubrel(runs[i-1].pi))
-			pub.expect(packet.TypePubcomp, runs[i-1].pi)
+			pub.Send(pubrel(runs[i-1].pi))
+			pub.Expect(packet.TypePubcomp, runs[i-1].pi)
 			// Let the QoS 1 and 2 subscribers take and acknowledge the
 			// earlier runs, and their checkpoints persist, before the
 			// next kill: redeliveries after a kill then come only from
@@ -139,9 +140,9 @@ func caseCrashBetweenPubrelAndPubcomp(t T, tg Target) {
 			subs[2].waitTook(seqPayloads("run-", 0, i-1)...)
 			time.Sleep(250 * time.Millisecond)
 		}
-		pub.send(pubQoS2(r.pi, "q07/foo", payload(i)))
-		pub.expect(packet.TypePubrec, r.pi)
-		pub.send(pubrel(r.pi))
+		pub.Send(pubQoS2(r.pi, "q07/foo", payload(i)))
+		pub.Expect(packet.TypePubrec, r.pi)
+		pub.Send(pubrel(r.pi))
 		if r.point != "" {
 			b.waitKilledItself()
 		} else {
@@ -157,8 +158,8 @@ func caseCrashBetweenPubrelAndPubcomp(t T, tg Target) {
 	}
 	pub, _ := connectRaw(t, "pub", b.Addr, "q07-pub", packet.V5, false)
 	last := runs[len(runs)-1].pi
-	pub.send(pubrel(last))
-	pub.expect(packet.TypePubcomp, last)
+	pub.Send(pubrel(last))
+	pub.Expect(packet.TypePubcomp, last)
 
 	want := seqPayloads("run-", 0, len(runs)-1)
 	subs[2].waitN(len(want))
@@ -189,13 +190,13 @@ func caseCrashBetweenPubrelAndPubcomp(t T, tg Target) {
 // PUBLISH; it returns it.
 func expectPublishWithin(t T, c *rawClient, d time.Duration, what string) *packet.Publish {
 	t.Helper()
-	p, ok := c.next(d)
+	p, ok := c.Next(d)
 	if !ok {
 		t.Fatalf("%s: nothing within %v", what, d)
 	}
 	pub, ok := p.(*packet.Publish)
 	if !ok {
-		t.Fatalf("%s: got %s, want PUBLISH", what, describe(p))
+		t.Fatalf("%s: got %s, want PUBLISH", what, mqtttest.Describe(p))
 	}
 	return pub
 }
@@ -205,11 +206,11 @@ func expectPublishWithin(t T, c *rawClient, d time.Duration, what string) *packe
 func rawSubscribe(t T, addr, id, filter string) *rawClient {
 	t.Helper()
 	c := dialRaw(t, id, addr, packet.V5)
-	cp := connectPacket(id, packet.V5, false)
+	cp := mqtttest.ConnectPacket(id, packet.V5, false)
 	cp.CleanStart = true
-	c.connect(cp)
-	c.send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: filter, QoS: packet.QoS2}}})
-	c.expect(packet.TypeSuback, 1)
+	c.Connect(cp)
+	c.Send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: filter, QoS: packet.QoS2}}})
+	c.Expect(packet.TypeSuback, 1)
 	return c
 }
 
@@ -225,25 +226,25 @@ func caseOutboundCrashAfterSubscriberPubrec(t T, tg Target) {
 	s := rawSubscribe(t, b.Addr, "q18-sub", "q18/foo")
 	pub, _ := connectRaw(t, "pub", b.Addr, "q18-pub", packet.V311, true)
 	exchange(pub, 1, "q18/foo", "m18")
-	p := s.expect(packet.TypePublish, 0).(*packet.Publish)
+	p := s.Expect(packet.TypePublish, 0).(*packet.Publish)
 	if string(p.Payload) != "m18" || p.QoS != packet.QoS2 {
-		t.Fatalf("subscriber got %s", describe(p))
+		t.Fatalf("subscriber got %s", mqtttest.Describe(p))
 	}
-	s.send(&packet.Pubrec{PacketID: p.PacketID})
-	s.expect(packet.TypePubrel, p.PacketID)
+	s.Send(&packet.Pubrec{PacketID: p.PacketID})
+	s.Expect(packet.TypePubrel, p.PacketID)
 	b.kill()
 
 	b = b.restart(tg, brokerArgs{})
 	s = dialRaw(t, "q18-sub", b.Addr, packet.V5)
-	if ack := s.connect(connectPacket("q18-sub", packet.V5, false)); !ack.SessionPresent {
+	if ack := s.Connect(mqtttest.ConnectPacket("q18-sub", packet.V5, false)); !ack.SessionPresent {
 		t.Fatalf("subscriber's session lost")
 	}
-	rel, ok := s.next(time.Second)
-	if !ok || rel.Type() != packet.TypePubrel || packetID(rel) != p.PacketID {
-		t.Fatalf("after the restart got %s within 1 s, want PUBREL %d", describe(rel), p.PacketID)
+	rel, ok := s.Next(time.Second)
+	if !ok || rel.Type() != packet.TypePubrel || mqtttest.PacketID(rel) != p.PacketID {
+		t.Fatalf("after the restart got %s within 1 s, want PUBREL %d", mqtttest.Describe(rel), p.PacketID)
 	}
-	s.send(&packet.Pubcomp{PacketID: p.PacketID})
-	s.silence(time.Second)
+	s.Send(&packet.Pubcomp{PacketID: p.PacketID})
+	s.Silence(time.Second)
 
 	// The completed exchange stays completed: a second message flows,
 	// and neither comes back on a reconnect.
@@ -251,10 +252,10 @@ func caseOutboundCrashAfterSubscriberPubrec(t T, tg Target) {
 	exchange(pub, 2, "q18/foo", "second")
 	receiveQoS2(t, s, "second")
 	time.Sleep(quiet) // let the checkpoint move
-	s.disconnect()
+	s.Disconnect()
 	s = dialRaw(t, "q18-sub", b.Addr, packet.V5)
-	s.connect(connectPacket("q18-sub", packet.V5, false))
-	s.silence(time.Second)
+	s.Connect(mqtttest.ConnectPacket("q18-sub", packet.V5, false))
+	s.Silence(time.Second)
 
 	// Killed right after a PUBCOMP, before the end of that exchange need
 	// be stored: the resumed session may get that PUBREL once more (as if
@@ -265,28 +266,28 @@ func caseOutboundCrashAfterSubscriberPubrec(t T, tg Target) {
 	b.kill()
 	b = b.restart(tg, brokerArgs{})
 	s = dialRaw(t, "q18-sub", b.Addr, packet.V5)
-	s.connect(connectPacket("q18-sub", packet.V5, false))
-	if again, ok := s.next(time.Second); ok {
-		if again.Type() != packet.TypePubrel || packetID(again) != p3.PacketID {
-			t.Fatalf("after a kill following PUBCOMP %d got %s, want nothing or that PUBREL", p3.PacketID, describe(again))
+	s.Connect(mqtttest.ConnectPacket("q18-sub", packet.V5, false))
+	if again, ok := s.Next(time.Second); ok {
+		if again.Type() != packet.TypePubrel || mqtttest.PacketID(again) != p3.PacketID {
+			t.Fatalf("after a kill following PUBCOMP %d got %s, want nothing or that PUBREL", p3.PacketID, mqtttest.Describe(again))
 		}
-		s.send(&packet.Pubcomp{PacketID: p3.PacketID})
+		s.Send(&packet.Pubcomp{PacketID: p3.PacketID})
 		t.Logf("PUBREL %d sent again after the kill", p3.PacketID)
 	}
-	s.silence(time.Second)
+	s.Silence(time.Second)
 }
 
 // receiveQoS2 takes the next PUBLISH on s, checks its payload, and runs
 // the subscriber's side of the exchange to PUBCOMP.
 func receiveQoS2(t T, s *rawClient, payload string) *packet.Publish {
 	t.Helper()
-	p := s.expect(packet.TypePublish, 0).(*packet.Publish)
+	p := s.Expect(packet.TypePublish, 0).(*packet.Publish)
 	if string(p.Payload) != payload {
-		t.Fatalf("got %s, want the message %q", describe(p), payload)
+		t.Fatalf("got %s, want the message %q", mqtttest.Describe(p), payload)
 	}
-	s.send(&packet.Pubrec{PacketID: p.PacketID})
-	s.expect(packet.TypePubrel, p.PacketID)
-	s.send(&packet.Pubcomp{PacketID: p.PacketID})
+	s.Send(&packet.Pubrec{PacketID: p.PacketID})
+	s.Expect(packet.TypePubrel, p.PacketID)
+	s.Send(&packet.Pubcomp{PacketID: p.PacketID})
 	return p
 }
 
@@ -300,27 +301,27 @@ func caseOutboundResendBeforePubrec(t T, tg Target) {
 	s := rawSubscribe(t, b.Addr, "q19-sub", "q19/foo")
 	pub, _ := connectRaw(t, "pub", b.Addr, "q19-pub", packet.V5, true)
 	exchange(pub, 1, "q19/foo", "m19")
-	p := s.expect(packet.TypePublish, 0).(*packet.Publish)
+	p := s.Expect(packet.TypePublish, 0).(*packet.Publish)
 	if string(p.Payload) != "m19" || p.Dup {
-		t.Fatalf("first delivery %s", describe(p))
+		t.Fatalf("first delivery %s", mqtttest.Describe(p))
 	}
 	resume := func(what string) {
 		s = dialRaw(t, "q19-sub", b.Addr, packet.V5)
-		if ack := s.connect(connectPacket("q19-sub", packet.V5, false)); !ack.SessionPresent {
+		if ack := s.Connect(mqtttest.ConnectPacket("q19-sub", packet.V5, false)); !ack.SessionPresent {
 			t.Fatalf("%s: session lost", what)
 		}
 		again := expectPublishWithin(t, s, time.Second, what)
 		if !again.Dup || again.PacketID != p.PacketID || string(again.Payload) != "m19" || again.QoS != packet.QoS2 {
-			t.Fatalf("%s: got %s, want the PUBLISH again with DUP=1 and packet id %d", what, describe(again), p.PacketID)
+			t.Fatalf("%s: got %s, want the PUBLISH again with DUP=1 and packet id %d", what, mqtttest.Describe(again), p.PacketID)
 		}
 	}
-	s.drop()
+	s.Drop()
 	resume("after a reconnect")
 	b.kill()
 	b = b.restart(tg, brokerArgs{})
 	resume("after a broker kill")
-	s.send(&packet.Pubrec{PacketID: p.PacketID})
-	s.expect(packet.TypePubrel, p.PacketID)
-	s.send(&packet.Pubcomp{PacketID: p.PacketID})
-	s.silence(time.Second)
+	s.Send(&packet.Pubrec{PacketID: p.PacketID})
+	s.Expect(packet.TypePubrel, p.PacketID)
+	s.Send(&packet.Pubcomp{PacketID: p.PacketID})
+	s.Silence(time.Second)
 }

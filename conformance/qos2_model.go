@@ -9,6 +9,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/prop"
 	"github.com/tidemark-io/tidemark/mqtt"
+	"github.com/tidemark-io/tidemark/mqtt/mqtttest"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -81,7 +82,7 @@ func (m *q20model) apply(op q20op, v packet.Version) ack {
 			}
 			m.pending[pi] = true
 		}
-		return ack{packet.TypePubrec, pi}
+		return ack{Type: packet.TypePubrec, PacketID: pi}
 	}
 	switch {
 	case m.released[pi]:
@@ -93,20 +94,20 @@ func (m *q20model) apply(op q20op, v packet.Version) ack {
 	default:
 		delete(m.pending, pi)
 		if v == packet.V5 {
-			return ack{packet.TypePubcomp, pi | 0x8000} // 0x92: see matches
+			return ack{Type: packet.TypePubcomp, PacketID: pi | 0x8000} // 0x92: see matches
 		}
 	}
-	return ack{packet.TypePubcomp, pi}
+	return ack{Type: packet.TypePubcomp, PacketID: pi}
 }
 
 // matches checks a response against the model's; the 0x8000 bit of the
 // expected id means reason 0x92.
-func (a ack) matches(p packet.Packet) bool {
+func ackMatches(a ack, p packet.Packet) bool {
 	rc := packet.Success
-	if a.pi&0x8000 != 0 {
+	if a.PacketID&0x8000 != 0 {
 		rc = packet.PacketIdentifierNotFound
 	}
-	return p.Type() == a.typ && packetID(p) == a.pi&0x7fff && reasonOf(p) == rc
+	return p.Type() == a.Type && mqtttest.PacketID(p) == a.PacketID&0x7fff && mqtttest.ReasonOf(p) == rc
 }
 
 func (op q20op) packet() packet.Packet {
@@ -160,10 +161,10 @@ func casePropertyRandomQoS2Sequences(t T, tg Target) {
 		connect := func(clean bool) *rawClient {
 			node = rt.IntRange(0, 1, "node")
 			c := dialRaw(t, client, nodes[node], v)
-			cp := connectPacket(client, v, false)
+			cp := mqtttest.ConnectPacket(client, v, false)
 			clean = clean && v == packet.V5
 			cp.CleanStart = clean
-			c.connect(cp)
+			c.Connect(cp)
 			m.newConn()
 			if clean {
 				m.slot = map[uint16]string{}
@@ -204,7 +205,7 @@ func casePropertyRandomQoS2Sequences(t T, tg Target) {
 				}
 				ps = append(ps, p)
 			}
-			c.send(ps...)
+			c.Send(ps...)
 		}
 		steps := rt.IntRange(1, 5, "steps")
 		for range steps {
@@ -215,33 +216,33 @@ func casePropertyRandomQoS2Sequences(t T, tg Target) {
 				send(ops)
 				for i, op := range ops {
 					want := m.apply(op, v)
-					p := c.read("response")
-					if !want.matches(p) {
-						rt.Fatalf("response %d of %d to %+v: got %s, want %v %d (bit 15: 0x92)", i+1, len(ops), op, describe(p), want.typ, want.pi)
+					p := c.Read("response")
+					if !ackMatches(want, p) {
+						rt.Fatalf("response %d of %d to %+v: got %s, want %v %d (bit 15: 0x92)", i+1, len(ops), op, mqtttest.Describe(p), want.Type, want.PacketID)
 					}
 				}
 			case kind == 6: // a burst cut off by an abrupt drop
 				stats[1]++
 				ops := burst()
 				send(ops)
-				c.drop()
+				c.Drop()
 				// The node's own tables have its writes in commit order.
 				m = q20Resolve(rt, t, dbs[node], client, m, ops, v, took)
 				c = connect(false)
 			case kind == 7: // drop and reconnect, possibly to the other node
 				stats[2]++
-				c.drop()
+				c.Drop()
 				c = connect(rt.IntRange(0, 5, "clean") == 0)
 			case kind >= 8: // a second connection takes the session over
 				stats[3]++
 				old := c
 				c = connect(false)
-				if !old.closed(waitFor) {
+				if !old.Closed(waitFor) {
 					rt.Fatalf("the taken-over connection stayed open")
 				}
 			}
 		}
-		c.disconnect()
+		c.Disconnect()
 		expected[topic] = m.delivered
 		deadline := time.Now().Add(waitFor)
 		for len(took()) < len(m.delivered) && time.Now().Before(deadline) {

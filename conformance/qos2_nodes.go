@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/mqtt"
+	"github.com/tidemark-io/tidemark/mqtt/mqtttest"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 )
 
@@ -32,36 +33,36 @@ func caseRetriedPubrelOnAnotherNode(t T, tg Target) {
 
 	pub, _ := connectRaw(t, "pub@A", a.Addr, "q08-pub", packet.V5, false)
 	release := fa.holdSubmits(mqtt.KindRelease)
-	pub.send(pubQoS2(1, "q08/a", "held-before-commit"), pubrel(1))
+	pub.Send(pubQoS2(1, "q08/a", "held-before-commit"), pubrel(1))
 	fa.waitHeld(t, mqtt.KindRelease)
-	pub.drop()
+	pub.Drop()
 	pub, ackp := connectRaw(t, "pub@B", bAddr, "q08-pub", packet.V5, false)
 	if !ackp.SessionPresent {
 		t.Fatalf("session not present on node B")
 	}
-	pub.send(pubrel(1))
-	if rc := reasonOf(pub.expect(packet.TypePubcomp, 1)); rc != packet.Success {
+	pub.Send(pubrel(1))
+	if rc := mqtttest.ReasonOf(pub.Expect(packet.TypePubcomp, 1)); rc != packet.Success {
 		t.Fatalf("PUBCOMP from B: reason %v, want success (B released the staged message)", rc)
 	}
 	release()
 	subA.expectExactly("held-before-commit")
 	subB.expectExactly("held-before-commit")
-	pub.silence(quiet)
-	pub.disconnect()
+	pub.Silence(quiet)
+	pub.Disconnect()
 
 	pub, _ = connectRaw(t, "pub@A", a.Addr, "q08-pub", packet.V5, false)
 	release = fa.holdAcks(mqtt.KindRelease)
-	pub.send(pubQoS2(2, "q08/b", "held-after-commit"), pubrel(2))
-	pub.expect(packet.TypePubrec, 2)
+	pub.Send(pubQoS2(2, "q08/b", "held-after-commit"), pubrel(2))
+	pub.Expect(packet.TypePubrec, 2)
 	subA.waitTook("held-after-commit") // committed, its PUBCOMP held
-	pub.drop()
+	pub.Drop()
 	pub, _ = connectRaw(t, "pub@B", bAddr, "q08-pub", packet.V5, false)
-	pub.send(pubrel(2))
-	if rc := reasonOf(pub.expect(packet.TypePubcomp, 2)); rc != packet.PacketIdentifierNotFound {
+	pub.Send(pubrel(2))
+	if rc := mqtttest.ReasonOf(pub.Expect(packet.TypePubcomp, 2)); rc != packet.PacketIdentifierNotFound {
 		t.Fatalf("PUBCOMP from B: reason %v, want 0x92 (released on A already)", rc)
 	}
 	release()
-	pub.silence(quiet)
+	pub.Silence(quiet)
 	subA.expectExactly("held-before-commit", "held-after-commit")
 	subB.expectExactly("held-before-commit", "held-after-commit")
 }
@@ -80,30 +81,30 @@ func caseSessionTakeoverWithExchangesInFlight(t T, tg Target) {
 	subB := newSubscriber(t, "subB", bAddr, "q16-subB", packet.V311, "q16/#", packet.QoS1)
 
 	c1, _ := connectRaw(t, "C@A", a.Addr, "q16-c", packet.V5, false)
-	c1.send(burstQoS2("q16/x", "msg-", 1, 30)...)
-	c1.expectSeq(acks(packet.TypePubrec, 1, 30)...)
+	c1.Send(burstQoS2("q16/x", "msg-", 1, 30)...)
+	c1.ExpectSeq(acks(packet.TypePubrec, 1, 30)...)
 	release := fa.holdAcks(mqtt.KindRelease)
 	defer release()
-	c1.send(pubrels(21, 30)...)
+	c1.Send(pubrels(21, 30)...)
 	subA.waitTook(seqPayloads("msg-", 21, 30)...) // released, PUBCOMPs held
 
 	c2 := dialRaw(t, "C@B", bAddr, packet.V5)
-	ack := c2.connect(connectPacket("q16-c", packet.V5, false))
+	ack := c2.Connect(mqtttest.ConnectPacket("q16-c", packet.V5, false))
 	connacked := time.Now()
 	if !ack.SessionPresent {
 		t.Fatalf("session not present on node B")
 	}
-	if !c1.closed(100 * time.Millisecond) {
+	if !c1.Closed(100 * time.Millisecond) {
 		t.Fatalf("A's connection was still open when B's CONNACK arrived")
 	}
-	if c1.closedAt.After(connacked) {
-		t.Fatalf("A's connection closed %v after B's CONNACK", c1.closedAt.Sub(connacked))
+	if c1.ClosedAt().After(connacked) {
+		t.Fatalf("A's connection closed %v after B's CONNACK", c1.ClosedAt().Sub(connacked))
 	}
 	var got []string
-	for _, p := range c1.drain() {
-		got = append(got, describe(p))
+	for _, p := range c1.Drain() {
+		got = append(got, mqtttest.Describe(p))
 	}
-	if !slices.Equal(got, []string{describe(&packet.Disconnect{ReasonCode: packet.SessionTakenOver})}) {
+	if !slices.Equal(got, []string{mqtttest.Describe(&packet.Disconnect{ReasonCode: packet.SessionTakenOver})}) {
 		t.Fatalf("A's connection got %v after the takeover, want only DISCONNECT 0x8E", got)
 	}
 	release()
@@ -112,11 +113,11 @@ func caseSessionTakeoverWithExchangesInFlight(t T, tg Target) {
 	for _, p := range burstQoS2("q16/x", "msg-", 1, 20) {
 		resend = append(resend, dupOf(p.(*packet.Publish)))
 	}
-	c2.send(resend...)
-	c2.expectSeq(acks(packet.TypePubrec, 1, 20)...)
-	c2.send(pubrels(1, 30)...)
-	c2.expectSeq(acks(packet.TypePubcomp, 1, 30)...)
-	c2.silence(quiet)
+	c2.Send(resend...)
+	c2.ExpectSeq(acks(packet.TypePubrec, 1, 20)...)
+	c2.Send(pubrels(1, 30)...)
+	c2.ExpectSeq(acks(packet.TypePubcomp, 1, 30)...)
+	c2.Silence(quiet)
 	want := append(seqPayloads("msg-", 21, 30), seqPayloads("msg-", 1, 20)...)
 	subA.expectExactly(want...)
 	subB.expectExactly(want...)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/internal/prop"
 	"github.com/tidemark-io/tidemark/mqtt"
+	"github.com/tidemark-io/tidemark/mqtt/mqtttest"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 )
 
@@ -33,12 +34,12 @@ func caseWindowFullWithStalledStore(t T, tg Target) {
 	sub := newSubscriber(t, "sub", s.Addr, "q12-sub", packet.V311, "q12/foo", packet.QoS1)
 	release := f.holdAcks(mqtt.KindStage)
 	pub, _ := connectRaw(t, "pub", s.Addr, "q12-pub", packet.V311, false)
-	go func() { _ = pub.trySend(burstQoS2("q12/foo", "msg-", 1, n)...) }()
-	if !pub.closed(waitFor) {
+	go func() { _ = pub.TrySend(burstQoS2("q12/foo", "msg-", 1, n)...) }()
+	if !pub.Closed(waitFor) {
 		t.Fatalf("the connection survived a store stalled past the store timeout")
 	}
-	for _, p := range pub.drain() {
-		t.Fatalf("got %s from a stalled pipeline", describe(p))
+	for _, p := range pub.Drain() {
+		t.Fatalf("got %s from a stalled pipeline", mqtttest.Describe(p))
 	}
 	if staged := f.submitted(mqtt.KindStage); staged > window+1 || staged < window {
 		t.Fatalf("the broker staged %d of %d PUBLISHes with its pipeline stalled, want it to stop after the window of %d", staged, n, window)
@@ -50,10 +51,10 @@ func caseWindowFullWithStalledStore(t T, tg Target) {
 	for _, p := range burstQoS2("q12/foo", "msg-", 1, n) {
 		resend = append(resend, dupOf(p.(*packet.Publish)))
 	}
-	pub.send(resend...)
-	pub.expectSeq(acks(packet.TypePubrec, 1, n)...)
-	pub.send(pubrels(1, n)...)
-	pub.expectSeq(acks(packet.TypePubcomp, 1, n)...)
+	pub.Send(resend...)
+	pub.ExpectSeq(acks(packet.TypePubrec, 1, n)...)
+	pub.Send(pubrels(1, n)...)
+	pub.ExpectSeq(acks(packet.TypePubcomp, 1, n)...)
 	sub.expectExactly(seqPayloads("msg-", 1, n)...)
 }
 
@@ -76,10 +77,10 @@ func caseCopyCapExceeded(t T, tg Target) {
 	for i := 1; i <= n; i++ {
 		burst = append(burst, pubQoS2(uint16(i), "q13/foo", payload(i)))
 	}
-	pub.send(burst...)
-	pub.expectSeq(acks(packet.TypePubrec, 1, n)...)
-	pub.send(pubrels(1, n)...)
-	pub.expectSeq(acks(packet.TypePubcomp, 1, n)...)
+	pub.Send(burst...)
+	pub.ExpectSeq(acks(packet.TypePubrec, 1, n)...)
+	pub.Send(pubrels(1, n)...)
+	pub.ExpectSeq(acks(packet.TypePubcomp, 1, n)...)
 	var want []string
 	for i := 1; i <= n; i++ {
 		want = append(want, payload(i))
@@ -134,35 +135,35 @@ func caseStoreErrorMidBurst(t T, tg Target) {
 			}
 			p.Dup = dup
 			ps = append(ps, p)
-			want = append(want, ack{typ, uint16(i)})
+			want = append(want, ack{Type: typ, PacketID: uint16(i)})
 		}
 		return ps, want
 	}
 	pub, _ := connectRaw(t, "pub", s.Addr, "q15-pub", packet.V5, false)
 	ps, want := burst(false)
-	pub.send(ps...)
-	pub.expectSeq(want[:failAt-1]...)
-	if !pub.closed(waitFor) {
+	pub.Send(ps...)
+	pub.ExpectSeq(want[:failAt-1]...)
+	if !pub.Closed(waitFor) {
 		t.Fatalf("the connection survived a failed store")
 	}
-	for _, p := range pub.drain() {
+	for _, p := range pub.Drain() {
 		if p.Type() != packet.TypeDisconnect {
-			t.Fatalf("got %s after the failed store", describe(p))
+			t.Fatalf("got %s after the failed store", mqtttest.Describe(p))
 		}
 	}
 
 	pub, _ = connectRaw(t, "pub", s.Addr, "q15-pub", packet.V5, false)
 	ps, want = burst(true)
-	pub.send(ps...)
-	pub.expectSeq(want...)
+	pub.Send(ps...)
+	pub.ExpectSeq(want...)
 	var rels []packet.Packet
 	var comps []ack
 	for i := 2; i <= n; i += 2 {
 		rels = append(rels, pubrel(uint16(i)))
-		comps = append(comps, ack{packet.TypePubcomp, uint16(i)})
+		comps = append(comps, ack{Type: packet.TypePubcomp, PacketID: uint16(i)})
 	}
-	pub.send(rels...)
-	pub.expectSeq(comps...)
+	pub.Send(rels...)
+	pub.ExpectSeq(comps...)
 	sub.waitTook(seqPayloads("m", 1, n)...)
 	time.Sleep(quiet)
 	got := countPayloads(sub.deliveries())
@@ -240,29 +241,29 @@ func casePropertyQoS1Pipeline(t T, tg Target) {
 			ps = append(ps, pubQoS1(uint16(i), topic, fmt.Sprintf("%s/%d", client, i)))
 		}
 		if closeAfter > 0 {
-			pub.send(ps[:closeAfter]...)
+			pub.Send(ps[:closeAfter]...)
 			time.Sleep(time.Duration(rt.IntRange(0, 2000, "close delay us")) * time.Microsecond)
-			pub.drop()
+			pub.Drop()
 		} else {
-			pub.send(ps...)
+			pub.Send(ps...)
 			last := n
 			if fail > 0 {
 				last = fail - 1
 			}
-			pub.expectSeq(acks(packet.TypePuback, 1, last)...)
-			if fail > 0 && !pub.closed(waitFor) {
+			pub.ExpectSeq(acks(packet.TypePuback, 1, last)...)
+			if fail > 0 && !pub.Closed(waitFor) {
 				rt.Fatalf("connection survived the failed store %d", fail)
 			}
 		}
 		var acked []int
-		for _, p := range pub.drain() {
+		for _, p := range pub.Drain() {
 			if p.Type() == packet.TypeDisconnect {
 				continue
 			}
 			if p.Type() != packet.TypePuback {
-				rt.Fatalf("got %s", describe(p))
+				rt.Fatalf("got %s", mqtttest.Describe(p))
 			}
-			acked = append(acked, int(packetID(p)))
+			acked = append(acked, int(mqtttest.PacketID(p)))
 		}
 		// acked holds what came after the expected prefix (closed runs:
 		// everything); either way it must continue the PUBLISH order and
@@ -287,7 +288,7 @@ func casePropertyQoS1Pipeline(t T, tg Target) {
 			want = append(want, fmt.Sprintf("%s/%d", client, i))
 		}
 		sub.waitTook(want...)
-		pub.drop()
+		pub.Drop()
 		got := sub.payloads()
 		for _, w := range want {
 			if !slices.Contains(got, w) {

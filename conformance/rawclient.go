@@ -1,14 +1,13 @@
 package conformance
 
 import (
-	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/tidemark-io/tidemark/mqtt/mqtttest"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 )
 
@@ -27,307 +26,25 @@ const (
 	quiet   = 300 * time.Millisecond
 )
 
-// rawClient is one client connection.
-type rawClient struct {
-	t    T
-	name string
-	v    packet.Version
-	nc   net.Conn
+// rawClient is the suites' packet-level client (mqtttest.Raw).
+type rawClient = mqtttest.Raw
 
-	wmu sync.Mutex
-	in  chan packet.Packet
-
-	done     chan struct{} // closed when the reader ends
-	endErr   error         // why it ended; read after done
-	closedAt time.Time
-}
+// ack names an expected response by type and packet identifier.
+type ack = mqtttest.Ack
 
 // dialRaw connects to addr and speaks protocol level v.
 func dialRaw(t T, name, addr string, v packet.Version) *rawClient {
 	t.Helper()
-	c, err := tryDialRaw(t, name, addr, v)
-	if err != nil {
-		t.Fatalf("%s: dial %s: %v", name, addr, err)
-	}
+	c := mqtttest.DialRaw(t, name, addr, v)
+	c.Wait = waitFor
 	return c
-}
-
-func tryDialRaw(t T, name, addr string, v packet.Version) (*rawClient, error) {
-	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
-	if err != nil {
-		return nil, err
-	}
-	c := &rawClient{t: t, name: name, v: v, nc: nc, in: make(chan packet.Packet, 1<<16), done: make(chan struct{})}
-	go c.readLoop()
-	t.Cleanup(func() { _ = c.nc.Close() })
-	return c, nil
-}
-
-func (c *rawClient) readLoop() {
-	defer close(c.done)
-	rd := packet.NewReader(c.nc, packet.MaxPacketSize)
-	rd.SetVersion(c.v)
-	for {
-		p, err := rd.ReadPacket()
-		if err != nil {
-			c.endErr, c.closedAt = err, time.Now()
-			return
-		}
-		if pub, ok := p.(*packet.Publish); ok {
-			p = clonePublish(pub)
-			pub.Release()
-		}
-		select {
-		case c.in <- p:
-		default:
-			c.endErr, c.closedAt = errors.New("client queue overflow"), time.Now()
-			_ = c.nc.Close()
-			return
-		}
-	}
-}
-
-// clonePublish copies a PUBLISH out of its Reader's buffer.
-func clonePublish(p *packet.Publish) *packet.Publish {
-	q := &packet.Publish{Topic: p.Topic, PacketID: p.PacketID, QoS: p.QoS, Retain: p.Retain, Dup: p.Dup,
-		Properties: p.Properties, Payload: slices.Clone(p.Payload)}
-	q.Properties.User = slices.Clone(p.Properties.User)
-	q.Properties.SubscriptionIDs = slices.Clone(p.Properties.SubscriptionIDs)
-	q.Properties.CorrelationData = slices.Clone(p.Properties.CorrelationData)
-	return q
-}
-
-// connectPacket builds a CONNECT. A persistent session (clean false) gets
-// a session expiry that never ends under 5.0, like 3.1.1.
-func connectPacket(id string, v packet.Version, clean bool) *packet.Connect {
-	cp := &packet.Connect{Version: v, ClientID: id, CleanStart: clean, KeepAlive: 60}
-	if v == packet.V5 && !clean {
-		cp.Properties.SetSessionExpiry(0xFFFFFFFF)
-	}
-	return cp
 }
 
 // connectRaw dials addr and connects as id; the CONNACK must accept.
 func connectRaw(t T, name, addr, id string, v packet.Version, clean bool) (*rawClient, *packet.Connack) {
 	t.Helper()
 	c := dialRaw(t, name, addr, v)
-	ack := c.connect(connectPacket(id, v, clean))
-	return c, ack
-}
-
-// connect sends cp and returns the CONNACK, which must accept.
-func (c *rawClient) connect(cp *packet.Connect) *packet.Connack {
-	c.t.Helper()
-	cp.Version = c.v
-	c.send(cp)
-	p := c.read("CONNACK")
-	ack, ok := p.(*packet.Connack)
-	if !ok {
-		c.t.Fatalf("%s: got %s, want CONNACK", c.name, describe(p))
-	}
-	if ack.ReasonCode.IsError() {
-		c.t.Fatalf("%s: CONNACK refused: %v", c.name, ack.ReasonCode)
-	}
-	return ack
-}
-
-// send writes the packets in one write, in order.
-func (c *rawClient) send(ps ...packet.Packet) {
-	c.t.Helper()
-	if err := c.trySend(ps...); err != nil {
-		c.t.Fatalf("%s: send: %v", c.name, err)
-	}
-}
-
-// trySend is send that reports the error (the broker may have closed).
-func (c *rawClient) trySend(ps ...packet.Packet) error {
-	var b []byte
-	for _, p := range ps {
-		var err error
-		if b, err = p.Append(b, c.v); err != nil {
-			return fmt.Errorf("encode %s: %w", describe(p), err)
-		}
-	}
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
-	_ = c.nc.SetWriteDeadline(time.Now().Add(waitFor))
-	_, err := c.nc.Write(b)
-	return err
-}
-
-// next returns the next packet within d; false when none came (or the
-// connection ended with nothing queued).
-func (c *rawClient) next(d time.Duration) (packet.Packet, bool) {
-	select {
-	case p := <-c.in:
-		return p, true
-	default:
-	}
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case p := <-c.in:
-		return p, true
-	case <-c.done:
-		select {
-		case p := <-c.in:
-			return p, true
-		default:
-			return nil, false
-		}
-	case <-tm.C:
-		return nil, false
-	}
-}
-
-// read returns the next packet or fails the case.
-func (c *rawClient) read(what string) packet.Packet {
-	c.t.Helper()
-	p, ok := c.next(waitFor)
-	if !ok {
-		c.t.Fatalf("%s: no %s within %v (connection: %s)", c.name, what, waitFor, c.state())
-	}
-	return p
-}
-
-func (c *rawClient) state() string {
-	select {
-	case <-c.done:
-		return fmt.Sprintf("closed: %v", c.endErr)
-	default:
-		return "open"
-	}
-}
-
-// expect reads the next packet and checks it is of type want with packet
-// identifier pi (0: any); it returns the packet.
-func (c *rawClient) expect(want packet.Type, pi uint16) packet.Packet {
-	c.t.Helper()
-	p := c.read(want.String())
-	if p.Type() != want || (pi != 0 && packetID(p) != pi) {
-		c.t.Fatalf("%s: got %s, want %v %d", c.name, describe(p), want, pi)
-	}
-	return p
-}
-
-// expectSeq reads len(want) packets and checks they are exactly want
-// (type and packet identifier), in order.
-func (c *rawClient) expectSeq(want ...ack) {
-	c.t.Helper()
-	for i, w := range want {
-		p := c.read(fmt.Sprintf("response %d of %d (%v %d)", i+1, len(want), w.typ, w.pi))
-		if p.Type() != w.typ || packetID(p) != w.pi {
-			c.t.Fatalf("%s: response %d of %d is %s, want %v %d", c.name, i+1, len(want), describe(p), w.typ, w.pi)
-		}
-	}
-}
-
-// ack names an expected response by type and packet identifier.
-type ack struct {
-	typ packet.Type
-	pi  uint16
-}
-
-// silence checks that nothing arrives within d.
-func (c *rawClient) silence(d time.Duration) {
-	c.t.Helper()
-	if p, ok := c.next(d); ok {
-		c.t.Fatalf("%s: unexpected %s", c.name, describe(p))
-	}
-}
-
-// closed reports whether the broker closed the connection within d; the
-// packets it sent before are still queued.
-func (c *rawClient) closed(d time.Duration) bool {
-	select {
-	case <-c.done:
-		return true
-	case <-time.After(d):
-		return false
-	}
-}
-
-// drop ends the TCP connection abruptly, without DISCONNECT.
-func (c *rawClient) drop() {
-	if tc, ok := c.nc.(*net.TCPConn); ok {
-		_ = tc.SetLinger(0)
-	}
-	_ = c.nc.Close()
-	<-c.done
-}
-
-// disconnect sends DISCONNECT and closes.
-func (c *rawClient) disconnect() {
-	_ = c.trySend(&packet.Disconnect{})
-	_ = c.nc.Close()
-	<-c.done
-}
-
-// drain returns every packet queued now.
-func (c *rawClient) drain() []packet.Packet {
-	var out []packet.Packet
-	for {
-		select {
-		case p := <-c.in:
-			out = append(out, p)
-		default:
-			return out
-		}
-	}
-}
-
-func packetID(p packet.Packet) uint16 {
-	switch p := p.(type) {
-	case *packet.Publish:
-		return p.PacketID
-	case *packet.Puback:
-		return p.PacketID
-	case *packet.Pubrec:
-		return p.PacketID
-	case *packet.Pubrel:
-		return p.PacketID
-	case *packet.Pubcomp:
-		return p.PacketID
-	case *packet.Suback:
-		return p.PacketID
-	case *packet.Unsuback:
-		return p.PacketID
-	}
-	return 0
-}
-
-func reasonOf(p packet.Packet) packet.ReasonCode {
-	switch p := p.(type) {
-	case *packet.Puback:
-		return p.ReasonCode
-	case *packet.Pubrec:
-		return p.ReasonCode
-	case *packet.Pubrel:
-		return p.ReasonCode
-	case *packet.Pubcomp:
-		return p.ReasonCode
-	case *packet.Disconnect:
-		return p.ReasonCode
-	case *packet.Connack:
-		return p.ReasonCode
-	}
-	return 0
-}
-
-func describe(p packet.Packet) string {
-	if p == nil {
-		return "nothing"
-	}
-	switch q := p.(type) {
-	case *packet.Publish:
-		return fmt.Sprintf("PUBLISH{pi %d qos %d dup %v retain %v %s %q}", q.PacketID, q.QoS, q.Dup, q.Retain, q.Topic, q.Payload)
-	case *packet.Disconnect:
-		return fmt.Sprintf("DISCONNECT{%v}", q.ReasonCode)
-	}
-	if pi := packetID(p); pi != 0 {
-		return fmt.Sprintf("%v{pi %d rc %v}", p.Type(), pi, reasonOf(p))
-	}
-	return p.Type().String()
+	return c, c.Connect(mqtttest.ConnectPacket(id, v, clean))
 }
 
 // Packet builders.
@@ -399,12 +116,12 @@ func newSubscriberWith(t T, name, addr, id string, v packet.Version, filter stri
 	c := dialRaw(t, name, addr, v)
 	cp := s.connectPacket()
 	cp.CleanStart = v == packet.V5
-	ack := c.connect(cp)
+	ack := c.Connect(cp)
 	if ack.SessionPresent {
 		t.Fatalf("%s: fresh session reported present", name)
 	}
-	c.send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: filter, QoS: qos}}})
-	sa := c.expect(packet.TypeSuback, 1).(*packet.Suback)
+	c.Send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: filter, QoS: qos}}})
+	sa := c.Expect(packet.TypeSuback, 1).(*packet.Suback)
 	if len(sa.ReasonCodes) != 1 || sa.ReasonCodes[0] != packet.ReasonCode(qos) {
 		t.Fatalf("%s: SUBACK %v, want granted QoS %d", name, sa.ReasonCodes, qos)
 	}
@@ -423,7 +140,7 @@ func (s *subscriber) run(c *rawClient) {
 	go func() {
 		defer close(stopped)
 		for {
-			p, ok := c.next(time.Hour)
+			p, ok := c.Next(time.Hour)
 			if !ok {
 				return
 			}
@@ -459,7 +176,7 @@ func (s *subscriber) take(c *rawClient, p packet.Packet, conn int) {
 	}
 	s.mu.Unlock()
 	if reply != nil {
-		_ = c.trySend(reply)
+		_ = c.TrySend(reply)
 	}
 	select {
 	case s.changed <- struct{}{}:
@@ -471,14 +188,14 @@ func (s *subscriber) take(c *rawClient, p packet.Packet, conn int) {
 func (s *subscriber) reconnect(addr string) {
 	s.t.Helper()
 	c := dialRaw(s.t, s.name, addr, s.v)
-	if ack := c.connect(s.connectPacket()); !ack.SessionPresent {
+	if ack := c.Connect(s.connectPacket()); !ack.SessionPresent {
 		s.t.Fatalf("%s: session not present on reconnect", s.name)
 	}
 	s.run(c)
 }
 
 func (s *subscriber) connectPacket() *packet.Connect {
-	cp := connectPacket(s.id, s.v, false)
+	cp := mqtttest.ConnectPacket(s.id, s.v, false)
 	if s.recvMax > 0 && s.v == packet.V5 {
 		cp.Properties.SetReceiveMaximum(s.recvMax)
 	}
@@ -490,7 +207,7 @@ func (s *subscriber) drop() {
 	s.mu.Lock()
 	c, stopped := s.c, s.stopped
 	s.mu.Unlock()
-	c.drop()
+	c.Drop()
 	<-stopped
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/mqtt"
+	"github.com/tidemark-io/tidemark/mqtt/mqtttest"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -40,6 +41,9 @@ type replayed struct {
 // reads it and records what it took.
 type replayClient struct {
 	*rawClient
+	t    T
+	name string
+	v    packet.Version
 	took []replayed
 	conn int
 }
@@ -47,12 +51,12 @@ type replayClient struct {
 func newReplayClient(t T, addr, id string, v packet.Version, clean bool, recvMax uint16) *replayClient {
 	t.Helper()
 	c := dialRaw(t, id, addr, v)
-	cp := connectPacket(id, v, clean)
+	cp := mqtttest.ConnectPacket(id, v, clean)
 	if recvMax > 0 {
 		cp.Properties.SetReceiveMaximum(recvMax)
 	}
-	c.connect(cp)
-	return &replayClient{rawClient: c, conn: 1}
+	c.Connect(cp)
+	return &replayClient{rawClient: c, t: t, name: id, v: v, conn: 1}
 }
 
 // subscribe sends a SUBSCRIBE for filter asking for a replay from from
@@ -64,16 +68,16 @@ func (c *replayClient) subscribe(pi uint16, filter, from string) *packet.Suback 
 	if from != "" {
 		s.Properties.AddUser(mqtt.PropReplayFrom, from)
 	}
-	c.send(s)
+	c.Send(s)
 	for {
-		p := c.read("SUBACK")
+		p := c.Read("SUBACK")
 		if pub, ok := p.(*packet.Publish); ok {
 			c.takeOne(pub)
 			continue
 		}
 		ack, ok := p.(*packet.Suback)
 		if !ok || ack.PacketID != pi {
-			c.t.Fatalf("%s: got %s, want SUBACK %d", c.name, describe(p), pi)
+			c.t.Fatalf("%s: got %s, want SUBACK %d", c.name, mqtttest.Describe(p), pi)
 		}
 		return ack
 	}
@@ -88,7 +92,7 @@ func (c *replayClient) takeOne(p *packet.Publish) {
 	}
 	c.took = append(c.took, r)
 	if p.QoS == packet.QoS1 {
-		c.send(&packet.Puback{PacketID: p.PacketID})
+		c.Send(&packet.Puback{PacketID: p.PacketID})
 	}
 }
 
@@ -96,10 +100,10 @@ func (c *replayClient) takeOne(p *packet.Publish) {
 func (c *replayClient) takeUntil(n int) {
 	c.t.Helper()
 	for len(c.took) < n {
-		p := c.read(fmt.Sprintf("PUBLISH %d of %d", len(c.took)+1, n))
+		p := c.Read(fmt.Sprintf("PUBLISH %d of %d", len(c.took)+1, n))
 		pub, ok := p.(*packet.Publish)
 		if !ok {
-			c.t.Fatalf("%s: got %s, want PUBLISH", c.name, describe(p))
+			c.t.Fatalf("%s: got %s, want PUBLISH", c.name, mqtttest.Describe(p))
 		}
 		c.takeOne(pub)
 	}
@@ -119,8 +123,8 @@ func (c *replayClient) payloads() []string {
 func (c *replayClient) expectExactly(want []string) {
 	c.t.Helper()
 	c.takeUntil(len(want))
-	if p, ok := c.next(quiet); ok {
-		c.t.Fatalf("%s: got %s after the %d expected messages %v", c.name, describe(p), len(want), c.took)
+	if p, ok := c.Next(quiet); ok {
+		c.t.Fatalf("%s: got %s after the %d expected messages %v", c.name, mqtttest.Describe(p), len(want), c.took)
 	}
 	if got := c.payloads(); !equalStrings(got, want) {
 		c.t.Fatalf("%s: took %s, want %s", c.name, abbrev(got), abbrev(want))
@@ -160,13 +164,13 @@ func publishSeq(c *rawClient, prefix string, topics []string, from, to int) erro
 		for pi := uint16(1); pi <= 10 && n < to; pi, n = pi+1, n+1 {
 			burst = append(burst, pubQoS1(pi, topics[n%len(topics)], fmt.Sprintf("%s%03d", prefix, n)))
 		}
-		if err := c.trySend(burst...); err != nil {
+		if err := c.TrySend(burst...); err != nil {
 			return err
 		}
 		for range burst {
-			p, ok := c.next(waitFor)
-			if !ok || p.Type() != packet.TypePuback || reasonOf(p).IsError() {
-				return fmt.Errorf("publish %s: got %s, want PUBACK", prefix, describe(p))
+			p, ok := c.Next(waitFor)
+			if !ok || p.Type() != packet.TypePuback || mqtttest.ReasonOf(p).IsError() {
+				return fmt.Errorf("publish %s: got %s, want PUBACK", prefix, mqtttest.Describe(p))
 			}
 		}
 	}
@@ -179,7 +183,7 @@ func mustPublishSeq(t T, addr, id, prefix string, topics []string, from, to int)
 	if err := publishSeq(pub, prefix, topics, from, to); err != nil {
 		t.Fatalf("%v", err)
 	}
-	pub.disconnect()
+	pub.Disconnect()
 }
 
 func seqOf(prefix string, from, to int) []string {
@@ -243,7 +247,7 @@ func caseReplayFromPositionWhilePublishing(t T, tg Target) {
 	}
 	checkPositions(t, first.took[:40], true)
 	pos := first.took[39].Pos
-	first.disconnect()
+	first.Disconnect()
 
 	pub, _ := connectRaw(t, "r02-pub", s.Addr, "r02-pub", packet.V311, true)
 	published := make(chan error, 1)
@@ -271,7 +275,7 @@ func caseReplayResumeAfterRestart(t T, tg Target) {
 	wantGranted(t, c.subscribe(1, "r03/#", "0"))
 	c.takeUntil(20)
 	stored := c.took[19].Pos
-	c.drop()
+	c.Drop()
 	if err := s.Restart(); err != nil {
 		t.Fatalf("restart: %v", err)
 	}
@@ -295,7 +299,7 @@ func caseReplaySessionRestartMidReplay(t T, tg Target) {
 	c := newReplayClient(t, s.Addr, "r04-sub", packet.V5, false, window)
 	wantGranted(t, c.subscribe(1, "r04/#", "0"))
 	c.takeUntil(60)
-	c.drop()
+	c.Drop()
 	if err := s.Restart(); err != nil {
 		t.Fatalf("restart: %v", err)
 	}
@@ -315,8 +319,8 @@ func caseReplaySessionRestartMidReplay(t T, tg Target) {
 	for !strings.HasSuffix(again.took[len(again.took)-1].Payload, "209") {
 		again.takeUntil(len(again.took) + 1)
 	}
-	if p, ok := again.next(quiet); ok {
-		t.Fatalf("got %s after m209", describe(p))
+	if p, ok := again.Next(quiet); ok {
+		t.Fatalf("got %s after m209", mqtttest.Describe(p))
 	}
 	got := again.payloads()
 	startAt := -1

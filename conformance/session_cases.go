@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/mqtt"
+	"github.com/tidemark-io/tidemark/mqtt/mqtttest"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -46,10 +47,10 @@ func publishRecords(t T, addr, client, prefix string, n int, rng *rand.Rand) []s
 			out = append(out, p)
 			burst = append(burst, pubQoS1(uint16(i), fmt.Sprintf("%s/s%02d", prefix, id), p))
 		}
-		pub.send(burst...)
-		pub.expectSeq(acks(packet.TypePuback, 1, k)...)
+		pub.Send(burst...)
+		pub.ExpectSeq(acks(packet.TypePuback, 1, k)...)
 	}
-	pub.disconnect()
+	pub.Disconnect()
 	return out
 }
 
@@ -143,7 +144,7 @@ func caseSessionKillMidReplay(t T, tg Target) {
 	sub.mu.Lock()
 	c := sub.c
 	sub.mu.Unlock()
-	c.disconnect()
+	c.Disconnect()
 	want := publishRecords(t, b.Addr, "m02-pub", "m02", 2000, rng)
 	b.kill()
 	killAt := 200 + rng.IntN(1600)
@@ -171,45 +172,45 @@ func caseSubscribeSecondTopicMidReplay(t T, tg Target) {
 	b := startBrokerChild(t, tg, dir, brokerArgs{})
 	conn := func() *rawClient {
 		c := dialRaw(t, "sub", b.Addr, packet.V5)
-		cp := connectPacket("m03-sub", packet.V5, false)
+		cp := mqtttest.ConnectPacket("m03-sub", packet.V5, false)
 		cp.Properties.SetReceiveMaximum(10)
-		c.connect(cp)
+		c.Connect(cp)
 		return c
 	}
 	c := conn()
-	c.send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "m03/a/#", QoS: packet.QoS1}}})
-	c.expect(packet.TypeSuback, 1)
-	c.disconnect()
+	c.Send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "m03/a/#", QoS: packet.QoS1}}})
+	c.Expect(packet.TypeSuback, 1)
+	c.Disconnect()
 	pub, _ := connectRaw(t, "pub", b.Addr, "m03-pub", packet.V311, true)
 	var burst []packet.Packet
 	for i := 1; i <= 200; i++ {
 		burst = append(burst, pubQoS1(uint16(i), "m03/a/x", fmt.Sprintf("m%d", i)))
 	}
-	pub.send(burst...)
-	pub.expectSeq(acks(packet.TypePuback, 1, 200)...)
-	pub.disconnect()
+	pub.Send(burst...)
+	pub.ExpectSeq(acks(packet.TypePuback, 1, 200)...)
+	pub.Disconnect()
 
 	c = conn()
 	var got []*packet.Publish
 	for len(got) < 10 {
-		got = append(got, c.expect(packet.TypePublish, 0).(*packet.Publish))
+		got = append(got, c.Expect(packet.TypePublish, 0).(*packet.Publish))
 	}
 	for i, p := range got {
 		if string(p.Payload) != fmt.Sprintf("m%d", i+1) {
-			t.Fatalf("replay delivery %d is %s", i+1, describe(p))
+			t.Fatalf("replay delivery %d is %s", i+1, mqtttest.Describe(p))
 		}
 	}
 	for _, p := range got[:5] {
-		c.send(&packet.Puback{PacketID: p.PacketID})
+		c.Send(&packet.Puback{PacketID: p.PacketID})
 	}
-	c.send(&packet.Subscribe{PacketID: 2, Subscriptions: []packet.Subscription{{Filter: "m03/b/#", QoS: packet.QoS1}}})
+	c.Send(&packet.Subscribe{PacketID: 2, Subscriptions: []packet.Subscription{{Filter: "m03/b/#", QoS: packet.QoS1}}})
 	for {
-		p := c.read("SUBACK")
+		p := c.Read("SUBACK")
 		if p.Type() == packet.TypeSuback {
 			break
 		}
 		if p.Type() != packet.TypePublish {
-			t.Fatalf("got %s while waiting for the SUBACK", describe(p))
+			t.Fatalf("got %s while waiting for the SUBACK", mqtttest.Describe(p))
 		}
 	}
 	b.kill()
@@ -218,20 +219,20 @@ func caseSubscribeSecondTopicMidReplay(t T, tg Target) {
 	c = conn()
 	seen := map[string]bool{}
 	for len(seen) < 195 {
-		p := c.expect(packet.TypePublish, 0).(*packet.Publish)
+		p := c.Expect(packet.TypePublish, 0).(*packet.Publish)
 		n, _ := strconv.Atoi(strings.TrimPrefix(string(p.Payload), "m"))
 		if n <= 5 {
 			t.Fatalf("acknowledged m%d delivered again: the checkpoint went back", n)
 		}
 		seen[string(p.Payload)] = true
-		c.send(&packet.Puback{PacketID: p.PacketID})
+		c.Send(&packet.Puback{PacketID: p.PacketID})
 	}
 	pub, _ = connectRaw(t, "pub", b.Addr, "m03-pub", packet.V311, true)
-	pub.send(pubQoS1(1, "m03/b/x", "second-topic"))
-	pub.expect(packet.TypePuback, 1)
-	p := c.expect(packet.TypePublish, 0).(*packet.Publish)
+	pub.Send(pubQoS1(1, "m03/b/x", "second-topic"))
+	pub.Expect(packet.TypePuback, 1)
+	p := c.Expect(packet.TypePublish, 0).(*packet.Publish)
 	if string(p.Payload) != "second-topic" {
-		t.Fatalf("got %s, want the message on the second subscription", describe(p))
+		t.Fatalf("got %s, want the message on the second subscription", mqtttest.Describe(p))
 	}
 }
 
@@ -264,20 +265,20 @@ func caseDuplicateClientIDOnTwoNodes(t T, tg Target) {
 	watch := newSubscriber(t, "watch", bAddr, "m04-watch", packet.V311, "m04/will/#", packet.QoS1)
 	connectWith := func(addr, will string, keepAlive uint16) *rawClient {
 		c := dialRaw(t, "C@"+will, addr, packet.V5)
-		cp := connectPacket("m04-c", packet.V5, false)
+		cp := mqtttest.ConnectPacket("m04-c", packet.V5, false)
 		cp.KeepAlive = keepAlive
 		cp.Will = &packet.Will{Topic: "m04/will/" + will, Payload: []byte(will), QoS: packet.QoS1}
-		c.connect(cp)
+		c.Connect(cp)
 		return c
 	}
 	ca := connectWith(a.Addr, "will-A", 1)
-	ca.send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "m04/data", QoS: packet.QoS1}}})
-	ca.expect(packet.TypeSuback, 1)
+	ca.Send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "m04/data", QoS: packet.QoS1}}})
+	ca.Expect(packet.TypeSuback, 1)
 	cb := connectWith(bAddr, "will-B", 60)
-	if !ca.closed(waitFor) {
+	if !ca.Closed(waitFor) {
 		t.Fatalf("A kept the connection after C connected on B")
 	}
-	if ps := ca.drain(); len(ps) != 1 || reasonOf(ps[0]) != packet.SessionTakenOver {
+	if ps := ca.Drain(); len(ps) != 1 || mqtttest.ReasonOf(ps[0]) != packet.SessionTakenOver {
 		t.Fatalf("A's connection got %v, want DISCONNECT 0x8E", ps)
 	}
 	watch.waitTook("will-A")
@@ -302,10 +303,10 @@ func caseDuplicateClientIDOnTwoNodes(t T, tg Target) {
 	}
 	// The session (with A's subscription) is B's.
 	pub, _ := connectRaw(t, "pub", a.Addr, "m04-pub", packet.V311, true)
-	pub.send(pubQoS1(1, "m04/data", "to-B"))
-	pub.expect(packet.TypePuback, 1)
-	if p := cb.expect(packet.TypePublish, 0).(*packet.Publish); string(p.Payload) != "to-B" {
-		t.Fatalf("B's connection got %s", describe(p))
+	pub.Send(pubQoS1(1, "m04/data", "to-B"))
+	pub.Expect(packet.TypePuback, 1)
+	if p := cb.Expect(packet.TypePublish, 0).(*packet.Publish); string(p.Payload) != "to-B" {
+		t.Fatalf("B's connection got %s", mqtttest.Describe(p))
 	}
 }
 
@@ -319,21 +320,21 @@ func caseOfflineMessagesForQoS0Subscription(t T, tg Target) {
 	q0.drop()
 	q1.drop()
 	pub, _ := connectRaw(t, "pub", s.Addr, "m05-pub", packet.V5, true)
-	pub.send(pubQoS1(1, "m05/x", "offline-qos1"))
-	pub.expect(packet.TypePuback, 1)
+	pub.Send(pubQoS1(1, "m05/x", "offline-qos1"))
+	pub.Expect(packet.TypePuback, 1)
 	exchange(pub, 2, "m05/x", "offline-qos2")
-	pub.send(&packet.Publish{Topic: "m05/x", Payload: []byte("offline-qos0")})
+	pub.Send(&packet.Publish{Topic: "m05/x", Payload: []byte("offline-qos0")})
 	// The broker handles a connection's packets in order: once this
 	// PUBACK is back, the QoS 0 message was routed while q0 was offline
 	// (without it, a busy machine may route it after q0 is back online,
 	// where receiving it is right).
-	pub.send(pubQoS1(4, "m05-fence", "fence"))
-	pub.expect(packet.TypePuback, 4)
+	pub.Send(pubQoS1(4, "m05-fence", "fence"))
+	pub.Expect(packet.TypePuback, 4)
 	q0.reconnect(s.Addr)
 	q1.reconnect(s.Addr)
 	q1.waitTook("offline-qos1", "offline-qos2")
-	pub.send(pubQoS1(3, "m05/x", "online"))
-	pub.expect(packet.TypePuback, 3)
+	pub.Send(pubQoS1(3, "m05/x", "online"))
+	pub.Expect(packet.TypePuback, 3)
 	q0.expectExactly("online")
 	q1.expectExactly("offline-qos1", "offline-qos2", "online")
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/tidemark-io/tidemark/mqtt"
+	"github.com/tidemark-io/tidemark/mqtt/mqtttest"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -40,29 +41,31 @@ type tableDelivery struct {
 // as it reads it and records what it took.
 type tableSubscriber struct {
 	*rawClient
+	t    T
+	name string
 	took []tableDelivery
 }
 
 func newTableSubscriber(t T, addr, id string, v packet.Version) *tableSubscriber {
 	t.Helper()
 	c, _ := connectRaw(t, id, addr, id, v, true)
-	return &tableSubscriber{rawClient: c}
+	return &tableSubscriber{rawClient: c, t: t, name: id}
 }
 
 // subscribe subscribes to filter at QoS 1 and returns the SUBACK;
 // PUBLISHes that come first are taken.
 func (c *tableSubscriber) subscribe(pi uint16, filter string) *packet.Suback {
 	c.t.Helper()
-	c.send(&packet.Subscribe{PacketID: pi, Subscriptions: []packet.Subscription{{Filter: filter, QoS: packet.QoS1}}})
+	c.Send(&packet.Subscribe{PacketID: pi, Subscriptions: []packet.Subscription{{Filter: filter, QoS: packet.QoS1}}})
 	for {
-		p := c.read("SUBACK")
+		p := c.Read("SUBACK")
 		if pub, ok := p.(*packet.Publish); ok {
 			c.take(pub)
 			continue
 		}
 		ack, ok := p.(*packet.Suback)
 		if !ok || ack.PacketID != pi {
-			c.t.Fatalf("%s: got %s, want SUBACK %d", c.name, describe(p), pi)
+			c.t.Fatalf("%s: got %s, want SUBACK %d", c.name, mqtttest.Describe(p), pi)
 		}
 		return ack
 	}
@@ -71,7 +74,7 @@ func (c *tableSubscriber) subscribe(pi uint16, filter string) *packet.Suback {
 func (c *tableSubscriber) take(p *packet.Publish) {
 	c.took = append(c.took, tableDelivery{Topic: p.Topic, Payload: string(p.Payload), ContentType: p.Properties.ContentType, Retain: p.Retain})
 	if p.QoS == packet.QoS1 {
-		c.send(&packet.Puback{PacketID: p.PacketID})
+		c.Send(&packet.Puback{PacketID: p.PacketID})
 	}
 }
 
@@ -79,10 +82,10 @@ func (c *tableSubscriber) take(p *packet.Publish) {
 func (c *tableSubscriber) takeUntil(what string, done func(tableDelivery) bool) {
 	c.t.Helper()
 	for len(c.took) == 0 || !done(c.took[len(c.took)-1]) {
-		p := c.read(what)
+		p := c.Read(what)
 		pub, ok := p.(*packet.Publish)
 		if !ok {
-			c.t.Fatalf("%s: got %s, want PUBLISH (%s)", c.name, describe(p), what)
+			c.t.Fatalf("%s: got %s, want PUBLISH (%s)", c.name, mqtttest.Describe(p), what)
 		}
 		c.take(pub)
 	}
@@ -90,14 +93,8 @@ func (c *tableSubscriber) takeUntil(what string, done func(tableDelivery) bool) 
 
 // publishAck sends p (QoS 1) and returns its PUBACK.
 func publishAck(c *rawClient, p *packet.Publish) *packet.Puback {
-	c.t.Helper()
-	c.send(p)
-	r := c.read("PUBACK")
-	ack, ok := r.(*packet.Puback)
-	if !ok || ack.PacketID != p.PacketID {
-		c.t.Fatalf("%s: got %s, want PUBACK %d", c.name, describe(r), p.PacketID)
-	}
-	return ack
+	c.Send(p)
+	return c.Expect(packet.TypePuback, p.PacketID).(*packet.Puback)
 }
 
 func retainedQoS1(pi uint16, topic, payload string) *packet.Publish {
@@ -150,7 +147,7 @@ func caseTableRetainedPublishWrites(t T, tg Target) {
 	}
 	// 3.1.1, QoS 0, retained.
 	old, _ := connectRaw(t, "t01-old", s.Addr, "t01-old", packet.V311, true)
-	old.send(&packet.Publish{Topic: "tables/devices/d4", Payload: []byte("q0"), Retain: true})
+	old.Send(&packet.Publish{Topic: "tables/devices/d4", Payload: []byte("q0"), Retain: true})
 	eventually(t, "record devices/d4 from a QoS 0 retained PUBLISH", func() bool {
 		v, ok := recordValue(t, s.DB(), "devices", "d4")
 		return ok && v == "q0"
@@ -192,7 +189,7 @@ func caseTableEmptyPayloadDeletes(t T, tg Target) {
 	// A new subscriber gets no record for it.
 	late := newTableSubscriber(t, s.Addr, "t02-late", packet.V311)
 	wantGranted(t, late.subscribe(1, "tables/cfg/#"))
-	late.silence(quiet)
+	late.Silence(quiet)
 }
 
 // caseTableAppWriteReachesSubscriber (T03): what an application writes
@@ -204,7 +201,7 @@ func caseTableAppWriteReachesSubscriber(t T, tg Target) {
 	ctx := t.Context()
 	sub := newTableSubscriber(t, s.Addr, "t03-sub", packet.V5)
 	wantGranted(t, sub.subscribe(1, "tables/settings/#"))
-	sub.silence(quiet) // an empty table: no current records
+	sub.Silence(quiet) // an empty table: no current records
 	if err := s.DB().Update(ctx, func(tx *table.Tx) error { return tx.Put("settings", "interval", []byte("10s")) }); err != nil {
 		t.Fatalf("app write: %v", err)
 	}
@@ -251,7 +248,7 @@ func caseTableAppWriteReachesSubscriber(t T, tg Target) {
 	if fmt.Sprint(late.took) != fmt.Sprint(want) {
 		t.Fatalf("late subscriber took %+v, want %+v", late.took, want)
 	}
-	late.silence(quiet)
+	late.Silence(quiet)
 	if st := s.Broker().Stats(); st.TableDeliveries < 6 {
 		t.Fatalf("TableDeliveries = %d, want at least 6", st.TableDeliveries)
 	}
@@ -305,7 +302,7 @@ func caseTableSnapshotThenChanges(t T, tg Target) {
 	if werr != nil {
 		t.Fatalf("writer: %v", werr)
 	}
-	sub.silence(quiet)
+	sub.Silence(quiet)
 	last := map[string]int{}
 	live := false
 	for i, d := range sub.took {
@@ -371,8 +368,8 @@ func caseTableBadTopicsRefused(t T, tg Target) {
 		{"$share/g/tables/devices/#", packet.SharedSubscriptionsNotSupported, "cannot be shared"},
 		{"$replay/-1m/tables/devices/#", packet.ImplementationSpecificError, "current records"},
 	} {
-		c.send(&packet.Subscribe{PacketID: uint16(10 + i), Subscriptions: []packet.Subscription{{Filter: tc.filter, QoS: packet.QoS1}}})
-		ack, ok := c.expect(packet.TypeSuback, uint16(10+i)).(*packet.Suback)
+		c.Send(&packet.Subscribe{PacketID: uint16(10 + i), Subscriptions: []packet.Subscription{{Filter: tc.filter, QoS: packet.QoS1}}})
+		ack, ok := c.Expect(packet.TypeSuback, uint16(10+i)).(*packet.Suback)
 		if !ok || ack.ReasonCodes[0] != tc.rc || !strings.Contains(ack.Properties.ReasonString, tc.why) {
 			t.Fatalf("SUBSCRIBE %q: SUBACK %v (%q), want %v saying %q", tc.filter, ack.ReasonCodes, ack.Properties.ReasonString, tc.rc, tc.why)
 		}
@@ -386,8 +383,8 @@ func caseTableBadTopicsRefused(t T, tg Target) {
 	if _, ok := recordValue(t, s.DB(), "mqtt.retained", "x"); ok {
 		t.Fatalf("a 3.1.1 PUBLISH reached the broker's retained table")
 	}
-	old.send(&packet.Subscribe{PacketID: 2, Subscriptions: []packet.Subscription{{Filter: "tables/#", QoS: packet.QoS1}}})
-	if ack := old.expect(packet.TypeSuback, 2).(*packet.Suback); ack.ReasonCodes[0] != 0x80 {
+	old.Send(&packet.Subscribe{PacketID: 2, Subscriptions: []packet.Subscription{{Filter: "tables/#", QoS: packet.QoS1}}})
+	if ack := old.Expect(packet.TypeSuback, 2).(*packet.Suback); ack.ReasonCodes[0] != 0x80 {
 		t.Fatalf("3.1.1 SUBACK %v, want 0x80", ack.ReasonCodes)
 	}
 	// In process: the same checks, as errors.
@@ -439,7 +436,7 @@ func caseTableACL(t T, tg Target) {
 	}
 	wantGranted(t, sub.subscribe(2, "tables/public/#"))
 	sub.takeUntil("the public record", func(tableDelivery) bool { return true })
-	sub.silence(quiet)
+	sub.Silence(quiet)
 	if want := (tableDelivery{Topic: "tables/public/k", Payload: "open", Retain: true}); len(sub.took) != 1 || sub.took[0] != want {
 		t.Fatalf("subscriber took %+v, want only %+v", sub.took, want)
 	}
@@ -460,10 +457,10 @@ func caseTablePersistentAfterRestart(t T, tg Target) {
 	put("front", "closed")
 	put("back", "closed")
 	c, _ := connectRaw(t, "t07", s.Addr, "t07", packet.V5, false)
-	sub := &tableSubscriber{rawClient: c}
+	sub := &tableSubscriber{rawClient: c, t: t, name: "t07"}
 	wantGranted(t, sub.subscribe(1, "tables/doors/+"))
 	sub.takeUntil("two current records", func(tableDelivery) bool { return len(sub.took) == 2 })
-	sub.disconnect()
+	sub.Disconnect()
 	put("front", "open")
 	if err := s.DB().Update(t.Context(), func(tx *table.Tx) error { return tx.Delete("doors", "back") }); err != nil {
 		t.Fatalf("app delete: %v", err)
@@ -473,10 +470,10 @@ func caseTablePersistentAfterRestart(t T, tg Target) {
 		t.Fatalf("restart: %v", err)
 	}
 	c2 := dialRaw(t, "t07", s.Addr, packet.V5)
-	if ack := c2.connect(connectPacket("t07", packet.V5, false)); !ack.SessionPresent {
+	if ack := c2.Connect(mqtttest.ConnectPacket("t07", packet.V5, false)); !ack.SessionPresent {
 		t.Fatalf("CONNACK without the session")
 	}
-	sub2 := &tableSubscriber{rawClient: c2}
+	sub2 := &tableSubscriber{rawClient: c2, t: t, name: "t07"}
 	sub2.takeUntil("two current records", func(tableDelivery) bool { return len(sub2.took) == 2 })
 	want := []tableDelivery{
 		{Topic: "tables/doors/front", Payload: "open", Retain: true},
@@ -490,5 +487,5 @@ func caseTablePersistentAfterRestart(t T, tg Target) {
 	if got, want := sub2.took[2], (tableDelivery{Topic: "tables/doors/side", Payload: "closed"}); got != want {
 		t.Fatalf("took %+v, want %+v", got, want)
 	}
-	sub2.silence(quiet)
+	sub2.Silence(quiet)
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tidemark-io/tidemark/mqtt/mqtttest"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 )
 
@@ -273,42 +274,22 @@ func (s *subscriber) reconnectRetry(addr string) {
 	<-stopped // the killed broker's connection ended
 	deadline := time.Now().Add(waitFor)
 	for {
-		c, err := tryDialRaw(s.t, s.name, addr, s.v)
+		c, err := mqtttest.TryDialRaw(s.t, s.name, addr, s.v)
 		if err == nil {
-			if ack, err := c.tryConnect(s.connectPacket()); err == nil {
+			if ack, err := c.TryConnect(s.connectPacket()); err == nil {
 				if !ack.SessionPresent {
 					s.t.Fatalf("%s: session not present after a restart", s.name)
 				}
 				s.run(c)
 				return
 			}
-			_ = c.nc.Close()
+			_ = c.Conn().Close()
 		}
 		if time.Now().After(deadline) {
 			s.t.Fatalf("%s: could not reconnect within %v: %v", s.name, waitFor, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// tryConnect sends cp and waits for an accepting CONNACK.
-func (c *rawClient) tryConnect(cp *packet.Connect) (*packet.Connack, error) {
-	cp.Version = c.v
-	if err := c.trySend(cp); err != nil {
-		return nil, err
-	}
-	p, ok := c.next(waitFor)
-	if !ok {
-		return nil, fmt.Errorf("no CONNACK (connection: %s)", c.state())
-	}
-	ack, isAck := p.(*packet.Connack)
-	if !isAck {
-		return nil, fmt.Errorf("got %s, want CONNACK", describe(p))
-	}
-	if ack.ReasonCode.IsError() {
-		return nil, fmt.Errorf("CONNACK refused: %v", ack.ReasonCode)
-	}
-	return ack, nil
 }
 
 // torturePub is one publisher: a persistent session that sends its
@@ -346,17 +327,17 @@ func (p *torturePub) publish(seq int, pid uint16, dup bool) *packet.Publish {
 func (p *torturePub) run(stop <-chan struct{}) {
 	first := true
 	for p.done < p.n {
-		c, err := tryDialRaw(p.t, p.id, p.addr, p.v)
+		c, err := mqtttest.TryDialRaw(p.t, p.id, p.addr, p.v)
 		if err == nil {
-			cp := connectPacket(p.id, p.v, first)
+			cp := mqtttest.ConnectPacket(p.id, p.v, first)
 			if p.v == packet.V311 {
 				cp.CleanStart = false
 			}
-			if _, err = c.tryConnect(cp); err == nil {
+			if _, err = c.TryConnect(cp); err == nil {
 				first = false
 				p.session(c, stop)
 			}
-			_ = c.nc.Close()
+			_ = c.Conn().Close()
 		}
 		select {
 		case <-stop:
@@ -380,7 +361,7 @@ func (p *torturePub) session(c *rawClient, stop <-chan struct{}) {
 		if m.released {
 			pk = &packet.Pubrel{PacketID: pid}
 		}
-		if c.trySend(pk) != nil {
+		if c.TrySend(pk) != nil {
 			return
 		}
 	}
@@ -393,14 +374,14 @@ func (p *torturePub) session(c *rawClient, stop <-chan struct{}) {
 			m := &tortureMsg{seq: p.next, pid: p.pid}
 			p.inflight[m.pid] = m
 			p.next++
-			if c.trySend(p.publish(m.seq, m.pid, false)) != nil {
+			if c.TrySend(p.publish(m.seq, m.pid, false)) != nil {
 				return
 			}
 		}
-		pk, ok := c.next(time.Second)
+		pk, ok := c.Next(time.Second)
 		if !ok {
 			select {
-			case <-c.done:
+			case <-c.Done():
 				return
 			case <-stop:
 				return
@@ -426,7 +407,7 @@ func (p *torturePub) session(c *rawClient, stop <-chan struct{}) {
 				}
 				p.acked[m.seq] = true
 				m.released = true
-				if c.trySend(&packet.Pubrel{PacketID: pk.PacketID}) != nil {
+				if c.TrySend(&packet.Pubrel{PacketID: pk.PacketID}) != nil {
 					return
 				}
 			}

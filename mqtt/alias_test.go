@@ -16,13 +16,13 @@ func TestTopicAliasesToClient(t *testing.T) {
 	cp := connect5Packet("alias-sub", true, 0)
 	cp.Properties.SetTopicAliasMaximum(2)
 	sub, _ := connectRaw(t, s.Addr, cp)
-	sub.send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "al/#", QoS: packet.QoS1}}})
-	if _, ok := sub.read().(*packet.Suback); !ok {
+	sub.Send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "al/#", QoS: packet.QoS1}}})
+	if _, ok := sub.Read("packet").(*packet.Suback); !ok {
 		t.Fatal("no SUBACK")
 	}
 	plain, _ := connectRaw(t, s.Addr, connect5Packet("alias-plain", true, 0))
-	plain.send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "al/#", QoS: packet.QoS1}}})
-	if _, ok := plain.read().(*packet.Suback); !ok {
+	plain.Send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "al/#", QoS: packet.QoS1}}})
+	if _, ok := plain.Read("packet").(*packet.Suback); !ok {
 		t.Fatal("no SUBACK")
 	}
 	pub := connect5(t, s.Addr, "alias-pub", true, 0)
@@ -36,7 +36,7 @@ func TestTopicAliasesToClient(t *testing.T) {
 	}
 	wants := []want{{"al/x", 1}, {"", 1}, {"", 1}, {"al/y", 2}, {"", 2}, {"al/z", 0}, {"", 1}}
 	for i, w := range wants {
-		p, ok := sub.read().(*packet.Publish)
+		p, ok := sub.Read("packet").(*packet.Publish)
 		if !ok {
 			t.Fatalf("message %d: not a PUBLISH", i)
 		}
@@ -47,13 +47,13 @@ func TestTopicAliasesToClient(t *testing.T) {
 		if p.Topic != w.topic || alias != w.alias {
 			t.Fatalf("message %d (%s): topic %q alias %d, want topic %q alias %d", i, topics[i], p.Topic, alias, w.topic, w.alias)
 		}
-		sub.send(&packet.Puback{PacketID: p.PacketID})
+		sub.Send(&packet.Puback{PacketID: p.PacketID})
 	}
 	for i, tp := range topics {
-		p, ok := plain.read().(*packet.Publish)
+		p, ok := plain.Read("packet").(*packet.Publish)
 		if !ok || p.Topic != tp || p.Properties.Has(packet.PropTopicAlias) {
 			t.Fatalf("client without aliases, message %d: %+v, want topic %q and no alias", i, p, tp)
 		}
-		plain.send(&packet.Puback{PacketID: p.PacketID})
+		plain.Send(&packet.Puback{PacketID: p.PacketID})
 	}
 }

@@ -185,7 +185,7 @@ func TestFloodAcceptErrorsRetried(t *testing.T) {
 // read after the connection moves to its full buffers.
 func TestFloodPipelinedAfterConnect(t *testing.T) {
 	s := startBroker(t)
-	r := dialRaw(t, s.Addr)
+	r := dialRaw(t, s.Addr, packet.V5)
 	cp := connect5Packet("pipelined", true, 0)
 	var buf []byte
 	buf, _ = cp.Append(buf, packet.V5)
@@ -193,12 +193,10 @@ func TestFloodPipelinedAfterConnect(t *testing.T) {
 	buf, _ = sub.Append(buf, packet.V5)
 	pub := &packet.Publish{QoS: packet.QoS1, PacketID: 2, Topic: "pipe/t", Payload: []byte("x")}
 	buf, _ = pub.Append(buf, packet.V5)
-	r.w.SetVersion(packet.V5)
-	r.rd.SetVersion(packet.V5)
-	r.sendBytes(buf)
+	r.SendBytes(buf)
 	var got []packet.Type
 	for len(got) < 4 {
-		p := r.read()
+		p := r.Read("packet")
 		got = append(got, p.Type())
 	}
 	want := map[packet.Type]bool{packet.TypeConnack: true, packet.TypeSuback: true, packet.TypePuback: true, packet.TypePublish: true}

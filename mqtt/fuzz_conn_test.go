@@ -200,13 +200,13 @@ func TestBrokerLifecycleLeaksNoGoroutine(t *testing.T) {
 			idle = append(idle, nc)
 		}
 		r, _ := connectRaw(t, s.Addr, connect5Packet("leak-raw", true, 0))
-		r.send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "leak/#", QoS: 1}}})
-		r.read() // SUBACK
-		r.send(&packet.Publish{QoS: packet.QoS1, PacketID: 2, Topic: "leak/t", Payload: []byte("x")})
-		r.send(&packet.Publish{QoS: packet.QoS1, PacketID: 3, Topic: longTopic("leak/", 100), Payload: []byte("x")})
+		r.Send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "leak/#", QoS: 1}}})
+		r.Read("packet") // SUBACK
+		r.Send(&packet.Publish{QoS: packet.QoS1, PacketID: 2, Topic: "leak/t", Payload: []byte("x")})
+		r.Send(&packet.Publish{QoS: packet.QoS1, PacketID: 3, Topic: longTopic("leak/", 100), Payload: []byte("x")})
 		got := map[packet.Type]int{}
 		for range 3 {
-			got[r.read().Type()]++
+			got[r.Read("packet").Type()]++
 		}
 		if got[packet.TypePuback] != 2 || got[packet.TypePublish] != 1 {
 			t.Fatalf("got %v, want two PUBACKs and the PUBLISH", got)
@@ -214,7 +214,7 @@ func TestBrokerLifecycleLeaksNoGoroutine(t *testing.T) {
 		c := connect5(t, s.Addr, "leak-5", false, 60)
 		c.sub("leak/t", 2)
 		c.close()
-		r.nc.Close()
+		r.Conn().Close()
 	}()
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)

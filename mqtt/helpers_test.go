@@ -398,111 +398,25 @@ func logPayloads(t *testing.T, db *table.DB, topic string) []string {
 
 // ---- raw client over the packet codec ----
 
-// rawClient speaks MQTT packet by packet, for exchanges a real client
-// library hides (withheld acknowledgements, malformed bytes).
-type rawClient struct {
-	t  *testing.T
-	nc net.Conn
-	rd *packet.Reader
-	w  *packet.Writer
-}
+// rawClient speaks MQTT packet by packet (mqtttest.Raw), for exchanges a
+// real client library hides (withheld acknowledgements, malformed bytes).
+type rawClient = mqtttest.Raw
 
-func dialRaw(t *testing.T, addr string) *rawClient {
+// dialRaw connects a raw client that decodes what the broker sends at
+// protocol level v.
+func dialRaw(t *testing.T, addr string, v packet.Version) *rawClient {
 	t.Helper()
-	nc, err := net.DialTimeout("tcp", addr, wait)
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
-	t.Cleanup(func() { nc.Close() })
-	return &rawClient{t: t, nc: nc, rd: packet.NewReader(bufio.NewReader(nc), 0), w: packet.NewWriter(nc, packet.V5)}
+	r := mqtttest.DialRaw(t, t.Name(), addr, v)
+	r.Wait = wait
+	return r
 }
 
-// connectRaw dials and connects; it fails unless the CONNACK succeeds.
+// connectRaw dials and connects at cp's level; it fails unless the
+// CONNACK accepts.
 func connectRaw(t *testing.T, addr string, cp *packet.Connect) (*rawClient, *packet.Connack) {
 	t.Helper()
-	r := dialRaw(t, addr)
-	r.send(cp)
-	ack, ok := r.read().(*packet.Connack)
-	if !ok || ack.ReasonCode != 0 {
-		t.Fatalf("connect %q: %+v", cp.ClientID, ack)
-	}
-	return r, ack
-}
-
-func (r *rawClient) send(p packet.Packet) {
-	r.t.Helper()
-	if c, ok := p.(*packet.Connect); ok {
-		r.w.SetVersion(c.Version)
-		r.rd.SetVersion(c.Version)
-	}
-	if err := r.w.WritePacket(p); err != nil {
-		r.t.Fatalf("write %v: %v", p.Type(), err)
-	}
-}
-
-func (r *rawClient) sendBytes(b []byte) {
-	r.t.Helper()
-	if _, err := r.nc.Write(b); err != nil {
-		r.t.Fatalf("write: %v", err)
-	}
-}
-
-// next reads the next packet within d; nil and the error when none.
-func (r *rawClient) next(d time.Duration) (packet.Packet, error) {
-	_ = r.nc.SetReadDeadline(time.Now().Add(d))
-	return r.rd.ReadPacket()
-}
-
-// read returns the next packet or fails.
-func (r *rawClient) read() packet.Packet {
-	r.t.Helper()
-	p, err := r.next(wait)
-	if err != nil {
-		r.t.Fatalf("read: %v", err)
-	}
-	return p
-}
-
-// readPublish skips nothing: the next packet must be a PUBLISH.
-func (r *rawClient) readPublish() *packet.Publish {
-	r.t.Helper()
-	p := r.read()
-	pub, ok := p.(*packet.Publish)
-	if !ok {
-		r.t.Fatalf("read %v %+v, want PUBLISH", p.Type(), p)
-	}
-	return pub
-}
-
-// expectSilence checks no packet arrives for d.
-func (r *rawClient) expectSilence(d time.Duration) {
-	r.t.Helper()
-	if p, err := r.next(d); err == nil {
-		r.t.Fatalf("unexpected %v %+v", p.Type(), p)
-	}
-}
-
-// expectClose reads until the broker closes the connection and returns the
-// DISCONNECT reason it sent (-1 for none).
-func (r *rawClient) expectClose() int {
-	r.t.Helper()
-	rc := -1
-	deadline := time.Now().Add(wait)
-	for time.Now().Before(deadline) {
-		p, err := r.next(time.Until(deadline))
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				break
-			}
-			return rc
-		}
-		if d, ok := p.(*packet.Disconnect); ok {
-			rc = int(d.ReasonCode)
-		}
-	}
-	r.t.Fatalf("the broker did not close the connection")
-	return rc
+	r := dialRaw(t, addr, cp.Version)
+	return r, r.Connect(cp)
 }
 
 func connect5Packet(id string, clean bool, expiry uint32) *packet.Connect {

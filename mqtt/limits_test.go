@@ -6,7 +6,6 @@ package mqtt_test
 import (
 	"errors"
 	"io"
-	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -91,8 +90,8 @@ func TestTopicLengthLimit(t *testing.T) {
 	sub.expectOne("tl/ok", "yes")
 
 	raw, _ := connectRaw(t, s.Addr, &packet.Connect{Version: packet.V311, ClientID: "tl-raw3", CleanStart: true, KeepAlive: 30})
-	raw.send(&packet.Publish{QoS: packet.QoS1, PacketID: 1, Topic: long, Payload: []byte("no")})
-	if p, err := raw.next(wait); err == nil {
+	raw.Send(&packet.Publish{QoS: packet.QoS1, PacketID: 1, Topic: long, Payload: []byte("no")})
+	if p, ok := raw.Next(wait); ok {
 		t.Fatalf("3.1.1 over the topic length: got %v, want the connection closed", p.Type())
 	}
 
@@ -145,7 +144,7 @@ func TestDisconnectReasonReachesSendingClient(t *testing.T) {
 	// A client that meets a reset on its write gives up before reading
 	// anything (paho does): the broker must take the whole burst.
 	wrote := make(chan error, 1)
-	go func() { _, err := r.nc.Write(burst); wrote <- err }()
+	go func() { _, err := r.Conn().Write(burst); wrote <- err }()
 	select {
 	case err := <-wrote:
 		if err != nil {
@@ -155,24 +154,20 @@ func TestDisconnectReasonReachesSendingClient(t *testing.T) {
 		t.Fatal("the broker neither read nor closed")
 	}
 	time.Sleep(100 * time.Millisecond)
+	if !r.Closed(wait) {
+		t.Fatal("the broker did not close the connection")
+	}
 	got := -1
-	for {
-		p, err := r.next(wait)
-		if err != nil {
-			if ne, ok := errors.AsType[net.Error](err); ok && ne.Timeout() {
-				t.Fatal("the broker did not close the connection")
-			}
-			if got == -1 {
-				t.Fatalf("connection ended without a DISCONNECT: %v", err)
-			}
-			if !errors.Is(err, io.EOF) {
-				t.Fatalf("after the DISCONNECT: %v, want the end of the stream (a reset loses the reason on many stacks)", err)
-			}
-			break
-		}
+	for _, p := range r.Drain() {
 		if d, ok := p.(*packet.Disconnect); ok {
 			got = int(d.ReasonCode)
 		}
+	}
+	if got == -1 {
+		t.Fatalf("connection ended without a DISCONNECT: %v", r.Err())
+	}
+	if err := r.Err(); !errors.Is(err, io.EOF) {
+		t.Fatalf("after the DISCONNECT: %v, want the end of the stream (a reset loses the reason on many stacks)", err)
 	}
 	if got != int(packet.ReceiveMaximumExceeded) {
 		t.Fatalf("DISCONNECT reason %#x, want 0x93", got)

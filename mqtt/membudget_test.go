@@ -46,8 +46,8 @@ func TestMemoryBudgetRefusesPublishes(t *testing.T) {
 	}
 
 	raw, _ := connectRaw(t, s.Addr, &packet.Connect{Version: packet.V311, ClientID: "mb-raw3", CleanStart: true, KeepAlive: 30})
-	raw.send(&packet.Publish{QoS: packet.QoS1, PacketID: 1, Topic: "mb/v3", Payload: []byte("no")})
-	if p, err := raw.next(wait); err == nil {
+	raw.Send(&packet.Publish{QoS: packet.QoS1, PacketID: 1, Topic: "mb/v3", Payload: []byte("no")})
+	if p, ok := raw.Next(wait); ok {
 		t.Fatalf("3.1.1 over the budget: got %v, want the connection closed", p.Type())
 	}
 

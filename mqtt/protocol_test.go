@@ -118,23 +118,23 @@ func TestMalformedPackets(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := dialRaw(t, s.Addr)
+			r := dialRaw(t, s.Addr, packet.V5)
 			if tc.connect {
 				cp := connect5Packet("bad", true, 0)
 				if tc.v311 {
 					cp = &packet.Connect{Version: packet.V311, ClientID: "bad", CleanStart: true, KeepAlive: 30}
 				}
-				r.send(cp)
-				if ack, ok := r.read().(*packet.Connack); !ok || ack.ReasonCode != 0 {
+				r.Send(cp)
+				if ack, ok := r.Read("packet").(*packet.Connack); !ok || ack.ReasonCode != 0 {
 					t.Fatalf("CONNACK %+v", ack)
 				}
 			}
 			if tc.bytes != nil {
-				r.sendBytes(tc.bytes)
+				r.SendBytes(tc.bytes)
 			} else {
-				r.send(tc.pkt)
+				r.Send(tc.pkt)
 			}
-			if got := r.expectClose(); got != tc.want {
+			if got := r.ExpectClose(); got != tc.want {
 				t.Fatalf("closed with DISCONNECT %#x, want %#x", got, tc.want)
 			}
 			alive(t)
@@ -152,52 +152,50 @@ func TestConnectRefusals(t *testing.T) {
 	// The 3.1.1 CONNACK on the wire: 0x20 0x02, flags, return code.
 	wantConnack := func(r *rawClient, code byte) {
 		t.Helper()
-		_ = r.nc.SetReadDeadline(time.Now().Add(wait))
+		_ = r.Conn().SetReadDeadline(time.Now().Add(wait))
 		got := make([]byte, 4)
-		if _, err := io.ReadFull(r.nc, got); err != nil {
+		if _, err := io.ReadFull(r.Conn(), got); err != nil {
 			t.Fatalf("no CONNACK: %v", err)
 		}
 		if want := []byte{0x20, 0x02, 0x00, code}; !slices.Equal(got, want) {
 			t.Fatalf("CONNACK bytes % x, want % x", got, want)
 		}
-		r.expectClose()
+		_ = r.Conn().SetReadDeadline(time.Time{}) // the client's reader takes over
+		r.ExpectClose()
 	}
 	t.Run("protocol level 6", func(t *testing.T) {
-		r := dialRaw(t, s.Addr)
-		r.sendBytes(frame(0x10, str("MQTT"), []byte{6, 0x02, 0, 30}, str("x")))
+		r := dialRaw(t, s.Addr, packet.V5)
+		r.SendBytes(frame(0x10, str("MQTT"), []byte{6, 0x02, 0, 30}, str("x")))
 		wantConnack(r, 0x01)
 	})
 	t.Run("3.1.1 empty id, persistent", func(t *testing.T) {
-		r := dialRaw(t, s.Addr)
-		r.sendBytes(frame(0x10, str("MQTT"), []byte{4, 0x00, 0, 30}, str("")))
+		r := dialRaw(t, s.Addr, packet.V311)
+		r.SendBytes(frame(0x10, str("MQTT"), []byte{4, 0x00, 0, 30}, str("")))
 		wantConnack(r, 0x02)
 	})
 	t.Run("3.1.1 empty id, clean", func(t *testing.T) {
-		r := dialRaw(t, s.Addr)
-		r.sendBytes(frame(0x10, str("MQTT"), []byte{4, 0x02, 0, 30}, str("")))
-		r.rd.SetVersion(packet.V311)
-		if ack, ok := r.read().(*packet.Connack); !ok || ack.ReasonCode != 0 {
+		r := dialRaw(t, s.Addr, packet.V311)
+		r.SendBytes(frame(0x10, str("MQTT"), []byte{4, 0x02, 0, 30}, str("")))
+		if ack, ok := r.Read("packet").(*packet.Connack); !ok || ack.ReasonCode != 0 {
 			t.Fatalf("CONNACK %+v, want accepted [MQTT-3.1.3-7]", ack)
 		}
 	})
 	t.Run("reserved connect flag", func(t *testing.T) {
-		r := dialRaw(t, s.Addr)
-		r.sendBytes(frame(0x10, str("MQTT"), []byte{5, 0x03, 0, 30, 0}, str("x")))
-		r.rd.SetVersion(packet.V5)
-		p, err := r.next(wait)
-		if err == nil {
+		r := dialRaw(t, s.Addr, packet.V5)
+		r.SendBytes(frame(0x10, str("MQTT"), []byte{5, 0x03, 0, 30, 0}, str("x")))
+		if p, ok := r.Next(wait); ok {
 			if ack, ok := p.(*packet.Connack); !ok || ack.ReasonCode != packet.MalformedPacket {
 				t.Fatalf("got %+v, want a close or CONNACK 0x81", p)
 			}
 		}
-		r.expectClose()
+		r.ExpectClose()
 	})
 	t.Run("no CONNECT in time", func(t *testing.T) {
 		// A connection that sends nothing is closed, not held forever.
-		r := dialRaw(t, s.Addr)
-		_ = r.nc.SetReadDeadline(time.Now().Add(15 * time.Second))
+		r := dialRaw(t, s.Addr, packet.V5)
+		_ = r.Conn().SetReadDeadline(time.Now().Add(15 * time.Second))
 		buf := make([]byte, 1)
-		if _, err := r.nc.Read(buf); err == nil {
+		if _, err := r.Conn().Read(buf); err == nil {
 			t.Fatal("broker sent bytes to a silent connection")
 		}
 	})
@@ -217,8 +215,8 @@ func TestOverlappingSubscriptionIdentifiers5(t *testing.T) {
 		if id != 0 {
 			sp.Properties.AddSubscriptionID(id)
 		}
-		r.send(sp)
-		if ack, ok := r.read().(*packet.Suback); !ok || ack.ReasonCodes[0] != packet.ReasonCode(qos) {
+		r.Send(sp)
+		if ack, ok := r.Read("packet").(*packet.Suback); !ok || ack.ReasonCodes[0] != packet.ReasonCode(qos) {
 			t.Fatalf("SUBACK %+v", ack)
 		}
 	}
@@ -229,7 +227,7 @@ func TestOverlappingSubscriptionIdentifiers5(t *testing.T) {
 
 	recv := func(wantQoS packet.QoS, wantIDs []uint32) {
 		t.Helper()
-		p := r.readPublish()
+		p := r.ReadPublish()
 		if p.QoS != wantQoS {
 			t.Errorf("delivered at QoS %d, want %d", p.QoS, wantQoS)
 		}
@@ -240,15 +238,15 @@ func TestOverlappingSubscriptionIdentifiers5(t *testing.T) {
 		}
 		switch p.QoS {
 		case 1:
-			r.send(&packet.Puback{PacketID: p.PacketID})
+			r.Send(&packet.Puback{PacketID: p.PacketID})
 		case 2:
-			r.send(&packet.Pubrec{PacketID: p.PacketID})
-			if rel, ok := r.read().(*packet.Pubrel); !ok || rel.PacketID != p.PacketID {
+			r.Send(&packet.Pubrec{PacketID: p.PacketID})
+			if rel, ok := r.Read("packet").(*packet.Pubrel); !ok || rel.PacketID != p.PacketID {
 				t.Fatalf("no PUBREL")
 			}
-			r.send(&packet.Pubcomp{PacketID: p.PacketID})
+			r.Send(&packet.Pubcomp{PacketID: p.PacketID})
 		}
-		r.expectSilence(200 * time.Millisecond)
+		r.Silence(200 * time.Millisecond)
 	}
 	for q := byte(0); q < 3; q++ {
 		pub.pub("ov/x", q, false, "m")
@@ -276,18 +274,18 @@ func TestTopicAliasInbound5(t *testing.T) {
 		t.Helper()
 		p := &packet.Publish{Topic: topic, QoS: qos, PacketID: uint16(len(payload) + 1), Payload: []byte(payload)}
 		p.Properties.SetTopicAlias(alias)
-		r.send(p)
+		r.Send(p)
 		switch qos {
 		case 1:
-			if _, ok := r.read().(*packet.Puback); !ok {
+			if _, ok := r.Read("packet").(*packet.Puback); !ok {
 				t.Fatal("no PUBACK")
 			}
 		case 2:
-			if _, ok := r.read().(*packet.Pubrec); !ok {
+			if _, ok := r.Read("packet").(*packet.Pubrec); !ok {
 				t.Fatal("no PUBREC")
 			}
-			r.send(&packet.Pubrel{PacketID: p.PacketID})
-			if _, ok := r.read().(*packet.Pubcomp); !ok {
+			r.Send(&packet.Pubrel{PacketID: p.PacketID})
+			if _, ok := r.Read("packet").(*packet.Pubcomp); !ok {
 				t.Fatal("no PUBCOMP")
 			}
 		}
@@ -304,12 +302,12 @@ func TestTopicAliasInbound5(t *testing.T) {
 	sub.expectOne("ta/y", "dddd")
 
 	// A new connection starts with no aliases.
-	r.send(&packet.Disconnect{})
+	r.Send(&packet.Disconnect{})
 	r, _ = connectRaw(t, s.Addr, connect5Packet("ta", true, 0))
 	p := &packet.Publish{Payload: []byte("x")}
 	p.Properties.SetTopicAlias(1)
-	r.send(p)
-	if rc := r.expectClose(); rc != int(packet.ProtocolError) {
+	r.Send(p)
+	if rc := r.ExpectClose(); rc != int(packet.ProtocolError) {
 		t.Fatalf("alias from an earlier connection: DISCONNECT %#x, want 0x82", rc)
 	}
 }
@@ -322,27 +320,27 @@ func TestQoS2ExactlyOnceInbound5(t *testing.T) {
 	sub.sub("eo", 2)
 	r, _ := connectRaw(t, s.Addr, connect5Packet("eo", true, 0))
 	p := &packet.Publish{Topic: "eo", QoS: 2, PacketID: 42, Payload: []byte("once")}
-	r.send(p)
-	if _, ok := r.read().(*packet.Pubrec); !ok {
+	r.Send(p)
+	if _, ok := r.Read("packet").(*packet.Pubrec); !ok {
 		t.Fatal("no PUBREC")
 	}
 	sub.expectNone(200 * time.Millisecond) // not before PUBREL
-	r.send(&packet.Publish{Topic: "eo", QoS: 2, PacketID: 42, Dup: true, Payload: []byte("once")})
-	if _, ok := r.read().(*packet.Pubrec); !ok {
+	r.Send(&packet.Publish{Topic: "eo", QoS: 2, PacketID: 42, Dup: true, Payload: []byte("once")})
+	if _, ok := r.Read("packet").(*packet.Pubrec); !ok {
 		t.Fatal("no PUBREC for the duplicate")
 	}
-	r.send(&packet.Pubrel{PacketID: 42})
-	if c, ok := r.read().(*packet.Pubcomp); !ok || c.ReasonCode != 0 {
+	r.Send(&packet.Pubrel{PacketID: 42})
+	if c, ok := r.Read("packet").(*packet.Pubcomp); !ok || c.ReasonCode != 0 {
 		t.Fatalf("PUBCOMP %+v", c)
 	}
-	r.send(&packet.Pubrel{PacketID: 42})
-	if _, ok := r.read().(*packet.Pubcomp); !ok {
+	r.Send(&packet.Pubrel{PacketID: 42})
+	if _, ok := r.Read("packet").(*packet.Pubcomp); !ok {
 		t.Fatal("no PUBCOMP for the repeated PUBREL")
 	}
 	sub.expectOne("eo", "once")
 	sub.expectNone(300 * time.Millisecond)
-	r.send(&packet.Pubrel{PacketID: 77})
-	if c, ok := r.read().(*packet.Pubcomp); !ok || c.ReasonCode != packet.PacketIdentifierNotFound {
+	r.Send(&packet.Pubrel{PacketID: 77})
+	if c, ok := r.Read("packet").(*packet.Pubcomp); !ok || c.ReasonCode != packet.PacketIdentifierNotFound {
 		t.Fatalf("PUBCOMP for an unknown id %+v, want 0x92", c)
 	}
 }
@@ -355,39 +353,39 @@ func TestSharedQoS2CompletesOnReconnect5(t *testing.T) {
 	s := startBroker(t)
 	cp := connect5Packet("sq2", false, 3600)
 	r, _ := connectRaw(t, s.Addr, cp)
-	r.send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "$share/g/sq2", QoS: 2}}})
-	if _, ok := r.read().(*packet.Suback); !ok {
+	r.Send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "$share/g/sq2", QoS: 2}}})
+	if _, ok := r.Read("packet").(*packet.Suback); !ok {
 		t.Fatal("no SUBACK")
 	}
 	pub := connect5(t, s.Addr, "sq2-pub", true, 0)
 	pub.pub("sq2", 2, false, "one")
-	first := r.readPublish()
-	r.nc.Close()
+	first := r.ReadPublish()
+	r.Conn().Close()
 
 	r, _ = connectRaw(t, s.Addr, cp)
-	again := r.readPublish()
+	again := r.ReadPublish()
 	if string(again.Payload) != "one" || !again.Dup || again.PacketID != first.PacketID {
 		t.Fatalf("re-sent %q dup=%v id=%d, want %q dup id %d", again.Payload, again.Dup, again.PacketID, "one", first.PacketID)
 	}
-	r.send(&packet.Pubrec{PacketID: again.PacketID})
-	if rel, ok := r.read().(*packet.Pubrel); !ok || rel.PacketID != again.PacketID {
+	r.Send(&packet.Pubrec{PacketID: again.PacketID})
+	if rel, ok := r.Read("packet").(*packet.Pubrel); !ok || rel.PacketID != again.PacketID {
 		t.Fatal("no PUBREL")
 	}
-	r.nc.Close()
+	r.Conn().Close()
 
 	r, _ = connectRaw(t, s.Addr, cp)
-	if rel, ok := r.read().(*packet.Pubrel); !ok || rel.PacketID != again.PacketID {
+	if rel, ok := r.Read("packet").(*packet.Pubrel); !ok || rel.PacketID != again.PacketID {
 		t.Fatal("PUBREL not re-sent after the reconnect")
 	}
-	r.send(&packet.Pubcomp{PacketID: again.PacketID})
-	r.expectSilence(300 * time.Millisecond)
+	r.Send(&packet.Pubcomp{PacketID: again.PacketID})
+	r.Silence(300 * time.Millisecond)
 
 	// A retained QoS 2 message sent on subscribe.
 	pub.pub("sq2/ret", 2, true, "kept")
-	r.send(&packet.Subscribe{PacketID: 2, Subscriptions: []packet.Subscription{{Filter: "sq2/ret", QoS: 2}}})
+	r.Send(&packet.Subscribe{PacketID: 2, Subscriptions: []packet.Subscription{{Filter: "sq2/ret", QoS: 2}}})
 	var ret *packet.Publish
 	for ret == nil {
-		switch p := r.read().(type) {
+		switch p := r.Read("packet").(type) {
 		case *packet.Suback:
 		case *packet.Publish:
 			ret = p
@@ -395,9 +393,9 @@ func TestSharedQoS2CompletesOnReconnect5(t *testing.T) {
 			t.Fatalf("unexpected %v", p.Type())
 		}
 	}
-	r.nc.Close()
+	r.Conn().Close()
 	r, _ = connectRaw(t, s.Addr, cp)
-	if p := r.readPublish(); string(p.Payload) != "kept" || p.PacketID != ret.PacketID || !p.Dup {
+	if p := r.ReadPublish(); string(p.Payload) != "kept" || p.PacketID != ret.PacketID || !p.Dup {
 		t.Fatalf("retained QoS 2 re-sent as %q id %d dup=%v, want kept id %d dup", p.Payload, p.PacketID, p.Dup, ret.PacketID)
 	}
 }

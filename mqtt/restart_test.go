@@ -87,8 +87,8 @@ func TestRestartKeepsOutboundInflight(t *testing.T) {
 	r, _ := connectRaw(t, s.Addr, cp)
 	sp := &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "inf/#", QoS: 2}}}
 	sp.Properties.AddSubscriptionID(5)
-	r.send(sp)
-	if _, ok := r.read().(*packet.Suback); !ok {
+	r.Send(sp)
+	if _, ok := r.Read("packet").(*packet.Suback); !ok {
 		t.Fatal("no SUBACK")
 	}
 	pub := connect5(t, s.Addr, "inf-pub", true, 0)
@@ -98,14 +98,14 @@ func TestRestartKeepsOutboundInflight(t *testing.T) {
 	}
 	pub.pub("inf/q1", 1, false, "q1")
 
-	rec := r.readPublish()
+	rec := r.ReadPublish()
 	if string(rec.Payload) != "rec" {
 		t.Fatalf("first delivery %q", rec.Payload)
 	}
-	r.send(&packet.Pubrec{PacketID: rec.PacketID})
+	r.Send(&packet.Pubrec{PacketID: rec.PacketID})
 	firstIDs := map[string]uint16{}
 	for rel := false; !rel || len(firstIDs) < 6; {
-		switch p := r.read().(type) {
+		switch p := r.Read("packet").(type) {
 		case *packet.Pubrel:
 			if p.PacketID != rec.PacketID {
 				t.Fatalf("PUBREL %d, want %d", p.PacketID, rec.PacketID)
@@ -117,18 +117,18 @@ func TestRestartKeepsOutboundInflight(t *testing.T) {
 			t.Fatalf("unexpected %v", p.Type())
 		}
 	}
-	r.nc.Close()
+	r.Conn().Close()
 	restart(t, s)
 
-	r = dialRaw(t, s.Addr)
-	r.send(cp)
-	if ack, ok := r.read().(*packet.Connack); !ok || !ack.SessionPresent {
+	r = dialRaw(t, s.Addr, packet.V5)
+	r.Send(cp)
+	if ack, ok := r.Read("packet").(*packet.Connack); !ok || !ack.SessionPresent {
 		t.Fatalf("CONNACK %+v, want session present", ack)
 	}
 	var order []string
 	gotRel := false
 	for len(order) < 6 || !gotRel {
-		switch p := r.read().(type) {
+		switch p := r.Read("packet").(type) {
 		case *packet.Pubrel:
 			if p.PacketID != rec.PacketID {
 				t.Fatalf("PUBREL for %d, want %d", p.PacketID, rec.PacketID)
@@ -161,7 +161,7 @@ func TestRestartKeepsOutboundInflight(t *testing.T) {
 	if want := []string{"0", "1", "2", "3", "4"}; !slices.Equal(q2, want) {
 		t.Fatalf("QoS 2 re-sent in order %v, want %v", q2, want)
 	}
-	r.expectSilence(300 * time.Millisecond)
+	r.Silence(300 * time.Millisecond)
 }
 
 // THE restart test, on every engine: a publisher's QoS 1 and 2 messages
@@ -436,24 +436,24 @@ func TestRestartInboundQoS2(t *testing.T) {
 	sub.close()
 	cp := connect5Packet("riq-pub", false, 3600)
 	r, _ := connectRaw(t, s.Addr, cp)
-	r.send(&packet.Publish{Topic: "riq", QoS: 2, PacketID: 9, Payload: []byte("once")})
-	if _, ok := r.read().(*packet.Pubrec); !ok {
+	r.Send(&packet.Publish{Topic: "riq", QoS: 2, PacketID: 9, Payload: []byte("once")})
+	if _, ok := r.Read("packet").(*packet.Pubrec); !ok {
 		t.Fatal("no PUBREC")
 	}
-	r.nc.Close()
+	r.Conn().Close()
 	restart(t, s)
 
 	r, _ = connectRaw(t, s.Addr, cp)
-	r.send(&packet.Publish{Topic: "riq", QoS: 2, PacketID: 9, Dup: true, Payload: []byte("once")})
-	if _, ok := r.read().(*packet.Pubrec); !ok {
+	r.Send(&packet.Publish{Topic: "riq", QoS: 2, PacketID: 9, Dup: true, Payload: []byte("once")})
+	if _, ok := r.Read("packet").(*packet.Pubrec); !ok {
 		t.Fatal("no PUBREC for the re-sent PUBLISH")
 	}
-	r.send(&packet.Pubrel{PacketID: 9})
-	if c, ok := r.read().(*packet.Pubcomp); !ok || c.ReasonCode != 0 {
+	r.Send(&packet.Pubrel{PacketID: 9})
+	if c, ok := r.Read("packet").(*packet.Pubcomp); !ok || c.ReasonCode != 0 {
 		t.Fatalf("PUBCOMP %+v", c)
 	}
-	r.send(&packet.Pubrel{PacketID: 9})
-	if _, ok := r.read().(*packet.Pubcomp); !ok {
+	r.Send(&packet.Pubrel{PacketID: 9})
+	if _, ok := r.Read("packet").(*packet.Pubcomp); !ok {
 		t.Fatal("no PUBCOMP for the repeated PUBREL")
 	}
 	sub = connect5(t, s.Addr, "riq-sub", false, 3600)

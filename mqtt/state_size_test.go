@@ -114,17 +114,17 @@ func TestGroupedStagingWithATakenSlot(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r.sendBytes(burst.Bytes())
+	r.SendBytes(burst.Bytes())
 	for pi := uint16(1); pi <= 10; pi++ {
-		if rec, ok := r.read().(*packet.Pubrec); !ok || rec.PacketID != pi || rec.ReasonCode != 0 {
+		if rec, ok := r.Read("packet").(*packet.Pubrec); !ok || rec.PacketID != pi || rec.ReasonCode != 0 {
 			t.Fatalf("PUBREC %d: got %+v", pi, rec)
 		}
 	}
 	for pi := uint16(1); pi <= 10; pi++ {
-		r.send(&packet.Pubrel{PacketID: pi})
+		r.Send(&packet.Pubrel{PacketID: pi})
 	}
 	for pi := uint16(1); pi <= 10; pi++ {
-		if comp, ok := r.read().(*packet.Pubcomp); !ok || comp.PacketID != pi || comp.ReasonCode != 0 {
+		if comp, ok := r.Read("packet").(*packet.Pubcomp); !ok || comp.PacketID != pi || comp.ReasonCode != 0 {
 			t.Fatalf("PUBCOMP %d: got %+v", pi, comp)
 		}
 	}
@@ -189,12 +189,12 @@ func TestCompletionMarksKeepUpWithDeliveries(t *testing.T) {
 	const n = 3*perCommit + 500
 	s := startBroker(t, func(o *mqtt.Options) { o.CheckpointEvery = time.Hour })
 	sub, _ := connectRaw(t, s.Addr, connect5Packet("keep-sub", false, 3600))
-	sub.send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "keep/#", QoS: 2}}})
-	if _, ok := sub.read().(*packet.Suback); !ok {
+	sub.Send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "keep/#", QoS: 2}}})
+	if _, ok := sub.Read("packet").(*packet.Suback); !ok {
 		t.Fatal("no SUBACK")
 	}
-	sub.send(&packet.Disconnect{})
-	sub.expectClose()
+	sub.Send(&packet.Disconnect{})
+	sub.ExpectClose()
 
 	// Published while the subscriber is away, so it takes them in one go.
 	pub, _ := connectRaw(t, s.Addr, connect5Packet("keep-pub", true, 0))
@@ -208,17 +208,17 @@ func TestCompletionMarksKeepUpWithDeliveries(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		pub.sendBytes(b.Bytes())
+		pub.SendBytes(b.Bytes())
 		for pi := uint16(1); pi <= burst; pi++ {
-			if _, ok := pub.read().(*packet.Pubrec); !ok {
+			if _, ok := pub.Read("packet").(*packet.Pubrec); !ok {
 				t.Fatalf("PUBREC %d missing", pi)
 			}
 		}
 		for pi := uint16(1); pi <= burst; pi++ {
-			pub.send(&packet.Pubrel{PacketID: pi})
+			pub.Send(&packet.Pubrel{PacketID: pi})
 		}
 		for pi := uint16(1); pi <= burst; pi++ {
-			if _, ok := pub.read().(*packet.Pubcomp); !ok {
+			if _, ok := pub.Read("packet").(*packet.Pubcomp); !ok {
 				t.Fatalf("PUBCOMP %d missing", pi)
 			}
 		}
@@ -226,11 +226,11 @@ func TestCompletionMarksKeepUpWithDeliveries(t *testing.T) {
 
 	sub, _ = connectRaw(t, s.Addr, connect5Packet("keep-sub", false, 3600))
 	for completed := 0; completed < total; {
-		switch p := sub.read().(type) {
+		switch p := sub.Read("packet").(type) {
 		case *packet.Publish:
-			sub.send(&packet.Pubrec{PacketID: p.PacketID})
+			sub.Send(&packet.Pubrec{PacketID: p.PacketID})
 		case *packet.Pubrel:
-			sub.send(&packet.Pubcomp{PacketID: p.PacketID})
+			sub.Send(&packet.Pubcomp{PacketID: p.PacketID})
 			completed++
 		default:
 			t.Fatalf("unexpected %T", p)
@@ -242,8 +242,8 @@ func TestCompletionMarksKeepUpWithDeliveries(t *testing.T) {
 	left := 0
 	for round := 1; round <= 3; round++ {
 		time.Sleep(100 * time.Millisecond)
-		sub.send(&packet.Disconnect{})
-		sub.expectClose()
+		sub.Send(&packet.Disconnect{})
+		sub.ExpectClose()
 		if left = countDoneMarks(t, s, "keep-sub"); left == 0 {
 			return
 		}

@@ -34,18 +34,18 @@ func TestStoreWriteFailureDisconnects(t *testing.T) {
 
 	for _, v := range []packet.Version{packet.V5, packet.V311} {
 		raw, _ := connectRaw(t, s.Addr, &packet.Connect{Version: v, ClientID: fmt.Sprintf("sf-%d", v), CleanStart: true, KeepAlive: 30})
-		raw.send(&packet.Publish{QoS: packet.QoS1, PacketID: 1, Topic: "sf/a", Payload: []byte("lost?")})
-		p, err := raw.next(wait)
+		raw.Send(&packet.Publish{QoS: packet.QoS1, PacketID: 1, Topic: "sf/a", Payload: []byte("lost?")})
+		p, got := raw.Next(wait)
 		switch {
 		case v == packet.V5:
 			d, ok := p.(*packet.Disconnect)
-			if err != nil || !ok || d.ReasonCode != packet.QuotaExceeded {
-				t.Fatalf("5.0 publisher on a failing store: %v, %v; want DISCONNECT 0x97", p, err)
+			if !got || !ok || d.ReasonCode != packet.QuotaExceeded {
+				t.Fatalf("5.0 publisher on a failing store: %v (%s); want DISCONNECT 0x97", p, raw.State())
 			}
-			if _, err := raw.next(wait); err == nil {
+			if _, more := raw.Next(wait); more {
 				t.Fatal("5.0 connection still open after DISCONNECT")
 			}
-		case err == nil:
+		case got:
 			t.Fatalf("3.1.1 publisher on a failing store: got %v, want the connection closed", p.Type())
 		}
 	}

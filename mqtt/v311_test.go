@@ -139,13 +139,13 @@ func TestWill311(t *testing.T) {
 	c.Disconnect(100)
 	w.expectNone(400 * time.Millisecond)
 
-	r := dialRaw(t, s.Addr)
-	r.send(&packet.Connect{Version: packet.V311, ClientID: "w-abrupt", CleanStart: true, KeepAlive: 30,
+	r := dialRaw(t, s.Addr, packet.V5)
+	r.Send(&packet.Connect{Version: packet.V311, ClientID: "w-abrupt", CleanStart: true, KeepAlive: 30,
 		Will: &packet.Will{Topic: "will3/abrupt", Payload: []byte("gone"), QoS: 1, Retain: true}})
-	if _, ok := r.read().(*packet.Connack); !ok {
+	if _, ok := r.Read("packet").(*packet.Connack); !ok {
 		t.Fatal("no CONNACK")
 	}
-	r.nc.Close()
+	r.Conn().Close()
 	if m := w.expectOne("will3/abrupt", "gone"); m.Qos() != 1 {
 		t.Errorf("will at QoS %d, want 1", m.Qos())
 	}
@@ -155,13 +155,13 @@ func TestWill311(t *testing.T) {
 		t.Error("retained will not retained")
 	}
 
-	r = dialRaw(t, s.Addr)
-	r.send(&packet.Connect{Version: packet.V311, ClientID: "w-ka", CleanStart: true, KeepAlive: 1,
+	r = dialRaw(t, s.Addr, packet.V5)
+	r.Send(&packet.Connect{Version: packet.V311, ClientID: "w-ka", CleanStart: true, KeepAlive: 1,
 		Will: &packet.Will{Topic: "will3/ka", Payload: []byte("silent")}})
-	if _, ok := r.read().(*packet.Connack); !ok {
+	if _, ok := r.Read("packet").(*packet.Connack); !ok {
 		t.Fatal("no CONNACK")
 	}
-	if rc := r.expectClose(); rc != -1 {
+	if rc := r.ExpectClose(); rc != -1 {
 		t.Fatalf("3.1.1 connection got a DISCONNECT %#x", rc)
 	}
 	w.expectOne("will3/ka", "silent")

@@ -157,7 +157,7 @@ func TestKeepAliveTimeout5(t *testing.T) {
 	cp.Will = &packet.Will{Topic: "ka/will", Payload: []byte("gone")}
 	r, _ := connectRaw(t, s.Addr, cp)
 	start := time.Now()
-	if rc := r.expectClose(); rc != int(packet.KeepAliveTimeout) {
+	if rc := r.ExpectClose(); rc != int(packet.KeepAliveTimeout) {
 		t.Fatalf("DISCONNECT reason %#x, want 0x8D", rc)
 	}
 	if el := time.Since(start); el < time.Second || el > 5*time.Second {
@@ -169,8 +169,8 @@ func TestKeepAliveTimeout5(t *testing.T) {
 	r, _ = connectRaw(t, s.Addr, cp)
 	for i := 0; i < 3; i++ {
 		time.Sleep(600 * time.Millisecond)
-		r.send(&packet.Pingreq{})
-		if _, ok := r.read().(*packet.Pingresp); !ok {
+		r.Send(&packet.Pingreq{})
+		if _, ok := r.Read("packet").(*packet.Pingresp); !ok {
 			t.Fatal("no PINGRESP")
 		}
 	}
@@ -524,13 +524,13 @@ func TestReceiveMaximum5(t *testing.T) {
 			t.Fatalf("CONNACK receive maximum %v", ack.Properties.ReceiveMaximum)
 		}
 		for pi := uint16(1); pi <= 2; pi++ {
-			r.send(&packet.Publish{Topic: "rm/in", QoS: 2, PacketID: pi, Payload: []byte("x")})
-			if rec, ok := r.read().(*packet.Pubrec); !ok || rec.PacketID != pi {
+			r.Send(&packet.Publish{Topic: "rm/in", QoS: 2, PacketID: pi, Payload: []byte("x")})
+			if rec, ok := r.Read("packet").(*packet.Pubrec); !ok || rec.PacketID != pi {
 				t.Fatalf("no PUBREC for %d", pi)
 			}
 		}
-		r.send(&packet.Publish{Topic: "rm/in", QoS: 2, PacketID: 3, Payload: []byte("x")})
-		if rc := r.expectClose(); rc != int(packet.ReceiveMaximumExceeded) {
+		r.Send(&packet.Publish{Topic: "rm/in", QoS: 2, PacketID: 3, Payload: []byte("x")})
+		if rc := r.ExpectClose(); rc != int(packet.ReceiveMaximumExceeded) {
 			t.Fatalf("DISCONNECT %#x, want 0x93", rc)
 		}
 	})
@@ -547,8 +547,8 @@ func TestReceiveMaximum5(t *testing.T) {
 // unacknowledged, then one more for each PUBACK.
 func expectWindow(t *testing.T, r *rawClient, pub *client5, topic string, window int) {
 	t.Helper()
-	r.send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: topic, QoS: 1}}})
-	if _, ok := r.read().(*packet.Suback); !ok {
+	r.Send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: topic, QoS: 1}}})
+	if _, ok := r.Read("packet").(*packet.Suback); !ok {
 		t.Fatal("no SUBACK")
 	}
 	for i := range 2 * window {
@@ -556,14 +556,14 @@ func expectWindow(t *testing.T, r *rawClient, pub *client5, topic string, window
 	}
 	var held []*packet.Publish
 	for range window {
-		held = append(held, r.readPublish())
+		held = append(held, r.ReadPublish())
 	}
-	r.expectSilence(300 * time.Millisecond)
-	r.send(&packet.Puback{PacketID: held[0].PacketID})
-	if p := r.readPublish(); string(p.Payload) != fmt.Sprint(window) {
+	r.Silence(300 * time.Millisecond)
+	r.Send(&packet.Puback{PacketID: held[0].PacketID})
+	if p := r.ReadPublish(); string(p.Payload) != fmt.Sprint(window) {
 		t.Fatalf("after one PUBACK got %q, want message %d", p.Payload, window)
 	}
-	r.expectSilence(300 * time.Millisecond)
+	r.Silence(300 * time.Millisecond)
 }
 
 // MaxInflight bounds what the broker sends unacknowledged to a 3.1.1
@@ -605,8 +605,8 @@ func TestMaximumPacketSize5(t *testing.T) {
 	c.expectNone(200 * time.Millisecond)
 
 	r, _ := connectRaw(t, s.Addr, connect5Packet("mps-raw", true, 0))
-	r.send(&packet.Publish{Topic: "mps/in", QoS: 0, Payload: make([]byte, 2000)})
-	if rc := r.expectClose(); rc != int(packet.PacketTooLarge) {
+	r.Send(&packet.Publish{Topic: "mps/in", QoS: 0, Payload: make([]byte, 2000)})
+	if rc := r.ExpectClose(); rc != int(packet.PacketTooLarge) {
 		t.Fatalf("DISCONNECT %#x, want 0x95", rc)
 	}
 	pub.pub("mps/small", 1, false, "still works")
@@ -674,16 +674,16 @@ func TestWillOnTakeover5(t *testing.T) {
 func TestDupNotPropagated(t *testing.T) {
 	s := startBroker(t)
 	sub, _ := connectRaw(t, s.Addr, connect5Packet("dup-sub", true, 0))
-	sub.send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "dup/#", QoS: 2}}})
-	if _, ok := sub.read().(*packet.Suback); !ok {
+	sub.Send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "dup/#", QoS: 2}}})
+	if _, ok := sub.Read("packet").(*packet.Suback); !ok {
 		t.Fatal("no SUBACK")
 	}
 	pub, _ := connectRaw(t, s.Addr, connect5Packet("dup-pub", true, 0))
-	pub.send(&packet.Publish{Topic: "dup/1", QoS: 1, PacketID: 1, Dup: true, Payload: []byte("x")})
-	if _, ok := pub.read().(*packet.Puback); !ok {
+	pub.Send(&packet.Publish{Topic: "dup/1", QoS: 1, PacketID: 1, Dup: true, Payload: []byte("x")})
+	if _, ok := pub.Read("packet").(*packet.Puback); !ok {
 		t.Fatal("no PUBACK")
 	}
-	if p := sub.readPublish(); p.Dup {
+	if p := sub.ReadPublish(); p.Dup {
 		t.Fatal("incoming DUP propagated to the subscriber")
 	}
 }
@@ -739,16 +739,16 @@ func TestPubrecErrorEndsExchange5(t *testing.T) {
 	cp := connect5Packet("pre", true, 0)
 	cp.Properties.SetReceiveMaximum(1)
 	r, _ := connectRaw(t, s.Addr, cp)
-	r.send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "pre", QoS: 2}}})
-	if _, ok := r.read().(*packet.Suback); !ok {
+	r.Send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "pre", QoS: 2}}})
+	if _, ok := r.Read("packet").(*packet.Suback); !ok {
 		t.Fatal("no SUBACK")
 	}
 	pub := connect5(t, s.Addr, "pre-pub", true, 0)
 	pub.pub("pre", 2, false, "1")
 	pub.pub("pre", 2, false, "2")
-	p := r.readPublish()
-	r.send(&packet.Pubrec{PacketID: p.PacketID, ReasonCode: packet.UnspecifiedError})
-	next := r.readPublish()
+	p := r.ReadPublish()
+	r.Send(&packet.Pubrec{PacketID: p.PacketID, ReasonCode: packet.UnspecifiedError})
+	next := r.ReadPublish()
 	if string(next.Payload) != "2" {
 		t.Fatalf("after a refused PUBREC got %q, want the next message", next.Payload)
 	}
@@ -767,7 +767,7 @@ func TestWillMessageExpiry5(t *testing.T) {
 	cp.Will.Properties.SetMessageExpiry(1)
 	r, _ := connectRaw(t, s.Addr, cp)
 	time.Sleep(1500 * time.Millisecond) // longer than the will's expiry
-	r.nc.Close()
+	r.Conn().Close()
 	m := w.expectOne("wme/will", "late")
 	if m.Properties == nil || m.Properties.MessageExpiry == nil || *m.Properties.MessageExpiry != 1 {
 		t.Fatalf("will message expiry %+v, want 1", m.Properties)
