@@ -11,12 +11,11 @@ import (
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 )
 
-// The MQTT suites' client: a connection at the packet level, built on the
-// broker's own codec, that sends exactly the packets a case names (a
-// burst without reading, a duplicate PUBREL, a DUP PUBLISH with other
-// bytes) and can drop the TCP connection at any point. A reader goroutine
-// queues every packet the broker sends, so a case reads them in order and
-// can also assert that nothing (more) arrived.
+// The MQTT suites' clients: mqtttest.Raw, a connection at the packet
+// level that sends exactly the packets a case names (a burst without
+// reading, a duplicate PUBREL, a DUP PUBLISH with other bytes) and can
+// drop the TCP connection at any point, and subscriber, a compliant
+// receiver built on it.
 
 // Waits of the MQTT suites: waitFor bounds a wait for something that must
 // happen (generous: two shared cores, four engines); quiet is how long a
