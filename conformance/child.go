@@ -1,18 +1,15 @@
 package conformance
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/internal/proc"
 )
 
 // envChild carries a child-process spec. A test binary (or the tidemark
@@ -101,11 +98,13 @@ func childCommits(spec childSpec) error {
 	return nil
 }
 
-// child is a running child process.
+// child is a running child process: this binary run again with a
+// childSpec.
 type child struct {
-	cmd    *exec.Cmd
-	lines  *bufio.Scanner
-	stderr *strings.Builder
+	*proc.Proc
+	// lines carries the child's standard output, line by line; it is
+	// closed once the child has ended and every line was taken.
+	lines chan string
 }
 
 func startChild(t T, spec childSpec) *child {
@@ -115,54 +114,36 @@ func startChild(t T, spec childSpec) *child {
 		t.Fatalf("executable: %v", err)
 	}
 	raw, _ := json.Marshal(spec)
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), envChild+"="+string(raw))
-	stdout, err := cmd.StdoutPipe()
+	c := &child{lines: make(chan string, 1024)}
+	c.Proc, err = proc.Start(proc.Spec{Name: "conformance child " + spec.Mode, Bin: exe, Args: []string{"-test.run=^$"},
+		Env: []string{envChild + "=" + string(raw)}, Lines: func(l string) { c.lines <- l }})
 	if err != nil {
-		t.Fatalf("pipe: %v", err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &lockedWriter{w: &stderr}
-	if err := cmd.Start(); err != nil {
 		t.Fatalf("start child: %v", err)
 	}
-	c := &child{cmd: cmd, lines: bufio.NewScanner(stdout), stderr: &stderr}
+	go func() {
+		<-c.Exited() // every line was handed over before
+		close(c.lines)
+	}()
 	t.Cleanup(func() { c.kill() })
 	return c
 }
 
-// kill ends the child with SIGKILL and reaps it.
+// kill ends the child with SIGKILL and reaps it, taking what it printed.
 func (c *child) kill() {
-	if c.cmd.ProcessState == nil {
-		_ = c.cmd.Process.Kill()
-		_, _ = io.Copy(io.Discard, c.cmd.Stdout.(io.Reader))
-		_ = c.cmd.Wait()
+	_ = c.Signal(os.Kill)
+	for range c.lines {
 	}
 }
 
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
+// stderr is what the child wrote to its standard error.
+func (c *child) stderr() string { return c.Log() }
 
 // caseSigkill kills a child process with SIGKILL in the middle of a stream
 // of synced commits and checks every commit it reported complete survived.
 func caseSigkill(t T, tg Target) {
 	dir := t.TempDir()
 	c := startChild(t, childSpec{Mode: "commits", Engine: tg.Engine, Dir: dir, Params: tg.Params})
-	lines := make(chan string, 1024)
-	go func() {
-		defer close(lines)
-		for c.lines.Scan() {
-			lines <- c.lines.Text()
-		}
-	}()
+	lines := c.lines
 	var done []string
 	deadline := time.After(60 * time.Second)
 collect:
@@ -179,16 +160,15 @@ collect:
 	}
 	if len(done) < 50 {
 		c.kill()
-		t.Fatalf("child completed only %d commits before stopping (does TestMain call conformance.MaybeRunChild?); stderr: %s", len(done), c.stderr.String())
+		t.Fatalf("child completed only %d commits before stopping (does TestMain call conformance.MaybeRunChild?); stderr: %s", len(done), c.stderr())
 	}
-	if err := c.cmd.Process.Kill(); err != nil {
+	if err := c.Signal(os.Kill); err != nil {
 		t.Fatalf("kill child: %v", err)
 	}
 	// Lines still in the pipe were printed after their commit completed.
 	for l := range lines {
 		done = append(done, l)
 	}
-	_ = c.cmd.Wait()
 
 	e := tg.Open(t, dir)
 	inLog := map[string]bool{}

@@ -389,8 +389,8 @@ func startBrokerChild(t T, tg Target, dir string, a brokerArgs) *brokerChild {
 	c := startChild(t, childSpec{Mode: "mqtt-broker", Engine: tg.Engine, Dir: dir, Params: tg.Params})
 	ready := make(chan string, 1)
 	go func() {
-		for c.lines.Scan() {
-			if f := strings.Fields(c.lines.Text()); len(f) == 2 && f[0] == "ready" {
+		for l := range c.lines {
+			if f := strings.Fields(l); len(f) == 2 && f[0] == "ready" {
 				ready <- f[1]
 			}
 		}
@@ -399,13 +399,13 @@ func startBrokerChild(t T, tg Target, dir string, a brokerArgs) *brokerChild {
 	select {
 	case addr, ok := <-ready:
 		if !ok {
-			_ = c.cmd.Wait()
-			t.Fatalf("child broker ended before serving: %s", c.stderr.String())
+			<-c.Exited()
+			t.Fatalf("child broker ended before serving (%v): %s", c.Err(), c.stderr())
 		}
 		return &brokerChild{t: t, c: c, Addr: addr, dir: dir}
 	case <-time.After(60 * time.Second):
 		c.kill()
-		t.Fatalf("child broker did not serve within 60s: %s", c.stderr.String())
+		t.Fatalf("child broker did not serve within 60s: %s", c.stderr())
 	}
 	return nil
 }
@@ -416,12 +416,10 @@ func (b *brokerChild) kill() { b.c.kill() }
 // waitKilledItself waits until the child died at its kill point.
 func (b *brokerChild) waitKilledItself() {
 	b.t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- b.c.cmd.Wait() }()
 	select {
-	case err := <-done:
-		if !killedBySignal(err) {
-			b.t.Fatalf("child broker was to kill itself, it ended with %v: %s", err, b.c.stderr.String())
+	case <-b.c.Exited():
+		if err := b.c.Err(); !killedBySignal(err) {
+			b.t.Fatalf("child broker was to kill itself, it ended with %v: %s", err, b.c.stderr())
 		}
 	case <-time.After(waitFor):
 		b.c.kill()

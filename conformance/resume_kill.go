@@ -204,13 +204,7 @@ func (r *rig) runSessionChild(a sessionArgs) (got []childEvent, persisted []stri
 		r.t.Fatalf("write child args: %v", err)
 	}
 	c := startChild(r.t, childSpec{Mode: "resume-session", Engine: r.tg.Engine, Dir: r.dir, Params: r.tg.Params})
-	lines := make(chan string, 1024)
-	go func() {
-		defer close(lines)
-		for c.lines.Scan() {
-			lines <- c.lines.Text()
-		}
-	}()
+	lines := c.lines
 	timeout := time.After(60 * time.Second)
 read:
 	for {
@@ -231,11 +225,12 @@ read:
 			}
 		case <-timeout:
 			c.kill()
-			r.t.Fatalf("child did not reach its kill point in 60s; stderr: %s", c.stderr.String())
+			r.t.Fatalf("child did not reach its kill point in 60s; stderr: %s", c.stderr())
 		}
 	}
-	if err := c.cmd.Wait(); !killedBySignal(err) {
-		r.t.Fatalf("child was to kill itself at %q, it ended with %v; stderr: %s", a.KillAt, err, c.stderr.String())
+	<-c.Exited()
+	if err := c.Err(); !killedBySignal(err) {
+		r.t.Fatalf("child was to kill itself at %q, it ended with %v; stderr: %s", a.KillAt, err, c.stderr())
 	}
 	r.open()
 	return got, persisted

@@ -6,17 +6,13 @@ package mqtt_test
 // in a child process that a test can SIGKILL.
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
-	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,6 +20,7 @@ import (
 	paho3 "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/tidemark-io/tidemark/internal/freeport"
+	"github.com/tidemark-io/tidemark/internal/proc"
 	"github.com/tidemark-io/tidemark/mqtt"
 	"github.com/tidemark-io/tidemark/mqtt/mqtttest"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
@@ -462,10 +459,8 @@ func maybeRunBrokerChild() {
 
 // brokerChild is a broker in a child process.
 type brokerChild struct {
-	cmd    *exec.Cmd
-	Addr   string
-	stderr *strings.Builder
-	mu     sync.Mutex
+	*proc.Proc
+	Addr string
 }
 
 // startBrokerChild starts a broker on engine in dir at addr ("" for any
@@ -480,44 +475,29 @@ func startBrokerChild(t *testing.T, engine, dir, addr string) *brokerChild {
 		addr = freeport.MustAddr(t)
 	}
 	raw, _ := json.Marshal(childSpec{Engine: engine, Dir: dir, Addr: addr})
-	cmd := exec.Command(exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), envBrokerChild+"="+string(raw))
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.StdoutPipe()
+	ready := make(chan string, 1)
+	p, err := proc.Start(proc.Spec{Name: "broker child", Bin: exe, Args: []string{"-test.run=^$"},
+		Env: []string{envBrokerChild + "=" + string(raw)},
+		Lines: func(l string) {
+			if a, ok := strings.CutPrefix(l, "ready "); ok {
+				ready <- a
+			}
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &brokerChild{cmd: cmd, stderr: &stderr}
+	c := &brokerChild{Proc: p}
 	t.Cleanup(c.kill)
-	ready := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if a, ok := strings.CutPrefix(sc.Text(), "ready "); ok {
-				ready <- a
-			}
-		}
-		_, _ = io.Copy(io.Discard, out)
-	}()
 	select {
 	case c.Addr = <-ready:
+	case <-p.Exited():
+		t.Fatalf("broker child ended before serving (%v): %s", p.Err(), p.Log())
 	case <-time.After(30 * time.Second):
 		c.kill()
-		t.Fatalf("broker child did not start: %s", stderr.String())
+		t.Fatalf("broker child did not start: %s", p.Log())
 	}
 	return c
 }
 
 // kill ends the child with SIGKILL and reaps it.
-func (c *brokerChild) kill() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cmd.ProcessState == nil {
-		_ = c.cmd.Process.Kill()
-		_ = c.cmd.Wait()
-	}
-}
+func (c *brokerChild) kill() { c.Kill() }

@@ -19,17 +19,16 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/tidemark-io/tidemark/internal/freeport"
+	"github.com/tidemark-io/tidemark/internal/proc"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 )
 
@@ -76,51 +75,28 @@ func Mosquitto(bin string) Broker {
 	}}
 }
 
+// startProcess runs bin in dir, its output in dir/broker.log, and waits
+// until it accepts connections on addr.
 func startProcess(ctx context.Context, dir, addr, bin string, args ...string) (string, int, func() error, error) {
 	logf, err := os.Create(filepath.Join(dir, "broker.log"))
 	if err != nil {
 		return "", 0, nil, err
 	}
-	defer logf.Close()
-	cmd := exec.Command(bin, args...)
-	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	p, err := proc.Start(proc.Spec{Bin: bin, Args: args, Dir: dir, Log: logf})
+	if err != nil {
+		logf.Close()
 		return "", 0, nil, err
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
 	stop := func() error {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-		return nil
+		defer logf.Close()
+		return p.Stop(30 * time.Second)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return addr, cmd.Process.Pid, stop, nil
-		}
-		select {
-		case <-exited:
-			tail, _ := os.ReadFile(filepath.Join(dir, "broker.log"))
-			return "", 0, nil, fmt.Errorf("%s exited before listening: %s", bin, lastLines(string(tail), 5))
-		case <-ctx.Done():
-			_ = stop()
-			return "", 0, nil, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			_ = stop()
-			return "", 0, nil, fmt.Errorf("%s did not listen on %s within 30 s", bin, addr)
-		}
+	if err := p.WaitListen(ctx, addr, 30*time.Second, nil); err != nil {
+		p.Kill()
+		logf.Close()
+		return "", 0, nil, err
 	}
+	return addr, p.Pid(), stop, nil
 }
 
 func lastLines(s string, n int) string {

@@ -1,8 +1,6 @@
 package main_test
 
 import (
-	"bufio"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +11,7 @@ import (
 
 	paho3 "github.com/eclipse/paho.mqtt.golang"
 	"github.com/tidemark-io/tidemark/engine/jetstream/jetstreamtest"
+	"github.com/tidemark-io/tidemark/internal/proc"
 )
 
 // TestServeCluster follows docs/cluster.md on a three-server NATS cluster
@@ -109,53 +108,28 @@ func TestServeCluster(t *testing.T) {
 type nodeProc struct {
 	*serveProc
 	addr string
-	mu   sync.Mutex
 }
 
-func (p *nodeProc) logText() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.log.String()
-}
+func (p *nodeProc) logText() string { return p.Log() }
 
 // startNode runs `tidemark serve args` and waits until it listens on its
 // --mqtt address; opening on a cluster that is still starting may take a
-// while.
+// while. It reports failures with t.Error, so it can run beside others.
 func startNode(t *testing.T, bin string, args []string) *nodeProc {
 	t.Helper()
 	addr := args[len(args)-1]
-	cmd := exec.Command(bin, append([]string{"serve"}, args...)...)
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
+	p, err := proc.Start(proc.Spec{Name: "tidemark serve", Bin: bin, Args: append([]string{"serve"}, args...)})
+	if err != nil {
 		t.Error(err)
 		return nil
 	}
-	p := &nodeProc{serveProc: &serveProc{cmd: cmd, done: make(chan struct{}), log: &strings.Builder{}}, addr: addr}
-	go func() {
-		defer close(p.done)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			p.mu.Lock()
-			p.log.WriteString(sc.Text() + "\n")
-			p.mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			return p
-		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			<-p.done
-			t.Errorf("serve %v did not listen on %s:\n%s", args, addr, p.logText())
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
+	t.Cleanup(func() { p.Kill() })
+	if err := p.WaitListen(t.Context(), addr, 2*time.Minute, nil); err != nil {
+		p.Kill()
+		t.Errorf("serve %v: %v\n%s", args, err, p.Log())
+		return nil
 	}
+	return &nodeProc{serveProc: &serveProc{p}, addr: addr}
 }
 
 // keptNodeID returns the node id a node keeps in its --data directory.

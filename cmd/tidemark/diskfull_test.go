@@ -126,7 +126,7 @@ func testServeDiskFull(t *testing.T, eng string) {
 	}
 	t.Logf("disk full after %d acknowledged (%v in)", len(acked), time.Since(start).Round(time.Millisecond))
 	if code := health(); code != http.StatusServiceUnavailable {
-		t.Fatalf("/healthz with the disk full: %d, want 503\n%s", code, srv.log.String())
+		t.Fatalf("/healthz with the disk full: %d, want 503\n%s", code, srv.Log())
 	}
 
 	// Space returns: the same process recovers.
@@ -136,7 +136,7 @@ func testServeDiskFull(t *testing.T, eng string) {
 	deadline := time.Now().Add(60 * time.Second)
 	for health() != http.StatusOK {
 		if time.Now().After(deadline) {
-			t.Fatalf("/healthz still failing after space returned:\n%s", srv.log.String())
+			t.Fatalf("/healthz still failing after space returned:\n%s", srv.Log())
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -1,22 +1,20 @@
 package main_test
 
 import (
-	"bufio"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	paho3 "github.com/eclipse/paho.mqtt.golang"
 
 	"github.com/tidemark-io/tidemark/internal/freeport"
+	"github.com/tidemark-io/tidemark/internal/proc"
 )
 
 // TestServeEndToEnd builds the binary, runs `tidemark serve` from a config
@@ -113,62 +111,38 @@ func TestServeEndToEnd(t *testing.T) {
 	fresh.Disconnect(100)
 }
 
-type serveProc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	log  *strings.Builder
-}
+// serveProc is a `tidemark serve` child process.
+type serveProc struct{ *proc.Proc }
 
+// startServe runs `tidemark serve --config cfg` and waits until it
+// listens on addr; it is killed when the test ends.
 func startServe(t *testing.T, bin, cfg, addr string) *serveProc {
 	t.Helper()
-	cmd := exec.Command(bin, "serve", "--config", cfg)
-	stderr, _ := cmd.StderrPipe()
-	if err := cmd.Start(); err != nil {
+	p, err := proc.Start(proc.Spec{Name: "tidemark serve", Bin: bin, Args: []string{"serve", "--config", cfg}})
+	if err != nil {
 		t.Fatal(err)
 	}
-	p := &serveProc{cmd: cmd, done: make(chan struct{}), log: &strings.Builder{}}
-	go func() {
-		defer close(p.done)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			p.log.WriteString(sc.Text() + "\n")
-		}
-	}()
-	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	t.Cleanup(func() { p.Kill() })
 	// Generous: a store reopened after SIGKILL replays its log first,
 	// and a long crash loop may run on a loaded machine.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-			return p
-		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			<-p.done
-			t.Fatalf("serve did not listen on %s:\n%s", addr, p.log.String())
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := p.WaitListen(t.Context(), addr, 60*time.Second, nil); err != nil {
+		p.Kill()
+		t.Fatalf("%v\n%s", err, p.Log())
 	}
+	return &serveProc{p}
 }
 
+// stop ends the process with SIGTERM and checks it stopped cleanly.
 func (p *serveProc) stop(t *testing.T) {
 	t.Helper()
-	if p.cmd.ProcessState != nil {
+	if !p.Running() {
 		return
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(15 * time.Second):
-		t.Fatalf("serve did not stop on SIGTERM")
+	if err := p.Stop(15 * time.Second); err != nil {
+		t.Fatalf("%v\n%s", err, p.Log())
 	}
-	if err := p.cmd.Wait(); err != nil {
-		t.Fatalf("serve exited with %v after SIGTERM:\n%s", err, p.log.String())
-	}
-	if !strings.Contains(p.log.String(), "stopped") {
-		t.Fatalf("no clean stop in the log:\n%s", p.log.String())
+	if !strings.Contains(p.Log(), "stopped") {
+		t.Fatalf("no clean stop in the log:\n%s", p.Log())
 	}
 }
 

@@ -162,13 +162,13 @@ func TestServeSecured(t *testing.T) {
 	}
 	hup := func(want string) {
 		t.Helper()
-		if err := srv.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		if err := srv.Signal(syscall.SIGHUP); err != nil {
 			t.Fatal(err)
 		}
 		deadline := time.Now().Add(5 * time.Second)
-		for !strings.Contains(srv.log.String(), want) {
+		for !strings.Contains(srv.Log(), want) {
 			if time.Now().After(deadline) {
-				t.Fatalf("no %q in the log after SIGHUP:\n%s", want, srv.log.String())
+				t.Fatalf("no %q in the log after SIGHUP:\n%s", want, srv.Log())
 			}
 			time.Sleep(20 * time.Millisecond)
 		}

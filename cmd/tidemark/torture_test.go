@@ -149,24 +149,19 @@ func startKillable(t conformance.T, bin, engine, dir, addr string, logs *brokerL
 	began := time.Now()
 	p := startServe(tt, bin, cfg, addr)
 	if d := time.Since(began); d > 10*time.Second {
-		t.Logf("serve took %v to listen; its log:\n%s", d.Round(time.Millisecond), p.log.String())
+		t.Logf("serve took %v to listen; its log:\n%s", d.Round(time.Millisecond), p.Log())
 	}
 	var once sync.Once
-	keep := func(how string) { once.Do(func() { logs.add(p.log.String(), how) }) }
+	keep := func(how string) { once.Do(func() { logs.add(p.Log(), how) }) }
 	// Registered after startServe's own cleanup, so it runs first.
 	tt.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-p.done
+		p.Kill()
 		keep("running at the end")
 	})
 	return func() {
-		_ = p.cmd.Process.Kill()
-		select {
-		case <-p.done:
-		case <-time.After(30 * time.Second):
+		if !p.Kill() {
 			t.Fatalf("serve did not end after SIGKILL")
 		}
-		_ = p.cmd.Wait()
 		keep("killed")
 	}
 }
