@@ -462,29 +462,7 @@ func openStore(t T, tg Target, dir string) (*table.DB, func()) {
 // on topic, in log order.
 func logMessages(t T, db *table.DB, topic string) []string {
 	t.Helper()
-	// From where retention left the log.
-	st, err := db.LogStats(t.Context())
-	if err != nil {
-		t.Fatalf("log stats: %v", err)
-	}
-	var from table.Cursor
-	if st.Floor > 0 {
-		from.Key = st.Floor - 1
-	}
-	var out []string
-	_, err = db.Follow(t.Context(), table.SubscribeOptions{Table: brokerMsgs, Start: from, IncludeSuperseded: true, Composite: true,
-		Hooks: table.Hooks{Live: func() bool { return false }}},
-		func(ev table.Event) error {
-			var m mqtt.Message
-			if ev.ID == topic && m.UnmarshalBinary(ev.Value) == nil {
-				out = append(out, string(m.Payload))
-			}
-			return nil
-		})
-	if err != nil {
-		t.Fatalf("read the message log: %v", err)
-	}
-	return out
+	return mqtttest.LogPayloads(t, t.Context(), db, topic)
 }
 
 // stagedAbsent reports whether the staging slot of (client, pi) is empty.

@@ -370,27 +370,7 @@ func (c *client3) expectNone(d time.Duration) {
 // retained message log.
 func logPayloads(t *testing.T, db *table.DB, topic string) []string {
 	t.Helper()
-	var out []string
-	st, err := db.LogStats(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var from table.Cursor
-	if st.Floor > 0 {
-		from.Key = st.Floor - 1
-	}
-	_, err = db.Follow(ctxT(t), table.SubscribeOptions{Table: "mqtt.msgs", Start: from, IncludeSuperseded: true,
-		Hooks: table.Hooks{Live: func() bool { return false }}}, func(ev table.Event) error {
-		var m mqtt.Message
-		if ev.ID == topic && m.UnmarshalBinary(ev.Value) == nil {
-			out = append(out, string(m.Payload))
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("read the message log: %v", err)
-	}
-	return out
+	return mqtttest.LogPayloads(t, ctxT(t), db, topic)
 }
 
 // ---- raw client over the packet codec ----

@@ -13,6 +13,13 @@ var ErrCorruptMessage = errors.New("mqtt: corrupt stored message")
 // UserProperty is one 5.0 user property; order and repeats are kept.
 type UserProperty struct{ Key, Value string }
 
+// MessageTable is the table whose log entries are the broker's QoS 1
+// and 2 messages: one per publication, its id the topic, its value a
+// Message (see UnmarshalBinary). An application that embeds the broker
+// can follow it with the table layer (table.DB.Follow with
+// IncludeSuperseded, since every message is an entry of its own).
+const MessageTable = tableMsgs
+
 // Message is an application message as the broker stores and routes it:
 // what a PUBLISH carried, plus who published it and when it expires.
 type Message struct {

@@ -85,23 +85,13 @@ func wantQuiet(from, to int) []string {
 // at the commit of a message, keeping the others of that commit.
 func logKey(t *testing.T, db *table.DB, topic, payload string) engine.LogKey {
 	t.Helper()
-	st, err := db.LogStats(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var from table.Cursor
-	if st.Floor > 0 {
-		from.Key = st.Floor - 1 // the retained log starts above it
-	}
+	ms, err := mqtttest.LogMessages(ctxT(t), db, topic)
 	var key engine.LogKey
-	_, err = db.Follow(ctxT(t), table.SubscribeOptions{Table: "mqtt.msgs", Start: from, IncludeSuperseded: true,
-		Hooks: table.Hooks{Live: func() bool { return false }}}, func(ev table.Event) error {
-		var m mqtt.Message
-		if ev.ID == topic && m.UnmarshalBinary(ev.Value) == nil && string(m.Payload) == payload {
-			key = ev.Key
+	for _, m := range ms {
+		if string(m.Message.Payload) == payload {
+			key = m.Key // the last, if it was published again
 		}
-		return nil
-	})
+	}
 	if err != nil || key == 0 {
 		t.Fatalf("no %s=%s in the message log (%v)", topic, payload, err)
 	}
