@@ -74,20 +74,28 @@ func validID(table, id string) error {
 // key is exactly engine.MaxKeySize bytes long: such keys sort among the
 // others by those first bytes, and below them in hash order.
 func dataKey(kind byte, table, id string) []byte {
-	inline := inlineIDLen(table)
-	if len(id) > inline {
-		sum := sha256.Sum256([]byte(id))
-		k := make([]byte, 0, engine.MaxKeySize)
-		k = append(k, kind)
-		k = append(k, table...)
-		k = append(k, 0)
-		k = append(k, id[:inline-idHashLen]...)
-		return append(k, sum[:]...)
+	return appendDataKey(make([]byte, 0, dataKeyLen(table, id)), kind, table, id)
+}
+
+// dataKeyLen is the length of dataKey(kind, table, id).
+func dataKeyLen(table, id string) int {
+	if len(id) > inlineIDLen(table) {
+		return engine.MaxKeySize
 	}
-	k := make([]byte, 0, keyOverhead+len(table)+len(id))
+	return keyOverhead + len(table) + len(id)
+}
+
+// appendDataKey appends dataKey(kind, table, id) to k.
+func appendDataKey(k []byte, kind byte, table, id string) []byte {
+	inline := inlineIDLen(table)
 	k = append(k, kind)
 	k = append(k, table...)
 	k = append(k, 0)
+	if len(id) > inline {
+		sum := sha256.Sum256([]byte(id))
+		k = append(k, id[:inline-idHashLen]...)
+		return append(k, sum[:]...)
+	}
 	return append(k, id...)
 }
 
@@ -128,16 +136,29 @@ const (
 
 // encodeRecord encodes a record of table/id.
 func encodeRecord(table, id string, v Version, deleted bool, value []byte) []byte {
-	format, extra := byte(recordFormat), 0
+	return appendRecord(make([]byte, 0, recordLen(table, id, value)), table, id, v, deleted, value)
+}
+
+// recordLen bounds the length of encodeRecord(table, id, _, _, value).
+func recordLen(table, id string, value []byte) int {
 	if longID(table, id) {
-		format, extra = recordFormatLong, binary.MaxVarintLen32+len(id)
+		return recordHdrSize + binary.MaxVarintLen32 + len(id) + len(value)
 	}
-	b := make([]byte, recordHdrSize, recordHdrSize+extra+len(value))
-	b[0] = format
+	return recordHdrSize + len(value)
+}
+
+// appendRecord appends encodeRecord(table, id, v, deleted, value) to b;
+// the version is at recordVersionAt from where it started.
+func appendRecord(b []byte, table, id string, v Version, deleted bool, value []byte) []byte {
+	format, flags := byte(recordFormat), byte(0)
+	if longID(table, id) {
+		format = recordFormatLong
+	}
 	if deleted {
-		b[1] = flagDeleted
+		flags = flagDeleted
 	}
-	binary.BigEndian.PutUint64(b[recordVersionAt:], uint64(v))
+	b = append(b, format, flags)
+	b = binary.BigEndian.AppendUint64(b, uint64(v))
 	if format == recordFormatLong {
 		b = binary.AppendUvarint(b, uint64(len(id)))
 		b = append(b, id...)

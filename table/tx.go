@@ -36,6 +36,14 @@ type Tx struct {
 	done    bool
 	deferd  bool
 	version Version
+
+	// The engine batch Submit builds, with first backing arrays for its
+	// ops and log entries: the Tx is allocated anyway and lives until the
+	// commit completes, as the engine holds the batch that long.
+	batch   engine.Batch
+	ops     [5]engine.Op
+	logs    [2][]byte
+	checks1 [2]engine.Check // checks' first backing array
 }
 
 type write struct {
@@ -48,6 +56,7 @@ type write struct {
 func (db *DB) Begin() *Tx {
 	tx := &Tx{db: db}
 	tx.writes = tx.small[:0]
+	tx.checks = tx.checks1[:0]
 	return tx
 }
 
@@ -159,7 +168,11 @@ func (tx *Tx) ExpectVersion(table, id string, v Version) error {
 	if err := validID(table, id); err != nil {
 		return tx.add(write{}, err)
 	}
-	tx.checks = append(tx.checks, engine.Check{Key: dataKey(kindVersion, table, id), Value: encodeVersion(v)})
+	// Key and value in one allocation.
+	kv := appendDataKey(make([]byte, 0, dataKeyLen(table, id)+8), kindVersion, table, id)
+	n := len(kv)
+	kv = binary.BigEndian.AppendUint64(kv, uint64(v))
+	tx.checks = append(tx.checks, engine.Check{Key: kv[:n:n], Value: kv[n:]})
 	return nil
 }
 
@@ -203,51 +216,54 @@ func (tx *Tx) Submit(ctx context.Context) (*engine.Handle, error) {
 	}
 	// The batch is encoded before the lock, with the version left blank:
 	// every commit of the DB passes through the lock, so it holds only
-	// what must happen in version order.
+	// what must happen in version order. Keys, records and version values
+	// share one allocation; each log entry gets its own, since the tail
+	// keeps entries for live readers and must not keep the rest with them.
 	// Each write takes at most two ops and one log entry; the head hint
 	// may take one more op.
-	b := &engine.Batch{Checks: tx.checks, Defer: tx.deferd,
-		Ops: make([]engine.Op, 0, 2*len(tx.writes)+1), Log: make([][]byte, 0, len(tx.writes))}
-	stamps := make([][]byte, 0, 2*len(tx.writes))
-	record := func(w write, deleted bool, value []byte) []byte {
-		r := encodeRecord(w.table, w.id, 0, deleted, value)
-		stamps = append(stamps, r[recordVersionAt:recordVersionAt+8])
-		return r
+	b := &tx.batch
+	b.Checks, b.Defer = tx.checks, tx.deferd
+	if n := 2*len(tx.writes) + 1; n <= len(tx.ops) {
+		b.Ops = tx.ops[:0]
+	} else {
+		b.Ops = make([]engine.Op, 0, n)
 	}
-	version := func() []byte {
-		r := encodeVersion(0)
-		stamps = append(stamps, r)
-		return r
-	}
-	entry := func(op Op, table, id string, value []byte) []byte {
-		r, at := encodeEntryAt(op, table, id, 0, value)
-		stamps = append(stamps, r[at:at+8])
-		return r
-	}
+	b.Log = tx.logs[:0]
+	var stampsBuf [8][]byte
+	stamps := stampsBuf[:0]
+	a := make([]byte, 0, tx.arenaLen())
 	for _, w := range tx.writes {
+		var key, val []byte
 		switch w.op {
-		case OpPut, OpReload, opLoadFirst:
-			b.Put(dataKey(kindRecord, w.table, w.id), record(w, false, w.value))
-			b.Put(dataKey(kindVersion, w.table, w.id), version())
-		case OpDelete:
-			b.Put(dataKey(kindRecord, w.table, w.id), record(w, true, nil))
-			b.Delete(dataKey(kindVersion, w.table, w.id))
-		case opPutState:
-			b.Put(dataKey(kindRecord, w.table, w.id), record(w, false, w.value))
-			b.Put(dataKey(kindVersion, w.table, w.id), version())
-		case opDeleteState:
-			b.Delete(dataKey(kindRecord, w.table, w.id))
-			b.Delete(dataKey(kindVersion, w.table, w.id))
-		case opPutStateUnchecked:
-			b.Put(dataKey(kindRecord, w.table, w.id), record(w, false, w.value))
-		case opDeleteStateUnchecked:
-			b.Delete(dataKey(kindRecord, w.table, w.id))
+		case OpPut, OpReload, opLoadFirst, opPutState, OpDelete, opPutStateUnchecked:
+			a, key = carve(a, func(a []byte) []byte { return appendDataKey(a, kindRecord, w.table, w.id) })
+			deleted := w.op == OpDelete
+			a, val = carve(a, func(a []byte) []byte { return appendRecord(a, w.table, w.id, 0, deleted, w.value) })
+			stamps = append(stamps, val[recordVersionAt:recordVersionAt+8])
+			b.Put(key, val)
+		case opDeleteState, opDeleteStateUnchecked:
+			a, key = carve(a, func(a []byte) []byte { return appendDataKey(a, kindRecord, w.table, w.id) })
+			b.Delete(key)
+		}
+		switch w.op {
+		case OpPut, OpReload, opLoadFirst, opPutState:
+			a, key = carve(a, func(a []byte) []byte { return appendDataKey(a, kindVersion, w.table, w.id) })
+			a, val = carve(a, func(a []byte) []byte { return binary.BigEndian.AppendUint64(a, 0) })
+			stamps = append(stamps, val)
+			b.Put(key, val)
+		case OpDelete, opDeleteState:
+			a, key = carve(a, func(a []byte) []byte { return appendDataKey(a, kindVersion, w.table, w.id) })
+			b.Delete(key)
 		}
 		switch w.op {
 		case OpPut, OpDelete, OpMessage, OpMark:
-			b.Append(entry(w.op, w.table, w.id, w.value))
+			r, at := encodeEntryAt(w.op, w.table, w.id, 0, w.value)
+			stamps = append(stamps, r[at:at+8])
+			b.Append(r)
 		case opLoadFirst:
-			b.Append(entry(OpReload, w.table, "", nil))
+			r, at := encodeEntryAt(OpReload, w.table, "", 0, nil)
+			stamps = append(stamps, r[at:at+8])
+			b.Append(r)
 		}
 	}
 	db := tx.db
@@ -269,6 +285,35 @@ func (tx *Tx) Submit(ctx context.Context) (*engine.Handle, error) {
 	}
 	tx.version = v
 	return h, nil
+}
+
+// arenaLen bounds the bytes of the keys, records and version values of
+// the Tx's writes.
+func (tx *Tx) arenaLen() int {
+	n := 0
+	for _, w := range tx.writes {
+		switch w.op {
+		case OpPut, OpReload, opLoadFirst, opPutState:
+			n += 2*dataKeyLen(w.table, w.id) + recordLen(w.table, w.id, w.value) + 8
+		case OpDelete:
+			n += 2*dataKeyLen(w.table, w.id) + recordLen(w.table, w.id, nil)
+		case opPutStateUnchecked:
+			n += dataKeyLen(w.table, w.id) + recordLen(w.table, w.id, w.value)
+		case opDeleteState:
+			n += 2 * dataKeyLen(w.table, w.id)
+		case opDeleteStateUnchecked:
+			n += dataKeyLen(w.table, w.id)
+		}
+	}
+	return n
+}
+
+// carve appends what fill appends to a and returns a and the appended
+// bytes, capped so that a later append never writes over them.
+func carve(a []byte, fill func([]byte) []byte) ([]byte, []byte) {
+	start := len(a)
+	a = fill(a)
+	return a, a[start:len(a):len(a)]
 }
 
 // Commit submits the Tx and waits until it is durable.
