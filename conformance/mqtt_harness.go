@@ -142,52 +142,40 @@ func secondNode(t T, tg Target, s *mqtttest.Server, opts mqtt.Options) brokerNod
 	return brokerNode{Addr: ln.Addr().String(), DB: db}
 }
 
-// brokerFaults programs a broker's mqtt.Hooks from a case.
+// brokerFaults programs a broker's mqtt.Hooks from a case: At is
+// counted and passed to onAt; Submit is counted and held by holdSubmits;
+// Ack hands the pipeline the hold of holdAcks, or a delay, and the error
+// of failAcks.
 type brokerFaults struct {
+	at      *points[mqtt.Point]
+	submits *points[mqtt.Kind]
+	acks    *points[mqtt.Kind]
+
 	mu       sync.Mutex
-	ackHolds map[mqtt.Kind]chan struct{}
 	ackDelay map[mqtt.Kind]func() time.Duration
 	ackFail  func(k mqtt.Kind, client string) error
-	subHolds map[mqtt.Kind]chan struct{}
-	hits     map[mqtt.Point]int
-	submits  map[mqtt.Kind]int
 	onAt     func(p mqtt.Point, client string, pi uint16)
-	// held receives the kind of each commit a Submit hold stopped.
-	held chan mqtt.Kind
 }
 
 func newBrokerFaults() *brokerFaults {
-	return &brokerFaults{ackHolds: map[mqtt.Kind]chan struct{}{}, ackDelay: map[mqtt.Kind]func() time.Duration{},
-		subHolds: map[mqtt.Kind]chan struct{}{}, hits: map[mqtt.Point]int{}, submits: map[mqtt.Kind]int{}, held: make(chan mqtt.Kind, 64)}
+	return &brokerFaults{at: newPoints[mqtt.Point](), submits: newPoints[mqtt.Kind](), acks: newPoints[mqtt.Kind](),
+		ackDelay: map[mqtt.Kind]func() time.Duration{}}
 }
 
 func (f *brokerFaults) hooks() mqtt.Hooks {
 	return mqtt.Hooks{
 		At: func(p mqtt.Point, client string, pi uint16) {
+			f.at.hit(p)
 			f.mu.Lock()
-			f.hits[p]++
 			on := f.onAt
 			f.mu.Unlock()
 			if on != nil {
 				on(p, client, pi)
 			}
 		},
-		Submit: func(k mqtt.Kind, client string) {
-			f.mu.Lock()
-			ch := f.subHolds[k]
-			f.submits[k]++
-			f.mu.Unlock()
-			if ch != nil {
-				select {
-				case f.held <- k:
-				default:
-				}
-				<-ch
-			}
-		},
+		Submit: func(k mqtt.Kind, client string) { f.submits.hit(k) },
 		Ack: func(k mqtt.Kind, client string) (<-chan struct{}, error) {
 			f.mu.Lock()
-			hold := f.ackHolds[k]
 			delay := f.ackDelay[k]
 			fail := f.ackFail
 			f.mu.Unlock()
@@ -195,6 +183,7 @@ func (f *brokerFaults) hooks() mqtt.Hooks {
 			if fail != nil {
 				err = fail(k, client)
 			}
+			hold := f.acks.holding(k)
 			if hold == nil && delay != nil {
 				if d := delay(); d > 0 {
 					ch := make(chan struct{})
@@ -209,39 +198,11 @@ func (f *brokerFaults) hooks() mqtt.Hooks {
 
 // holdAcks makes commits of kind k look stalled to the pipeline until the
 // returned release is called.
-func (f *brokerFaults) holdAcks(k mqtt.Kind) (release func()) {
-	ch := make(chan struct{})
-	f.mu.Lock()
-	f.ackHolds[k] = ch
-	f.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			f.mu.Lock()
-			delete(f.ackHolds, k)
-			f.mu.Unlock()
-			close(ch)
-		})
-	}
-}
+func (f *brokerFaults) holdAcks(k mqtt.Kind) (release func()) { return f.acks.holdAt(k) }
 
 // holdSubmits holds every commit of kind k before it is submitted until
 // the returned release is called.
-func (f *brokerFaults) holdSubmits(k mqtt.Kind) (release func()) {
-	ch := make(chan struct{})
-	f.mu.Lock()
-	f.subHolds[k] = ch
-	f.mu.Unlock()
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			f.mu.Lock()
-			delete(f.subHolds, k)
-			f.mu.Unlock()
-			close(ch)
-		})
-	}
-}
+func (f *brokerFaults) holdSubmits(k mqtt.Kind) (release func()) { return f.submits.holdAt(k) }
 
 // delayAcks delays the pipeline's view of each commit of kind k by d().
 func (f *brokerFaults) delayAcks(k mqtt.Kind, d func() time.Duration) {
@@ -256,33 +217,15 @@ func (f *brokerFaults) failAcks(fn func(k mqtt.Kind, client string) error) {
 	f.mu.Unlock()
 }
 
-func (f *brokerFaults) count(p mqtt.Point) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.hits[p]
-}
+func (f *brokerFaults) count(p mqtt.Point) int { return f.at.count(p) }
 
 // submitted returns how many commits of kind k were submitted.
-func (f *brokerFaults) submitted(k mqtt.Kind) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.submits[k]
-}
+func (f *brokerFaults) submitted(k mqtt.Kind) int { return f.submits.count(k) }
 
 // waitHeld waits until a Submit hold stopped a commit of kind k.
 func (f *brokerFaults) waitHeld(t T, k mqtt.Kind) {
 	t.Helper()
-	deadline := time.After(waitFor)
-	for {
-		select {
-		case got := <-f.held:
-			if got == k {
-				return
-			}
-		case <-deadline:
-			t.Fatalf("no %s commit reached its hold within %v", k, waitFor)
-		}
-	}
+	f.submits.waitHeld(t, k)
 }
 
 // ---- a broker in a child process ----

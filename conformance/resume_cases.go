@@ -258,7 +258,7 @@ func caseCloseWhileWaitingForDrain(t T, tg Target) {
 	})
 	o := durableOpts("t", start)
 	o.Buffer = 100
-	o.Hooks = f.hooks()
+	o.Hooks = readerHooks(f)
 	s := subscribe(t, r.db, o)
 	select {
 	case <-blocked:
@@ -427,7 +427,7 @@ func caseReplayToLiveHandoffUnderWrites(t T, tg Target) {
 			f.delayAt("live", time.Duration(rng.IntN(500))*time.Microsecond)
 		}
 		o := durableOpts(tbl, start)
-		o.Hooks = f.hooks()
+		o.Hooks = readerHooks(f)
 		writes := 200
 		phase := time.Duration(rng.IntN(2000)) * time.Microsecond
 		done := make(chan []wrote, 1)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -219,80 +218,14 @@ func (r *rig) head() table.Cursor {
 	return c
 }
 
-// faults injects behaviour at a reader's named points: "yield", "blocked"
-// and "live". For each point a case can register a callback (it sees the
-// hit count), a delay, a hold (the reader waits until released), and a
-// stop at the n-th hit (the hook returns false there).
-type faults struct {
-	mu     sync.Mutex
-	hits   map[string]int
-	stopAt map[string]int
-	on     map[string]func(n int)
-	delay  map[string]time.Duration
-	hold   map[string]chan struct{}
-}
+// faults injects behaviour at a reader's named points: "yield",
+// "blocked" and "live" (see readerHooks).
+type faults = points[string]
 
-func newFaults() *faults {
-	return &faults{hits: map[string]int{}, stopAt: map[string]int{}, on: map[string]func(int){}, delay: map[string]time.Duration{}, hold: map[string]chan struct{}{}}
-}
+func newFaults() *faults { return newPoints[string]() }
 
-func (f *faults) stop(point string, n int) *faults {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.stopAt[point] = n
-	return f
-}
-
-func (f *faults) onHit(point string, fn func(n int)) *faults {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.on[point] = fn
-	return f
-}
-
-func (f *faults) delayAt(point string, d time.Duration) *faults {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.delay[point] = d
-	return f
-}
-
-// holdAt makes the reader wait at point until the returned release is
-// called.
-func (f *faults) holdAt(point string) (release func()) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	ch := make(chan struct{})
-	f.hold[point] = ch
-	var once sync.Once
-	return func() { once.Do(func() { close(ch) }) }
-}
-
-func (f *faults) count(point string) int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.hits[point]
-}
-
-func (f *faults) hit(point string) bool {
-	f.mu.Lock()
-	f.hits[point]++
-	n := f.hits[point]
-	on, d, hold, stopAt := f.on[point], f.delay[point], f.hold[point], f.stopAt[point]
-	f.mu.Unlock()
-	if on != nil {
-		on(n)
-	}
-	if d > 0 {
-		time.Sleep(d)
-	}
-	if hold != nil {
-		<-hold
-	}
-	return stopAt == 0 || n != stopAt
-}
-
-func (f *faults) hooks() table.Hooks {
+// readerHooks are a table reader's hooks through f's points.
+func readerHooks(f *faults) table.Hooks {
 	return table.Hooks{
 		Yield:   func(uint64) bool { return f.hit("yield") },
 		Blocked: func() bool { return f.hit("blocked") },
@@ -319,7 +252,7 @@ func (r *rig) followRun(o table.SubscribeOptions, refuseAt int, f *faults) run {
 	if f == nil {
 		f = newFaults()
 	}
-	hooks := f.hooks()
+	hooks := readerHooks(f)
 	o.Hooks = table.Hooks{Yield: hooks.Yield, Blocked: hooks.Blocked, Live: func() bool {
 		hooks.Live()
 		return false // caught up: end the run
