@@ -715,6 +715,9 @@ func (o *outbound) track(om *outMsg) {
 	if o.inflight == nil {
 		o.inflight = map[uint16]*outMsg{}
 	}
+	if old := o.inflight[om.pi]; old != nil {
+		o.inflightBytes -= int64(len(old.msg.Payload)) // replaced: counted once
+	}
 	o.inflight[om.pi] = om
 	o.inflightBytes += int64(len(om.msg.Payload))
 }
