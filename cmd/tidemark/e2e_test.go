@@ -92,7 +92,11 @@ func TestServeEndToEnd(t *testing.T) {
 		t.Fatalf("/healthz: %s", resp.Status)
 	}
 	srv.stop(t)
+	// The 3.1.1 persistent session got the default expiry, a week.
+	sessionExpiry(t, bin, dir, "e2e-sub", "604800s")
 
+	// --session-expiry 0 (here from the environment) is never.
+	t.Setenv("TIDEMARK_SESSION_EXPIRY", "0")
 	srv = startServe(t, bin, cfg, mqttAddr)
 	defer srv.stop(t)
 	got := make(chan string, 16)
@@ -121,6 +125,27 @@ func TestServeEndToEnd(t *testing.T) {
 		t.Fatalf("retained message lost across the restart")
 	}
 	fresh.Disconnect(100)
+	srv.stop(t)
+	sessionExpiry(t, bin, dir, "e2e-sub", "never")
+}
+
+// sessionExpiry checks the expiry `tidemark inspect` shows for client's
+// session in the store under dir.
+func sessionExpiry(t *testing.T, bin, dir, client, want string) {
+	t.Helper()
+	out, err := exec.Command(bin, "inspect", "--data", filepath.Join(dir, "data")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("inspect: %v\n%s", err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 3 && f[0] == client {
+			if f[3] != want {
+				t.Fatalf("session %s expiry %s, want %s:\n%s", client, f[3], want, out)
+			}
+			return
+		}
+	}
+	t.Fatalf("inspect lists no session %s:\n%s", client, out)
 }
 
 type serveProc struct {
