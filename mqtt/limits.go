@@ -188,5 +188,7 @@ func (b *Broker) persistentExpiry() uint32 {
 	return neverExpires
 }
 
-// Options returns the broker's options with the defaults applied.
+// Options returns the broker's options with the defaults applied: a limit
+// lifted with a negative value (SessionExpiry, MaxQueuedMessages) reads 0
+// there, so pass a negative value again to lift it in another broker.
 func (b *Broker) Options() Options { return b.opts }
