@@ -58,10 +58,12 @@ import (
 // fewer, so none can be over. The sessions of a batch are counted by one
 // read of the log from the lowest point any of them has not been counted
 // to, each message matched once through an index of the batch's
-// subscriptions; the counts are kept in memory between passes
-// (queueCount), so a pass reads only what was appended since, and dropped
-// for sessions the pass did not reach (gone, online, or no longer
-// behind). A pass still reads the record of every offline session it
+// subscriptions. Under the byte limit the same holds of payload bytes
+// (read from each message's stored form without decoding the rest), and
+// a session is passed over only when within both. The counts are kept
+// in memory between passes (queueCount), so a pass reads only what was
+// appended since, and dropped for sessions the pass did not reach (gone,
+// online, or no longer behind). A pass still reads the record of every offline session it
 // reaches, to see that its checkpoint and subscriptions are those
 // counted.
 //
