@@ -168,3 +168,67 @@ func TestDefaultsUnpinTheLog(t *testing.T) {
 		t.Fatalf("log still holds every message of the expired sessions: %v", got)
 	}
 }
+
+// sizedFrom is quietAndBusyFrom with payloads of 100 bytes:
+// payloadOf(aN+i, 100) to quiet/a, each after every payloadOf(bN+..., 100)
+// to busy/b.
+func sizedFrom(aN, bN, n, every int) [][2]string {
+	var out [][2]string
+	for i := range n {
+		for j := range every {
+			out = append(out, [2]string{"busy/b", payloadOf(bN+i*every+j, 100)})
+		}
+		out = append(out, [2]string{"quiet/a", payloadOf(aN+i, 100)})
+	}
+	return out
+}
+
+// TestQueuedBytesManySessionsManyPasses: under the byte limit alone,
+// sessions at different positions, counted over several passes from
+// what earlier passes counted, each keep exactly the newest of their
+// messages that fit.
+func TestQueuedBytesManySessionsManyPasses(t *testing.T) {
+	s := startBroker(t, func(o *mqtt.Options) { o.MaxQueuedMessages, o.MaxQueuedBytes = -1, 2000 })
+	for _, c := range [][2]string{{"early-a", "quiet/a"}, {"early-b", "busy/b"}} {
+		sub := connect5(t, s.Addr, c[0], false, 3600)
+		sub.sub(c[1], 1)
+		sub.close()
+	}
+	pub := connect3(t, s.Addr, "many-pub", false)
+	pub.pubBurst(1, sizedFrom(0, 0, 10, 3)...) // a0..a9, b0..b29
+	retainOnce(t, s)
+	late := connect5(t, s.Addr, "late-a", false, 3600)
+	late.sub("quiet/a", 1)
+	late.close()
+	pub.pubBurst(1, sizedFrom(10, 30, 10, 3)...) // a10..a19, b30..b59
+	retainOnce(t, s)
+	pub.pubBurst(1, sizedFrom(20, 60, 5, 0)...) // a20..a24
+	retainOnce(t, s)
+	// 2,000 bytes hold twenty: early-b loses 10 in the first pass and 30
+	// in the second; early-a 5 in the third; late-a none.
+	st := s.Broker().Stats()
+	if d, h := st.Dropped["retention"], st.LimitHits["queued_bytes"]; d != 45 || h != 45 {
+		t.Fatalf("dropped by retention %d, queued_bytes hits %d; want 45 and 45", d, h)
+	}
+	sized := func(topic string, from, to int) []string {
+		var out []string
+		for i := from; i < to; i++ {
+			out = append(out, topic+"="+payloadOf(i, 100))
+		}
+		return out
+	}
+	for _, c := range []struct {
+		id   string
+		want []string
+	}{
+		{"early-a", sized("quiet/a", 5, 25)},
+		{"late-a", sized("quiet/a", 10, 25)},
+		{"early-b", sized("busy/b", 40, 60)},
+	} {
+		sub := connect5(t, s.Addr, c.id, false, 3600)
+		if got := topics5(sub.expect(len(c.want))); !slices.Equal(got, c.want) {
+			t.Fatalf("%s received %v, want %v", c.id, got, c.want)
+		}
+		sub.expectNone(100 * time.Millisecond)
+	}
+}
