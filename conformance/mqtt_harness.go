@@ -64,6 +64,20 @@ func needFaults(t T, h mqtt.Hooks) {
 	}
 }
 
+// unbounded lifts the queue limit and session expiry the broker has by
+// default, unless the case sets them: the suite checks what the protocol
+// promises an offline session (every QoS 1/2 message kept, an expiry of
+// never honoured), not an operator's limits, which mqtt's own tests
+// cover.
+func unbounded(opts *mqtt.Options) {
+	if opts.MaxQueuedMessages == 0 {
+		opts.MaxQueuedMessages = -1
+	}
+	if opts.SessionExpiry == 0 {
+		opts.SessionExpiry = -1
+	}
+}
+
 // startBroker starts a broker on the target's engine in this process.
 func startBroker(t T, tg Target, opts mqtt.Options) *mqtttest.Server {
 	t.Helper()
@@ -74,6 +88,7 @@ func startBroker(t T, tg Target, opts mqtt.Options) *mqtttest.Server {
 	if opts.CheckpointEvery == 0 {
 		opts.CheckpointEvery = 100 * time.Millisecond
 	}
+	unbounded(&opts)
 	return mqtttest.Start(t, tg.Engine, maps.Clone(tg.Params), opts)
 }
 
@@ -100,6 +115,7 @@ func secondNode(t T, tg Target, s *mqtttest.Server, opts mqtt.Options) brokerNod
 	if opts.CheckpointEvery == 0 {
 		opts.CheckpointEvery = 100 * time.Millisecond
 	}
+	unbounded(&opts)
 	db := s.DB()
 	var closers []func() error
 	if sh, ok := s.DB().Engine().(sharer); ok && sh.ClientURL() != "" {
@@ -270,6 +286,7 @@ func childMQTTBroker(spec childSpec) error {
 		return err
 	}
 	opts := mqtt.Options{Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))}
+	unbounded(&opts)
 	if a.CheckpointEvery > 0 {
 		opts.CheckpointEvery = time.Duration(a.CheckpointEvery) * time.Millisecond
 	}

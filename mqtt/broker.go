@@ -82,6 +82,16 @@ type Options struct {
 	// a 5.0 client's receive maximum lowers it. It bounds what a session
 	// holds for messages in flight, in memory and in its stored record.
 	MaxInflight int
+	// MaxInflightBytes bounds the payload bytes of the QoS 1 and 2
+	// PUBLISHes the broker has sent a client and not had acknowledged
+	// (default 0: no bound but MaxInflight's). It is flow control, like
+	// MaxInflight: while the bytes in flight are at or over it the broker
+	// sends that client no further QoS 1 or 2 PUBLISH, and goes on, in log
+	// order, as acknowledgements free room; nothing is dropped. A PUBLISH
+	// larger than it still goes, alone, as mosquitto's max_inflight_bytes
+	// does. Each time a session waits for room counts in
+	// Stats.LimitHits["inflight_bytes"].
+	MaxInflightBytes int64
 	// MaxPacketSize bounds an inbound packet (default 1 MiB); 5.0 clients
 	// are told in CONNACK.
 	MaxPacketSize int
@@ -98,7 +108,10 @@ type Options struct {
 	// SessionExpiry is the longest any session is kept after its
 	// connection ends: a 5.0 client asking for more, or for never, gets
 	// this, and so does a 3.1.1 persistent session, which cannot ask.
-	// Default 0: no bound, and 3.1.1 persistent sessions never expire.
+	// Default DefaultSessionExpiry, so that a session whose client never
+	// returns stops holding the message log (see MaxQueuedMessages) after
+	// it; negative: no bound, 3.1.1 persistent sessions never expire. It
+	// applies to a session from its next connection on.
 	SessionExpiry time.Duration
 
 	// MaxConnections caps the open sockets, with or without a CONNECT.
@@ -140,10 +153,20 @@ type Options struct {
 	// in its own messages has its checkpoint moved up to its oldest one,
 	// losing nothing. Either way an offline session holds the log from
 	// its oldest kept message only. Online sessions are not cut, nor one
-	// whose delayed will is still to be published. Default 0: no cap,
-	// the log is kept until every session has acknowledged it. See
+	// whose delayed will is still to be published. Default
+	// DefaultMaxQueuedMessages; negative: no cap, the log is kept until
+	// every session has acknowledged it or expired (SessionExpiry). See
 	// Broker.Retain.
 	MaxQueuedMessages int
+	// MaxQueuedBytes caps the payload bytes of an offline session's own
+	// messages, counted as MaxQueuedMessages counts them (default 0: no
+	// cap). Past it, each retention pass drops the session's oldest, so
+	// it keeps the newest of them whose payloads fit, counted as dropped
+	// with reason "retention" and in Stats.LimitHits["queued_bytes"]. With
+	// both caps an offline session keeps the newest messages that fit
+	// both. A message larger than the cap alone is dropped too: its
+	// session keeps none.
+	MaxQueuedBytes int64
 	// RetentionEvery is the period of retention passes (default 10 s).
 	RetentionEvery time.Duration
 	// RouteQueue is how many log messages the router may queue for one

@@ -251,8 +251,10 @@ func TestAddOfflineSessions(t *testing.T) {
 	real.close()
 	subs := []topic.Subscription{{Filter: "prov/a", QoS: 1}, {Filter: "prov/+/b", QoS: 2}}
 	var batch []mqtt.OfflineSession
+	// The expiry a real 3.1.1 persistent session gets by default.
+	expiry := uint32(mqtt.DefaultSessionExpiry / time.Second)
 	for i := range 1500 { // more than one commit
-		batch = append(batch, mqtt.OfflineSession{ClientID: fmt.Sprintf("prov-%04d", i), Version: packet.V311, ExpirySeconds: 0xFFFFFFFF, Subscriptions: subs})
+		batch = append(batch, mqtt.OfflineSession{ClientID: fmt.Sprintf("prov-%04d", i), Version: packet.V311, ExpirySeconds: expiry, Subscriptions: subs})
 	}
 	if err := mqtt.AddOfflineSessions(ctxT(t), s.DB(), batch); err != nil {
 		t.Fatal(err)

@@ -24,6 +24,22 @@ const (
 	// borrows while it has traffic (see connReader and connWriter).
 	connReadBuf  = 32 << 10
 	connWriteBuf = 32 << 10
+	// DefaultSessionExpiry is the default of Options.SessionExpiry: a
+	// week. A device offline over a long weekend, a holiday or a repair
+	// comes back to its session and its queued messages; one that never
+	// comes back (decommissioned, or its client id changed) stops
+	// holding the message log, and the disk, a week after it left. The
+	// log holds every message published after a gone session's
+	// checkpoint, not only its own, so without a bound one gone session
+	// would keep the whole log forever.
+	DefaultSessionExpiry = 7 * 24 * time.Hour
+	// DefaultMaxQueuedMessages is the default of
+	// Options.MaxQueuedMessages: mosquitto keeps 1,000 per client in
+	// memory; Tidemark's queue is the message log on disk, so it keeps a
+	// hundred times that. Until its session expires, a gone session
+	// subscribed to busy topics then holds the log from its newest
+	// 100,000 messages only.
+	DefaultMaxQueuedMessages = 100_000
 	// lingerTimeout bounds how long a connection that sent a DISCONNECT
 	// or a refusing CONNACK reads what the client still sends before the
 	// socket closes (see conn.linger).
@@ -35,6 +51,8 @@ const (
 	limitTopicLength   = "topic_length"
 	limitTopicLevels   = "topic_levels"
 	limitSubscriptions = "subscriptions"
+	limitInflightBytes = "inflight_bytes"
+	limitQueuedBytes   = "queued_bytes"
 )
 
 // normLimits applies the defaults of the limit options.
@@ -66,8 +84,23 @@ func (o *Options) normLimits() {
 	if o.MaxRetained < 0 {
 		o.MaxRetained = 0
 	}
-	if o.SessionExpiry < 0 {
-		o.SessionExpiry = 0
+	switch {
+	case o.SessionExpiry == 0:
+		o.SessionExpiry = DefaultSessionExpiry
+	case o.SessionExpiry < 0:
+		o.SessionExpiry = 0 // no bound (expiryCap)
+	}
+	switch {
+	case o.MaxQueuedMessages == 0:
+		o.MaxQueuedMessages = DefaultMaxQueuedMessages
+	case o.MaxQueuedMessages < 0:
+		o.MaxQueuedMessages = 0 // no cap (limitQueues)
+	}
+	if o.MaxQueuedBytes < 0 {
+		o.MaxQueuedBytes = 0
+	}
+	if o.MaxInflightBytes < 0 {
+		o.MaxInflightBytes = 0
 	}
 }
 
@@ -155,5 +188,7 @@ func (b *Broker) persistentExpiry() uint32 {
 	return neverExpires
 }
 
-// Options returns the broker's options with the defaults applied.
+// Options returns the broker's options with the defaults applied: a limit
+// lifted with a negative value (SessionExpiry, MaxQueuedMessages) reads 0
+// there, so pass a negative value again to lift it in another broker.
 func (b *Broker) Options() Options { return b.opts }

@@ -136,6 +136,35 @@ func (m *Message) UnmarshalBinary(b []byte) error {
 	return nil
 }
 
+// payloadLen returns the length of the payload of a message in its
+// stored form without decoding the rest; 0 for one that does not decode
+// (delivery skips it too).
+func payloadLen(b []byte) int {
+	d := decoder{b: b}
+	if d.byte() != messageVersion {
+		return 0
+	}
+	d.byte() // QoS
+	d.byte() // flags
+	d.byte() // payload format
+	d.varint()
+	for range 5 { // topic, from, content type, response topic, correlation data
+		d.bytes()
+	}
+	n := d.uvarint()
+	if n > uint64(len(b)) {
+		return 0
+	}
+	for i := uint64(0); i < 2*n; i++ {
+		d.bytes()
+	}
+	p := d.bytes()
+	if d.err != nil || len(d.b) != 0 {
+		return 0
+	}
+	return len(p)
+}
+
 func appendBytes(b, v []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(len(v)))
 	return append(b, v...)

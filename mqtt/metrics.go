@@ -41,6 +41,7 @@ type metrics struct {
 	limitTopicLength, limitTopicLevels, limitSubscriptions atomic.Uint64
 	limitMemory, droppedMemory                             atomic.Uint64
 	limitPublishRate, limitRetained                        atomic.Uint64
+	limitInflightBytes, limitQueuedBytes                   atomic.Uint64
 	authRefused                                            [nRefused]atomic.Uint64
 	denied                                                 [3]atomic.Uint64 // read, write, subscribe
 }
@@ -71,9 +72,9 @@ type Stats struct {
 	// BytesIn and BytesOut count application payload bytes.
 	BytesIn, BytesOut uint64
 	// Dropped counts messages not delivered, by reason: "retention" (an
-	// offline session over Options.MaxQueuedMessages lost them, one per
-	// message; or a session resumed below the truncated log, one per
-	// resume), "slow" (an in-memory delivery queue was full), "too_large"
+	// offline session over Options.MaxQueuedMessages or
+	// Options.MaxQueuedBytes lost them, one per message; or a session
+	// resumed below the truncated log, one per resume), "slow" (an in-memory delivery queue was full), "too_large"
 	// (over the client's maximum packet size), "expired" (message expiry
 	// passed before delivery), "memory" (a QoS 0 PUBLISH over
 	// Options.MaxMemory).
@@ -121,7 +122,11 @@ type Stats struct {
 	// "subscriptions" (a subscription past the per-session cap), "memory"
 	// (a PUBLISH over Options.MaxMemory), "publish_rate" (a PUBLISH held
 	// back by Options.MaxPublishRate), "retained" (a retained PUBLISH
-	// published but not retained, past Options.MaxRetained).
+	// published but not retained, past Options.MaxRetained),
+	// "inflight_bytes" (a session waiting for acknowledgements to free
+	// room under Options.MaxInflightBytes, once per wait), "queued_bytes"
+	// (an offline session's message dropped by Options.MaxQueuedBytes,
+	// one per message).
 	LimitHits map[string]uint64
 	// AuthRefused counts refused CONNECTs by reason: "bad_credentials",
 	// "not_authorized" (anonymous, client id or will topic not allowed),
@@ -164,6 +169,7 @@ func (b *Broker) Stats() Stats {
 		limitTopicLength: m.limitTopicLength.Load(), limitTopicLevels: m.limitTopicLevels.Load(),
 		limitSubscriptions: m.limitSubscriptions.Load(), limitMemory: m.limitMemory.Load(),
 		limitPublishRate: m.limitPublishRate.Load(), limitRetained: m.limitRetained.Load(),
+		limitInflightBytes: m.limitInflightBytes.Load(), limitQueuedBytes: m.limitQueuedBytes.Load(),
 	}
 	for i := range 3 {
 		s.MessagesIn[i], s.MessagesOut[i] = m.msgsIn[i].Load(), m.msgsOut[i].Load()

@@ -36,8 +36,11 @@ type outbound struct {
 	// (sender only; see flushGroup).
 	grp      group
 	inflight map[uint16]*outMsg
-	resumed  map[table.Cursor]*outMsg // restored QoS 2 state awaiting its log event
-	done     map[table.Cursor]bool    // QoS 2 completed above the checkpoint
+	// inflightBytes sums the payload bytes of inflight, for
+	// Options.MaxInflightBytes.
+	inflightBytes int64
+	resumed       map[table.Cursor]*outMsg // restored QoS 2 state awaiting its log event
+	done          map[table.Cursor]bool    // QoS 2 completed above the checkpoint
 	// ending holds the packet ids of ended QoS 2 exchanges whose record
 	// delete is held back (see lazyEnds), with their log positions: the
 	// ids are not reused and the marks not dropped until it commits.
@@ -566,6 +569,9 @@ func (o *outbound) complete(pi uint16) {
 	o.mu.Lock()
 	om := o.inflight[pi]
 	delete(o.inflight, pi)
+	if om != nil {
+		o.inflightBytes -= int64(len(om.msg.Payload))
+	}
 	if om != nil && !om.hasEv {
 		// Completed before the replay reached its log entry: that entry
 		// is now acknowledged through the done marks, not attached here.
@@ -709,7 +715,11 @@ func (o *outbound) track(om *outMsg) {
 	if o.inflight == nil {
 		o.inflight = map[uint16]*outMsg{}
 	}
+	if old := o.inflight[om.pi]; old != nil {
+		o.inflightBytes -= int64(len(old.msg.Payload)) // replaced: counted once
+	}
 	o.inflight[om.pi] = om
+	o.inflightBytes += int64(len(om.msg.Payload))
 }
 
 // markDone records that the QoS 2 delivery at pos completed above the

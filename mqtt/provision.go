@@ -23,10 +23,10 @@ type OfflineSession struct {
 	// packet.V5).
 	Version packet.Version
 	// ExpirySeconds is the session expiry interval, counted from the
-	// moment the session is stored; 0xFFFFFFFF never expires (what a 3.1.1
-	// persistent session has unless Options.SessionExpiry bounds it). 0 is
-	// refused: such a session ends with its connection and is never
-	// stored.
+	// moment the session is stored; 0xFFFFFFFF never expires. A 3.1.1
+	// persistent session that connects gets Options.SessionExpiry (a week
+	// by default; never when it is negative). 0 is refused: such a
+	// session ends with its connection and is never stored.
 	ExpirySeconds uint32
 	// Subscriptions are the session's subscriptions; their Client field
 	// is ignored. A shared one has Group set and Filter without the

@@ -13,8 +13,9 @@ import (
 	"github.com/tidemark-io/tidemark/table"
 )
 
-// The per-session queue limit (Options.MaxQueuedMessages), enforced by
-// retention passes on offline sessions.
+// The per-session queue limits (Options.MaxQueuedMessages and
+// Options.MaxQueuedBytes), enforced by retention passes on offline
+// sessions.
 //
 // A session's queue is its own messages: the messages of the log after
 // its persisted checkpoint that one of its plain subscriptions of QoS 1
@@ -29,11 +30,15 @@ import (
 // An offline session holding more than the limit loses its oldest: its
 // persisted checkpoint moves to just before the newest limit-th of its
 // messages, so it keeps exactly the newest limit; the loss is counted as
-// dropped with reason "retention" (one per message) and logged. An
-// offline session further behind than the limit in log messages but
-// within it in its own moves, losing nothing, to just before its oldest
-// own message (or to the head when it has none), so it holds the log
-// from there only. Either way the log below it can go.
+// dropped with reason "retention" (one per message) and logged. The
+// byte limit sums the payloads of the same messages and cuts the same
+// way, keeping the newest whose payloads fit (none when the newest alone
+// is over it); with both, a session keeps the newest that fit both. An
+// offline session further behind than the limits in log messages (or
+// payload bytes) but within them in its own moves, losing nothing, to
+// just before its oldest own message (or to the head when it has none),
+// so it holds the log from there only. Either way the log below it can
+// go.
 //
 // Online sessions are not cut: their clients' acknowledgements move
 // their checkpoints, and the limit applies from the first pass after they
@@ -53,10 +58,12 @@ import (
 // fewer, so none can be over. The sessions of a batch are counted by one
 // read of the log from the lowest point any of them has not been counted
 // to, each message matched once through an index of the batch's
-// subscriptions; the counts are kept in memory between passes
-// (queueCount), so a pass reads only what was appended since, and dropped
-// for sessions the pass did not reach (gone, online, or no longer
-// behind). A pass still reads the record of every offline session it
+// subscriptions. Under the byte limit the same holds of payload bytes
+// (read from each message's stored form without decoding the rest), and
+// a session is passed over only when within both. The counts are kept
+// in memory between passes (queueCount), so a pass reads only what was
+// appended since, and dropped for sessions the pass did not reach (gone,
+// online, or no longer behind). A pass still reads the record of every offline session it
 // reaches, to see that its checkpoint and subscriptions are those
 // counted.
 //
@@ -75,6 +82,27 @@ import (
 // queueBatch is how many sessions one log read of a pass counts.
 const queueBatch = 1024
 
+// queueLimits are the limits a pass enforces; 0 is no limit.
+type queueLimits struct {
+	msgs  int
+	bytes int64
+}
+
+// past reports whether n messages of size bytes are over a limit.
+func (l queueLimits) past(n int, size int64) bool {
+	return (l.msgs > 0 && n > l.msgs) || (l.bytes > 0 && size > l.bytes)
+}
+
+// size returns the payload bytes of the message ev as the byte limit
+// counts them: 0 when there is none, so the log is not decoded for
+// nothing.
+func (l queueLimits) size(ev table.Event) int64 {
+	if l.bytes == 0 {
+		return 0
+	}
+	return int64(payloadLen(ev.Value))
+}
+
 // queueCount is what a pass counted of one offline session, kept for the
 // next: valid while the session's checkpoint and subscriptions (key) are
 // the same.
@@ -86,9 +114,11 @@ type queueCount struct {
 	// own counts the session's own messages in (from, upTo], total every
 	// message of the log there; first is the position just before the
 	// oldest own one and before the messages in (from, first] (when own
-	// > 0).
-	own, total, before int
-	first              table.Cursor
+	// > 0). The ...Bytes fields sum the payloads of the same messages
+	// (zero without a byte limit).
+	own, total, before                int
+	ownBytes, totalBytes, beforeBytes int64
+	first                             table.Cursor
 }
 
 // queueCounts holds the counts between passes; mu also keeps passes of
@@ -99,26 +129,29 @@ type queueCounts struct {
 	tail tailCount
 }
 
-// tailCount counts the messages of the log from where the first pass
-// found its head, marking a position every so many, so that a pass knows
-// above which position the log holds no more than the limit of messages
-// without reading it again.
+// tailCount counts the messages of the log, and their payload bytes
+// under a byte limit, from where the first pass found its head, marking
+// a position every so many, so that a pass knows above which position
+// the log holds no more than the limits without reading it again.
 type tailCount struct {
 	upTo  table.Cursor
 	count int
+	bytes int64
 	marks []tailMark // ascending; the first is the start, at count 0
 }
 
-// tailMark is a position of the log and the count of messages up to it.
+// tailMark is a position of the log and the count of messages, and of
+// their payload bytes, up to it.
 type tailMark struct {
-	pos table.Cursor
-	n   int
+	pos   table.Cursor
+	n     int
+	bytes int64
 }
 
 // threshold brings t up to head and returns the lowest position it knows
-// of above which the log holds no more than limit messages: no session
-// at or above it can be over the limit.
-func (t *tailCount) threshold(ctx context.Context, b *Broker, head, floor table.Cursor, limit int) (table.Cursor, error) {
+// of above which the log holds no more than lim: no session at or above
+// it can be over a limit.
+func (t *tailCount) threshold(ctx context.Context, b *Broker, head, floor table.Cursor, lim queueLimits) (table.Cursor, error) {
 	if t.marks == nil {
 		t.upTo, t.marks = head, []tailMark{{pos: head}}
 		return head, nil
@@ -127,16 +160,18 @@ func (t *tailCount) threshold(ctx context.Context, b *Broker, head, floor table.
 	if from.Less(floor) {
 		from = floor
 	}
-	step := max(1, limit/64)
+	stepN, stepB := max(1, lim.msgs/64), max(1, lim.bytes/64)
 	err := b.scanMessages(ctx, from, head, func(ev table.Event) bool {
 		t.count++
+		t.bytes += lim.size(ev)
 		t.upTo = ev.Cursor()
-		if t.count%step == 0 {
-			t.marks = append(t.marks, tailMark{pos: t.upTo, n: t.count})
+		last := t.marks[len(t.marks)-1]
+		if (lim.msgs > 0 && t.count-last.n >= stepN) || (lim.bytes > 0 && t.bytes-last.bytes >= stepB) {
+			t.marks = append(t.marks, tailMark{pos: t.upTo, n: t.count, bytes: t.bytes})
 		}
-		// A mark more than limit messages back is never the answer
-		// again: the count only grows. About 64 are kept.
-		for len(t.marks) > 1 && t.count-t.marks[0].n > limit {
+		// A mark more than a limit back is never the answer again: the
+		// counts only grow. About 64 per limit are kept.
+		for len(t.marks) > 1 && lim.past(t.count-t.marks[0].n, t.bytes-t.marks[0].bytes) {
 			t.marks = t.marks[1:]
 		}
 		return true
@@ -145,7 +180,7 @@ func (t *tailCount) threshold(ctx context.Context, b *Broker, head, floor table.
 		return head, err
 	}
 	t.upTo = head
-	if t.count-t.marks[0].n > limit {
+	if lim.past(t.count-t.marks[0].n, t.bytes-t.marks[0].bytes) {
 		return head, nil
 	}
 	return t.marks[0].pos, nil
@@ -241,10 +276,10 @@ type queueCuts struct {
 	sessions, dropped int
 }
 
-// limitQueues enforces Options.MaxQueuedMessages on the offline sessions
-// behind head (see above).
+// limitQueues enforces Options.MaxQueuedMessages and
+// Options.MaxQueuedBytes on the offline sessions behind head (see above).
 func (b *Broker) limitQueues(ctx context.Context, head table.Cursor) error {
-	limit := b.opts.MaxQueuedMessages
+	limit := queueLimits{msgs: b.opts.MaxQueuedMessages, bytes: b.opts.MaxQueuedBytes}
 	q := &b.queues
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -252,7 +287,7 @@ func (b *Broker) limitQueues(ctx context.Context, head table.Cursor) error {
 	if err != nil {
 		return err
 	}
-	if st.Entries <= uint64(limit) {
+	if limit.bytes == 0 && st.Entries <= uint64(limit.msgs) {
 		clear(q.m) // no session can be over: nothing worth keeping
 		return nil
 	}
@@ -272,7 +307,7 @@ func (b *Broker) limitQueues(ctx context.Context, head table.Cursor) error {
 	defer func() {
 		if cuts.sessions > 0 {
 			b.log.Warn("sessions over the queued-message limit lost their oldest messages",
-				"sessions", cuts.sessions, "dropped", cuts.dropped, "limit", limit)
+				"sessions", cuts.sessions, "dropped", cuts.dropped, "limit", limit.msgs, "limit_bytes", limit.bytes)
 		}
 	}()
 	from := ""
@@ -285,13 +320,13 @@ func (b *Broker) limitQueues(ctx context.Context, head table.Cursor) error {
 		if len(batch) == 0 {
 			continue
 		}
-		if err := b.countQueues(ctx, batch, head); err != nil {
+		if err := b.countQueues(ctx, batch, head, limit); err != nil {
 			return err
 		}
 		done := false
 		for _, e := range batch {
-			if e.n.total <= limit {
-				done = true // every session above has fewer behind it
+			if !limit.past(e.n.total, e.n.totalBytes) {
+				done = true // every session above has less behind it
 				continue
 			}
 			if err := b.advanceQueue(ctx, e, head, limit, &cuts); err != nil {
@@ -379,7 +414,7 @@ func (b *Broker) queueBatch(ctx context.Context, from string, stop, floor table.
 // matched once, through an index of the batch's subscriptions, so the
 // read costs what the messages and their matches cost, not the messages
 // times the sessions.
-func (b *Broker) countQueues(ctx context.Context, batch []*queued, head table.Cursor) error {
+func (b *Broker) countQueues(ctx context.Context, batch []*queued, head table.Cursor, lim queueLimits) error {
 	var idx topic.Index
 	byClient := make(map[string]*queued, len(batch))
 	for _, e := range batch {
@@ -403,15 +438,22 @@ func (b *Broker) countQueues(ctx context.Context, batch []*queued, head table.Cu
 		}
 		return 0
 	})
-	start := make(map[*queued]int, len(order))
+	type mark struct {
+		n     int
+		bytes int64
+	}
+	start := make(map[*queued]mark, len(order))
 	seen, next := 0, 0
+	var seenBytes int64
 	var at uint64 // the message being read, for the one count per session
 	err := b.scanMessages(ctx, order[0].n.upTo, head, func(ev table.Event) bool {
 		for next < len(order) && !order[next].n.upTo.Covers(ev.Key, ev.Index) {
-			start[order[next]] = seen
+			start[order[next]] = mark{seen, seenBytes}
 			next++
 		}
+		size := lim.size(ev)
 		seen++
+		seenBytes += size
 		at++
 		idx.Match(ev.ID, func(sub topic.Subscription) {
 			e := byClient[sub.Client]
@@ -421,9 +463,13 @@ func (b *Broker) countQueues(ctx context.Context, batch []*queued, head table.Cu
 			e.at = at
 			if n := e.n; e.owns(ev) {
 				if n.own == 0 {
-					n.first, n.before = cursorBefore(ev), n.total+seen-1-start[e]
+					st := start[e]
+					n.first = cursorBefore(ev)
+					n.before = n.total + seen - 1 - st.n
+					n.beforeBytes = n.totalBytes + seenBytes - size - st.bytes
 				}
 				n.own++
+				n.ownBytes += size
 			}
 		})
 		return true
@@ -437,7 +483,8 @@ func (b *Broker) countQueues(ctx context.Context, batch []*queued, head table.Cu
 	}
 	for _, e := range order {
 		if st, ok := start[e]; ok {
-			e.n.total += seen - st
+			e.n.total += seen - st.n
+			e.n.totalBytes += seenBytes - st.bytes
 		}
 		if e.n.upTo.Less(head) {
 			e.n.upTo = head
@@ -446,54 +493,66 @@ func (b *Broker) countQueues(ctx context.Context, batch []*queued, head table.Cu
 	return nil
 }
 
-// advanceQueue moves the checkpoint of e, a session with more than limit
-// messages of the log behind it: over its oldest own messages past the
-// limit, or else up to its oldest own message (see above).
-func (b *Broker) advanceQueue(ctx context.Context, e *queued, head table.Cursor, limit int, cuts *queueCuts) error {
+// advanceQueue moves the checkpoint of e, a session with more than lim
+// of the log behind it: over its oldest own messages past lim, or else
+// up to its oldest own message (see above).
+func (b *Broker) advanceQueue(ctx context.Context, e *queued, head table.Cursor, lim queueLimits, cuts *queueCuts) error {
 	n := e.n
-	if n.own <= limit {
+	if !lim.past(n.own, n.ownBytes) {
 		// What lies before its oldest message holds none of its own.
-		to, skipped := head, n.total
+		to, skipped, skippedBytes := head, n.total, n.totalBytes
 		if n.own > 0 {
-			to, skipped = n.first, n.before
+			to, skipped, skippedBytes = n.first, n.before, n.beforeBytes
 		}
 		if !n.from.Less(to) {
 			return nil
 		}
-		key, err := b.moveCheckpoint(ctx, e.client, n.key, to, 0)
+		key, err := b.moveCheckpoint(ctx, e.client, n.key, to, 0, 0)
 		if err != nil || key == "" {
 			delete(b.queues.m, e.client)
 			return err
 		}
 		n.key, n.from = key, to
 		n.total -= skipped
-		n.before = 0
+		n.totalBytes -= skippedBytes
+		n.before, n.beforeBytes = 0, 0
 		return nil
 	}
-	// Find the oldest message it keeps: the one after the drop-th.
-	drop, dropped, skipped := n.own-limit, 0, 0
-	var keep table.Event
-	found := false
+	// Find the oldest message it keeps: the first own one from which the
+	// rest fit the limits. When none does, it keeps nothing and moves to
+	// where it was counted to.
+	own, ownBytes := n.own, n.ownBytes
+	skipped, skippedBytes := 0, int64(0)
+	to, found := n.upTo, false
 	err := b.scanMessages(ctx, n.from, n.upTo, func(ev table.Event) bool {
+		size := lim.size(ev)
 		if e.owns(ev) {
-			if dropped == drop {
-				keep, found = ev, true
+			if !lim.past(own, ownBytes) {
+				to, found = cursorBefore(ev), true
 				return false
 			}
-			dropped++
+			own--
+			ownBytes -= size
 		}
 		skipped++
+		skippedBytes += size
 		return true
 	})
 	if err != nil {
 		return err
 	}
-	if !found {
+	if !found && own != 0 {
 		delete(b.queues.m, e.client) // the log changed under the count: count again
 		return nil
 	}
-	to := cursorBefore(keep)
-	key, err := b.moveCheckpoint(ctx, e.client, n.key, to, drop)
+	drop := n.own - own
+	// What the message count alone would have dropped is the count
+	// limit's; the rest the byte limit's.
+	byBytes := drop
+	if lim.msgs > 0 {
+		byBytes = drop - max(0, n.own-lim.msgs)
+	}
+	key, err := b.moveCheckpoint(ctx, e.client, n.key, to, drop, byBytes)
 	if err != nil || key == "" {
 		delete(b.queues.m, e.client)
 		return err
@@ -503,8 +562,9 @@ func (b *Broker) advanceQueue(ctx context.Context, e *queued, head table.Cursor,
 	b.log.Debug("session over the queued-message limit lost its oldest messages",
 		"client", e.client, "dropped", drop, "checkpoint", to.String())
 	n.key, n.from = key, to
-	n.own, n.total = limit, n.total-skipped
-	n.first, n.before = to, 0
+	n.own, n.ownBytes = own, ownBytes
+	n.total, n.totalBytes = n.total-skipped, n.totalBytes-skippedBytes
+	n.first, n.before, n.beforeBytes = to, 0, 0
 	return nil
 }
 
@@ -515,8 +575,8 @@ func (b *Broker) advanceQueue(ctx context.Context, e *queued, head table.Cursor,
 // write is conditional on the version read, and a connection of the
 // client on this node waits for it (see awaitQueueCut). dropped of the
 // session's messages it passes over are counted before that connection
-// goes on.
-func (b *Broker) moveCheckpoint(ctx context.Context, client, key string, cp table.Cursor, dropped int) (string, error) {
+// goes on, byBytes of them as the byte limit's too.
+func (b *Broker) moveCheckpoint(ctx context.Context, client, key string, cp table.Cursor, dropped, byBytes int) (string, error) {
 	b.mu.Lock()
 	if _, on := b.conns[client]; on {
 		b.mu.Unlock()
@@ -574,6 +634,7 @@ func (b *Broker) moveCheckpoint(ctx context.Context, client, key string, cp tabl
 		return "", err
 	}
 	b.metrics.droppedRetention.Add(uint64(dropped))
+	b.metrics.limitQueuedBytes.Add(uint64(byBytes))
 	return queueKey(&s), nil
 }
 

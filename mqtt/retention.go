@@ -14,9 +14,11 @@ import (
 //
 // An offline session's persisted checkpoint bounds truncation; an online
 // session's acknowledged one does (see liveCheckpoint). With
-// Options.MaxQueuedMessages set, an offline session holding more of its
-// own messages than that loses its oldest first: its checkpoint moves up
-// (see queued.go), and the log below goes.
+// Options.MaxQueuedMessages or Options.MaxQueuedBytes, an offline
+// session holding more of its own messages than that loses its oldest
+// first: its checkpoint moves up (see queued.go), and the log below goes.
+// A session that never returns stops holding it when it expires
+// (Options.SessionExpiry).
 func (b *Broker) retentionLoop() {
 	defer b.wg.Done()
 	t := time.NewTicker(b.opts.RetentionEvery)
@@ -48,14 +50,14 @@ func (b *Broker) retentionLoop() {
 // Retain runs one retention pass now (see retentionLoop). It reads the
 // checkpoint index from the bottom (see checkpoints.go), so a pass costs
 // what the sessions below the lowest offline checkpoint cost, not a read
-// of every stored session; with Options.MaxQueuedMessages, what the
-// sessions further behind than the limit cost (see queued.go).
+// of every stored session; with the queue limits, what the sessions
+// further behind than a limit cost (see queued.go).
 func (b *Broker) Retain(ctx context.Context) error {
 	head, err := b.db.Head(ctx)
 	if err != nil {
 		return err
 	}
-	if b.opts.MaxQueuedMessages > 0 {
+	if b.opts.MaxQueuedMessages > 0 || b.opts.MaxQueuedBytes > 0 {
 		if err := b.limitQueues(ctx, head); err != nil {
 			return fmt.Errorf("mqtt: queued-message limit: %w", err)
 		}

@@ -208,14 +208,24 @@ func (o *outbound) drainReplays() {
 	}
 }
 
-// waitWindow blocks while the client's receive maximum is reached.
+// waitWindow blocks while the client's receive maximum is reached, or
+// the bytes in flight are at Options.MaxInflightBytes: the check comes
+// before the next message is read, so the message that takes the bytes
+// over goes, and one larger than the bound goes alone.
 func (o *outbound) waitWindow() bool {
+	maxBytes := o.c.b.opts.MaxInflightBytes
+	counted := false
 	for {
 		o.mu.Lock()
-		n := len(o.inflight)
+		n, size := len(o.inflight), o.inflightBytes
 		o.mu.Unlock()
-		if n < o.window {
+		overBytes := maxBytes > 0 && n > 0 && size >= maxBytes
+		if n < o.window && !overBytes {
 			return true
+		}
+		if overBytes && !counted {
+			counted = true
+			o.c.b.metrics.limitInflightBytes.Add(1)
 		}
 		o.flushGroup()
 		o.c.flush()

@@ -101,6 +101,11 @@ func (s *sessionRecord) expired(now time.Time) bool {
 // periodic expirer runs once a second and not while the broker is down, and
 // an expired session must never be resumed.
 func (b *Broker) loadSession(ctx context.Context, client string) (sessionRecord, table.Version, bool, error) {
+	return b.loadSessionAt(ctx, client, time.Now())
+}
+
+// loadSessionAt is loadSession with expiry judged at now.
+func (b *Broker) loadSessionAt(ctx context.Context, client string, now time.Time) (sessionRecord, table.Version, bool, error) {
 	rec, err := b.db.Get(ctx, tableSessions, client)
 	if errors.Is(err, table.ErrNotFound) {
 		return sessionRecord{}, 0, false, nil
@@ -113,7 +118,7 @@ func (b *Broker) loadSession(ctx context.Context, client string) (sessionRecord,
 		return sessionRecord{}, 0, false, fmt.Errorf("mqtt: session %q: %w", client, err)
 	}
 	s.loaded()
-	if s.expired(time.Now()) {
+	if s.expired(now) {
 		if err := b.discardSession(ctx, client); err != nil {
 			return sessionRecord{}, 0, false, err
 		}
@@ -294,7 +299,7 @@ func (b *Broker) expireDue(ctx context.Context, now time.Time) error {
 		b.mu.Unlock()
 		if !online {
 			// loadSession discards a session whose expiry passed.
-			if _, _, _, err := b.loadSession(ctx, client); err != nil {
+			if _, _, _, err := b.loadSessionAt(ctx, client, now); err != nil {
 				return fmt.Errorf("expire session %q: %w", client, err)
 			}
 		}

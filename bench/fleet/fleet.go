@@ -51,7 +51,10 @@ func Tidemark(bin, engine, sync string, extra ...string) Broker {
 	return Broker{Name: "tidemark/" + engine + " " + sync, Start: func(ctx context.Context, dir string, port int) (string, int, func() error, error) {
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		args := append([]string{"serve", "--engine", engine, "--sync", sync, "--data", filepath.Join(dir, "data"),
-			"--mqtt", addr, "--max-connections", "19900", "--log-level", "warn"}, extra...)
+			"--mqtt", addr, "--max-connections", "19900", "--log-level", "warn",
+			// As mosquitto is configured (max_queued_messages 0; its
+			// persistent sessions never expire by default).
+			"--max-queued", "0", "--session-expiry", "0"}, extra...)
 		return startProcess(ctx, dir, addr, bin, args...)
 	}, Seed: func(ctx context.Context, dir string, n int) error {
 		return seedTidemark(ctx, engine, filepath.Join(dir, "data"), n)

@@ -129,7 +129,8 @@ func startTidemark(ctx context.Context, name string, opts engine.Options, log *s
 		e.Close()
 		return nil, fmt.Errorf("open tables: %w", err)
 	}
-	b, err := mqtt.New(db, mqtt.Options{Logger: log})
+	// No queue limit and no session expiry, as mosquitto is configured.
+	b, err := mqtt.New(db, mqtt.Options{Logger: log, MaxQueuedMessages: -1, SessionExpiry: -1})
 	if err != nil {
 		db.Close()
 		e.Close()

@@ -37,7 +37,11 @@ func TidemarkProcess(bin, name string, opts engine.Options) (Target, error) {
 
 // serveArgs are the `serve` flags for engine name with opts.
 func serveArgs(name string, opts engine.Options) []string {
-	args := []string{"serve", "--engine", name, "--sync", opts.Sync.String(), "--log-level", "warn"}
+	// No queue limit and no session expiry, as mosquitto is configured
+	// (max_queued_messages 0): the benchmark measures delivery, not
+	// what the limits drop.
+	args := []string{"serve", "--engine", name, "--sync", opts.Sync.String(), "--log-level", "warn",
+		"--max-queued", "0", "--session-expiry", "0"}
 	if opts.Sync == engine.SyncInterval && opts.SyncInterval > 0 {
 		args = append(args, "--sync-interval", opts.SyncInterval.String())
 	}

@@ -36,11 +36,20 @@ func TestServeEndToEnd(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "mqtt: \""+mqttAddr+"\"  # file") {
 		t.Fatalf("--print-config: %v\n%s", err, out)
 	}
+	// A session that never returns stops holding the log by default.
+	for _, want := range []string{"session-expiry: 168h0m0s  # default", "max-queued: 100000  # default"} {
+		if !strings.Contains(string(out), want) {
+			t.Fatalf("--print-config lacks %q:\n%s", want, out)
+		}
+	}
 	// A bad value is refused before anything is opened, naming the setting.
 	for _, args := range [][]string{{"--sync", "sometimes", "--sync:"}, {"--sync-defer", "-1ms", "--sync-defer -1ms: must be"},
 		{"--max-topic-length", "70000", "--max-topic-length 70000: allowed 1 to 65535"}, {"--connect-timeout", "0s", "--connect-timeout 0s: must be positive"},
 		{"--max-memory-mb", "10", "--max-memory-mb 10: must be 0 (no budget) or at least 64"}, {"--max-inflight", "0", "--max-inflight 0: allowed 1 to 65535"},
-		{"--max-publish-rate", "-5", "--max-publish-rate -5: must be 0"}, {"--max-retained", "-1", "--max-retained -1: must be 0"}} {
+		{"--max-publish-rate", "-5", "--max-publish-rate -5: must be 0"}, {"--max-retained", "-1", "--max-retained -1: must be 0"},
+		{"--max-inflight-bytes", "-1", "--max-inflight-bytes -1: must be 0 (no limit) or positive"},
+		{"--max-queued-bytes", "-1", "--max-queued-bytes -1: must be 0 (no limit) or positive"},
+		{"--session-expiry", "500ms", "--session-expiry 500ms: must be 0 (never) or at least 1s"}} {
 		bad := exec.Command(bin, "serve", "--config", cfg, args[0], args[1])
 		if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(string(out), args[2]) {
 			t.Fatalf("bad %s accepted: %v\n%s", args[0], err, out)
@@ -66,7 +75,8 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{`tidemark_messages_in_total{qos="1"} 6`, "tidemark_commit_duration_seconds_count", `tidemark_sessions{state="offline"}`} {
+	for _, want := range []string{`tidemark_messages_in_total{qos="1"} 6`, "tidemark_commit_duration_seconds_count", `tidemark_sessions{state="offline"}`,
+		`tidemark_limit_hits_total{limit="inflight_bytes"} 0`, `tidemark_limit_hits_total{limit="queued_bytes"} 0`} {
 		if !strings.Contains(string(body), want) {
 			t.Fatalf("/metrics lacks %q", want)
 		}
@@ -80,7 +90,11 @@ func TestServeEndToEnd(t *testing.T) {
 		t.Fatalf("/healthz: %s", resp.Status)
 	}
 	srv.stop(t)
+	// The 3.1.1 persistent session got the default expiry, a week.
+	sessionExpiry(t, bin, dir, "e2e-sub", "604800s")
 
+	// --session-expiry 0 (here from the environment) is never.
+	t.Setenv("TIDEMARK_SESSION_EXPIRY", "0")
 	srv = startServe(t, bin, cfg, mqttAddr)
 	defer srv.stop(t)
 	got := make(chan string, 16)
@@ -109,6 +123,27 @@ func TestServeEndToEnd(t *testing.T) {
 		t.Fatalf("retained message lost across the restart")
 	}
 	fresh.Disconnect(100)
+	srv.stop(t)
+	sessionExpiry(t, bin, dir, "e2e-sub", "never")
+}
+
+// sessionExpiry checks the expiry `tidemark inspect` shows for client's
+// session in the store under dir.
+func sessionExpiry(t *testing.T, bin, dir, client, want string) {
+	t.Helper()
+	out, err := exec.Command(bin, "inspect", "--data", filepath.Join(dir, "data")).CombinedOutput()
+	if err != nil {
+		t.Fatalf("inspect: %v\n%s", err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 3 && f[0] == client {
+			if f[3] != want {
+				t.Fatalf("session %s expiry %s, want %s:\n%s", client, f[3], want, out)
+			}
+			return
+		}
+	}
+	t.Fatalf("inspect lists no session %s:\n%s", client, out)
 }
 
 // serveProc is a `tidemark serve` child process.

@@ -45,6 +45,9 @@ type serveFlags struct {
 	maxMemMB       int
 	sessionExpiry  time.Duration
 	nodeIDFlag     string
+
+	maxInflightBytes int64
+	maxQueuedBytes   int64
 }
 
 func serveCmd() *cobra.Command {
@@ -118,7 +121,9 @@ a flag wins over the environment, which wins over the file.`,
 	fs.IntVar(&f.recvMax, "receive-maximum", 1024, "unacknowledged QoS 1/2 PUBLISHes a client may send (1-65535)")
 	fs.IntVar(&f.maxInflight, "max-inflight", 4096, "unacknowledged QoS 1/2 PUBLISHes the broker sends a client (1-65535; a 5.0 client's receive maximum lowers it)")
 	fs.IntVar(&f.maxPacket, "max-packet-size", 1<<20, "largest accepted packet in bytes")
-	fs.IntVar(&f.maxQueued, "max-queued", 0, "messages an offline session may hold: those of its own subscriptions (QoS 1/2, not shared) after its checkpoint; past it retention drops its oldest, counted as dropped with reason retention (0: no limit)")
+	fs.Int64Var(&f.maxInflightBytes, "max-inflight-bytes", 0, "payload bytes of unacknowledged QoS 1/2 PUBLISHes the broker sends a client; at it further deliveries wait for acknowledgements, none is dropped, and a larger PUBLISH goes alone (0: no limit but --max-inflight)")
+	fs.IntVar(&f.maxQueued, "max-queued", mqtt.DefaultMaxQueuedMessages, "messages an offline session may hold: those of its own subscriptions (QoS 1/2, not shared) after its checkpoint; past it retention drops its oldest, counted as dropped with reason retention (0: no limit, not recommended)")
+	fs.Int64Var(&f.maxQueuedBytes, "max-queued-bytes", 0, "payload bytes of the messages an offline session may hold, counted as --max-queued counts them; past it retention drops its oldest, keeping the newest that fit (0: no limit)")
 	fs.DurationVar(&f.maxExpiry, "max-session-expiry", 0, "cap on the session expiry 5.0 clients ask for (0: no cap)")
 	fs.StringVar(&f.tablesPfx, "tables-prefix", "", "map the topics under this prefix onto table records, <prefix><table>/<id> (docs/tables.md), e.g. tables/ (empty: off)")
 	fs.DurationVar(&f.history, "history", 0, "keep at least this much of the message log for replay on subscribe, e.g. 24h (0: only what sessions have not received)")
@@ -134,7 +139,7 @@ a flag wins over the environment, which wins over the file.`,
 	fs.Float64Var(&f.maxPubRate, "max-publish-rate", 0, "PUBLISHes per second one connection may send, in bursts of a second's worth; past it the connection is read more slowly, not refused (0: no limit)")
 	fs.IntVar(&f.maxMemMB, "max-memory-mb", 0, "memory budget in MiB: over it new publishes are refused (QoS 0 dropped; QoS 1/2: quota exceeded 0x97 on 5.0, connection closed on 3.1.1) and Go's memory limit is set to it (0: none)")
 	fs.StringVar(&f.nodeIDFlag, "node-id", "", "this node's name among Tidemark nodes sharing one JetStream stream, unique among them (default with --nats-url: generated once and kept in <data>/node-id)")
-	fs.DurationVar(&f.sessionExpiry, "session-expiry", 0, "longest any session is kept after its client disconnects, 3.1.1 persistent sessions included (0: never expire)")
+	fs.DurationVar(&f.sessionExpiry, "session-expiry", mqtt.DefaultSessionExpiry, "longest any session is kept after its client disconnects, 3.1.1 persistent sessions included, so a client that never returns stops holding the message log (0: never expire, not recommended)")
 	return cmd
 }
 
@@ -182,7 +187,11 @@ func (f *serveFlags) validate() (engine.Options, mqtt.Options, *slog.Logger, err
 	case f.maxPacket < 64 || f.maxPacket > 268435460:
 		return opts, bo, nil, fmt.Errorf("--max-packet-size %d: allowed 64 to 268435460 bytes", f.maxPacket)
 	case f.maxQueued < 0:
-		return opts, bo, nil, fmt.Errorf("--max-queued %d: must be 0 (no limit) or positive", f.maxQueued)
+		return opts, bo, nil, fmt.Errorf("--max-queued %d: must be 0 (no limit) or positive, e.g. %d", f.maxQueued, mqtt.DefaultMaxQueuedMessages)
+	case f.maxInflightBytes < 0:
+		return opts, bo, nil, fmt.Errorf("--max-inflight-bytes %d: must be 0 (no limit) or positive, e.g. 1048576", f.maxInflightBytes)
+	case f.maxQueuedBytes < 0:
+		return opts, bo, nil, fmt.Errorf("--max-queued-bytes %d: must be 0 (no limit) or positive, e.g. 104857600", f.maxQueuedBytes)
 	case f.maxExpiry < 0:
 		return opts, bo, nil, fmt.Errorf("--max-session-expiry %v: must be 0 (no cap) or positive", f.maxExpiry)
 	case f.history < 0:
@@ -208,17 +217,26 @@ func (f *serveFlags) validate() (engine.Options, mqtt.Options, *slog.Logger, err
 	case f.maxMemMB < 0 || (f.maxMemMB > 0 && f.maxMemMB < minMemoryMB):
 		return opts, bo, nil, fmt.Errorf("--max-memory-mb %d: must be 0 (no budget) or at least %d (the broker and engine caches need that much), e.g. 1024", f.maxMemMB, minMemoryMB)
 	case f.sessionExpiry < 0 || (f.sessionExpiry > 0 && f.sessionExpiry < time.Second):
-		return opts, bo, nil, fmt.Errorf("--session-expiry %v: must be 0 (never) or at least 1s", f.sessionExpiry)
+		return opts, bo, nil, fmt.Errorf("--session-expiry %v: must be 0 (never) or at least 1s, e.g. %v", f.sessionExpiry, mqtt.DefaultSessionExpiry)
+	}
+	// 0 on the command line is no limit, which mqtt.Options spells as a
+	// negative value (its zero is the default).
+	maxQueued, sessionExpiry := f.maxQueued, f.sessionExpiry
+	if maxQueued == 0 {
+		maxQueued = -1
+	}
+	if sessionExpiry == 0 {
+		sessionExpiry = -1
 	}
 	rules, err := mqtt.ParseRetention(f.rules)
 	if err != nil {
 		return opts, bo, nil, fmt.Errorf("--retention %q: %w", f.rules, err)
 	}
 	bo = mqtt.Options{Logger: log, ReceiveMaximum: f.recvMax, MaxInflight: f.maxInflight, MaxPacketSize: f.maxPacket,
-		MaxQueuedMessages: f.maxQueued, MaxSessionExpiry: f.maxExpiry, RetentionEvery: f.retention,
+		MaxInflightBytes: f.maxInflightBytes, MaxQueuedMessages: maxQueued, MaxQueuedBytes: f.maxQueuedBytes, MaxSessionExpiry: f.maxExpiry, RetentionEvery: f.retention,
 		MaxConnections: f.maxConns, MaxConnRate: f.maxConnRate, ConnectTimeout: f.connectTimeout,
 		MaxTopicLength: f.maxTopicLen, MaxTopicLevels: f.maxTopicLevels, MaxSubscriptions: f.maxSubs,
-		SessionExpiry: f.sessionExpiry, History: f.history, TablesPrefix: f.tablesPfx, Retention: rules,
+		SessionExpiry: sessionExpiry, History: f.history, TablesPrefix: f.tablesPfx, Retention: rules,
 		MaxMemory: int64(f.maxMemMB) << 20, MaxPublishRate: f.maxPubRate, MaxRetained: f.maxRetained}
 	return opts, bo, log, nil
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -130,15 +131,19 @@ func startKillable(t conformance.T, bin, engine, dir, addr string, logs *brokerL
 	t.Helper()
 	cfg := filepath.Join(dir, "tidemark.yaml")
 	conf := fmt.Sprintf("engine: %s\ndata: %s\nmqtt: %s\n", engine, filepath.Join(dir, "data"), addr)
-	level := "log-level: warn"
+	// The crash loop's offline subscriber must receive every message
+	// however long it stays away: no queue limit, no session expiry,
+	// unless the caller sets them.
+	defaults := []string{"log-level: warn", "max-queued: 0", "session-expiry: 0"}
 	for _, l := range extra {
-		if strings.HasPrefix(l, "log-level:") {
-			level = l
+		key, _, _ := strings.Cut(l, ":")
+		if i := slices.IndexFunc(defaults, func(d string) bool { return strings.HasPrefix(d, key+":") }); i >= 0 {
+			defaults[i] = l
 			continue
 		}
 		conf += l + "\n"
 	}
-	conf += level + "\n"
+	conf += strings.Join(defaults, "\n") + "\n"
 	if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
 		t.Fatalf("%v", err)
 	}

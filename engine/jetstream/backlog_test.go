@@ -44,8 +44,10 @@ func TestJetStreamClusterBacklog(t *testing.T) {
 	params := map[string]string{"url": clientURLs(servers), "replicas": "3", "stream": "backlog"}
 	var srv *mqtttest.Server
 	waitFor(t, 30*time.Second, "a broker on the R3 stream", func() bool {
-		// The holder below keeps 3,000 deliveries unacknowledged.
-		s := &mqtttest.Server{Engine: Name, Dir: t.TempDir(), Params: params, Opts: mqtt.Options{MaxInflight: 65535}}
+		// The holder below keeps 3,000 deliveries unacknowledged; the
+		// offline session keeps its whole backlog, the default queue
+		// limit's size, with no limit.
+		s := &mqtttest.Server{Engine: Name, Dir: t.TempDir(), Params: params, Opts: mqtt.Options{MaxInflight: 65535, MaxQueuedMessages: -1}}
 		if err := s.Start(); err != nil {
 			t.Logf("start broker: %v", err)
 			return false
