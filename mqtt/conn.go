@@ -14,6 +14,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
+	"github.com/tidemark-io/tidemark/table"
 )
 
 // errGroupFailed reports that the read loop's pending group could not be
@@ -96,6 +97,10 @@ type conn struct {
 	// pendingConnack is the CONNACK left to the commit of the SUBSCRIBE
 	// behind the CONNECT (read loop only; see subscribeFollows).
 	pendingConnack *ackEntry
+	// connectHead is the log head the CONNECT read, with the SUBSCRIBE
+	// behind it already received; that SUBSCRIBE's subscriptions start
+	// there (see handleSubscribe). Valid while pendingConnack is set.
+	connectHead table.Cursor
 
 	// token names this connection in the session record; handoff is the
 	// token of a connection on another node that claimed the session.
