@@ -89,6 +89,9 @@ type conn struct {
 	takenOver  atomic.Bool
 	done       chan struct{}
 	registered bool
+	// tcpKeepAlive says the socket has TCP keep-alive on from the start
+	// (see listenerKeepsAlive).
+	tcpKeepAlive bool
 	// connacked is set once the CONNACK is written, and connackSent
 	// closed: until then nothing but the acknowledgements queued behind
 	// it may be sent.

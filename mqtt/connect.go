@@ -41,11 +41,12 @@ func (c *conn) connect(cp *packet.Connect) bool {
 	if !ok {
 		return refuse(packet.ClientIdentifierNotValid)
 	}
-	if c.keepAlive == 0 {
+	if c.keepAlive == 0 && !c.tcpKeepAlive {
 		// No keep alive of its own: TCP's finds a peer that vanished. A
 		// listener that leaves TCP keep-alive off (as `tidemark serve`'s
 		// plain one does, to spare every connection its system calls)
-		// relies on this.
+		// relies on this, unless its listening socket has it on, which
+		// accepted sockets inherit (see listenerKeepsAlive).
 		if tc, ok := c.nc.(*net.TCPConn); ok {
 			_ = tc.SetKeepAlive(true)
 		}
