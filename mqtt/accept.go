@@ -205,6 +205,10 @@ const (
 // logged and retried after a growing pause; it never ends the listener.
 func (b *Broker) acceptLoop(ln net.Listener) error {
 	var delay time.Duration
+	// Sockets accepted from a listening socket with TCP keep-alive on
+	// have it on already (see listenerKeepsAlive): connect need not turn
+	// it on for each.
+	inherited := listenerKeepsAlive(ln)
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
@@ -227,14 +231,15 @@ func (b *Broker) acceptLoop(ln net.Listener) error {
 			continue
 		}
 		delay = 0
-		b.serveConn(nc)
+		b.serveConn(nc, inherited)
 	}
 }
 
 // serveConn admits nc and serves it on a goroutine of its own, or closes
-// it at once.
-func (b *Broker) serveConn(nc net.Conn) {
+// it at once. tcpKeepAlive says nc has TCP keep-alive on already.
+func (b *Broker) serveConn(nc net.Conn, tcpKeepAlive bool) {
 	c := newConn(b, nc)
+	c.tcpKeepAlive = tcpKeepAlive
 	refused, evict := b.gate.admit(c, time.Now())
 	if evict != nil {
 		b.metrics.refused(refusedEvicted)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
+	"github.com/tidemark-io/tidemark/table"
 )
 
 // errGroupFailed reports that the read loop's pending group could not be
@@ -88,6 +89,9 @@ type conn struct {
 	takenOver  atomic.Bool
 	done       chan struct{}
 	registered bool
+	// tcpKeepAlive says the socket has TCP keep-alive on from the start
+	// (see listenerKeepsAlive).
+	tcpKeepAlive bool
 	// connacked is set once the CONNACK is written, and connackSent
 	// closed: until then nothing but the acknowledgements queued behind
 	// it may be sent.
@@ -96,6 +100,10 @@ type conn struct {
 	// pendingConnack is the CONNACK left to the commit of the SUBSCRIBE
 	// behind the CONNECT (read loop only; see subscribeFollows).
 	pendingConnack *ackEntry
+	// connectHead is the log head the CONNECT read, with the SUBSCRIBE
+	// behind it already received; that SUBSCRIBE's subscriptions start
+	// there (see handleSubscribe). Valid while pendingConnack is set.
+	connectHead table.Cursor
 
 	// token names this connection in the session record; handoff is the
 	// token of a connection on another node that claimed the session.

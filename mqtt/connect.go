@@ -41,11 +41,12 @@ func (c *conn) connect(cp *packet.Connect) bool {
 	if !ok {
 		return refuse(packet.ClientIdentifierNotValid)
 	}
-	if c.keepAlive == 0 {
+	if c.keepAlive == 0 && !c.tcpKeepAlive {
 		// No keep alive of its own: TCP's finds a peer that vanished. A
 		// listener that leaves TCP keep-alive off (as `tidemark serve`'s
 		// plain one does, to spare every connection its system calls)
-		// relies on this.
+		// relies on this, unless its listening socket has it on, which
+		// accepted sockets inherit (see listenerKeepsAlive).
 		if tc, ok := c.nc.(*net.TCPConn); ok {
 			_ = tc.SetKeepAlive(true)
 		}
@@ -136,6 +137,7 @@ func (c *conn) connect(cp *packet.Connect) bool {
 		// The record goes with the SUBSCRIBE read behind the CONNECT, and
 		// the CONNACK with its commit (see subscribeFollows).
 		c.pendingConnack = &ackEntry{pkt: ack, after: c.connackFailed, then: c.connected}
+		c.connectHead = st.head
 		return true
 	}
 	return c.connectAck(ack, st.h, st.settled)
@@ -185,6 +187,8 @@ type sessionSetup struct {
 	// behind the CONNECT writes it (see subscribeFollows).
 	h   *engine.Handle
 	out *outbound
+	// head is the log head read for the CONNECT.
+	head table.Cursor
 }
 
 // setupSession discards the previous session (clean start) or loads it,
@@ -241,6 +245,10 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 			return fail("load staged messages", err)
 		}
 	}
+	// Whether a SUBSCRIBE waits behind the CONNECT is read before the
+	// head: it was received before the head was taken, so the head can be
+	// where its subscriptions start too (see handleSubscribe).
+	follows := tx == nil && c.subscribeFollows()
 	head, err := c.b.db.Head(ctx)
 	if err != nil {
 		return fail("connect: log head", err)
@@ -260,7 +268,7 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 		c.rec.Will = &willRecord{Msg: enc, Delay: c.willDelay}
 	}
 	var h *engine.Handle
-	if tx != nil || !c.subscribeFollows() {
+	if !follows {
 		if tx == nil {
 			tx = c.b.db.Begin()
 		}
@@ -278,7 +286,7 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 	if err != nil {
 		return fail("restore session", err)
 	}
-	return sessionSetup{present: present, settled: settled, h: h, out: out}, nil
+	return sessionSetup{present: present, settled: settled, h: h, out: out, head: head}, nil
 }
 
 // connectAck sends the CONNACK once what it reports is durable, and then

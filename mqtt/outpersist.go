@@ -46,7 +46,11 @@ func (o *outbound) persist(ctx context.Context, final bool) error {
 		if !final {
 			tx.Defer()
 		}
-		h, err := tx.Submit(ctx)
+		// On a store goroutine: a sender's runner would grow its stack
+		// for the engine's commit path, and a wave of checkpoints after
+		// a delivery to many sessions starts many runners (see onStore).
+		var h *engine.Handle
+		o.c.b.onStore(func() { h, err = tx.Submit(ctx) })
 		if err != nil {
 			if last == nil {
 				// Never submitted: the records stay, and their ids may

@@ -12,8 +12,9 @@ type storeJob struct {
 	done chan struct{}
 }
 
-// onStore runs fn, the store calls of a connection's CONNECT or SUBSCRIBE,
-// on one of the broker's store goroutines and waits for it.
+// onStore runs fn, the store calls of a connection's CONNECT or SUBSCRIBE
+// or of a session's checkpoint, on one of the broker's store goroutines
+// and waits for it.
 //
 // The engine's read and commit paths run deep. A connection goroutine
 // making those calls itself grows its stack from the minimum, copying it

@@ -21,18 +21,20 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 		subID = p.Properties.SubscriptionIDs[0]
 	}
 	ack := &packet.Suback{PacketID: p.PacketID, ReasonCodes: make([]packet.ReasonCode, len(p.Subscriptions))}
-	type newSub struct {
-		s       topic.Subscription
-		existed bool
-		replay  bool
-	}
 	var added []newSub
 	// A new subscription matches the messages committed after this point
 	// only; those before it reach the client as retained messages or not
 	// at all.
-	var head table.Cursor
+	//
+	// A SUBSCRIBE that came with the CONNECT (its record rides on this
+	// commit) starts at the head the CONNECT read: it was received before
+	// that head was taken, so any message committed after it is
+	// concurrent with the SUBSCRIBE, and the store is spared a read.
+	head := c.connectHead
 	var err error
-	c.b.onStore(func() { head, err = c.b.db.Head(c.ctx) })
+	if c.pendingConnack == nil {
+		c.b.onStore(func() { head, err = c.b.db.Head(c.ctx) })
+	}
 	if err != nil {
 		c.flushConnack()
 		c.log.Warn("subscribe: log head", "err", err)
@@ -135,7 +137,23 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 			}
 		}
 	}
-	h, err := c.persistSubs()
+	// The retained messages the new subscriptions receive are read in the
+	// store call that submits the record, not after the SUBACK: one store
+	// call instead of one per filter. They still go out after the SUBACK;
+	// one replaced or cleared meanwhile is a publish concurrent with this
+	// SUBSCRIBE, and a replacement reaches the filter live as well.
+	wants := make([]bool, len(added))
+	anyRetained := false
+	for i, a := range added {
+		wants[i] = !a.replay && !(c.b.inTables(a.s.Filter) && a.s.Group == "") && wantsRetained(a.s, a.existed)
+		anyRetained = anyRetained || wants[i]
+	}
+	var retained [][]direct
+	h, err := c.persistSubsThen(func() {
+		if anyRetained {
+			retained = c.readRetained(added, wants)
+		}
+	})
 	if err != nil {
 		return false
 	}
@@ -153,15 +171,24 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 		for _, rp := range started {
 			o.runReplay(rp, until)
 		}
-		for _, a := range added {
+		for i, a := range added {
 			switch {
 			case c.b.inTables(a.s.Filter) && a.s.Group == "":
 				c.out.subscribeTable(a.s, a.existed)
-			case !a.replay: // its history comes from the log
-				c.sendRetained(a.s, a.existed)
+			case retained != nil: // a replay's history comes from the log
+				for _, d := range retained[i] {
+					c.out.offer(d)
+				}
 			}
 		}
 	}, kind: KindSession})
+}
+
+// newSub is a subscription a SUBSCRIBE added or replaced.
+type newSub struct {
+	s       topic.Subscription
+	existed bool
+	replay  bool
 }
 
 // replayRequests reads the replay asked for by each subscription of p
@@ -243,6 +270,12 @@ func (c *conn) replayRequests(p *packet.Subscribe, ack *packet.Suback) ([]*repla
 
 // persistSubs submits the session record with the current subscriptions.
 func (c *conn) persistSubs() (*engine.Handle, error) {
+	return c.persistSubsThen(nil)
+}
+
+// persistSubsThen is persistSubs, running then (if set) in the same store
+// call once the record is submitted.
+func (c *conn) persistSubsThen(then func()) (*engine.Handle, error) {
 	c.b.beforeSubmit(KindSession, c.client)
 	var h *engine.Handle
 	var err error
@@ -252,39 +285,69 @@ func (c *conn) persistSubs() (*engine.Handle, error) {
 			c.fail(err)
 			return
 		}
-		h, err = c.submit(tx)
+		if h, err = c.submit(tx); err == nil && then != nil {
+			then()
+		}
 	})
 	return h, err
 }
 
-// sendRetained queues the retained messages matching a new subscription,
-// per its retain handling; shared subscriptions get none [MQTT-3.8.4-? /
-// 5.0 4.8.2].
-func (c *conn) sendRetained(s topic.Subscription, existed bool) {
-	if s.Group != "" || s.RetainHandling == byte(packet.DoNotSendRetained) ||
-		(s.RetainHandling == byte(packet.SendRetainedIfNew) && existed) {
-		return
-	}
-	c.b.onStore(func() { c.offerRetained(s) })
+// wantsRetained reports whether subscription s receives the retained
+// messages matching it, per its retain handling; shared subscriptions get
+// none [MQTT-3.8.4-? / 5.0 4.8.2].
+func wantsRetained(s topic.Subscription, existed bool) bool {
+	return s.Group == "" && s.RetainHandling != byte(packet.DoNotSendRetained) &&
+		(s.RetainHandling != byte(packet.SendRetainedIfNew) || !existed)
 }
 
-// offerRetained queues the retained messages matching s.
-func (c *conn) offerRetained(s topic.Subscription) {
-	_ = c.b.db.Range(c.ctx, tableRetained, "", func(r table.Record) bool {
-		if r.Deleted || !topic.Match(s.Filter, r.ID) {
-			return true
+// readRetained reads, from one view of the store, the retained messages
+// matching each subscription of added whose wants is set, as they are to
+// be offered. A store call (see onStore); a read that fails offers
+// nothing for its filter.
+func (c *conn) readRetained(added []newSub, wants []bool) [][]direct {
+	out := make([][]direct, len(added))
+	_ = c.b.db.View(c.ctx, func(v *table.View) error {
+		for i, a := range added {
+			if !wants[i] {
+				continue
+			}
+			s := a.s
+			offer := func(r table.Record) bool {
+				if r.Deleted || !topic.Match(s.Filter, r.ID) {
+					return true
+				}
+				var m Message
+				if m.UnmarshalBinary(r.Value) != nil || !c.b.mayRead(c.client, c.id.Username, r.ID) {
+					return true
+				}
+				var ids []uint32
+				if s.ID != 0 {
+					ids = []uint32{s.ID}
+				}
+				out[i] = append(out[i], direct{msg: &m, qos: min(m.QoS, s.QoS), ids: ids, retain: true})
+				return true
+			}
+			// A filter without wildcards names one topic: one lookup,
+			// not a scan of every retained message.
+			if !strings.ContainsAny(s.Filter, "+#") {
+				if r, err := v.Get(tableRetained, s.Filter); err == nil {
+					offer(r)
+				}
+				continue
+			}
+			_ = v.Range(tableRetained, retainedPrefix(s.Filter), offer)
 		}
-		var m Message
-		if m.UnmarshalBinary(r.Value) != nil || !c.b.mayRead(c.client, c.id.Username, r.ID) {
-			return true
-		}
-		var ids []uint32
-		if s.ID != 0 {
-			ids = []uint32{s.ID}
-		}
-		c.out.offer(direct{msg: &m, qos: min(m.QoS, s.QoS), ids: ids, retain: true})
-		return true
+		return nil
 	})
+	return out
+}
+
+// retainedPrefix is the longest topic prefix every topic matching the
+// wildcard filter f starts with: the levels before its first wildcard,
+// without the separator after them, since "a/#" matches "a" too.
+func retainedPrefix(f string) string {
+	i := strings.IndexAny(f, "+#")
+	return strings.TrimSuffix(f[:i], "/")
 }
 
 func (c *conn) handleUnsubscribe(p *packet.Unsubscribe) bool {

@@ -4,6 +4,7 @@ package mqtt_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -269,4 +270,44 @@ func TestRetained311(t *testing.T) {
 	late.sub("ret3/#", 1)
 	late.expectOne("ret3/a", "three")
 	late.expectNone(300 * time.Millisecond)
+}
+
+// TestRetainedByFilter311 checks which retained messages a new
+// subscription receives by the shape of its filter: a filter without
+// wildcards gets its one topic's, "x/#" also the parent "x", "+" matches
+// any first level, and a topic that only shares leading characters with
+// a filter's levels gets nothing.
+func TestRetainedByFilter311(t *testing.T) {
+	s := startBroker(t)
+	pub := connect3(t, s.Addr, "retf-pub", true)
+	for _, tp := range []string{"retf/a", "retf/a/b", "retf/ab", "retf/abc/d", "other/a"} {
+		pub.pub(tp, 1, true, tp)
+	}
+	for _, tc := range []struct {
+		filter string
+		want   []string
+	}{
+		{"retf/a", []string{"retf/a"}},
+		{"retf/a/#", []string{"retf/a", "retf/a/b"}},
+		{"retf/+", []string{"retf/a", "retf/ab"}},
+		{"+/a", []string{"other/a", "retf/a"}},
+		{"retf/ab/#", []string{"retf/ab"}},
+		{"retf/a/b/c", nil},
+	} {
+		c := connect3(t, s.Addr, "retf-sub", true)
+		c.sub(tc.filter, 1)
+		var got []string
+		for _, m := range c.expect(len(tc.want)) {
+			if string(m.Payload()) != m.Topic() || !m.Retained() {
+				t.Errorf("%s: got %q on %s (retained %v)", tc.filter, m.Payload(), m.Topic(), m.Retained())
+			}
+			got = append(got, m.Topic())
+		}
+		c.expectNone(200 * time.Millisecond)
+		slices.Sort(got)
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("%s: retained %v, want %v", tc.filter, got, tc.want)
+		}
+		c.close()
+	}
 }

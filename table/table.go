@@ -303,7 +303,7 @@ func (db *DB) Get(ctx context.Context, table, id string) (Record, error) {
 // recordOf decodes the stored record table/id read as b, err.
 func recordOf(table, id string, b []byte, err error) (Record, error) {
 	if errors.Is(err, engine.ErrNotFound) {
-		return Record{Table: table, ID: id}, fmt.Errorf("%w: %s/%q: %w", ErrNotFound, table, id, err)
+		return Record{Table: table, ID: id}, &notFoundError{table: table, id: id, cause: err}
 	}
 	if err != nil {
 		return Record{}, fmt.Errorf("table: get %s/%q: %w", table, id, err)
@@ -322,6 +322,22 @@ func recordOf(table, id string, b []byte, err error) (Record, error) {
 	}
 	return r, nil
 }
+
+// notFoundError is the error of a Get of a record never written. A miss
+// is an ordinary answer (a client's first session, a topic with no
+// retained message), so its message is formatted only when read.
+type notFoundError struct {
+	table, id string
+	cause     error
+}
+
+func (e *notFoundError) Error() string {
+	return fmt.Sprintf("%v: %s/%q: %v", ErrNotFound, e.table, e.id, e.cause)
+}
+
+// Unwrap returns ErrNotFound and the engine's error, which wraps
+// engine.ErrNotFound.
+func (e *notFoundError) Unwrap() []error { return []error{ErrNotFound, e.cause} }
 
 // Range calls fn for each live record of table whose id starts with
 // idPrefix, in id byte order, from one consistent snapshot, until fn

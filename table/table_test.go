@@ -102,6 +102,12 @@ func TestGetRangeDelete(t *testing.T) {
 	if !errors.Is(err, table.ErrNotFound) || !errors.Is(err, engine.ErrNotFound) || !r.Deleted || r.Version <= v1 {
 		t.Fatalf("get deleted b = %+v, %v", r, err)
 	}
+	// A record never written: both sentinels, and a message naming it.
+	r, err = db.Get(ctx, "t", "never")
+	if !errors.Is(err, table.ErrNotFound) || !errors.Is(err, engine.ErrNotFound) || r.Deleted || r.ID != "never" ||
+		!strings.Contains(err.Error(), `t/"never"`) || !strings.Contains(err.Error(), engine.ErrNotFound.Error()) {
+		t.Fatalf("get never written = %+v, %v", r, err)
+	}
 	var got []string
 	if err := db.Range(ctx, "t", "", func(r table.Record) bool { got = append(got, r.ID+"="+string(r.Value)); return true }); err != nil {
 		t.Fatal(err)

@@ -130,9 +130,12 @@ func (s *securityFlags) listen(plain string, tc *certs.Server, log *slog.Logger)
 		}
 		var lc net.ListenConfig
 		if l.kind == "mqtt" {
-			// MQTT's keep alive finds dead peers; the broker turns TCP's
-			// on for a client that uses none (see mqtt's connect).
+			// MQTT's keep alive finds dead peers; TCP's, on at the
+			// listening socket and so on every accepted one without a
+			// system call each, finds those of clients that use none
+			// (see mqtt.KeepAliveControl).
 			lc.KeepAlive = -1
+			lc.Control = mqtt.KeepAliveControl
 		}
 		ln, err := lc.Listen(context.Background(), "tcp", l.addr)
 		if err != nil {

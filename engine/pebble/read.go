@@ -48,7 +48,7 @@ func (s *snapshot) Get(ctx context.Context, key []byte) ([]byte, error) {
 	}
 	v, closer, err := s.snap.Get(kvlog.DataKey(nil, key))
 	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, fmt.Errorf("pebble: get %q: %w", key, engine.ErrNotFound)
+		return nil, notFoundError(key)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pebble: get %q: %w", key, err)
@@ -57,6 +57,18 @@ func (s *snapshot) Get(ctx context.Context, key []byte) ([]byte, error) {
 	closer.Close()
 	return out, nil
 }
+
+// notFoundError is the error of a Get of an absent key. A miss is an
+// ordinary answer (a client's first session, a topic with no retained
+// message), so its message is formatted only when read.
+type notFoundError string
+
+func (e notFoundError) Error() string {
+	return fmt.Sprintf("pebble: get %q: %v", string(e), engine.ErrNotFound)
+}
+
+// Unwrap returns engine.ErrNotFound.
+func (e notFoundError) Unwrap() error { return engine.ErrNotFound }
 
 func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (engine.Iterator, error) {
 	if err := ctx.Err(); err != nil {
