@@ -42,7 +42,7 @@ func TestTCPKeepAlive(t *testing.T) {
 		addr := serveOn(t, s, ln)
 		r, _ := connectRaw(t, addr, &packet.Connect{Version: packet.V311, ClientID: fmt.Sprintf("tcpka-%d", i),
 			CleanStart: true, KeepAlive: tc.keepAlive})
-		if got := keepAliveTimer(t, ln.Addr(), r.nc.LocalAddr()); got != tc.want {
+		if got := keepAliveTimer(t, ln.Addr(), r.Conn().LocalAddr()); got != tc.want {
 			t.Errorf("%s: TCP keep-alive on the broker's socket %v, want %v", tc.name, got, tc.want)
 		}
 	}
