@@ -91,6 +91,7 @@ type subscriber struct {
 	c       *rawClient
 	conns   int
 	got     []delivery
+	payload map[string]bool // the distinct payloads in got
 	pending map[uint16]bool // QoS 2 ids received, PUBREL not yet
 	other   []packet.Packet // anything but PUBLISH and PUBREL
 	changed chan struct{}
@@ -108,7 +109,7 @@ func newSubscriber(t T, name, addr, id string, v packet.Version, filter string, 
 // (recvMax > 0) on every CONNECT, bounding its unacknowledged deliveries.
 func newSubscriberWith(t T, name, addr, id string, v packet.Version, filter string, qos packet.QoS, recvMax uint16) *subscriber {
 	t.Helper()
-	s := &subscriber{t: t, name: name, id: id, v: v, filter: filter, qos: qos, recvMax: recvMax, pending: map[uint16]bool{}, changed: make(chan struct{}, 1)}
+	s := &subscriber{t: t, name: name, id: id, v: v, filter: filter, qos: qos, recvMax: recvMax, pending: map[uint16]bool{}, payload: map[string]bool{}, changed: make(chan struct{}, 1)}
 	// A fresh session that persists: 5.0 starts clean with an expiry that
 	// never ends; 3.1.1 has only clean=false (each case's broker is new,
 	// so no earlier session exists).
@@ -154,6 +155,9 @@ func (s *subscriber) take(c *rawClient, p packet.Packet, conn int) {
 	switch p := p.(type) {
 	case *packet.Publish:
 		d := delivery{Topic: p.Topic, Payload: string(p.Payload), QoS: p.QoS, Dup: p.Dup, Retain: p.Retain, PI: p.PacketID, Conn: conn}
+		if p.QoS == packet.QoS0 || p.QoS == packet.QoS1 || !s.pending[p.PacketID] {
+			s.payload[d.Payload] = true
+		}
 		switch p.QoS {
 		case packet.QoS0:
 			s.got = append(s.got, d)
@@ -208,6 +212,13 @@ func (s *subscriber) drop() {
 	s.mu.Unlock()
 	c.Drop()
 	<-stopped
+}
+
+// distinct is the number of distinct payloads the subscriber took.
+func (s *subscriber) distinct() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.payload)
 }
 
 // deliveries returns what the subscriber took so far.
