@@ -10,7 +10,7 @@ import (
 	"sync"
 
 	"github.com/dgraph-io/badger/v4"
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 )
 
@@ -27,14 +27,11 @@ type snapshot struct {
 	closed bool
 }
 
-func (d *db) Snapshot(ctx context.Context) (engine.Snapshot, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("badger: snapshot: %w", err)
-	}
+func (d *db) Snapshot(ctx context.Context) (driver.Snapshot, error) {
 	d.rw.RLock()
 	defer d.rw.RUnlock()
 	if d.rclosed {
-		return nil, fmt.Errorf("badger: snapshot: %w", engine.ErrClosed)
+		return nil, fmt.Errorf("badger: snapshot: %w", driver.ErrClosed)
 	}
 	s := &snapshot{d: d, txn: d.newTxn(false), iters: map[*iterator]struct{}{}}
 	d.regMu.Lock()
@@ -44,22 +41,16 @@ func (d *db) Snapshot(ctx context.Context) (engine.Snapshot, error) {
 }
 
 func (s *snapshot) Get(ctx context.Context, key []byte) ([]byte, error) {
-	if err := engine.ValidKey(key); err != nil {
-		return nil, fmt.Errorf("badger: get: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("badger: get: %w", err)
-	}
 	s.d.rw.RLock()
 	defer s.d.rw.RUnlock()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return nil, fmt.Errorf("badger: get: %w", engine.ErrClosed)
+		return nil, fmt.Errorf("badger: get: %w", driver.ErrClosed)
 	}
 	item, err := s.txn.Get(kvlog.DataKey(nil, key))
 	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, fmt.Errorf("badger: get %q: %w", key, engine.ErrNotFound)
+		return nil, fmt.Errorf("badger: get %q: %w", key, driver.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("badger: get %q: %w", key, err)
@@ -74,16 +65,13 @@ func (s *snapshot) Get(ctx context.Context, key []byte) ([]byte, error) {
 	return v, nil
 }
 
-func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (engine.Iterator, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("badger: iter: %w", err)
-	}
+func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (driver.Iterator, error) {
 	s.d.rw.RLock()
 	defer s.d.rw.RUnlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, fmt.Errorf("badger: iter: %w", engine.ErrClosed)
+		return nil, fmt.Errorf("badger: iter: %w", driver.ErrClosed)
 	}
 	w := &iterator{
 		s:     s,
@@ -144,7 +132,7 @@ func (w *iterator) Next() bool {
 	defer w.s.mu.RUnlock()
 	if w.closed {
 		if w.err == nil {
-			w.err = fmt.Errorf("badger: iter: %w", engine.ErrClosed)
+			w.err = fmt.Errorf("badger: iter: %w", driver.ErrClosed)
 		}
 		w.key, w.val = nil, nil
 		return false

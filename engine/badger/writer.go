@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 	"github.com/tidemark-io/tidemark/engine/internal/deferral"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 )
@@ -19,8 +19,8 @@ import (
 // prepares the stored keys and values so the writer only assigns the log
 // key, checks and writes.
 type pending struct {
-	b        *engine.Batch
-	complete func(engine.Result, error)
+	b        *driver.Batch
+	complete func(driver.Result, error)
 	data     [][]byte // stored key of each op
 	checks   [][]byte // stored key of each check
 	logVals  [][]byte // stored value of each log entry
@@ -28,29 +28,23 @@ type pending struct {
 	bytes    int64    // keys and values, for the space guard (groupBytes)
 	count    int64    // number of Badger entries
 	after    uint64   // transactions the writer had committed when it was submitted
-	deferred bool     // engine.Batch.Defer, and the gate let it wait
+	deferred bool     // driver.Batch.Defer, and the gate let it wait
 
-	res engine.Result
+	res driver.Result
 	err error // set when the commit fails on its own (conflict, too big)
 }
 
-func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error) {
-	if err := b.Validate(); err != nil {
-		return nil, fmt.Errorf("badger: submit: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("badger: submit: %w", err)
-	}
+func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error) {
 	p := d.prepare(b)
 	p.after = d.txns.Load()
 	p.deferred = d.deferGate.Defer(b)
-	h, complete := engine.NewHandle()
+	h, complete := driver.NewHandle()
 	p.complete = complete
 
 	d.gate.RLock()
 	defer d.gate.RUnlock()
 	if d.closed {
-		return nil, fmt.Errorf("badger: submit: %w", engine.ErrClosed)
+		return nil, fmt.Errorf("badger: submit: %w", driver.ErrClosed)
 	}
 	select {
 	case d.queue <- p:
@@ -67,7 +61,7 @@ func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error
 	}
 }
 
-func (d *db) prepare(b *engine.Batch) *pending {
+func (d *db) prepare(b *driver.Batch) *pending {
 	p := &pending{b: b, data: make([][]byte, len(b.Ops)), checks: make([][]byte, len(b.Checks))}
 	for i := range b.Ops {
 		op := &b.Ops[i]
@@ -100,7 +94,7 @@ func (d *db) writer() {
 	// Only a sync is worth waiting for: without one, a commit that comes
 	// late costs a Badger transaction of its own (tens of microseconds),
 	// about what the wait would have cost every group.
-	syncs := d.opts.Sync == engine.SyncAlways
+	syncs := d.opts.Sync == driver.SyncAlways
 	for p := range d.queue {
 		wait := time.Duration(0)
 		if syncs {
@@ -225,14 +219,14 @@ func (d *db) commitSome(group []*pending) (n int, logged bool) {
 		txn = nil
 		if n == 0 {
 			if errors.Is(err, badger.ErrTxnTooBig) {
-				err = fmt.Errorf("badger: %w: the commit does not fit one Badger transaction (%w)", engine.ErrBatchTooLarge, err)
+				err = fmt.Errorf("badger: %w: the commit does not fit one Badger transaction (%w)", driver.ErrBatchTooLarge, err)
 			} else {
 				err = fmt.Errorf("badger: apply: %w", err)
 			}
-			p.complete(engine.Result{}, err)
+			p.complete(driver.Result{}, err)
 			return 1, false
 		}
-		p.res, p.err = engine.Result{}, nil
+		p.res, p.err = driver.Result{}, nil
 		if !errors.Is(err, badger.ErrTxnTooBig) {
 			failed = p
 			failed.err = fmt.Errorf("badger: apply: %w", err)
@@ -256,7 +250,7 @@ func (d *db) commitSome(group []*pending) (n int, logged bool) {
 	}
 	for _, p := range group[:n] {
 		if p.err != nil {
-			p.complete(engine.Result{}, p.err)
+			p.complete(driver.Result{}, p.err)
 			continue
 		}
 		p.complete(p.res, nil)
@@ -272,14 +266,14 @@ func (d *db) completeFailed(n int, failed *pending) int {
 	if failed == nil {
 		return n
 	}
-	failed.complete(engine.Result{}, failed.err)
+	failed.complete(driver.Result{}, failed.err)
 	return n + 1
 }
 
 // fail completes every commit of ps with err.
 func (d *db) fail(ps []*pending, err error) {
 	for _, p := range ps {
-		p.complete(engine.Result{}, err)
+		p.complete(driver.Result{}, err)
 	}
 }
 
@@ -296,7 +290,7 @@ func (d *db) apply(txn *badger.Txn, p *pending) error {
 	}
 	if n := len(p.b.Log); n > 0 {
 		k := d.hlc.Next()
-		p.res.Keys = make([]engine.LogKey, n)
+		p.res.Keys = make([]driver.LogKey, n)
 		for i := range p.res.Keys {
 			p.res.Keys[i] = k
 		}
@@ -322,7 +316,7 @@ func write(txn *badger.Txn, p *pending) error {
 	for i := range p.b.Ops {
 		op := &p.b.Ops[i]
 		var err error
-		if op.Kind == engine.OpPut {
+		if op.Kind == driver.OpPut {
 			err = txn.Set(p.data[i], op.Value)
 		} else {
 			err = txn.Delete(p.data[i])
@@ -343,19 +337,19 @@ func write(txn *badger.Txn, p *pending) error {
 }
 
 // check evaluates one check against txn.
-func check(txn *badger.Txn, key []byte, c *engine.Check) error {
+func check(txn *badger.Txn, key []byte, c *driver.Check) error {
 	item, err := txn.Get(key)
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		if c.Absent {
 			return nil
 		}
-		return fmt.Errorf("badger: %w: key %q is absent", engine.ErrConflict, c.Key)
+		return fmt.Errorf("badger: %w: key %q is absent", driver.ErrConflict, c.Key)
 	}
 	if err != nil {
 		return fmt.Errorf("badger: check %q: %w", c.Key, err)
 	}
 	if c.Absent {
-		return fmt.Errorf("badger: %w: key %q is present", engine.ErrConflict, c.Key)
+		return fmt.Errorf("badger: %w: key %q is present", driver.ErrConflict, c.Key)
 	}
 	equal := false
 	if err := item.Value(func(v []byte) error {
@@ -365,7 +359,7 @@ func check(txn *badger.Txn, key []byte, c *engine.Check) error {
 		return fmt.Errorf("badger: check %q: %w", c.Key, err)
 	}
 	if !equal {
-		return fmt.Errorf("badger: %w: key %q holds another value", engine.ErrConflict, c.Key)
+		return fmt.Errorf("badger: %w: key %q holds another value", driver.ErrConflict, c.Key)
 	}
 	return nil
 }

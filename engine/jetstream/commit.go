@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 )
 
 // JetStream API error codes the committer acts on.
@@ -31,52 +31,46 @@ const msgOverhead = 2048
 
 // pending is one submitted commit.
 type pending struct {
-	b        *engine.Batch
-	complete func(engine.Result, error)
+	b        *driver.Batch
+	complete func(driver.Result, error)
 	msgs     int // most messages the commit can need
 	bytes    int
-	res      engine.Result
+	res      driver.Result
 	err      error
 	done     bool
-	deferred bool // engine.Batch.Defer, and the gate let it wait
+	deferred bool // driver.Batch.Defer, and the gate let it wait
 }
 
-func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error) {
-	if err := b.Validate(); err != nil {
-		return nil, fmt.Errorf("jetstream: submit: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("jetstream: submit: %w", err)
-	}
+func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error) {
 	size := 0
 	for i := range b.Ops {
 		if n := len(b.Ops[i].Value) + msgOverhead; n > d.maxMessage {
-			return nil, fmt.Errorf("jetstream: submit: op %d: %w: the server takes messages of %d bytes", i, engine.ErrValueTooLarge, d.maxMessage)
+			return nil, fmt.Errorf("jetstream: submit: op %d: %w: the server takes messages of %d bytes", i, driver.ErrValueTooLarge, d.maxMessage)
 		}
 		size += len(b.Ops[i].Value) + msgOverhead
 	}
 	for i, e := range b.Log {
 		if n := len(e) + msgOverhead; n > d.maxMessage {
-			return nil, fmt.Errorf("jetstream: submit: log entry %d: %w: the server takes messages of %d bytes", i, engine.ErrValueTooLarge, d.maxMessage)
+			return nil, fmt.Errorf("jetstream: submit: log entry %d: %w: the server takes messages of %d bytes", i, driver.ErrValueTooLarge, d.maxMessage)
 		}
 		size += len(e) + msgOverhead
 	}
 	if d.wal {
 		size = txSize(b)
 		if size+msgOverhead > d.maxMessage {
-			return nil, fmt.Errorf("jetstream: submit: %w: %d bytes encoded, the server takes messages of %d bytes", engine.ErrBatchTooLarge, size, d.maxMessage)
+			return nil, fmt.Errorf("jetstream: submit: %w: %d bytes encoded, the server takes messages of %d bytes", driver.ErrBatchTooLarge, size, d.maxMessage)
 		}
 	}
 	p := &pending{b: b, msgs: b.Len(), bytes: size}
 	if d.wal {
 		p.deferred = d.gate.Defer(b)
 	}
-	h, complete := engine.NewHandle()
+	h, complete := driver.NewHandle()
 	p.complete = complete
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		return nil, fmt.Errorf("jetstream: submit: %w", engine.ErrClosed)
+		return nil, fmt.Errorf("jetstream: submit: %w", driver.ErrClosed)
 	}
 	d.queue = append(d.queue, p)
 	d.mu.Unlock()
@@ -199,7 +193,7 @@ func (d *db) commitGroup(group []*pending) {
 	}
 	for _, p := range group {
 		if p.err != nil {
-			p.complete(engine.Result{}, p.err)
+			p.complete(driver.Result{}, p.err)
 		} else {
 			p.complete(p.res, nil)
 		}
@@ -223,7 +217,7 @@ func (d *db) publishGroup(group []*pending, attempt int) {
 	}
 	if total := sumMsgs(live); total > d.maxBatch {
 		if len(live) == 1 {
-			settle(live[0], engine.Result{}, fmt.Errorf("jetstream: commit: %w: %d messages, the server takes %d per atomic batch", engine.ErrBatchTooLarge, total, d.maxBatch))
+			settle(live[0], driver.Result{}, fmt.Errorf("jetstream: commit: %w: %d messages, the server takes %d per atomic batch", driver.ErrBatchTooLarge, total, d.maxBatch))
 			return
 		}
 		half := len(live) / 2
@@ -234,20 +228,20 @@ func (d *db) publishGroup(group []*pending, attempt int) {
 	_, closed := d.view.state()
 	if closed {
 		for _, p := range live {
-			settle(p, engine.Result{}, fmt.Errorf("jetstream: commit: %w", engine.ErrClosed))
+			settle(p, driver.Result{}, fmt.Errorf("jetstream: commit: %w", driver.ErrClosed))
 		}
 		return
 	}
 	pl := d.plan(live)
 	if len(pl.msgs) == 0 {
 		for _, p := range pl.commits {
-			settle(p, engine.Result{}, nil)
+			settle(p, driver.Result{}, nil)
 		}
 		return
 	}
 	if err := d.admit(pl.commits); err != nil {
 		for _, p := range pl.commits {
-			settle(p, engine.Result{}, err)
+			settle(p, driver.Result{}, err)
 		}
 		return
 	}
@@ -280,7 +274,7 @@ func (d *db) publishGroup(group []*pending, attempt int) {
 			// The embedded server's store failed a write and answers
 			// nothing more, lookups included (see walcommit.go).
 			for _, p := range pl.commits {
-				settle(p, engine.Result{}, fmt.Errorf("jetstream: publish batch: no acknowledgement (%w): %w", err, serr))
+				settle(p, driver.Result{}, fmt.Errorf("jetstream: publish batch: no acknowledgement (%w): %w", err, serr))
 			}
 			return
 		}
@@ -289,7 +283,7 @@ func (d *db) publishGroup(group []*pending, attempt int) {
 		seq, landed := d.batchLanded(ctx, id)
 		if !landed {
 			for _, p := range pl.commits {
-				settle(p, engine.Result{}, fmt.Errorf("jetstream: publish batch: no acknowledgement, and the batch was not in the stream after catching up: %w", err))
+				settle(p, driver.Result{}, fmt.Errorf("jetstream: publish batch: no acknowledgement, and the batch was not in the stream after catching up: %w", err))
 			}
 			return
 		}
@@ -304,11 +298,11 @@ func (d *db) publishGroup(group []*pending, attempt int) {
 		}
 	}
 	for i, p := range pl.commits {
-		keys := make([]engine.LogKey, len(p.b.Log))
+		keys := make([]driver.LogKey, len(p.b.Log))
 		for j := range keys {
-			keys[j] = engine.LogKey(first + uint64(pl.logAt[i]+j))
+			keys[j] = driver.LogKey(first + uint64(pl.logAt[i]+j))
 		}
-		settle(p, engine.Result{Keys: keys}, nil)
+		settle(p, driver.Result{Keys: keys}, nil)
 	}
 }
 
@@ -368,13 +362,13 @@ func (d *db) publishSolos(group []*pending) {
 	_, closed := d.view.state()
 	if closed {
 		for _, p := range group {
-			settle(p, engine.Result{}, fmt.Errorf("jetstream: commit: %w", engine.ErrClosed))
+			settle(p, driver.Result{}, fmt.Errorf("jetstream: commit: %w", driver.ErrClosed))
 		}
 		return
 	}
 	if err := d.admit(group); err != nil {
 		for _, p := range group {
-			settle(p, engine.Result{}, err)
+			settle(p, driver.Result{}, err)
 		}
 		return
 	}
@@ -420,18 +414,18 @@ func (d *db) publishSolos(group []*pending) {
 		if err != nil {
 			var apiErr *jetstream.APIError
 			if errors.As(err, &apiErr) {
-				settle(p, engine.Result{}, d.storageRefused(fmt.Errorf("jetstream: publish: %w", err)))
+				settle(p, driver.Result{}, d.storageRefused(fmt.Errorf("jetstream: publish: %w", err)))
 				p.complete(p.res, p.err)
 				continue
 			}
 			if serr := d.storeErr(); serr != nil {
-				settle(p, engine.Result{}, fmt.Errorf("jetstream: publish: no acknowledgement (%w): %w", err, serr))
+				settle(p, driver.Result{}, fmt.Errorf("jetstream: publish: no acknowledgement (%w): %w", err, serr))
 				p.complete(p.res, p.err)
 				continue
 			}
 			landed, ok := d.batchLanded(ctx, o.id)
 			if !ok {
-				settle(p, engine.Result{}, fmt.Errorf("jetstream: publish: no acknowledgement, and the commit was not in the stream after catching up: %w", err))
+				settle(p, driver.Result{}, fmt.Errorf("jetstream: publish: no acknowledgement, and the commit was not in the stream after catching up: %w", err))
 				p.complete(p.res, p.err)
 				continue
 			}
@@ -442,11 +436,11 @@ func (d *db) publishSolos(group []*pending) {
 				d.log.Warn("committed message not yet in the local index", "seq", seq, "err", err)
 			}
 		}
-		keys := make([]engine.LogKey, len(p.b.Log))
+		keys := make([]driver.LogKey, len(p.b.Log))
 		if len(keys) == 1 {
-			keys[0] = engine.LogKey(seq)
+			keys[0] = driver.LogKey(seq)
 		}
-		settle(p, engine.Result{Keys: keys}, nil)
+		settle(p, driver.Result{Keys: keys}, nil)
 		p.complete(p.res, nil)
 	}
 }
@@ -485,7 +479,7 @@ func (d *db) publishFailed(ctx context.Context, live []*pending, pl plan, attemp
 		}
 		d.refreshChecked(ctx, live)
 		if len(live) == 1 && attempt >= 3 {
-			settle(live[0], engine.Result{}, fmt.Errorf("jetstream: commit: %w: %s", engine.ErrConflict, apiErr.Description))
+			settle(live[0], driver.Result{}, fmt.Errorf("jetstream: commit: %w: %s", driver.ErrConflict, apiErr.Description))
 			return
 		}
 		if attempt >= 3 {
@@ -510,7 +504,7 @@ func (d *db) publishFailed(ctx context.Context, live []*pending, pl plan, attemp
 	case errCodeTooManyInflight, errCodeBatchIncomplete:
 		if attempt >= 5 {
 			for _, p := range live {
-				settle(p, engine.Result{}, fmt.Errorf("jetstream: publish batch: %w", err))
+				settle(p, driver.Result{}, fmt.Errorf("jetstream: publish batch: %w", err))
 			}
 			return
 		}
@@ -519,7 +513,7 @@ func (d *db) publishFailed(ctx context.Context, live []*pending, pl plan, attemp
 	default:
 		err = d.storageRefused(fmt.Errorf("jetstream: publish batch: %w", err))
 		for _, p := range live {
-			settle(p, engine.Result{}, err)
+			settle(p, driver.Result{}, err)
 		}
 	}
 }
@@ -565,7 +559,7 @@ func parseLimit(desc string) int {
 	return n
 }
 
-func settle(p *pending, res engine.Result, err error) {
+func settle(p *pending, res driver.Result, err error) {
 	p.res, p.err, p.done = res, err, true
 }
 
@@ -619,7 +613,7 @@ func (d *db) plan(group []*pending) plan {
 					for _, k := range mine {
 						delete(expect, k)
 					}
-					settle(p, engine.Result{}, fmt.Errorf("jetstream: commit: check %q: %w", c.Key, err))
+					settle(p, driver.Result{}, fmt.Errorf("jetstream: commit: check %q: %w", c.Key, err))
 					break
 				}
 				cur, present = v.val, found && !v.deleted
@@ -637,7 +631,7 @@ func (d *db) plan(group []*pending) plan {
 				for _, k := range mine {
 					delete(expect, k)
 				}
-				settle(p, engine.Result{}, fmt.Errorf("jetstream: %w: key %q %s", engine.ErrConflict, c.Key, what))
+				settle(p, driver.Result{}, fmt.Errorf("jetstream: %w: key %q %s", driver.ErrConflict, c.Key, what))
 				break
 			}
 		}
@@ -650,7 +644,7 @@ func (d *db) plan(group []*pending) plan {
 			if _, in := overlay[k]; !in {
 				written = append(written, k)
 			}
-			overlay[k] = overlayEntry{val: op.Value, deleted: op.Kind == engine.OpDelete}
+			overlay[k] = overlayEntry{val: op.Value, deleted: op.Kind == driver.OpDelete}
 		}
 		pl.commits = append(pl.commits, p)
 	}

@@ -14,10 +14,11 @@ import (
 	"sync/atomic"
 
 	"github.com/PowerDNS/lmdb-go/lmdb"
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 	"github.com/tidemark-io/tidemark/engine/internal/deferral"
 	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
+	"github.com/tidemark-io/tidemark/internal/hlc"
 )
 
 const (
@@ -30,9 +31,9 @@ const (
 )
 
 func init() {
-	engine.Register(Name, engine.Driver{
+	driver.Register(Name, driver.Driver{
 		Open: open,
-		Params: []engine.Param{
+		Params: []driver.Param{
 			{Name: "map_size_mb", Default: strconv.Itoa(defaultMapSizeMB),
 				Doc: "initial LMDB map size in MiB; the map doubles whenever it fills, so this only sets where growth starts"},
 			{Name: "max_readers", Default: strconv.Itoa(defaultMaxReaders),
@@ -42,7 +43,7 @@ func init() {
 	})
 }
 
-// db is the engine.
+// db is the driver.
 //
 // Writes: Submit queues jobs under mu (read-locked, so Close can wait out
 // senders); the writer goroutine owns every write transaction.
@@ -53,9 +54,9 @@ func init() {
 type db struct {
 	env  *lmdb.Env
 	dbi  lmdb.DBI
-	opts engine.Options
+	opts driver.Options
 	log  *slog.Logger
-	hlc  *engine.HLC
+	hlc  *hlc.Clock
 	lock *dirlock.Lock
 
 	mu         sync.RWMutex
@@ -71,27 +72,27 @@ type db struct {
 	regMu   sync.Mutex
 	snaps   map[*snapshot]struct{}
 
-	notifier engine.Notifier
+	notifier driver.Notifier
 
 	// failure, when set, is the write failure of the latest commit (see
 	// health.go).
 	failure atomic.Pointer[failure]
 }
 
-func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
+func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 	if opts.Dir == "" {
-		return nil, fmt.Errorf("%w: lmdb needs a data directory (Options.Dir)", engine.ErrInvalidOption)
+		return nil, fmt.Errorf("%w: lmdb needs a data directory (Options.Dir)", driver.ErrInvalidOption)
 	}
-	mapMB, err := engine.IntParam(opts, "lmdb", "map_size_mb", defaultMapSizeMB, 1, 1<<30)
+	mapMB, err := driver.IntParam(opts, "lmdb", "map_size_mb", defaultMapSizeMB, 1, 1<<30)
 	if err != nil {
 		return nil, err
 	}
-	readers, err := engine.IntParam(opts, "lmdb", "max_readers", defaultMaxReaders, 1, 1<<30)
+	readers, err := driver.IntParam(opts, "lmdb", "max_readers", defaultMaxReaders, 1, 1<<30)
 	if err != nil {
 		return nil, err
 	}
 	if readers > maxReaders {
-		return nil, fmt.Errorf("%w: lmdb parameter max_readers=%d: the limit is %d", engine.ErrInvalidOption, readers, maxReaders)
+		return nil, fmt.Errorf("%w: lmdb parameter max_readers=%d: the limit is %d", driver.ErrInvalidOption, readers, maxReaders)
 	}
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("lmdb: create %s: %w", opts.Dir, err)
@@ -132,7 +133,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		return nil, err
 	}
 	// Never reissue a key at or below one on disk, whatever the clock says.
-	d.hlc = engine.NewHLC(opts.Clock, max(top, floor))
+	d.hlc = hlc.New(opts.Clock, max(top, floor))
 	go d.writer()
 	if stale {
 		// A truncation was cut short (crash or cancelled context): finish
@@ -145,13 +146,13 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 	return d, nil
 }
 
-func openEnv(opts engine.Options, mapSize int64, readers int) (*lmdb.Env, error) {
+func openEnv(opts driver.Options, mapSize int64, readers int) (*lmdb.Env, error) {
 	env, err := lmdb.NewEnv()
 	if err != nil {
 		return nil, fmt.Errorf("lmdb: create environment: %w", err)
 	}
 	var flags uint
-	if opts.Sync != engine.SyncAlways {
+	if opts.Sync != driver.SyncAlways {
 		flags |= lmdb.NoSync
 	}
 	if err := env.SetMapSize(mapSize); err != nil {
@@ -171,7 +172,7 @@ func openEnv(opts engine.Options, mapSize int64, readers int) (*lmdb.Env, error)
 
 // recover opens the main database and returns the highest log key on disk,
 // the truncation floor, and whether entries below the floor are left over.
-func (d *db) recover(ctx context.Context) (top, floor engine.LogKey, stale bool, err error) {
+func (d *db) recover(ctx context.Context) (top, floor driver.LogKey, stale bool, err error) {
 	err = d.env.View(func(txn *lmdb.Txn) error {
 		dbi, err := txn.OpenRoot(0)
 		if err != nil {
@@ -222,15 +223,15 @@ func (d *db) recover(ctx context.Context) (top, floor engine.LogKey, stale bool,
 }
 
 // logKeyOf returns the log key of a stored log key.
-func logKeyOf(k []byte) (engine.LogKey, bool) {
+func logKeyOf(k []byte) (driver.LogKey, bool) {
 	if len(k) != kvlog.LogKeyLen || k[0] != kvlog.LogPrefix {
 		return 0, false
 	}
-	return engine.LogKey(binary.BigEndian.Uint64(k[1:])), true
+	return driver.LogKey(binary.BigEndian.Uint64(k[1:])), true
 }
 
 // readFloor reads the persisted truncation floor; zero when none was set.
-func readFloor(txn *lmdb.Txn, dbi lmdb.DBI) (engine.LogKey, error) {
+func readFloor(txn *lmdb.Txn, dbi lmdb.DBI) (driver.LogKey, error) {
 	v, err := txn.Get(dbi, kvlog.MetaFloor)
 	if lmdb.IsNotFound(err) {
 		return 0, nil
@@ -242,18 +243,12 @@ func readFloor(txn *lmdb.Txn, dbi lmdb.DBI) (engine.LogKey, error) {
 }
 
 func (d *db) Name() string                    { return Name }
-func (d *db) Granularity() engine.Granularity { return engine.PerRecord }
+func (d *db) Granularity() driver.Granularity { return driver.PerRecord }
 
-func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error) {
-	if err := b.Validate(); err != nil {
-		return nil, fmt.Errorf("lmdb: submit: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("lmdb: submit: %w", err)
-	}
+func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error) {
 	j := newCommitJob(b)
 	j.deferred = d.gate.Defer(b)
-	h, complete := engine.NewHandle()
+	h, complete := driver.NewHandle()
 	j.complete = complete
 	if err := d.enqueue(ctx, j); err != nil {
 		return nil, fmt.Errorf("lmdb: submit: %w", err)
@@ -266,7 +261,7 @@ func (d *db) enqueue(ctx context.Context, j *job) error {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if d.closed {
-		return engine.ErrClosed
+		return driver.ErrClosed
 	}
 	select {
 	case d.queue <- j:
@@ -283,10 +278,7 @@ func (d *db) enqueue(ctx context.Context, j *job) error {
 
 func (d *db) Watch(ctx context.Context) <-chan struct{} { return d.notifier.Subscribe(ctx) }
 
-func (d *db) Truncate(ctx context.Context, below engine.LogKey) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("lmdb: truncate: %w", err)
-	}
+func (d *db) Truncate(ctx context.Context, below driver.LogKey) error {
 	// Each round is one bounded write transaction, so a long truncation
 	// never holds the writer for long and commits interleave with it.
 	for {
@@ -312,7 +304,7 @@ func (d *db) Close() error {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		return fmt.Errorf("lmdb: close: %w", engine.ErrClosed)
+		return fmt.Errorf("lmdb: close: %w", driver.ErrClosed)
 	}
 	d.closed = true
 	close(d.queue)
@@ -340,4 +332,4 @@ func (d *db) Close() error {
 
 // isConflict reports a failed check; everything else a job can fail with
 // comes from LMDB.
-func isConflict(err error) bool { return errors.Is(err, engine.ErrConflict) }
+func isConflict(err error) bool { return errors.Is(err, driver.ErrConflict) }

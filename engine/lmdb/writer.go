@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/PowerDNS/lmdb-go/lmdb"
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 	"github.com/tidemark-io/tidemark/engine/internal/deferral"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 )
@@ -46,16 +46,16 @@ type job struct {
 	checks   []check
 	log      [][]byte
 	size     int
-	deferred bool // engine.Batch.Defer, and the gate let it wait
-	complete func(engine.Result, error)
+	deferred bool // driver.Batch.Defer, and the gate let it wait
+	complete func(driver.Result, error)
 
 	trunc bool
-	below engine.LogKey
+	below driver.LogKey
 	tdone chan struct{} // closed when the round finished
 	more  bool          // the round stopped at truncChunk keys
 
 	// Outcome of the latest attempt.
-	res engine.Result
+	res driver.Result
 	err error
 	// failed marks an error found while the job was half applied: the
 	// group is retried without it.
@@ -64,7 +64,7 @@ type job struct {
 
 // newCommitJob converts b to stored keys off the writer's thread, so the
 // one writer spends its time in LMDB.
-func newCommitJob(b *engine.Batch) *job {
+func newCommitJob(b *driver.Batch) *job {
 	n := 0
 	for i := range b.Ops {
 		n += 1 + len(b.Ops[i].Key)
@@ -82,7 +82,7 @@ func newCommitJob(b *engine.Batch) *job {
 	j := &job{ops: make([]op, len(b.Ops)), checks: make([]check, len(b.Checks)), log: b.Log}
 	for i := range b.Ops {
 		o := &b.Ops[i]
-		j.ops[i] = op{del: o.Kind == engine.OpDelete, key: stored(o.Key), value: o.Value}
+		j.ops[i] = op{del: o.Kind == driver.OpDelete, key: stored(o.Key), value: o.Value}
 		j.size += jobOverhead + len(o.Key) + len(o.Value)
 	}
 	for i := range b.Checks {
@@ -108,13 +108,13 @@ func newCommitJob(b *engine.Batch) *job {
 // 0.4 ms in fsyncs, and keeping the thread measured faster (5-15% at the
 // same point, in interleaved runs).
 func (d *db) writer() {
-	pinned := d.opts.Sync == engine.SyncAlways
+	pinned := d.opts.Sync == driver.SyncAlways
 	if pinned {
 		runtime.LockOSThread()
 	}
 	defer close(d.writerDone)
 	var tick <-chan time.Time
-	if d.opts.Sync == engine.SyncInterval {
+	if d.opts.Sync == driver.SyncInterval {
 		t := time.NewTicker(d.opts.Interval())
 		defer t.Stop()
 		tick = t.C
@@ -137,7 +137,7 @@ func (d *db) writer() {
 				continue
 			case j, ok := <-d.queue:
 				if !ok {
-					if d.opts.Sync == engine.SyncInterval {
+					if d.opts.Sync == driver.SyncInterval {
 						d.sync()
 					}
 					return
@@ -248,7 +248,7 @@ func (d *db) tryGroup(group []*job) (next attempt, cut int, err error) {
 		if j.failed {
 			continue
 		}
-		j.res, j.err, j.more = engine.Result{}, nil, false
+		j.res, j.err, j.more = driver.Result{}, nil, false
 		err := d.apply(txn, j)
 		switch {
 		case err == nil:
@@ -288,14 +288,14 @@ func (d *db) apply(txn *lmdb.Txn, j *job) error {
 		switch {
 		case lmdb.IsNotFound(err):
 			if !c.absent {
-				return fmt.Errorf("lmdb: %w: key %q is absent", engine.ErrConflict, c.key[1:])
+				return fmt.Errorf("lmdb: %w: key %q is absent", driver.ErrConflict, c.key[1:])
 			}
 		case err != nil:
 			return err
 		case c.absent:
-			return fmt.Errorf("lmdb: %w: key %q is present", engine.ErrConflict, c.key[1:])
+			return fmt.Errorf("lmdb: %w: key %q is present", driver.ErrConflict, c.key[1:])
 		case !bytes.Equal(v, c.value):
-			return fmt.Errorf("lmdb: %w: key %q holds another value", engine.ErrConflict, c.key[1:])
+			return fmt.Errorf("lmdb: %w: key %q holds another value", driver.ErrConflict, c.key[1:])
 		}
 	}
 	for i := range j.ops {
@@ -310,9 +310,9 @@ func (d *db) apply(txn *lmdb.Txn, j *job) error {
 	}
 	if n := len(j.log); n > 0 {
 		first := d.hlc.NextN(n)
-		keys := make([]engine.LogKey, n)
+		keys := make([]driver.LogKey, n)
 		for i, e := range j.log {
-			keys[i] = first + engine.LogKey(i)
+			keys[i] = first + driver.LogKey(i)
 			if err := txn.Put(d.dbi, kvlog.LogKey(keys[i], 0), kvlog.LogValue(1, e), 0); err != nil {
 				return err
 			}
@@ -381,7 +381,7 @@ func (d *db) finish(jobs []*job, groupErr error) {
 			continue
 		}
 		if err != nil {
-			j.complete(engine.Result{}, err)
+			j.complete(driver.Result{}, err)
 			continue
 		}
 		logged = logged || len(j.res.Keys) > 0

@@ -9,7 +9,7 @@ import (
 	"log/slog"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 )
 
@@ -31,16 +31,10 @@ func (s *snapshot) closedErr(op string) error {
 	if s.gone != nil {
 		return fmt.Errorf("pebble: %s: %w", op, s.gone)
 	}
-	return fmt.Errorf("pebble: %s: %w", op, engine.ErrClosed)
+	return fmt.Errorf("pebble: %s: %w", op, driver.ErrClosed)
 }
 
 func (s *snapshot) Get(ctx context.Context, key []byte) ([]byte, error) {
-	if err := engine.ValidKey(key); err != nil {
-		return nil, fmt.Errorf("pebble: get: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("pebble: get: %w", err)
-	}
 	s.d.rw.RLock()
 	defer s.d.rw.RUnlock()
 	if s.closed {
@@ -48,7 +42,7 @@ func (s *snapshot) Get(ctx context.Context, key []byte) ([]byte, error) {
 	}
 	v, closer, err := s.snap.Get(kvlog.DataKey(nil, key))
 	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, fmt.Errorf("pebble: get %q: %w", key, engine.ErrNotFound)
+		return nil, fmt.Errorf("pebble: get %q: %w", key, driver.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("pebble: get %q: %w", key, err)
@@ -58,10 +52,7 @@ func (s *snapshot) Get(ctx context.Context, key []byte) ([]byte, error) {
 	return out, nil
 }
 
-func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (engine.Iterator, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("pebble: iter: %w", err)
-	}
+func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (driver.Iterator, error) {
 	s.d.rw.Lock()
 	defer s.d.rw.Unlock()
 	if s.closed {
