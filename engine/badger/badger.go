@@ -18,6 +18,7 @@ import (
 	"github.com/tidemark-io/tidemark/engine/driver"
 	"github.com/tidemark-io/tidemark/engine/internal/deferral"
 	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
+	"github.com/tidemark-io/tidemark/engine/internal/group"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 	"github.com/tidemark-io/tidemark/engine/internal/space"
 	"github.com/tidemark-io/tidemark/internal/hlc"
@@ -63,8 +64,9 @@ func init() {
 
 // db is the driver.
 //
-// Locks: gate orders Submit against Close (Submit sends under its read
-// lock, Close closes the queue under its write lock). rw guards the Badger
+// Locks: the engine front never calls Submit during or after Close, so
+// the queue (engine/internal/group) needs no lock of its own against it;
+// gate guards closed, which the space probe reads. rw guards the Badger
 // handle: every call into Badger outside the writer holds its read lock,
 // Close takes it exclusively after the writer stopped. groupMu is held by
 // the writer while a group commits, so Truncate can wait out a group that
@@ -84,7 +86,7 @@ type db struct {
 
 	gate   sync.RWMutex
 	closed bool
-	queue  chan *pending
+	queue  *group.Queue[*pending]
 
 	groupMu    sync.Mutex
 	txns       atomic.Uint64 // Badger transactions the writer committed
@@ -157,7 +159,6 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 		opts:       opts,
 		log:        log,
 		lim:        lim,
-		queue:      make(chan *pending, queueLen),
 		readers:    map[*snapshot]struct{}{},
 		writerDone: make(chan struct{}),
 		deferGate:  deferral.NewGate(opts.Deferral()),
@@ -165,6 +166,7 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 
 		reserveBytes: int64(reserveMB) << 20,
 	}
+	d.queue = d.newQueue()
 	d.space = space.NewGuard("badger", opts.Dir, d.reserve, log)
 	d.ver.init(bdb.MaxVersion())
 	top, floor, err := d.recoverKeys()
@@ -325,7 +327,7 @@ func (d *db) Close() error {
 		return fmt.Errorf("badger: close: %w", driver.ErrClosed)
 	}
 	d.closed = true
-	close(d.queue)
+	d.queue.Close()
 	d.gate.Unlock()
 	<-d.writerDone
 	close(d.stop)

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 	"github.com/tidemark-io/tidemark/engine/driver"
+	"github.com/tidemark-io/tidemark/engine/internal/group"
 )
 
 // JetStream API error codes the committer acts on.
@@ -67,27 +68,30 @@ func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error
 	}
 	h, complete := driver.NewHandle()
 	p.complete = complete
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return nil, fmt.Errorf("jetstream: submit: %w", driver.ErrClosed)
+	// The queue has no bound: a commit waits for its group, never for room.
+	if err := d.queue.Put(ctx, p); err != nil {
+		return nil, fmt.Errorf("jetstream: submit: %w", err)
 	}
-	d.queue = append(d.queue, p)
-	d.mu.Unlock()
-	d.signal()
 	return h, nil
-}
-
-func (d *db) signal() {
-	select {
-	case d.wake <- struct{}{}:
-	default:
-	}
 }
 
 // maxGroupBytes bounds the payload of one gathered batch; a single larger
 // commit still goes alone.
 const maxGroupBytes = 48 << 20
+
+// newQueue returns the committer's queue. Under the batch protocol the
+// committer gathers a group's follow-ups before it publishes the next
+// batch (batchRule); under the single-writer protocol a group of deferred
+// commits waits for one that is not (the gate's window), and nothing else.
+func (d *db) newQueue() *group.Queue[*pending] {
+	if d.wal {
+		return group.New(group.Options[*pending]{
+			Linger:   d.gate.Window(),
+			Deferred: func(p *pending) bool { return p.deferred },
+		})
+	}
+	return group.New(group.Options[*pending]{Rule: batchRule})
+}
 
 // committer is the only publisher of commits: it takes every queued commit
 // that fits one atomic batch, publishes it, and completes the handles in
@@ -97,7 +101,7 @@ func (d *db) committer() {
 	defer close(d.committerDone)
 	for {
 		msgs, size := 0, 0
-		group := d.nextGroup(func(first bool, p *pending) bool {
+		group := d.queue.Next(nil, func(first bool, p *pending) bool {
 			if !first && (msgs+p.msgs > d.maxBatch || size+p.bytes > maxGroupBytes) {
 				return false
 			}
@@ -110,43 +114,11 @@ func (d *db) committer() {
 		}
 		start := time.Now()
 		d.commitGroup(group)
-		if len(group) >= gatherMin {
-			d.gather(len(group), min(max(time.Since(start)/4, minGather), maxGather))
-		}
+		d.queue.Done(len(group), time.Since(start))
 	}
 }
 
-// nextGroup waits for queued commits and takes the longest prefix of the
-// queue that fits admits (always at least one); nil once the engine closed
-// and the queue is empty. Committer only.
-func (d *db) nextGroup(fits func(first bool, p *pending) bool) []*pending {
-	for {
-		d.mu.Lock()
-		if len(d.queue) == 0 {
-			closed := d.closed
-			d.mu.Unlock()
-			if closed {
-				return nil
-			}
-			<-d.wake
-			continue
-		}
-		n := 0
-		for _, p := range d.queue {
-			if !fits(n == 0, p) {
-				break
-			}
-			n++
-		}
-		n = max(n, 1)
-		group := d.queue[:n:n]
-		d.queue = d.queue[n:]
-		d.mu.Unlock()
-		return group
-	}
-}
-
-// Gathering (see gather): from gatherMin commits in a group, the
+// Gathering (batchRule): from gatherMin commits in a group, the
 // committer waits for their follow-ups a quarter of the time the group
 // took, within [minGather, maxGather].
 const (
@@ -155,30 +127,23 @@ const (
 	maxGather = 3 * time.Millisecond
 )
 
-// gather waits, after a group of n commits completed, until n commits are
-// queued again, window passed or the engine closes. The callers of a
-// group's commits tend to follow up at once (a broker answers a PUBREC
-// with the release and a PUBCOMP with the client's next message, many
-// clients each wait for their commit before the next), and every batch
-// costs the server a fixed price whatever its size (on an R1 file stream a
-// new staging file store and three fsyncs), so one batch a little later
-// beats a small batch now and the rest in the next one.
-func (d *db) gather(n int, window time.Duration) {
-	deadline := time.NewTimer(window)
-	defer deadline.Stop()
-	for {
-		d.mu.Lock()
-		ready := len(d.queue) >= n || d.closed
-		d.mu.Unlock()
-		if ready {
-			return
+// batchRule is the batch protocol's gather rule: after a group of n
+// commits completed, the next batch waits, from that completion, until n
+// commits are queued again or its window passed. The callers of a group's
+// commits tend to follow up at once (a broker answers a PUBREC with the
+// release and a PUBCOMP with the client's next message, many clients each
+// wait for their commit before the next), and every batch costs the
+// server a fixed price whatever its size (on an R1 file stream a new
+// staging file store and three fsyncs), so one batch a little later beats
+// a small batch now and the rest in the next one.
+var batchRule = group.Rule{
+	Wait: func(last int, took time.Duration) time.Duration {
+		if last < gatherMin {
+			return 0
 		}
-		select {
-		case <-d.wake:
-		case <-deadline.C:
-			return
-		}
-	}
+		return min(max(took/4, minGather), maxGather)
+	},
+	FromDone: true,
 }
 
 // commitGroup publishes group as one atomic batch (or several, when the

@@ -23,6 +23,7 @@ import (
 	"github.com/tidemark-io/tidemark/engine/driver"
 	"github.com/tidemark-io/tidemark/engine/internal/deferral"
 	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
+	"github.com/tidemark-io/tidemark/engine/internal/group"
 	"github.com/tidemark-io/tidemark/engine/internal/space"
 )
 
@@ -108,10 +109,9 @@ type db struct {
 	maxMessage int // largest message payload the connection allows
 
 	// Submission queue, drained in order by the committer.
-	mu     sync.Mutex
+	queue  *group.Queue[*pending]
+	mu     sync.Mutex // guards closed
 	closed bool
-	queue  []*pending
-	wake   chan struct{}
 	// gate picks the deferred commits that wait for company
 	// (single-writer protocol only).
 	gate *deferral.Gate
@@ -222,13 +222,13 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 		fenceSubj:     name + ".n",
 		maxBatch:      maxBatch,
 		startTimeout:  startTimeout,
-		wake:          make(chan struct{}, 1),
 		gate:          deferral.NewGate(opts.DeferralAnyMode()),
 		committerDone: make(chan struct{}),
 		engineID:      newEngineID(),
 		reserveBytes:  int64(reserveMB) << 20,
 		pages:         make(chan struct{}, pageReads),
 	}
+	d.queue = d.newQueue()
 	d.batchLimit.Store(int64(maxBatch))
 	down := make(chan struct{})
 	d.down.Store(&down)
@@ -438,7 +438,7 @@ func (d *db) Close() error {
 	}
 	d.closed = true
 	d.mu.Unlock()
-	d.signal()
+	d.queue.Close()
 	<-d.committerDone
 	if d.mat != nil {
 		close(d.mat.stop)

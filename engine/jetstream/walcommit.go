@@ -7,11 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/tidemark-io/tidemark/engine/driver"
-	"github.com/tidemark-io/tidemark/engine/internal/deferral"
 )
 
 // hdrLogTotal, on a transaction message with log entries, counts the log
@@ -33,11 +31,8 @@ const walGroupBytes = 8 << 20
 func (d *db) committerWAL() {
 	defer close(d.committerDone)
 	for {
-		if d.gate.Window() > 0 {
-			d.lingerDeferred()
-		}
 		size, logs := 0, 0
-		group := d.nextGroup(func(first bool, p *pending) bool {
+		group := d.queue.Next(nil, func(first bool, p *pending) bool {
 			if !first && (size+p.bytes > walGroupBytes || logs+len(p.b.Log) > maxTxEntries) {
 				return false
 			}
@@ -49,35 +44,6 @@ func (d *db) committerWAL() {
 			return
 		}
 		d.commitTx(group)
-	}
-}
-
-// lingerDeferred waits for a queued commit and, while every queued commit
-// is deferred (driver.Batch.Defer), for one that is not, at most the
-// deferral: the transaction message its caller waits for then carries
-// them too, one server write and sync instead of two. Committer only.
-func (d *db) lingerDeferred() {
-	var timer *time.Timer
-	for {
-		d.mu.Lock()
-		n, closed := len(d.queue), d.closed
-		hold := n > 0 && deferral.All(d.queue, func(p *pending) bool { return p.deferred })
-		d.mu.Unlock()
-		switch {
-		case closed || (n > 0 && !hold):
-			return
-		case n == 0:
-			<-d.wake
-			continue
-		case timer == nil:
-			timer = time.NewTimer(d.gate.Window())
-			defer timer.Stop()
-		}
-		select {
-		case <-d.wake:
-		case <-timer.C:
-			return
-		}
 	}
 }
 

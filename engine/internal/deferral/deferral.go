@@ -31,17 +31,6 @@ func Linger[T any](queue <-chan T, window time.Duration, take func(T) (more bool
 	}
 }
 
-// All reports whether every commit of group is deferred; deferred says
-// whether one is (the gate let it wait).
-func All[T any](group []T, deferred func(T) bool) bool {
-	for _, c := range group {
-		if !deferred(c) {
-			return false
-		}
-	}
-	return true
-}
-
 // Gate decides which commits marked driver.Batch.Defer an engine
 // defers: those submitted within the defer window after a commit that is
 // not deferred. Deferring pays while such commits keep coming, since their
