@@ -20,6 +20,7 @@ import (
 	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
 	"github.com/tidemark-io/tidemark/engine/internal/group"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
+	"github.com/tidemark-io/tidemark/engine/internal/snapguard"
 	"github.com/tidemark-io/tidemark/engine/internal/space"
 	"github.com/tidemark-io/tidemark/internal/hlc"
 )
@@ -62,7 +63,7 @@ func init() {
 	})
 }
 
-// db is the driver.
+// db is the engine.
 //
 // Locks: the engine front never calls Submit during or after Close, so
 // the queue (engine/internal/group) needs no lock of its own against it;
@@ -70,7 +71,8 @@ func init() {
 // handle: every call into Badger outside the writer holds its read lock,
 // Close takes it exclusively after the writer stopped. groupMu is held by
 // the writer while a group commits, so Truncate can wait out a group that
-// holds keys below its floor. regMu guards readers.
+// holds keys below its floor. guard keeps Badger
+// open under reads (engine/internal/snapguard).
 type db struct {
 	lock *dirlock.Lock // the data directory, held while open
 	bdb  *badger.DB
@@ -93,10 +95,9 @@ type db struct {
 	truncateMu sync.Mutex
 	floor      atomic.Uint64
 
-	rw      sync.RWMutex
-	rclosed bool
-	regMu   sync.Mutex
-	readers map[*snapshot]struct{}
+	// guard keeps Badger open under every read and ends the open
+	// snapshots on Close (engine/internal/snapguard).
+	guard *snapguard.Guard[*snapshot]
 
 	notifier   driver.Notifier
 	writerDone chan struct{}
@@ -159,7 +160,7 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 		opts:       opts,
 		log:        log,
 		lim:        lim,
-		readers:    map[*snapshot]struct{}{},
+		guard:      snapguard.New[*snapshot](),
 		writerDone: make(chan struct{}),
 		deferGate:  deferral.NewGate(opts.Deferral()),
 		stop:       make(chan struct{}),
@@ -335,20 +336,13 @@ func (d *db) Close() error {
 	d.space.Close()
 	d.notifier.Close()
 
-	d.rw.Lock()
-	defer d.rw.Unlock()
-	d.rclosed = true
-	d.regMu.Lock()
-	for s := range d.readers {
-		s.closeAll()
-	}
-	d.readers = nil
-	d.regMu.Unlock()
 	defer d.lock.Release()
-	if err := d.bdb.Close(); err != nil {
-		return fmt.Errorf("badger: close: %w", err)
-	}
-	return nil
+	return d.guard.Close((*snapshot).closeAll, func() error {
+		if err := d.bdb.Close(); err != nil {
+			return fmt.Errorf("badger: close: %w", err)
+		}
+		return nil
+	})
 }
 
 // slogLogger routes Badger's logs to slog. Badger's info chatter goes to

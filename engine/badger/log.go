@@ -45,22 +45,20 @@ func (d *db) ScanLog(ctx context.Context, from driver.LogKey, exclusive bool, fn
 
 // alive reports ErrClosed once the engine closed.
 func (d *db) alive(what string) error {
-	d.rw.RLock()
-	defer d.rw.RUnlock()
-	if d.rclosed {
+	if !d.guard.Enter() {
 		return fmt.Errorf("badger: %s: %w", what, driver.ErrClosed)
 	}
+	defer d.guard.RUnlock()
 	return nil
 }
 
 // readLogPage reads up to scanPage entries from seek and returns them with
 // the stored key to continue from (nil at the end of the log).
 func (d *db) readLogPage(seek []byte, start driver.LogKey, checkFloor bool) ([]driver.Entry, []byte, error) {
-	d.rw.RLock()
-	defer d.rw.RUnlock()
-	if d.rclosed {
+	if !d.guard.Enter() {
 		return nil, nil, fmt.Errorf("badger: scan log: %w", driver.ErrClosed)
 	}
+	defer d.guard.RUnlock()
 	if checkFloor {
 		if err := kvlog.CheckFloor(start, driver.LogKey(d.floor.Load())); err != nil {
 			return nil, nil, err
@@ -122,11 +120,10 @@ func (d *db) Truncate(ctx context.Context, below driver.LogKey) error {
 }
 
 func (d *db) setFloor(below driver.LogKey) error {
-	d.rw.RLock()
-	defer d.rw.RUnlock()
-	if d.rclosed {
+	if !d.guard.Enter() {
 		return fmt.Errorf("badger: truncate: %w", driver.ErrClosed)
 	}
+	defer d.guard.RUnlock()
 	if err := d.admitTruncate(1); err != nil {
 		return err
 	}
@@ -162,11 +159,10 @@ func (d *db) deleteLogBelow(ctx context.Context, below driver.LogKey) error {
 // deleteLogBatch deletes up to truncateBatch log keys below upper and
 // reports whether none are left.
 func (d *db) deleteLogBatch(upper []byte) (bool, error) {
-	d.rw.RLock()
-	defer d.rw.RUnlock()
-	if d.rclosed {
+	if !d.guard.Enter() {
 		return false, fmt.Errorf("badger: truncate: %w", driver.ErrClosed)
 	}
+	defer d.guard.RUnlock()
 	var keys [][]byte
 	rtxn := d.newTxn(false)
 	it := rtxn.NewIterator(badger.IteratorOptions{Prefix: logPrefix})
@@ -201,11 +197,10 @@ func (d *db) deleteLogBatch(upper []byte) (bool, error) {
 // LogStats counts the retained log from the floor up. Bytes is Badger's
 // estimate of the stored keys and values, value-log values included.
 func (d *db) LogStats(ctx context.Context) (driver.LogStats, error) {
-	d.rw.RLock()
-	defer d.rw.RUnlock()
-	if d.rclosed {
+	if !d.guard.Enter() {
 		return driver.LogStats{}, fmt.Errorf("badger: log stats: %w", driver.ErrClosed)
 	}
+	defer d.guard.RUnlock()
 	st := driver.LogStats{Floor: driver.LogKey(d.floor.Load())}
 	txn := d.newTxn(false)
 	defer d.endTxn(txn)

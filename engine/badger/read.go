@@ -28,21 +28,18 @@ type snapshot struct {
 }
 
 func (d *db) Snapshot(ctx context.Context) (driver.Snapshot, error) {
-	d.rw.RLock()
-	defer d.rw.RUnlock()
-	if d.rclosed {
+	if !d.guard.Enter() {
 		return nil, fmt.Errorf("badger: snapshot: %w", driver.ErrClosed)
 	}
+	defer d.guard.RUnlock()
 	s := &snapshot{d: d, txn: d.newTxn(false), iters: map[*iterator]struct{}{}}
-	d.regMu.Lock()
-	d.readers[s] = struct{}{}
-	d.regMu.Unlock()
+	d.guard.Add(s)
 	return s, nil
 }
 
 func (s *snapshot) Get(ctx context.Context, key []byte) ([]byte, error) {
-	s.d.rw.RLock()
-	defer s.d.rw.RUnlock()
+	s.d.guard.RLock()
+	defer s.d.guard.RUnlock()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
@@ -66,8 +63,8 @@ func (s *snapshot) Get(ctx context.Context, key []byte) ([]byte, error) {
 }
 
 func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (driver.Iterator, error) {
-	s.d.rw.RLock()
-	defer s.d.rw.RUnlock()
+	s.d.guard.RLock()
+	defer s.d.guard.RUnlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -85,11 +82,9 @@ func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (driver.Iterat
 
 // Close closes the snapshot and any iterator still open on it.
 func (s *snapshot) Close() error {
-	s.d.rw.RLock()
-	defer s.d.rw.RUnlock()
-	s.d.regMu.Lock()
-	delete(s.d.readers, s)
-	s.d.regMu.Unlock()
+	s.d.guard.RLock()
+	defer s.d.guard.RUnlock()
+	s.d.guard.Remove(s)
 	s.closeAll()
 	return nil
 }
@@ -126,8 +121,8 @@ type iterator struct {
 }
 
 func (w *iterator) Next() bool {
-	w.s.d.rw.RLock()
-	defer w.s.d.rw.RUnlock()
+	w.s.d.guard.RLock()
+	defer w.s.d.guard.RUnlock()
 	w.s.mu.RLock()
 	defer w.s.mu.RUnlock()
 	if w.closed {
@@ -172,8 +167,8 @@ func (w *iterator) Value() []byte { return w.val }
 func (w *iterator) Err() error    { return w.err }
 
 func (w *iterator) Close() error {
-	w.s.d.rw.RLock()
-	defer w.s.d.rw.RUnlock()
+	w.s.d.guard.RLock()
+	defer w.s.d.guard.RUnlock()
 	w.s.mu.Lock()
 	defer w.s.mu.Unlock()
 	if w.closed {

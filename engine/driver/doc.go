@@ -10,9 +10,10 @@
 // every opened Engine in a front that validates batches and keys, checks
 // ctx and refuses calls after Close once for every backend (Engine's doc
 // lists what a backend may therefore assume), so backends implement only
-// what differs between them. Machinery several backends share (deferral, the
-// space guard, the data-directory lock, the stored key layout) lives in
-// engine/internal.
+// what differs between them. Machinery several backends share lives in
+// engine/internal: the group-commit queue (group), the snapshot guard
+// (snapguard), deferral, the space guard, the data-directory lock and the
+// stored key layout.
 //
 // The contract every backend keeps:
 //

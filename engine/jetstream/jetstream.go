@@ -63,7 +63,7 @@ const opTimeout = 30 * time.Second
 
 var streamName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
-// db is the driver.
+// db is the engine.
 type db struct {
 	opts driver.Options
 	log  *slog.Logger

@@ -234,7 +234,7 @@ func (d *db) scanPage(ctx context.Context, start, limit uint64, fn func(driver.E
 	if err != nil {
 		return start, false, false, fmt.Errorf("jetstream: scan log: %w", err)
 	}
-	// fn runs after the page is read, so it may call back into the driver.
+	// fn runs after the page is read, so it may call back into the engine.
 	for _, m := range msgs {
 		if !fn(driver.Entry{Key: driver.LogKey(m.Sequence), Count: 1, Value: m.Data}) {
 			return next, false, true, nil

@@ -118,7 +118,7 @@ func (d *db) scanLogWAL(ctx context.Context, start uint64, fn func(driver.Entry)
 				}
 			}
 		}
-		// fn runs after the page is read, so it may call back into the driver.
+		// fn runs after the page is read, so it may call back into the engine.
 		for _, e := range page {
 			if !fn(e) {
 				return nil

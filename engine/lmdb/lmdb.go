@@ -18,6 +18,7 @@ import (
 	"github.com/tidemark-io/tidemark/engine/internal/deferral"
 	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
+	"github.com/tidemark-io/tidemark/engine/internal/snapguard"
 	"github.com/tidemark-io/tidemark/internal/hlc"
 )
 
@@ -43,14 +44,15 @@ func init() {
 	})
 }
 
-// db is the driver.
+// db is the engine.
 //
 // Writes: Submit queues jobs under mu (read-locked, so Close can wait out
 // senders); the writer goroutine owns every write transaction.
 //
-// Reads: rw is held shared by every LMDB call made outside the writer and
-// exclusively while the map is resized or the environment closed, so no
-// read runs against a map that is moving or gone.
+// Reads: the guard (engine/internal/snapguard) is held shared by every
+// LMDB call made outside the writer and exclusively while the map is
+// resized or the environment closed, so no read runs against a map that
+// is moving or gone.
 type db struct {
 	env  *lmdb.Env
 	dbi  lmdb.DBI
@@ -65,12 +67,12 @@ type db struct {
 	writerDone chan struct{}
 	gate       *deferral.Gate // picks the deferred commits that wait for company
 
-	rw      sync.RWMutex
-	rclosed bool
-	done    chan struct{} // closed by Close; wakes reader-slot waiters
-	slots   chan struct{} // one token per free reader slot
-	regMu   sync.Mutex
-	snaps   map[*snapshot]struct{}
+	// guard keeps the environment open under every LMDB call made
+	// outside the writer, held exclusively while the map is resized or
+	// the environment closed, and ends the open snapshots on Close.
+	guard *snapguard.Guard[*snapshot]
+	done  chan struct{} // closed by Close; wakes reader-slot waiters
+	slots chan struct{} // one token per free reader slot
 
 	notifier driver.Notifier
 
@@ -116,7 +118,7 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 		gate:       deferral.NewGate(opts.Deferral()),
 		done:       make(chan struct{}),
 		slots:      make(chan struct{}, readers),
-		snaps:      map[*snapshot]struct{}{},
+		guard:      snapguard.New[*snapshot](),
 	}
 	for range readers {
 		d.slots <- struct{}{}
@@ -312,17 +314,10 @@ func (d *db) Close() error {
 	<-d.writerDone
 	d.notifier.Close()
 
-	d.rw.Lock()
-	d.rclosed = true
+	// Reader-slot waiters give up at once; reads holding the guard
+	// finish first.
 	close(d.done)
-	d.regMu.Lock()
-	for s := range d.snaps {
-		s.abortLocked()
-	}
-	d.snaps = nil
-	d.regMu.Unlock()
-	err := d.env.Close()
-	d.rw.Unlock()
+	err := d.guard.Close((*snapshot).abortLocked, d.env.Close)
 	d.lock.Release()
 	if err != nil {
 		return fmt.Errorf("lmdb: close: %w", err)

@@ -51,28 +51,25 @@ func (d *db) openSnapshot(ctx context.Context) (*snapshot, error) {
 			return nil, ctx.Err()
 		}
 	}
-	d.rw.RLock()
-	defer d.rw.RUnlock()
-	if d.rclosed {
+	if !d.guard.Enter() {
 		d.slots <- struct{}{}
 		return nil, driver.ErrClosed
 	}
+	defer d.guard.RUnlock()
 	txn, err := d.env.BeginTxn(nil, lmdb.Readonly)
 	if err != nil {
 		d.slots <- struct{}{}
 		return nil, fmt.Errorf("begin read transaction: %w", err)
 	}
 	s := &snapshot{d: d, txn: txn}
-	d.regMu.Lock()
-	d.snaps[s] = struct{}{}
-	d.regMu.Unlock()
+	d.guard.Add(s)
 	return s, nil
 }
 
 // do runs fn on the read transaction.
 func (s *snapshot) do(fn func(txn *lmdb.Txn) error) error {
-	s.d.rw.RLock()
-	defer s.d.rw.RUnlock()
+	s.d.guard.RLock()
+	defer s.d.guard.RUnlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.txn == nil {
@@ -113,14 +110,12 @@ func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (driver.Iterat
 }
 
 func (s *snapshot) Close() error {
-	s.d.rw.RLock()
+	s.d.guard.RLock()
 	s.mu.Lock()
 	s.abort()
 	s.mu.Unlock()
-	s.d.rw.RUnlock()
-	s.d.regMu.Lock()
-	delete(s.d.snaps, s)
-	s.d.regMu.Unlock()
+	s.d.guard.RUnlock()
+	s.d.guard.Remove(s)
 	return nil
 }
 
@@ -375,8 +370,4 @@ func (d *db) LogStats(ctx context.Context) (driver.LogStats, error) {
 	return st, nil
 }
 
-func (d *db) isClosed() bool {
-	d.rw.RLock()
-	defer d.rw.RUnlock()
-	return d.rclosed
-}
+func (d *db) isClosed() bool { return d.guard.Closed() }

@@ -403,9 +403,9 @@ func (d *db) grow(need int) error {
 	const mib = 1 << 20
 	size := max(2*info.MapSize, info.MapSize+2*int64(need))
 	size = (size + mib - 1) / mib * mib
-	d.rw.Lock()
+	d.guard.Lock()
 	err = d.env.SetMapSize(size)
-	d.rw.Unlock()
+	d.guard.Unlock()
 	if err != nil {
 		return fmt.Errorf("lmdb: grow map from %d to %d bytes: %w", info.MapSize, size, err)
 	}

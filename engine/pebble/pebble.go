@@ -44,7 +44,7 @@ type pendingCommit struct {
 	barrier chan struct{}
 }
 
-// db is the driver. mu orders commits: a key is assigned and its batch
+// db is the engine. mu orders commits: a key is assigned and its batch
 // applied under mu, so log-key order is Pebble's sequence order. rw guards
 // the Pebble handle against reads racing Close.
 type db struct {

@@ -122,7 +122,7 @@ type PageReader func(seek []byte, start driver.LogKey, first bool) ([]driver.Ent
 
 // ScanPages runs a log scan from (from, exclusive) page by page, calling fn
 // between pages with no engine lock or read transaction held, so fn may
-// call back into the driver. eng names the engine in errors.
+// call back into the engine. eng names the engine in errors.
 func ScanPages(ctx context.Context, eng string, from driver.LogKey, exclusive bool, read PageReader, fn func(driver.Entry) bool) error {
 	start := ScanStart(from, exclusive)
 	seek := LogSeek(start)

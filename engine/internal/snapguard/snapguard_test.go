@@ -1,0 +1,56 @@
+package snapguard
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+type snap struct{ ended bool }
+
+// TestCloseOrder checks that Close waits for a read in progress, ends the
+// snapshots still open but not the removed ones, releases the store last
+// and refuses reads after it.
+func TestCloseOrder(t *testing.T) {
+	g := New[*snap]()
+	a, b := &snap{}, &snap{}
+	if !g.Enter() {
+		t.Fatal("Enter on an open guard failed")
+	}
+	g.Add(a)
+	g.Add(b)
+	g.Remove(b)
+	released := make(chan error, 1)
+	var order []string
+	go func() {
+		released <- g.Close(func(s *snap) {
+			s.ended = true
+			order = append(order, "end")
+		}, func() error {
+			order = append(order, "release")
+			return errors.New("released")
+		})
+	}()
+	select {
+	case <-released:
+		t.Fatal("Close returned while a read held the guard")
+	case <-time.After(20 * time.Millisecond):
+	}
+	g.RUnlock()
+	if err := <-released; err == nil || err.Error() != "released" {
+		t.Fatalf("Close returned %v, want release's error", err)
+	}
+	if !a.ended || b.ended {
+		t.Fatalf("ended: open snapshot %v, removed one %v; want true, false", a.ended, b.ended)
+	}
+	if len(order) != 2 || order[0] != "end" || order[1] != "release" {
+		t.Fatalf("Close ran %v, want the snapshots ended before the store's release", order)
+	}
+	if g.Enter() {
+		t.Fatal("Enter after Close succeeded")
+	}
+	if !g.Closed() {
+		t.Fatal("Closed after Close is false")
+	}
+	g.Remove(a) // a snapshot closed by its owner after the engine: harmless
+}
