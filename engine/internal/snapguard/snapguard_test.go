@@ -32,8 +32,8 @@ func TestCloseOrder(t *testing.T) {
 		})
 	}()
 	select {
-	case <-released:
-		t.Fatal("Close returned while a read held the guard")
+	case err := <-released:
+		t.Fatalf("Close returned (%v) while a read held the guard", err)
 	case <-time.After(20 * time.Millisecond):
 	}
 	g.RUnlock()
