@@ -20,6 +20,7 @@ import (
 	"github.com/tidemark-io/tidemark/engine/internal/deferral"
 	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
+	"github.com/tidemark-io/tidemark/engine/internal/snapguard"
 	"github.com/tidemark-io/tidemark/internal/hlc"
 )
 
@@ -45,11 +46,11 @@ type pendingCommit struct {
 }
 
 // db is the engine. mu orders commits: a key is assigned and its batch
-// applied under mu, so log-key order is Pebble's sequence order. rw guards
+// applied under mu, so log-key order is Pebble's sequence order. readers guards
 // the Pebble handle against reads racing Close.
 type db struct {
 	lock  *dirlock.Lock // the data directory, held while open
-	pdb   *pebble.DB    // under mu and rw; nil between a failed reopen and the next
+	pdb   *pebble.DB    // under mu and readers; nil between a failed reopen and the next
 	popts *pebble.Options
 	fs    *watchFS
 	opts  driver.Options
@@ -65,10 +66,12 @@ type db struct {
 	// later sync.
 	gate *deferral.Gate
 
-	rw      sync.RWMutex
-	rclosed bool
-	readers map[*snapshot]struct{}
-	floor   driver.LogKey // under rw
+	// readers keeps the Pebble handle open (and in place: see reopen)
+	// under every read and ends the open snapshots on Close
+	// (engine/internal/snapguard); held exclusively, it also guards floor
+	// and the snapshots' iterator sets.
+	readers *snapguard.Guard[*snapshot]
+	floor   driver.LogKey // under readers
 
 	// durable is the highest log key whose commit is durable; scans stop
 	// there, so no reader sees an entry a crash could still take back.
@@ -108,7 +111,7 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 		opts:    opts,
 		cache:   cache,
 		log:     opts.Log().With("engine", Name),
-		readers: map[*snapshot]struct{}{},
+		readers: snapguard.New[*snapshot](),
 		stop:    make(chan struct{}),
 		gate:    deferral.NewGate(opts.Deferral()),
 	}
@@ -404,9 +407,11 @@ func (d *db) syncWAL() error {
 
 // syncInterval is the periodic sync of SyncInterval.
 func (d *db) syncInterval() error {
-	d.rw.RLock()
-	defer d.rw.RUnlock()
-	if d.rclosed || d.pdb == nil || d.failed() != nil {
+	if !d.readers.Enter() {
+		return nil
+	}
+	defer d.readers.RUnlock()
+	if d.pdb == nil || d.failed() != nil {
 		return nil
 	}
 	return d.guard("sync", func() error { return d.pdb.LogData(nil, pebble.Sync) })
@@ -446,11 +451,10 @@ func (d *db) ScanLog(ctx context.Context, from driver.LogKey, exclusive bool, fn
 const scanPage = 256
 
 func (d *db) readLogPage(seek []byte, start driver.LogKey, checkFloor bool) ([]driver.Entry, []byte, error) {
-	d.rw.RLock()
-	defer d.rw.RUnlock()
-	if d.rclosed {
+	if !d.readers.Enter() {
 		return nil, nil, fmt.Errorf("pebble: scan log: %w", driver.ErrClosed)
 	}
+	defer d.readers.RUnlock()
 	if err := d.downLocked("scan log"); err != nil {
 		return nil, nil, err
 	}
@@ -486,11 +490,10 @@ func (d *db) readLogPage(seek []byte, start driver.LogKey, checkFloor bool) ([]d
 }
 
 func (d *db) Truncate(ctx context.Context, below driver.LogKey) error {
-	d.rw.Lock()
-	defer d.rw.Unlock()
-	if d.rclosed {
+	if !d.readers.LockOpen() {
 		return fmt.Errorf("pebble: truncate: %w", driver.ErrClosed)
 	}
+	defer d.readers.Unlock()
 	if err := d.downLocked("truncate"); err != nil {
 		return err
 	}
@@ -512,11 +515,10 @@ func (d *db) Truncate(ctx context.Context, below driver.LogKey) error {
 }
 
 func (d *db) LogStats(ctx context.Context) (driver.LogStats, error) {
-	d.rw.RLock()
-	defer d.rw.RUnlock()
-	if d.rclosed {
+	if !d.readers.Enter() {
 		return driver.LogStats{}, fmt.Errorf("pebble: log stats: %w", driver.ErrClosed)
 	}
+	defer d.readers.RUnlock()
 	if err := d.downLocked("log stats"); err != nil {
 		return driver.LogStats{}, err
 	}
@@ -547,16 +549,15 @@ func (d *db) LogStats(ctx context.Context) (driver.LogStats, error) {
 }
 
 func (d *db) Snapshot(ctx context.Context) (driver.Snapshot, error) {
-	d.rw.Lock()
-	defer d.rw.Unlock()
-	if d.rclosed {
+	if !d.readers.LockOpen() {
 		return nil, fmt.Errorf("pebble: snapshot: %w", driver.ErrClosed)
 	}
+	defer d.readers.Unlock()
 	if err := d.downLocked("snapshot"); err != nil {
 		return nil, err
 	}
 	s := &snapshot{d: d, snap: d.pdb.NewSnapshot(), iters: map[*iterator]struct{}{}}
-	d.readers[s] = struct{}{}
+	d.readers.Add(s)
 	return s, nil
 }
 
@@ -579,22 +580,21 @@ func (d *db) Close() error {
 	d.recWG.Wait()
 	d.notifier.Close()
 
-	d.rw.Lock()
-	defer d.rw.Unlock()
-	d.rclosed = true
-	for s := range d.readers {
-		_ = s.closeLocked() // closing: the reader is dropped either way
-	}
-	var err error
-	switch {
-	case d.pdb == nil:
-	case d.failure.Load() != nil:
-		err = d.closeFailed(d.pdb)
-	default:
-		err = d.pdb.Close()
-	}
-	d.cache.Unref()
-	d.lock.Release()
+	// closing: the reader is dropped either way
+	endSnapshot := func(s *snapshot) { _ = s.closeLocked() }
+	err := d.readers.Close(endSnapshot, func() error {
+		var err error
+		switch {
+		case d.pdb == nil:
+		case d.failure.Load() != nil:
+			err = d.closeFailed(d.pdb)
+		default:
+			err = d.pdb.Close()
+		}
+		d.cache.Unref()
+		d.lock.Release()
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("pebble: close: %w", err)
 	}

@@ -35,8 +35,8 @@ func (s *snapshot) closedErr(op string) error {
 }
 
 func (s *snapshot) Get(ctx context.Context, key []byte) ([]byte, error) {
-	s.d.rw.RLock()
-	defer s.d.rw.RUnlock()
+	s.d.readers.RLock()
+	defer s.d.readers.RUnlock()
 	if s.closed {
 		return nil, s.closedErr("get")
 	}
@@ -53,8 +53,8 @@ func (s *snapshot) Get(ctx context.Context, key []byte) ([]byte, error) {
 }
 
 func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (driver.Iterator, error) {
-	s.d.rw.Lock()
-	defer s.d.rw.Unlock()
+	s.d.readers.Lock()
+	defer s.d.readers.Unlock()
 	if s.closed {
 		return nil, s.closedErr("iter")
 	}
@@ -71,16 +71,17 @@ func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (driver.Iterat
 }
 
 func (s *snapshot) Close() error {
-	s.d.rw.Lock()
-	defer s.d.rw.Unlock()
+	s.d.readers.Lock()
+	defer s.d.readers.Unlock()
 	if s.closed {
 		return nil
 	}
-	delete(s.d.readers, s)
+	s.d.readers.Remove(s)
 	return s.closeLocked()
 }
 
-// closeLocked closes the snapshot and its iterators; rw is write-locked.
+// closeLocked closes the snapshot and its iterators; the engine's readers
+// guard is held exclusively.
 func (s *snapshot) closeLocked() error {
 	s.closed = true
 	for it := range s.iters {
@@ -98,8 +99,8 @@ type iterator struct {
 }
 
 func (w *iterator) Next() bool {
-	w.s.d.rw.RLock()
-	defer w.s.d.rw.RUnlock()
+	w.s.d.readers.RLock()
+	defer w.s.d.readers.RUnlock()
 	if w.closed {
 		if w.err == nil {
 			w.err = w.s.closedErr("iter")
@@ -120,8 +121,8 @@ func (w *iterator) Err() error {
 	if w.err != nil {
 		return w.err
 	}
-	w.s.d.rw.RLock()
-	defer w.s.d.rw.RUnlock()
+	w.s.d.readers.RLock()
+	defer w.s.d.readers.RUnlock()
 	if w.closed {
 		if w.s.gone != nil {
 			return w.s.closedErr("iter")
@@ -132,8 +133,8 @@ func (w *iterator) Err() error {
 }
 
 func (w *iterator) Close() error {
-	w.s.d.rw.Lock()
-	defer w.s.d.rw.Unlock()
+	w.s.d.readers.Lock()
+	defer w.s.d.readers.Unlock()
 	if w.closed {
 		return nil
 	}

@@ -156,14 +156,13 @@ func (d *db) reopen() (done bool, err error) {
 		d.pending <- pendingCommit{barrier: barrier}
 		<-barrier
 	}
-	d.rw.Lock()
-	defer d.rw.Unlock()
+	d.readers.Lock()
+	defer d.readers.Unlock()
 	stale := fmt.Errorf("pebble: %w: the store was reopened after a write failure; read again", driver.ErrWriteFailed)
-	for s := range d.readers {
+	d.readers.EndLocked(func(s *snapshot) {
 		s.gone = stale
 		_ = s.closeLocked() // closing: the reader is dropped either way
-		delete(d.readers, s)
-	}
+	})
 	if d.pdb != nil {
 		old := d.pdb
 		d.pdb = nil
@@ -236,7 +235,7 @@ func (d *db) openPebble() (pdb *pebble.DB, err error) {
 }
 
 // down is the error of a read while no Pebble DB is open (between a
-// failed reopen and the next); rw is held.
+// failed reopen and the next); the readers guard is held exclusively.
 func (d *db) downLocked(op string) error {
 	if d.pdb == nil {
 		return fmt.Errorf("pebble: %s: %w: the store is being reopened after a write failure", op, driver.ErrWriteFailed)

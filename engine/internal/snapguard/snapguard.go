@@ -1,5 +1,5 @@
 // Package snapguard is the snapshot guard the embedded engines share
-// (badger, lmdb): it keeps the store open under every read, knows the
+// (badger, lmdb, pebble): it keeps the store open under every read, knows the
 // open snapshots, and closes the engine in the one safe order: wait out
 // the reads in progress, refuse new ones, end every open snapshot, then
 // release the store.
@@ -51,7 +51,19 @@ func (g *Guard[S]) RUnlock() { g.rw.RUnlock() }
 // maintenance no read may overlap (growing a memory map).
 func (g *Guard[S]) Lock() { g.rw.Lock() }
 
-// Unlock releases Lock.
+// LockOpen takes the guard exclusively and reports whether the store is
+// open; on false it holds nothing. For a write outside the writer that
+// no read may overlap (a truncation moving the floor).
+func (g *Guard[S]) LockOpen() bool {
+	g.rw.Lock()
+	if g.closed {
+		g.rw.Unlock()
+		return false
+	}
+	return true
+}
+
+// Unlock releases Lock or a successful LockOpen.
 func (g *Guard[S]) Unlock() { g.rw.Unlock() }
 
 // Closed reports whether Close began.
@@ -75,6 +87,18 @@ func (g *Guard[S]) Remove(s S) {
 	g.mu.Lock()
 	delete(g.open, s)
 	g.mu.Unlock()
+}
+
+// EndLocked calls end on every open snapshot and forgets them, leaving
+// the store open: for a store replaced under its snapshots (pebble
+// reopening after a write failure). The caller holds Lock.
+func (g *Guard[S]) EndLocked(end func(S)) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for s := range g.open {
+		end(s)
+		delete(g.open, s)
+	}
 }
 
 // Close waits for the reads in progress, refuses later ones (Enter

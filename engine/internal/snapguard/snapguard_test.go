@@ -54,3 +54,34 @@ func TestCloseOrder(t *testing.T) {
 	}
 	g.Remove(a) // a snapshot closed by its owner after the engine: harmless
 }
+
+// TestEndLockedKeepsStoreOpen checks that EndLocked ends and forgets the
+// open snapshots while the store stays open, and that LockOpen refuses
+// once Close ran.
+func TestEndLockedKeepsStoreOpen(t *testing.T) {
+	g := New[*snap]()
+	a := &snap{}
+	g.Add(a)
+	if !g.LockOpen() {
+		t.Fatal("LockOpen on an open guard failed")
+	}
+	g.EndLocked(func(s *snap) { s.ended = true })
+	g.Unlock()
+	if !a.ended {
+		t.Fatal("EndLocked did not end the open snapshot")
+	}
+	if !g.Enter() {
+		t.Fatal("Enter after EndLocked failed: the store should stay open")
+	}
+	g.RUnlock()
+	ended := 0
+	if err := g.Close(func(*snap) { ended++ }, func() error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if ended != 0 {
+		t.Fatalf("Close ended %d snapshots; EndLocked had forgotten them all", ended)
+	}
+	if g.LockOpen() {
+		t.Fatal("LockOpen after Close succeeded")
+	}
+}
