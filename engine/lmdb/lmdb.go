@@ -17,6 +17,7 @@ import (
 	"github.com/tidemark-io/tidemark/engine/driver"
 	"github.com/tidemark-io/tidemark/engine/internal/deferral"
 	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
+	"github.com/tidemark-io/tidemark/engine/internal/group"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 	"github.com/tidemark-io/tidemark/engine/internal/snapguard"
 	"github.com/tidemark-io/tidemark/internal/hlc"
@@ -46,8 +47,9 @@ func init() {
 
 // db is the engine.
 //
-// Writes: Submit queues jobs under mu (read-locked, so Close can wait out
-// senders); the writer goroutine owns every write transaction.
+// Writes: Submit and Truncate queue jobs on the shared group-commit queue
+// (engine/internal/group), which Close ends; the writer goroutine owns
+// every write transaction. mu guards closed.
 //
 // Reads: the guard (engine/internal/snapguard) is held shared by every
 // LMDB call made outside the writer and exclusively while the map is
@@ -63,7 +65,7 @@ type db struct {
 
 	mu         sync.RWMutex
 	closed     bool
-	queue      chan *job
+	queue      *group.Queue[*job] // commits and truncation rounds, for the writer
 	writerDone chan struct{}
 	gate       *deferral.Gate // picks the deferred commits that wait for company
 
@@ -113,7 +115,6 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 		opts:       opts,
 		log:        opts.Log().With("engine", Name),
 		lock:       lock,
-		queue:      make(chan *job, queueLen),
 		writerDone: make(chan struct{}),
 		gate:       deferral.NewGate(opts.Deferral()),
 		done:       make(chan struct{}),
@@ -136,6 +137,7 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 	}
 	// Never reissue a key at or below one on disk, whatever the clock says.
 	d.hlc = hlc.New(opts.Clock, max(top, floor))
+	d.queue = d.newQueue()
 	go d.writer()
 	if stale {
 		// A truncation was cut short (crash or cancelled context): finish
@@ -258,25 +260,9 @@ func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error
 	return h, nil
 }
 
-// enqueue hands j to the writer, waiting for room while ctx allows.
-func (d *db) enqueue(ctx context.Context, j *job) error {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if d.closed {
-		return driver.ErrClosed
-	}
-	select {
-	case d.queue <- j:
-		return nil
-	default:
-	}
-	select {
-	case d.queue <- j:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+// enqueue hands j to the writer, waiting for room while ctx allows; after
+// Close it fails with driver.ErrClosed.
+func (d *db) enqueue(ctx context.Context, j *job) error { return d.queue.Put(ctx, j) }
 
 func (d *db) Watch(ctx context.Context) <-chan struct{} { return d.notifier.Subscribe(ctx) }
 
@@ -309,7 +295,7 @@ func (d *db) Close() error {
 		return fmt.Errorf("lmdb: close: %w", driver.ErrClosed)
 	}
 	d.closed = true
-	close(d.queue)
+	d.queue.Close()
 	d.mu.Unlock()
 	<-d.writerDone
 	d.notifier.Close()

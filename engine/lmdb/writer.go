@@ -10,7 +10,7 @@ import (
 
 	"github.com/PowerDNS/lmdb-go/lmdb"
 	"github.com/tidemark-io/tidemark/engine/driver"
-	"github.com/tidemark-io/tidemark/engine/internal/deferral"
+	"github.com/tidemark-io/tidemark/engine/internal/group"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 )
 
@@ -123,60 +123,39 @@ func (d *db) writer() {
 	// own, so Health clears without waiting for a client's commit.
 	probe := time.NewTicker(probeEvery)
 	defer probe.Stop()
-	group := make([]*job, 0, maxGroupCommits)
-	var carry *job
+	buf := make([]*job, 0, maxGroupCommits)
+	size := 0 // bytes of the group being taken
+	fits := func(first bool, j *job) bool {
+		if first {
+			size = 0
+		} else if size+j.size > maxGroupBytes {
+			return false
+		}
+		size += j.size
+		return true
+	}
 	for {
-		first := carry
-		carry = nil
-		if first == nil {
+		// Everything that queued up while the previous group synced joins
+		// this one: that is the group commit. A group of deferred commits
+		// waits for one that is not (see newQueue).
+		group, open := d.queue.TryNext(buf, fits)
+		if !open {
+			if d.opts.Sync == driver.SyncInterval {
+				d.sync()
+			}
+			return
+		}
+		if group == nil {
 			select {
 			case <-probe.C:
 				if d.failure.Load() != nil {
 					d.probe()
 				}
-				continue
-			case j, ok := <-d.queue:
-				if !ok {
-					if d.opts.Sync == driver.SyncInterval {
-						d.sync()
-					}
-					return
-				}
-				first = j
 			case <-tick:
 				d.sync()
-				continue
+			case <-d.queue.Ready():
 			}
-		}
-		// Everything that queued up while the previous group synced joins
-		// this one: that is the group commit.
-		group = append(group[:0], first)
-		size := first.size
-		deferred := first.deferred
-		// add takes j into the group unless it would overfill it.
-		add := func(j *job) bool {
-			if len(group) >= maxGroupCommits || size+j.size > maxGroupBytes {
-				carry = j
-				return false
-			}
-			group = append(group, j)
-			size += j.size
-			deferred = deferred && j.deferred
-			return true
-		}
-	fill:
-		for len(group) < maxGroupCommits {
-			select {
-			case j, ok := <-d.queue:
-				if !ok || !add(j) {
-					break fill
-				}
-			default:
-				break fill
-			}
-		}
-		if deferred && carry == nil {
-			deferral.Linger(d.queue, d.gate.Window(), func(j *job) bool { return add(j) && deferred })
+			continue
 		}
 		if !pinned {
 			runtime.LockOSThread()
@@ -189,6 +168,20 @@ func (d *db) writer() {
 		}
 		clear(group)
 	}
+}
+
+// newQueue returns the writer's queue: groups of up to maxGroupCommits
+// commits and maxGroupBytes, no gather wait (a commit's transaction is
+// short next to a sync, and the writer takes everything that queued
+// during the last one), and under SyncAlways deferred commits held open
+// for company.
+func (d *db) newQueue() *group.Queue[*job] {
+	return group.New(group.Options[*job]{
+		Limit:    queueLen,
+		MaxGroup: maxGroupCommits,
+		Linger:   d.gate.Window(),
+		Deferred: func(j *job) bool { return j.deferred },
+	})
 }
 
 func (d *db) sync() {

@@ -1,12 +1,12 @@
 // Package group is the group-commit queue the engines with a writer of
-// their own share (badger, jetstream): submitters put commits in, one
+// their own share (badger, jetstream, lmdb): submitters put commits in, one
 // writer goroutine takes them out in groups it commits together, so many
 // commits share one sync or one server round trip.
 //
 // What differs between engines is a parameter: how long the writer waits
-// for stragglers before it commits a group (Rule), what fits one group
-// (the fits function of Next), and whether commits marked
-// driver.Batch.Defer hold a group open (Options.Linger). Everything else
+// for stragglers before it commits a group (Rule; lmdb waits for none),
+// what fits one group (the fits function of Next), and whether commits
+// marked driver.Batch.Defer hold a group open (Options.Linger). Everything else
 // is here once: submission order, back-pressure, the wake-up of the
 // writer, the count of submitters coming back after a group, and the end
 // of the queue on Close.
@@ -159,21 +159,35 @@ func (q *Queue[T]) Done(n int, took time.Duration) {
 // next group), grown as the gather rule and the linger allow. It returns
 // nil once the queue is closed and empty. Writer only.
 func (q *Queue[T]) Next(buf []T, fits func(first bool, v T) bool) []T {
-	b := builder[T]{q: q, group: buf[:0], fits: fits}
 	for {
-		n := b.take()
-		if n < 0 {
-			return nil
-		}
-		if n > 0 {
-			break
+		group, open := q.TryNext(buf, fits)
+		if group != nil || !open {
+			return group
 		}
 		<-q.wake
 	}
+}
+
+// TryNext is Next without the wait for a first commit, for a writer
+// that waits on other events too (see Ready): with no commit waiting it
+// returns nil and whether the queue is still open. Writer only.
+func (q *Queue[T]) TryNext(buf []T, fits func(first bool, v T) bool) (group []T, open bool) {
+	b := builder[T]{q: q, group: buf[:0], fits: fits}
+	switch n := b.take(); {
+	case n < 0:
+		return nil, false
+	case n == 0:
+		return nil, true
+	}
 	b.gather()
 	b.linger()
-	return b.group
+	return b.group, true
 }
+
+// Ready receives a signal when commits may be waiting or the queue
+// closed: a writer that also waits on other events selects on it, then
+// calls TryNext. Writer only.
+func (q *Queue[T]) Ready() <-chan struct{} { return q.wake }
 
 // builder is one group on its way out of the queue.
 type builder[T any] struct {
