@@ -193,8 +193,6 @@ func decodeRecord(table, id string, b []byte) (Record, error) {
 	return r, nil
 }
 
-func encodeVersion(v Version) []byte { return binary.BigEndian.AppendUint64(nil, uint64(v)) }
-
 // Log entry payload: format, op, table, id, version, value.
 const entryFormat = 1
 

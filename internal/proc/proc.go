@@ -163,7 +163,7 @@ func (p *Proc) Kill() bool {
 // SIGKILL; the error carries the end of its output.
 func (p *Proc) Stop(grace time.Duration) error {
 	if !p.Running() {
-		return fmt.Errorf("%s (pid %d) ended before it was stopped (%v)%s", p.name, p.Pid(), p.waitErr, p.tail())
+		return fmt.Errorf("%s (pid %d) ended before it was stopped (%s)%s", p.name, p.Pid(), p.exit(), p.tail())
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		p.Kill()
@@ -200,7 +200,7 @@ func (p *Proc) WaitListen(ctx context.Context, addr string, timeout time.Duratio
 		}
 		select {
 		case <-p.exited:
-			return fmt.Errorf("%s ended before it listened on %s (%v)%s", p.name, addr, p.waitErr, p.tail())
+			return fmt.Errorf("%s ended before it listened on %s (%s)%s", p.name, addr, p.exit(), p.tail())
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(20 * time.Millisecond):
@@ -228,6 +228,14 @@ func (p *Proc) Log() string { return p.log.String() }
 func (p *Proc) LogTail(n int) string {
 	lines := strings.Split(strings.TrimRight(p.log.String(), "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// exit says how the process ended; it has.
+func (p *Proc) exit() string {
+	if p.waitErr == nil {
+		return "exit status 0"
+	}
+	return p.waitErr.Error()
 }
 
 func (p *Proc) tail() string {
