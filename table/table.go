@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
-	"github.com/tidemark-io/tidemark/internal/hlc"
 )
 
 // Sentinel errors of the table layer. Errors wrap one of them, and where
@@ -114,7 +113,7 @@ type Options struct {
 type DB struct {
 	e   engine.Engine
 	log *slog.Logger
-	hlc *hlc.Clock
+	hlc *engine.HLC
 
 	// mu orders version assignment with engine submission, so a record's
 	// versions increase in log order.
@@ -164,7 +163,7 @@ func Open(ctx context.Context, e engine.Engine, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("table: open: %w", err)
 	}
 	db := &DB{e: e, log: logger.With("layer", "table")}
-	db.hlc = hlc.New(opts.Clock, engine.LogKey(max(uint64(maxVer), uint64(top), uint64(head.key))))
+	db.hlc = engine.NewHLC(opts.Clock, engine.LogKey(max(uint64(maxVer), uint64(top), uint64(head.key))))
 	tctx, cancel := context.WithCancel(context.Background())
 	db.ctx, db.cancel = tctx, cancel
 	db.tail = newTail(db, head, window, maxBytes)

@@ -10,7 +10,7 @@ import (
 	"sync"
 
 	"github.com/dgraph-io/badger/v4"
-	"github.com/tidemark-io/tidemark/engine/driver"
+	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 )
 
@@ -27,27 +27,39 @@ type snapshot struct {
 	closed bool
 }
 
-func (d *db) Snapshot(ctx context.Context) (driver.Snapshot, error) {
-	if !d.guard.Enter() {
-		return nil, fmt.Errorf("badger: snapshot: %w", driver.ErrClosed)
+func (d *db) Snapshot(ctx context.Context) (engine.Snapshot, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("badger: snapshot: %w", err)
 	}
-	defer d.guard.RUnlock()
+	d.rw.RLock()
+	defer d.rw.RUnlock()
+	if d.rclosed {
+		return nil, fmt.Errorf("badger: snapshot: %w", engine.ErrClosed)
+	}
 	s := &snapshot{d: d, txn: d.newTxn(false), iters: map[*iterator]struct{}{}}
-	d.guard.Add(s)
+	d.regMu.Lock()
+	d.readers[s] = struct{}{}
+	d.regMu.Unlock()
 	return s, nil
 }
 
 func (s *snapshot) Get(ctx context.Context, key []byte) ([]byte, error) {
-	s.d.guard.RLock()
-	defer s.d.guard.RUnlock()
+	if err := engine.ValidKey(key); err != nil {
+		return nil, fmt.Errorf("badger: get: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("badger: get: %w", err)
+	}
+	s.d.rw.RLock()
+	defer s.d.rw.RUnlock()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return nil, fmt.Errorf("badger: get: %w", driver.ErrClosed)
+		return nil, fmt.Errorf("badger: get: %w", engine.ErrClosed)
 	}
 	item, err := s.txn.Get(kvlog.DataKey(nil, key))
 	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, fmt.Errorf("badger: get %q: %w", key, driver.ErrNotFound)
+		return nil, fmt.Errorf("badger: get %q: %w", key, engine.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("badger: get %q: %w", key, err)
@@ -62,13 +74,16 @@ func (s *snapshot) Get(ctx context.Context, key []byte) ([]byte, error) {
 	return v, nil
 }
 
-func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (driver.Iterator, error) {
-	s.d.guard.RLock()
-	defer s.d.guard.RUnlock()
+func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (engine.Iterator, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("badger: iter: %w", err)
+	}
+	s.d.rw.RLock()
+	defer s.d.rw.RUnlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, fmt.Errorf("badger: iter: %w", driver.ErrClosed)
+		return nil, fmt.Errorf("badger: iter: %w", engine.ErrClosed)
 	}
 	w := &iterator{
 		s:     s,
@@ -82,9 +97,11 @@ func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (driver.Iterat
 
 // Close closes the snapshot and any iterator still open on it.
 func (s *snapshot) Close() error {
-	s.d.guard.RLock()
-	defer s.d.guard.RUnlock()
-	s.d.guard.Remove(s)
+	s.d.rw.RLock()
+	defer s.d.rw.RUnlock()
+	s.d.regMu.Lock()
+	delete(s.d.readers, s)
+	s.d.regMu.Unlock()
 	s.closeAll()
 	return nil
 }
@@ -121,13 +138,13 @@ type iterator struct {
 }
 
 func (w *iterator) Next() bool {
-	w.s.d.guard.RLock()
-	defer w.s.d.guard.RUnlock()
+	w.s.d.rw.RLock()
+	defer w.s.d.rw.RUnlock()
 	w.s.mu.RLock()
 	defer w.s.mu.RUnlock()
 	if w.closed {
 		if w.err == nil {
-			w.err = fmt.Errorf("badger: iter: %w", driver.ErrClosed)
+			w.err = fmt.Errorf("badger: iter: %w", engine.ErrClosed)
 		}
 		w.key, w.val = nil, nil
 		return false
@@ -167,8 +184,8 @@ func (w *iterator) Value() []byte { return w.val }
 func (w *iterator) Err() error    { return w.err }
 
 func (w *iterator) Close() error {
-	w.s.d.guard.RLock()
-	defer w.s.d.guard.RUnlock()
+	w.s.d.rw.RLock()
+	defer w.s.d.rw.RUnlock()
 	w.s.mu.Lock()
 	defer w.s.mu.Unlock()
 	if w.closed {

@@ -2,9 +2,9 @@
 
 package jetstream
 
-import "github.com/tidemark-io/tidemark/engine/driver"
+import "github.com/tidemark-io/tidemark/engine"
 
 func init() {
-	driver.RegisterUnavailable(Name, "the JetStream engine was left out of this build by the nojetstream tag; "+
+	engine.RegisterUnavailable(Name, "the JetStream engine was left out of this build by the nojetstream tag; "+
 		"rebuild without -tags nojetstream to include it")
 }

@@ -16,18 +16,16 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
-	"github.com/tidemark-io/tidemark/engine/driver"
+	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/engine/internal/deferral"
 	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
-	"github.com/tidemark-io/tidemark/engine/internal/snapguard"
-	"github.com/tidemark-io/tidemark/internal/hlc"
 )
 
 func init() {
-	driver.Register(Name, driver.Driver{
+	engine.Register(Name, engine.Driver{
 		Open: open,
-		Params: []driver.Param{
+		Params: []engine.Param{
 			{Name: "cache_mb", Default: "64", Doc: "block cache size in MiB"},
 			{Name: "memtable_mb", Default: "64", Doc: "memtable size in MiB"},
 		},
@@ -38,23 +36,23 @@ func init() {
 // pendingCommit is an applied commit waiting for its WAL sync.
 type pendingCommit struct {
 	batch    *pebble.Batch // nil for a deferred commit, applied without sync
-	complete func(driver.Result, error)
-	res      driver.Result
+	complete func(engine.Result, error)
+	res      engine.Result
 	// barrier, when set, marks no commit: the completer closes it once
 	// every commit queued before it completed (see reopen).
 	barrier chan struct{}
 }
 
 // db is the engine. mu orders commits: a key is assigned and its batch
-// applied under mu, so log-key order is Pebble's sequence order. readers guards
+// applied under mu, so log-key order is Pebble's sequence order. rw guards
 // the Pebble handle against reads racing Close.
 type db struct {
 	lock  *dirlock.Lock // the data directory, held while open
-	pdb   *pebble.DB    // under mu and readers; nil between a failed reopen and the next
+	pdb   *pebble.DB    // under mu and rw; nil between a failed reopen and the next
 	popts *pebble.Options
 	fs    *watchFS
-	opts  driver.Options
-	hlc   *hlc.Clock
+	opts  engine.Options
+	hlc   *engine.HLC
 	cache *pebble.Cache
 	log   *slog.Logger
 
@@ -66,18 +64,16 @@ type db struct {
 	// later sync.
 	gate *deferral.Gate
 
-	// readers keeps the Pebble handle open (and in place: see reopen)
-	// under every read and ends the open snapshots on Close
-	// (engine/internal/snapguard); held exclusively, it also guards floor
-	// and the snapshots' iterator sets.
-	readers *snapguard.Guard[*snapshot]
-	floor   driver.LogKey // under readers
+	rw      sync.RWMutex
+	rclosed bool
+	readers map[*snapshot]struct{}
+	floor   engine.LogKey // under rw
 
 	// durable is the highest log key whose commit is durable; scans stop
 	// there, so no reader sees an entry a crash could still take back.
 	durable atomic.Uint64
 
-	notifier  driver.Notifier
+	notifier  engine.Notifier
 	completer sync.WaitGroup
 	stop      chan struct{}
 
@@ -91,15 +87,15 @@ type db struct {
 	recWG      sync.WaitGroup
 }
 
-func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
+func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 	if opts.Dir == "" {
-		return nil, fmt.Errorf("%w: pebble needs a data directory (Options.Dir)", driver.ErrInvalidOption)
+		return nil, fmt.Errorf("%w: pebble needs a data directory (Options.Dir)", engine.ErrInvalidOption)
 	}
-	cacheMB, err := driver.IntParam(opts, Name, "cache_mb", 64, 1, 1<<20)
+	cacheMB, err := engine.IntParam(opts, Name, "cache_mb", 64, 1, 1<<20)
 	if err != nil {
 		return nil, err
 	}
-	memMB, err := driver.IntParam(opts, Name, "memtable_mb", 64, 1, 4096)
+	memMB, err := engine.IntParam(opts, Name, "memtable_mb", 64, 1, 4096)
 	if err != nil {
 		return nil, err
 	}
@@ -111,12 +107,12 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 		opts:    opts,
 		cache:   cache,
 		log:     opts.Log().With("engine", Name),
-		readers: snapguard.New[*snapshot](),
+		readers: map[*snapshot]struct{}{},
 		stop:    make(chan struct{}),
 		gate:    deferral.NewGate(opts.Deferral()),
 	}
 	d.fs = newWatchFS(func(err error) {
-		d.fail(fmt.Errorf("pebble: %w: %w", driver.ErrWriteFailed, err))
+		d.fail(fmt.Errorf("pebble: %w: %w", engine.ErrWriteFailed, err))
 	})
 	popts := &pebble.Options{
 		FS:           d.fs,
@@ -138,7 +134,7 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 		cache.Unref()
 		lock.Release()
 		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("pebble: open %s: %w: pebble's lock is held by another process: %w", opts.Dir, driver.ErrInUse, err)
+			return nil, fmt.Errorf("pebble: open %s: %w: pebble's lock is held by another process: %w", opts.Dir, engine.ErrInUse, err)
 		}
 		return nil, fmt.Errorf("pebble: open %s: %w", opts.Dir, err)
 	}
@@ -153,13 +149,13 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 	d.floor = floor
 	d.durable.Store(uint64(top))
 	// Never reissue a key at or below one on disk, whatever the clock says.
-	d.hlc = hlc.New(opts.Clock, max(top, floor))
+	d.hlc = engine.NewHLC(opts.Clock, max(top, floor))
 	switch opts.Sync {
-	case driver.SyncAlways:
+	case engine.SyncAlways:
 		d.pending = make(chan pendingCommit, 4096)
 		d.completer.Add(1)
 		go d.complete()
-	case driver.SyncInterval:
+	case engine.SyncInterval:
 		d.completer.Add(1)
 		go func() {
 			defer d.completer.Done()
@@ -170,7 +166,7 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 }
 
 // recoverKeys returns the highest log key on disk and the truncation floor.
-func (d *db) recoverKeys() (top, floor driver.LogKey, err error) {
+func (d *db) recoverKeys() (top, floor engine.LogKey, err error) {
 	if v, closer, gerr := d.pdb.Get(kvlog.MetaFloor); gerr == nil {
 		floor, err = kvlog.DecodeFloor(v)
 		closer.Close()
@@ -196,26 +192,33 @@ func (d *db) recoverKeys() (top, floor driver.LogKey, err error) {
 }
 
 func (d *db) Name() string                    { return Name }
-func (d *db) Granularity() driver.Granularity { return driver.PerTransaction }
+func (d *db) Granularity() engine.Granularity { return engine.PerTransaction }
 
-func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error) {
+func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error) {
+	if err := b.Validate(); err != nil {
+		return nil, fmt.Errorf("pebble: submit: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("pebble: submit: %w", err)
+	}
+
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		return nil, fmt.Errorf("pebble: submit: %w", driver.ErrClosed)
+		return nil, fmt.Errorf("pebble: submit: %w", engine.ErrClosed)
 	}
 	// Checked under mu before every apply: after a failed write Pebble's
 	// WAL writer fails (or panics on) every later commit.
 	if err := d.failed(); err != nil {
 		d.mu.Unlock()
-		return driver.Completed(driver.Result{}, fmt.Errorf("pebble: submit: %w", err)), nil
+		return engine.Completed(engine.Result{}, fmt.Errorf("pebble: submit: %w", err)), nil
 	}
 	pb := d.pdb.NewBatch()
 	for i := range b.Ops {
 		// Keys and values go straight into the batch's buffer.
 		op := &b.Ops[i]
 		var dop *pebble.DeferredBatchOp
-		if op.Kind == driver.OpPut {
+		if op.Kind == engine.OpPut {
 			dop = pb.SetDeferred(len(op.Key)+1, len(op.Value))
 			copy(dop.Value, op.Value)
 		} else {
@@ -227,24 +230,24 @@ func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error
 	if err := d.checkLocked(b.Checks); err != nil {
 		d.mu.Unlock()
 		_ = pb.Close()
-		return driver.Completed(driver.Result{}, err), nil
+		return engine.Completed(engine.Result{}, err), nil
 	}
-	var res driver.Result
+	var res engine.Result
 	if n := len(b.Log); n > 0 {
 		k := d.hlc.Next()
-		res.Keys = make([]driver.LogKey, n)
+		res.Keys = make([]engine.LogKey, n)
 		for i, entry := range b.Log {
 			res.Keys[i] = k
 			_ = pb.Set(kvlog.LogKey(k, uint32(i)), kvlog.LogValue(uint32(n), entry), nil)
 		}
 	}
-	if d.opts.Sync != driver.SyncAlways {
+	if d.opts.Sync != engine.SyncAlways {
 		err := d.guard("apply", func() error { return d.pdb.Apply(pb, pebble.NoSync) })
 		d.appliedLocked(b.Ops, err)
 		d.mu.Unlock()
 		_ = pb.Close()
 		if err != nil {
-			return driver.Completed(driver.Result{}, err), nil
+			return engine.Completed(engine.Result{}, err), nil
 		}
 		if len(res.Keys) > 0 {
 			d.durable.Store(uint64(res.Keys[0]))
@@ -252,9 +255,9 @@ func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error
 			// only wake every tailer to find nothing new.
 			d.notifier.Notify()
 		}
-		return driver.Completed(res, nil), nil
+		return engine.Completed(res, nil), nil
 	}
-	h, complete := driver.NewHandle()
+	h, complete := engine.NewHandle()
 	if d.gate.Defer(b) {
 		// In the WAL before any later commit, so that commit's sync
 		// makes it durable too (see complete).
@@ -263,7 +266,7 @@ func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error
 		_ = pb.Close()
 		if err != nil {
 			d.mu.Unlock()
-			return driver.Completed(driver.Result{}, err), nil
+			return engine.Completed(engine.Result{}, err), nil
 		}
 		d.pending <- pendingCommit{complete: complete, res: res}
 		d.mu.Unlock()
@@ -275,7 +278,7 @@ func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error
 		d.mu.Unlock()
 		// A batch Pebble panicked on is left to the collector: its
 		// state is unknown.
-		return driver.Completed(driver.Result{}, err), nil
+		return engine.Completed(engine.Result{}, err), nil
 	}
 	// Queued under mu so the completer sees commits in apply order.
 	d.pending <- pendingCommit{batch: pb, complete: complete, res: res}
@@ -285,7 +288,7 @@ func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error
 
 // appliedLocked brings the check cache up to date after an apply of ops
 // that returned err; mu held.
-func (d *db) appliedLocked(ops []driver.Op, err error) {
+func (d *db) appliedLocked(ops []engine.Op, err error) {
 	if err != nil {
 		d.checks.reset() // applied or not: unknown
 		return
@@ -296,7 +299,7 @@ func (d *db) appliedLocked(ops []driver.Op, err error) {
 // checkLocked evaluates a batch's checks against the latest applied state
 // (from the check cache where it holds the key); mu is held, so no commit
 // can land between the check and the apply.
-func (d *db) checkLocked(checks []driver.Check) error {
+func (d *db) checkLocked(checks []engine.Check) error {
 	var key []byte
 	for i := range checks {
 		c := &checks[i]
@@ -312,7 +315,7 @@ func (d *db) checkLocked(checks []driver.Check) error {
 		case errors.Is(err, pebble.ErrNotFound):
 			d.checks.learn(c.Key, false, nil)
 			if !c.Absent {
-				return fmt.Errorf("pebble: %w: key %q is absent", driver.ErrConflict, c.Key)
+				return fmt.Errorf("pebble: %w: key %q is absent", engine.ErrConflict, c.Key)
 			}
 		case err != nil:
 			return fmt.Errorf("pebble: check %q: %w", c.Key, err)
@@ -321,7 +324,7 @@ func (d *db) checkLocked(checks []driver.Check) error {
 			ok := !c.Absent && bytes.Equal(v, c.Value)
 			closer.Close()
 			if !ok {
-				return fmt.Errorf("pebble: %w: key %q holds another value", driver.ErrConflict, c.Key)
+				return fmt.Errorf("pebble: %w: key %q holds another value", engine.ErrConflict, c.Key)
 			}
 		}
 	}
@@ -381,7 +384,7 @@ func (d *db) complete() {
 		err := p.batch.SyncWait()
 		_ = p.batch.Close()
 		if err != nil {
-			err = fmt.Errorf("pebble: sync: %w: %w", driver.ErrWriteFailed, err)
+			err = fmt.Errorf("pebble: sync: %w: %w", engine.ErrWriteFailed, err)
 			d.fail(err)
 		}
 		if len(held) > 0 {
@@ -407,11 +410,9 @@ func (d *db) syncWAL() error {
 
 // syncInterval is the periodic sync of SyncInterval.
 func (d *db) syncInterval() error {
-	if !d.readers.Enter() {
-		return nil
-	}
-	defer d.readers.RUnlock()
-	if d.pdb == nil || d.failed() != nil {
+	d.rw.RLock()
+	defer d.rw.RUnlock()
+	if d.rclosed || d.pdb == nil || d.failed() != nil {
 		return nil
 	}
 	return d.guard("sync", func() error { return d.pdb.LogData(nil, pebble.Sync) })
@@ -422,7 +423,7 @@ func (d *db) finish(ps []pendingCommit, err error) {
 	announce := false
 	for _, p := range ps {
 		if err != nil {
-			p.complete(driver.Result{}, err)
+			p.complete(engine.Result{}, err)
 			continue
 		}
 		if len(p.res.Keys) > 0 {
@@ -441,8 +442,8 @@ func (d *db) finish(ps []pendingCommit, err error) {
 
 func (d *db) Watch(ctx context.Context) <-chan struct{} { return d.notifier.Subscribe(ctx) }
 
-func (d *db) ScanLog(ctx context.Context, from driver.LogKey, exclusive bool, fn func(driver.Entry) bool) error {
-	if exclusive && from == ^driver.LogKey(0) {
+func (d *db) ScanLog(ctx context.Context, from engine.LogKey, exclusive bool, fn func(engine.Entry) bool) error {
+	if exclusive && from == ^engine.LogKey(0) {
 		return nil
 	}
 	return kvlog.ScanPages(ctx, Name, from, exclusive, d.readLogPage, fn)
@@ -450,11 +451,12 @@ func (d *db) ScanLog(ctx context.Context, from driver.LogKey, exclusive bool, fn
 
 const scanPage = 256
 
-func (d *db) readLogPage(seek []byte, start driver.LogKey, checkFloor bool) ([]driver.Entry, []byte, error) {
-	if !d.readers.Enter() {
-		return nil, nil, fmt.Errorf("pebble: scan log: %w", driver.ErrClosed)
+func (d *db) readLogPage(seek []byte, start engine.LogKey, checkFloor bool) ([]engine.Entry, []byte, error) {
+	d.rw.RLock()
+	defer d.rw.RUnlock()
+	if d.rclosed {
+		return nil, nil, fmt.Errorf("pebble: scan log: %w", engine.ErrClosed)
 	}
-	defer d.readers.RUnlock()
 	if err := d.downLocked("scan log"); err != nil {
 		return nil, nil, err
 	}
@@ -468,8 +470,8 @@ func (d *db) readLogPage(seek []byte, start driver.LogKey, checkFloor bool) ([]d
 		return nil, nil, fmt.Errorf("pebble: scan log: %w", err)
 	}
 	defer it.Close()
-	page := make([]driver.Entry, 0, 16)
-	durable := driver.LogKey(d.durable.Load())
+	page := make([]engine.Entry, 0, 16)
+	durable := engine.LogKey(d.durable.Load())
 	for ok := it.First(); ok; ok = it.Next() {
 		if len(page) == scanPage {
 			return page, append([]byte(nil), it.Key()...), nil
@@ -489,11 +491,15 @@ func (d *db) readLogPage(seek []byte, start driver.LogKey, checkFloor bool) ([]d
 	return page, nil, nil
 }
 
-func (d *db) Truncate(ctx context.Context, below driver.LogKey) error {
-	if !d.readers.LockOpen() {
-		return fmt.Errorf("pebble: truncate: %w", driver.ErrClosed)
+func (d *db) Truncate(ctx context.Context, below engine.LogKey) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("pebble: truncate: %w", err)
 	}
-	defer d.readers.Unlock()
+	d.rw.Lock()
+	defer d.rw.Unlock()
+	if d.rclosed {
+		return fmt.Errorf("pebble: truncate: %w", engine.ErrClosed)
+	}
 	if err := d.downLocked("truncate"); err != nil {
 		return err
 	}
@@ -514,15 +520,16 @@ func (d *db) Truncate(ctx context.Context, below driver.LogKey) error {
 	return nil
 }
 
-func (d *db) LogStats(ctx context.Context) (driver.LogStats, error) {
-	if !d.readers.Enter() {
-		return driver.LogStats{}, fmt.Errorf("pebble: log stats: %w", driver.ErrClosed)
+func (d *db) LogStats(ctx context.Context) (engine.LogStats, error) {
+	d.rw.RLock()
+	defer d.rw.RUnlock()
+	if d.rclosed {
+		return engine.LogStats{}, fmt.Errorf("pebble: log stats: %w", engine.ErrClosed)
 	}
-	defer d.readers.RUnlock()
 	if err := d.downLocked("log stats"); err != nil {
-		return driver.LogStats{}, err
+		return engine.LogStats{}, err
 	}
-	st := driver.LogStats{Floor: d.floor}
+	st := engine.LogStats{Floor: d.floor}
 	it, err := d.pdb.NewIter(&pebble.IterOptions{LowerBound: []byte{kvlog.LogPrefix}, UpperBound: kvlog.LogUpper, KeyTypes: pebble.IterKeyTypePointsOnly})
 	if err != nil {
 		return st, fmt.Errorf("pebble: log stats: %w", err)
@@ -548,16 +555,20 @@ func (d *db) LogStats(ctx context.Context) (driver.LogStats, error) {
 	return st, it.Error()
 }
 
-func (d *db) Snapshot(ctx context.Context) (driver.Snapshot, error) {
-	if !d.readers.LockOpen() {
-		return nil, fmt.Errorf("pebble: snapshot: %w", driver.ErrClosed)
+func (d *db) Snapshot(ctx context.Context) (engine.Snapshot, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("pebble: snapshot: %w", err)
 	}
-	defer d.readers.Unlock()
+	d.rw.Lock()
+	defer d.rw.Unlock()
+	if d.rclosed {
+		return nil, fmt.Errorf("pebble: snapshot: %w", engine.ErrClosed)
+	}
 	if err := d.downLocked("snapshot"); err != nil {
 		return nil, err
 	}
 	s := &snapshot{d: d, snap: d.pdb.NewSnapshot(), iters: map[*iterator]struct{}{}}
-	d.readers.Add(s)
+	d.readers[s] = struct{}{}
 	return s, nil
 }
 
@@ -565,7 +576,7 @@ func (d *db) Close() error {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		return fmt.Errorf("pebble: close: %w", driver.ErrClosed)
+		return fmt.Errorf("pebble: close: %w", engine.ErrClosed)
 	}
 	d.closed = true
 	if d.pending != nil {
@@ -580,21 +591,22 @@ func (d *db) Close() error {
 	d.recWG.Wait()
 	d.notifier.Close()
 
-	// closing: the reader is dropped either way
-	endSnapshot := func(s *snapshot) { _ = s.closeLocked() }
-	err := d.readers.Close(endSnapshot, func() error {
-		var err error
-		switch {
-		case d.pdb == nil:
-		case d.failure.Load() != nil:
-			err = d.closeFailed(d.pdb)
-		default:
-			err = d.pdb.Close()
-		}
-		d.cache.Unref()
-		d.lock.Release()
-		return err
-	})
+	d.rw.Lock()
+	defer d.rw.Unlock()
+	d.rclosed = true
+	for s := range d.readers {
+		_ = s.closeLocked() // closing: the reader is dropped either way
+	}
+	var err error
+	switch {
+	case d.pdb == nil:
+	case d.failure.Load() != nil:
+		err = d.closeFailed(d.pdb)
+	default:
+		err = d.pdb.Close()
+	}
+	d.cache.Unref()
+	d.lock.Release()
 	if err != nil {
 		return fmt.Errorf("pebble: close: %w", err)
 	}

@@ -2,9 +2,9 @@
 
 package pebble
 
-import "github.com/tidemark-io/tidemark/engine/driver"
+import "github.com/tidemark-io/tidemark/engine"
 
 func init() {
-	driver.RegisterUnavailable(Name, "the Pebble engine was left out of this build by the nopebble tag; "+
+	engine.RegisterUnavailable(Name, "the Pebble engine was left out of this build by the nopebble tag; "+
 		"rebuild without -tags nopebble to include it")
 }

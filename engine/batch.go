@@ -1,4 +1,4 @@
-package driver
+package engine
 
 import "fmt"
 
@@ -104,8 +104,7 @@ func (b *Batch) Reset() {
 
 // Validate reports the first limit the batch breaks, wrapped around one of
 // ErrEmptyBatch, ErrInvalidKey, ErrKeyTooLarge, ErrValueTooLarge or
-// ErrBatchTooLarge. The engine front calls it in Submit, so a backend
-// only ever sees valid batches.
+// ErrBatchTooLarge. Engines call it in Submit before touching storage.
 func (b *Batch) Validate() error {
 	if b == nil || b.Len() == 0 {
 		return ErrEmptyBatch
