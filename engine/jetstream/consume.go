@@ -38,6 +38,7 @@ type view struct {
 	caught   chan struct{} // closed once the consumer reached the stream's end
 	isCaught bool
 	closed   bool
+	gen      uint64 // the generation of the consumer whose messages apply
 	// inflight is set while the committer awaits a batch of its own:
 	// the committer then signals Watch itself, after completing the
 	// handles, so a watcher never hears of a commit before its handle.
@@ -74,6 +75,15 @@ func (v *view) init(idx *store, log *slog.Logger) {
 	v.changed = make(chan struct{})
 	v.caught = make(chan struct{})
 	v.matKick = make(chan struct{}, 1)
+}
+
+// nextGen makes a new consumer generation current; messages of earlier
+// ones are ignored from now on.
+func (v *view) nextGen() uint64 {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.gen++
+	return v.gen
 }
 
 func (v *view) close() {
@@ -126,34 +136,7 @@ func (d *db) startConsumer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	err = d.request(ctx, "start the index consumer on "+d.name, createTimeout, func(ctx context.Context) error {
-		cons, err := d.st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
-			FilterSubjects: []string{d.name + ".>"},
-			DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
-		})
-		if err != nil {
-			return err
-		}
-		// Short pulls with frequent heartbeats: when the server holding
-		// the consumer goes away (a cluster node fails over), the ordered
-		// consumer notices within seconds and recreates itself where the
-		// stream lives.
-		cc, err := cons.Consume(d.onMsg,
-			jetstream.PullExpiry(consumerExpiry),
-			jetstream.PullHeartbeat(consumerExpiry/4),
-			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
-				// The index stands still until the consumer is back:
-				// operators see why.
-				d.log.Warn("index consumer", "stream", d.name, "err", err)
-			}))
-		if err != nil {
-			return err
-		}
-		d.consumer = cc
-		d.indexCons = cons
-		return nil
-	})
-	if err != nil {
+	if err := d.startFeed(ctx); err != nil {
 		return err
 	}
 	v := &d.view
@@ -192,7 +175,7 @@ const recentBatches = 4096
 
 // onMsg applies one stream message to the work index and publishes at the
 // end of each commit batch, or when nothing more is pending.
-func (d *db) onMsg(m jetstream.Msg) {
+func (d *db) onMsg(gen uint64, m jetstream.Msg) {
 	md, err := m.Metadata()
 	if err != nil {
 		d.log.Error("index consumer: message without metadata", "err", err)
@@ -201,8 +184,9 @@ func (d *db) onMsg(m jetstream.Msg) {
 	v := &d.view
 	seq := md.Sequence.Stream
 	v.mu.Lock()
-	if v.closed {
-		// The engine closed: the index is gone or going.
+	if v.closed || gen != v.gen {
+		// The engine closed (the index is gone or going), or this
+		// consumer was replaced (see feed).
 		v.mu.Unlock()
 		return
 	}

@@ -36,6 +36,7 @@ func init() {
 			{Name: "max_batch", Default: "16384 embedded, 1000 with url", Doc: "most messages per atomic batch (commit=batch); lowered when the server reports a smaller limit"},
 			{Name: "tombstone_ttl", Default: "60s", Doc: "how long a deleted key's delete marker stays in the stream (at least 1s)"},
 			{Name: "start_timeout", Default: "2m", Doc: "how long opening waits for the NATS servers, a JetStream leader and the stream when the caller sets no deadline"},
+			{Name: "stall_timeout", Default: "15s", Doc: "how long the index consumer may stand still while the stream holds messages it has not brought before it is recreated"},
 			{Name: "reserve_mb", Default: strconv.Itoa(defaultReserveMB), Doc: "with the embedded server: free space in MiB commits leave on the data directory's file system (0 to 1048576); commits that would use it are refused with engine.ErrWriteFailed"},
 			{Name: "commit", Default: "wal embedded, batch with url", Doc: "wal: this engine is the stream's only writer, one message per group of commits (embedded server only); batch: any number of nodes share the stream, atomic batch publish"},
 		}, secureParams...),
@@ -101,6 +102,9 @@ type db struct {
 	// startTimeout bounds opening when the caller's context has no
 	// deadline (parameter start_timeout).
 	startTimeout time.Duration
+	// stallAfter is how long the index consumer may stand still with
+	// messages to bring before it is recreated (parameter stall_timeout).
+	stallAfter time.Duration
 
 	maxBatch int // messages per atomic batch; committer only
 	// batchLimit is maxBatch for other goroutines (MaxCommitEntries).
@@ -116,11 +120,10 @@ type db struct {
 	// (single-writer protocol only).
 	gate *deferral.Gate
 
-	idx       *store // the index: every live key's record, on local disk
-	view      view   // what the index applied
-	consumer  jetstream.ConsumeContext
-	indexCons jetstream.Consumer
-	notifier  engine.Notifier
+	idx      *store // the index: every live key's record, on local disk
+	view     view   // what the index applied
+	feed     *feed  // the index consumer; nil once a single-writer stream loaded
+	notifier engine.Notifier
 
 	committerDone chan struct{}
 
@@ -195,6 +198,12 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 			return nil, fmt.Errorf("%w: jetstream parameter start_timeout=%q: use a positive duration, such as 2m", engine.ErrInvalidOption, v)
 		}
 	}
+	stall := defaultStallAfter
+	if v := opts.Params["stall_timeout"]; v != "" {
+		if stall, err = time.ParseDuration(v); err != nil || stall < time.Second {
+			return nil, fmt.Errorf("%w: jetstream parameter stall_timeout=%q: use a duration of at least 1s, such as 15s", engine.ErrInvalidOption, v)
+		}
+	}
 	reserveMB, err := engine.IntParam(opts, "jetstream", "reserve_mb", defaultReserveMB, 0, 1<<20)
 	if err != nil {
 		return nil, err
@@ -222,6 +231,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		fenceSubj:     name + ".n",
 		maxBatch:      maxBatch,
 		startTimeout:  startTimeout,
+		stallAfter:    stall,
 		wake:          make(chan struct{}, 1),
 		gate:          deferral.NewGate(opts.DeferralAnyMode()),
 		committerDone: make(chan struct{}),
@@ -451,8 +461,8 @@ func (d *db) Close() error {
 }
 
 func (d *db) shutdownTransport() {
-	if d.consumer != nil {
-		d.consumer.Stop()
+	if d.feed != nil {
+		d.feed.close(context.Background(), false)
 	}
 	if d.nc != nil {
 		d.nc.Close()

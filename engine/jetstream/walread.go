@@ -26,13 +26,8 @@ func (d *db) loadWAL(ctx context.Context) error {
 	// Nobody else writes: the consumer is done once it caught up. Delete
 	// it rather than let it idle until the server expires it: the server
 	// keeps its pending count up to date at every purge.
-	d.consumer.Stop()
-	d.consumer = nil
-	if info := d.indexCons.CachedInfo(); info != nil {
-		if err := d.st.DeleteConsumer(ctx, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
-			d.log.Debug("delete index consumer", "err", err)
-		}
-	}
+	d.feed.close(ctx, true)
+	d.feed = nil
 	d.mat = &materializer{d: d, stop: make(chan struct{}), done: make(chan struct{})}
 
 	mark, err := d.lastNumber(ctx, d.markSubj)

@@ -1,0 +1,196 @@
+//go:build !nojetstream
+
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// feed owns the index consumer: it creates it, watches that it moves
+// while the stream has messages it has not brought, and recreates it when
+// it does not. An ordered consumer recreates itself when its server goes
+// away, but one created during a leader change can sit on a consumer the
+// new leader never serves: no error, no heartbeat gap the client acts on,
+// and the index (and every read and load waiting on it) stands still.
+//
+// Each consumer the feed creates has a generation; the view applies only
+// messages of the current one, so a consumer being replaced cannot
+// interleave its messages with its successor's.
+type feed struct {
+	d *db
+
+	mu   sync.Mutex // guards cc and cons; held while replacing them
+	cc   jetstream.ConsumeContext
+	cons jetstream.Consumer
+
+	stop chan struct{}
+	done chan struct{}
+	once sync.Once
+}
+
+// defaultStallAfter is how long the index may stand still, while the
+// consumer has messages to bring, before the consumer is recreated. It is
+// several heartbeat periods, so a consumer the client is already
+// recreating is left to finish.
+const defaultStallAfter = 15 * time.Second
+
+// startFeed creates the index consumer and its watchdog.
+func (d *db) startFeed(ctx context.Context) error {
+	f := &feed{d: d, stop: make(chan struct{}), done: make(chan struct{})}
+	if err := f.create(ctx); err != nil {
+		return err
+	}
+	d.feed = f
+	go f.watch()
+	return nil
+}
+
+// create starts a consumer of a new generation, delivering the last
+// message of every subject and then everything new.
+func (f *feed) create(ctx context.Context) error {
+	d := f.d
+	return d.request(ctx, "start the index consumer on "+d.name, createTimeout, func(ctx context.Context) error {
+		cons, err := d.st.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{d.name + ".>"},
+			DeliverPolicy:  jetstream.DeliverLastPerSubjectPolicy,
+		})
+		if err != nil {
+			return err
+		}
+		gen := d.view.nextGen()
+		// Short pulls with frequent heartbeats: when the server holding
+		// the consumer goes away (a cluster node fails over), the ordered
+		// consumer notices within seconds and recreates itself where the
+		// stream lives.
+		cc, err := cons.Consume(func(m jetstream.Msg) { d.onMsg(gen, m) },
+			jetstream.PullExpiry(consumerExpiry),
+			jetstream.PullHeartbeat(consumerExpiry/4),
+			jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+				// The index stands still until the consumer is back:
+				// operators see why.
+				d.log.Warn("index consumer", "stream", d.name, "err", err)
+			}))
+		if err != nil {
+			return err
+		}
+		f.mu.Lock()
+		f.cc, f.cons = cc, cons
+		f.mu.Unlock()
+		return nil
+	})
+}
+
+// watch recreates the consumer when the index stood still for stallAfter
+// while the consumer had messages to bring, or could not be found.
+func (f *feed) watch() {
+	defer close(f.done)
+	d := f.d
+	t := time.NewTicker(d.stallAfter / 3)
+	defer t.Stop()
+	last, closed := d.view.state()
+	moved := time.Now()
+	for !closed {
+		select {
+		case <-f.stop:
+			return
+		case <-t.C:
+		}
+		var applied uint64
+		applied, closed = d.view.state()
+		if applied != last {
+			last, moved = applied, time.Now()
+			continue
+		}
+		if time.Since(moved) < d.stallAfter {
+			continue
+		}
+		behind, why := f.behind(applied)
+		if !behind {
+			moved = time.Now()
+			continue
+		}
+		d.log.Warn("the index consumer stands still; recreating it", "stream", d.name, "applied_seq", applied, "for", time.Since(moved).Round(time.Second), "why", why)
+		f.replace()
+		moved = time.Now()
+	}
+}
+
+// behind asks the server whether the consumer has messages the index has
+// not applied, and says why it thinks so.
+func (f *feed) behind(applied uint64) (bool, string) {
+	f.mu.Lock()
+	cons := f.cons
+	f.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), attemptTimeout)
+	defer cancel()
+	info, err := cons.Info(ctx)
+	switch {
+	case errors.Is(err, jetstream.ErrConsumerNotFound):
+		return true, "the consumer is gone"
+	case err != nil:
+		// The server may be unreachable; the connection's own handlers
+		// say so. Ask the stream instead.
+		sctx, scancel := context.WithTimeout(context.Background(), attemptTimeout)
+		defer scancel()
+		si, serr := f.d.st.Info(sctx)
+		if serr != nil {
+			return false, ""
+		}
+		return si.State.LastSeq > applied && si.State.Msgs > 0, "consumer info failed: " + err.Error()
+	case info.NumPending > 0:
+		return true, "messages pending"
+	case info.Delivered.Stream > applied:
+		return true, "delivered but not applied"
+	}
+	return false, ""
+}
+
+// replace stops the current consumer and creates one of a new
+// generation, which starts over from the last message of every subject;
+// the view skips what it applied already.
+func (f *feed) replace() {
+	f.mu.Lock()
+	old := f.cc
+	f.mu.Unlock()
+	if old != nil {
+		old.Stop()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-f.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	if err := f.create(ctx); err != nil && ctx.Err() == nil {
+		f.d.log.Warn("recreating the index consumer", "stream", f.d.name, "err", err)
+	}
+}
+
+// close stops the watchdog and the consumer, and deletes the consumer on
+// the server when ctx allows (del).
+func (f *feed) close(ctx context.Context, del bool) {
+	f.once.Do(func() { close(f.stop) })
+	<-f.done
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cc != nil {
+		f.cc.Stop()
+		f.cc = nil
+	}
+	if !del || f.cons == nil {
+		return
+	}
+	if info := f.cons.CachedInfo(); info != nil {
+		if err := f.d.st.DeleteConsumer(ctx, info.Name); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+			f.d.log.Debug("delete index consumer", "err", err)
+		}
+	}
+}

@@ -1,0 +1,56 @@
+//go:build !nojetstream
+
+package jetstream
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tidemark-io/tidemark/engine"
+)
+
+// TestJetStreamStalledConsumerRecreated leaves the index consumer of one
+// engine standing (its messages no longer apply, as when a consumer
+// created during a leader change is never served), commits through a
+// second engine, and checks that the first one's watchdog notices,
+// recreates the consumer and brings the commit into its index.
+func TestJetStreamStalledConsumerRecreated(t *testing.T) {
+	ctx := t.Context()
+	a := openEngine(t, map[string]string{"commit": "batch", "stall_timeout": "1s"})
+	b := openEngine(t, map[string]string{"url": a.srv.ClientURL()})
+
+	if _, err := engine.Commit(ctx, b, new(engine.Batch).Put([]byte("k"), []byte("v1"))); err != nil {
+		t.Fatalf("first commit: %v", err)
+	}
+	waitFor(t, 10*time.Second, "the first commit in the index", func() bool {
+		v, err := engine.Get(ctx, a, []byte("k"))
+		return err == nil && string(v) == "v1"
+	})
+
+	gen := a.view.nextGen() // the running consumer's messages stop applying
+	applied, _ := a.view.state()
+	for i := range 20 {
+		if _, err := engine.Commit(ctx, b, new(engine.Batch).Put([]byte("k"), []byte{'w', byte('a' + i)}).Append([]byte("e"))); err != nil {
+			t.Fatalf("commit %d: %v", i, err)
+		}
+	}
+	// Nothing applies while the orphaned consumer is current...
+	time.Sleep(300 * time.Millisecond)
+	if now, _ := a.view.state(); now != applied {
+		t.Fatalf("index moved from %d to %d with its consumer orphaned: the test does not stall it", applied, now)
+	}
+	// ...until the watchdog replaces it, well within a few stall periods.
+	waitFor(t, 15*time.Second, "the watchdog to recreate the consumer", func() bool {
+		a.view.mu.Lock()
+		defer a.view.mu.Unlock()
+		return a.view.gen > gen
+	})
+	waitFor(t, 10*time.Second, "the last commit in the index", func() bool {
+		v, err := engine.Get(ctx, a, []byte("k"))
+		return err == nil && string(v) == "wt"
+	})
+	got := scanValues(t, a, 0)
+	if len(got) != 1 {
+		t.Fatalf("log entries after the recreation = %v, want the one value e", got)
+	}
+}
