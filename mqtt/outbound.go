@@ -226,7 +226,8 @@ func (o *outbound) start() {
 			o.mu.Lock()
 			_, ids, rap, _ := o.match(om.msg, om.pos)
 			o.mu.Unlock()
-			_ = c.write(o.publishPacket(om.msg, om.pi, 2, ids, om.msg.Retain && rap, true))
+			d := delivery{msg: om.msg, qos: 2, ids: ids, retain: om.msg.Retain && rap, dup: true}
+			_ = c.write(o.publishPacket(d, om.pi))
 		}
 	}
 	if err := o.subscribe(c.rec.Checkpoint); err != nil {
@@ -337,7 +338,7 @@ func (o *outbound) deliverEvent(ev table.Event) {
 		o.sentHigh = pos
 	}
 	o.mu.Unlock()
-	o.send(&m, qos, ids, m.Retain && rap, dup, ev, true, nil)
+	o.send(delivery{msg: &m, qos: qos, ids: ids, retain: m.Retain && rap, dup: dup, ev: ev, hasEv: true})
 }
 
 // match returns the delivery QoS, subscription identifiers and retain-as-
@@ -368,13 +369,39 @@ func (o *outbound) deliverDirect(d direct) {
 	if d.msg.Expired(time.Now()) {
 		return
 	}
-	o.send(d.msg, d.qos, d.ids, d.retain, false, table.Event{}, false, nil)
+	o.send(delivery{msg: d.msg, qos: d.qos, ids: d.ids, retain: d.retain})
 }
 
-// send writes one PUBLISH; QoS 1/2 ones enter the in-flight window. rp
-// is the replay ev comes from, nil for the session's member.
-func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev table.Event, hasEv bool, rp *replay) {
+// delivery is one PUBLISH for the session's client, as the sender hands
+// it to send: named fields, so a call site says what each flag means.
+type delivery struct {
+	msg *Message
+	// qos is the delivery QoS: the lower of the message's and the
+	// matching subscription's.
+	qos byte
+	// ids are the identifiers of the matching subscriptions (5.0).
+	ids []uint32
+	// retain is the RETAIN flag as sent (retain as published).
+	retain bool
+	// dup marks a re-send of what an earlier connection may have sent;
+	// it is sent only on QoS 1 and 2.
+	dup bool
+	// ev is the log event the message was read from, acknowledged once
+	// the delivery completes; hasEv is false for an in-memory delivery
+	// (shared subscriptions, retained messages, table feeds), which has
+	// none. A value, not a pointer: a pointer to the caller's event,
+	// stored beside msg, would move every event to the heap.
+	ev    table.Event
+	hasEv bool
+	// rp is the replay ev comes from (its reader takes the ack), nil for
+	// the session's member.
+	rp *replay
+}
+
+// send writes one PUBLISH; QoS 1/2 ones enter the in-flight window.
+func (o *outbound) send(d delivery) {
 	c := o.c
+	m, qos, ev, hasEv, rp := d.msg, d.qos, d.ev, d.hasEv, d.rp
 	c.b.metrics.msgsOut[qos].Add(1)
 	c.b.metrics.bytesOut.Add(uint64(len(m.Payload)))
 	if qos == 0 {
@@ -385,7 +412,7 @@ func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev
 		case hasEv:
 			then = func() { _ = o.sub.Ack(ev) }
 		}
-		o.deliver(o.publishPacket(m, 0, 0, ids, retain, false), 0, then)
+		o.deliver(o.publishPacket(d, 0), 0, then)
 		return
 	}
 	o.mu.Lock()
@@ -400,7 +427,7 @@ func (o *outbound) send(m *Message, qos byte, ids []uint32, retain, dup bool, ev
 	o.track(om)
 	o.mu.Unlock()
 	c.b.metrics.inflightOut.Add(1)
-	p := o.publishPacket(m, pi, qos, ids, retain, dup)
+	p := o.publishPacket(d, pi)
 	if qos == 1 {
 		// Too large for the client: dropped, as if acknowledged [MQTT-3.1.2-25].
 		o.deliver(p, pi, nil)
@@ -508,8 +535,12 @@ func (o *outbound) allocPI() uint16 {
 	}
 }
 
-func (o *outbound) publishPacket(m *Message, pi uint16, qos byte, ids []uint32, retain, dup bool) *packet.Publish {
-	p := &packet.Publish{Topic: m.Topic, PacketID: pi, QoS: packet.QoS(qos), Retain: retain, Dup: dup && qos > 0, Payload: m.Payload}
+// publishPacket builds the PUBLISH of d with packet id pi (0 at QoS 0):
+// DUP only at QoS 1 and 2, the message's 5.0 properties, the
+// subscription identifiers and a topic alias when the client takes them.
+func (o *outbound) publishPacket(d delivery, pi uint16) *packet.Publish {
+	m := d.msg
+	p := &packet.Publish{Topic: m.Topic, PacketID: pi, QoS: packet.QoS(d.qos), Retain: d.retain, Dup: d.dup && d.qos > 0, Payload: m.Payload}
 	if o.c.version == packet.V5 {
 		pp := &p.Properties
 		if m.HasFormat {
@@ -531,7 +562,7 @@ func (o *outbound) publishPacket(m *Message, pi uint16, qos byte, ids []uint32, 
 		for _, u := range m.UserProps {
 			pp.AddUser(u.Key, u.Value)
 		}
-		for _, id := range ids {
+		for _, id := range d.ids {
 			pp.AddSubscriptionID(id)
 		}
 		o.c.outAliases.apply(p, o.c.aliasMax)
