@@ -13,6 +13,12 @@ import (
 // deliveries in flight) and the QoS 2 completion marks above that
 // checkpoint, which each checkpoint write sweeps.
 
+// persistEvery bounds the deliveries an online session completes between
+// two writes of its checkpoint, whatever its window: what a crash re-sends
+// to a subscriber that was online. One small commit per this many
+// deliveries.
+const persistEvery = 256
+
 // persist writes the session record with the acknowledged checkpoint and
 // drops completion marks it covers. final waits for the commits.
 //
