@@ -124,36 +124,10 @@ func newOutbound(c *conn, window int, present bool, head table.Cursor) (*outboun
 	if !present {
 		return o, nil
 	}
-	ctx := c.ctx
-	db := c.b.db
-	err := db.Range(ctx, tableOut, c.client+slotSep, func(r table.Record) bool {
-		var or outRecord
-		if r.Deleted || or.decode(r.Value) != nil {
-			return true
-		}
-		var m Message
-		if m.UnmarshalBinary(or.Msg) != nil {
-			return true
-		}
-		om := &outMsg{pi: or.PI, qos: 2, pos: or.Pos, msg: &m, rec: true, state: or.State}
-		o.track(om)
-		if o.resumed == nil {
-			o.resumed = map[table.Cursor]*outMsg{}
-		}
-		o.resumed[or.Pos] = om
-		return true
-	})
-	if err != nil {
+	if err := o.restoreRecords(c.ctx); err != nil {
 		return nil, err
 	}
-	err = db.Range(ctx, tableDone, c.client+slotSep, func(r table.Record) bool {
-		var cur table.Cursor
-		if !r.Deleted && cur.UnmarshalText([]byte(r.ID[len(c.client)+1:])) == nil {
-			o.markDone(cur)
-		}
-		return true
-	})
-	if err != nil {
+	if err := o.restoreDone(c.ctx); err != nil {
 		return nil, err
 	}
 	return o, nil

@@ -68,6 +68,8 @@ func (o *outbound) deliverEvent(ev table.Event) {
 	o.send(delivery{msg: &m, qos: qos, ids: ids, retain: m.Retain && rap, dup: dup, ev: ev, hasEv: true})
 }
 
+// deliverDirect sends one in-memory delivery (see offer) unless its
+// message expired while it waited.
 func (o *outbound) deliverDirect(d direct) {
 	if d.msg.Expired(time.Now()) {
 		return
@@ -130,13 +132,7 @@ func (o *outbound) send(d delivery) {
 		return
 	}
 	o.mu.Lock()
-	pi, ok := o.q1ids[ev.Cursor()]
-	if ok {
-		delete(o.q1ids, ev.Cursor())
-	}
-	if !ok || qos != 1 || !hasEv || pi == 0 || o.inflight[pi] != nil {
-		pi = o.allocPI()
-	}
+	pi := o.packetIDLocked(d)
 	om := &outMsg{pi: pi, qos: qos, ev: ev, hasEv: hasEv, pos: ev.Cursor(), msg: m, state: outSent, rp: rp, gauged: true}
 	o.track(om)
 	o.mu.Unlock()

@@ -10,6 +10,10 @@ import (
 // move them on (PUBACK; PUBREC, PUBREL, PUBCOMP) until each completes and
 // its log event is acknowledged.
 
+// outMsg is one open QoS 1 or QoS 2 exchange of the in-flight window, by
+// its packet id pi. ev is the log event it delivers (hasEv; none for an
+// in-memory delivery), acknowledged when it completes; pos is that
+// event's log position, by which a restored exchange finds its event.
 type outMsg struct {
 	pi    uint16
 	qos   byte
@@ -27,6 +31,9 @@ type outMsg struct {
 	gauged bool
 }
 
+// The states of a QoS 2 exchange, as outMsg.state and in its stored
+// record (so their values do not change): outSent waits for PUBREC,
+// outPubrec has sent PUBREL and waits for PUBCOMP.
 const (
 	outSent   = 1
 	outPubrec = 2
@@ -44,18 +51,8 @@ func (o *outbound) track(om *outMsg) {
 	o.inflightBytes += int64(len(om.msg.Payload))
 }
 
-func (o *outbound) allocPI() uint16 {
-	for {
-		o.nextPI++
-		if o.nextPI == 0 {
-			o.nextPI = 1
-		}
-		if _, held := o.ending[o.nextPI]; !held && o.inflight[o.nextPI] == nil {
-			return o.nextPI
-		}
-	}
-}
-
+// puback completes the QoS 1 exchange pi; a PUBACK for no such exchange
+// is ignored.
 func (o *outbound) puback(pi uint16) {
 	o.mu.Lock()
 	om := o.inflight[pi]
@@ -94,6 +91,8 @@ func (o *outbound) pubrec(p *packet.Pubrec) bool {
 		ackEntry{pkt: &packet.Pubrel{PacketID: p.PacketID}})
 }
 
+// pubcomp ends the QoS 2 exchange pi once its PUBREL was sent; a PUBCOMP
+// for no such exchange, or before the PUBREC, is ignored.
 func (o *outbound) pubcomp(pi uint16) {
 	o.mu.Lock()
 	om := o.inflight[pi]
@@ -200,13 +199,4 @@ func (o *outbound) complete(pi uint16) {
 	case o.freed <- struct{}{}:
 	default:
 	}
-}
-
-// markDone records that the QoS 2 delivery at pos completed above the
-// checkpoint; o.mu held.
-func (o *outbound) markDone(pos table.Cursor) {
-	if o.done == nil {
-		o.done = map[table.Cursor]bool{}
-	}
-	o.done[pos] = true
 }

@@ -1,6 +1,8 @@
 package mqtt
 
 import (
+	"context"
+
 	"github.com/tidemark-io/tidemark/table"
 )
 
@@ -28,4 +30,28 @@ func (o *outbound) addRecord(om *outMsg) error {
 	}
 	om.rec = true
 	return o.grp.tx.PutStateUnchecked(tableOut, slotID(o.c.client, om.pi), v)
+}
+
+// restoreRecords reads the session's stored QoS 2 exchanges back into the
+// in-flight window, each awaiting its log event (resumed); undecodable
+// records are passed over. Run by newOutbound before the sender starts.
+func (o *outbound) restoreRecords(ctx context.Context) error {
+	c := o.c
+	return c.b.db.Range(ctx, tableOut, c.client+slotSep, func(r table.Record) bool {
+		var or outRecord
+		if r.Deleted || or.decode(r.Value) != nil {
+			return true
+		}
+		var m Message
+		if m.UnmarshalBinary(or.Msg) != nil {
+			return true
+		}
+		om := &outMsg{pi: or.PI, qos: 2, pos: or.Pos, msg: &m, rec: true, state: or.State}
+		o.track(om)
+		if o.resumed == nil {
+			o.resumed = map[table.Cursor]*outMsg{}
+		}
+		o.resumed[or.Pos] = om
+		return true
+	})
 }
