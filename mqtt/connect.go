@@ -11,36 +11,101 @@ import (
 	"github.com/tidemark-io/tidemark/table"
 )
 
+// connectTerms carries what the steps of a CONNECT settle for the steps
+// after them: mostly what its CONNACK reports back to the client.
+type connectTerms struct {
+	cp *packet.Connect
+	// assigned says the broker assigned the client id: a 5.0 CONNACK
+	// tells the client which (Assigned Client Identifier).
+	assigned bool
+	// serverKeepAlive says the broker lowered the client's keep alive: a
+	// 5.0 CONNACK tells the client the one in force (Server Keep Alive).
+	serverKeepAlive bool
+	// window is the session's outbound in-flight window: Options.MaxInflight,
+	// lowered to the client's Receive Maximum.
+	window int
+}
+
 // connect handles the CONNECT: session takeover, clean start or resume,
 // CONNACK, then the outbound side. False means the connection is refused.
+//
+// The steps run in this order because each relies on those before it: a
+// client id is settled and authenticated before anything is registered
+// under it; the connection's terms (keep alive, expiry, will, limits) are
+// set before the session record that stores them is written; the
+// session's previous holder lets go before the session is read; and the
+// restored subscriptions are indexed before the read loop reads the
+// packets behind the CONNECT.
 func (c *conn) connect(cp *packet.Connect) bool {
 	c.version = cp.Version
 	c.w.SetVersion(cp.Version)
-	ctx := c.ctx
-	refuse := func(rc packet.ReasonCode) bool {
-		_ = c.write(&packet.Connack{ReasonCode: rc})
-		return false
+	t := connectTerms{cp: cp}
+	if rc, ok := c.admit(&t); !ok {
+		return c.refuseConnect(rc)
 	}
-	props := &cp.Properties
-	if c.version == packet.V5 && props.Has(packet.PropAuthMethod) {
-		return refuse(packet.BadAuthenticationMethod) // no enhanced authentication
+	if !c.setKeepAlive(&t) {
+		return c.refuseConnect(packet.ClientIdentifierNotValid)
+	}
+	c.setExpiryAndWill(cp)
+	c.setFlowLimits(&t)
+	c.takeSession(c.ctx)
+	st, ok := c.restoreSession(c.ctx, &t)
+	if !ok {
+		return c.refuseConnect(packet.ServerUnavailable)
+	}
+	ack := c.connack(&t, st.present)
+	c.log.Debug("connecting", "version", c.version.String(), "clean", cp.CleanStart, "present", st.present)
+	if st.h == nil {
+		// The record goes with the SUBSCRIBE read behind the CONNECT, and
+		// the CONNACK with its commit (see subscribeFollows).
+		c.pendingConnack = &ackEntry{pkt: ack, after: c.connackFailed, then: c.connected}
+		c.connectHead = st.head
+		return true
+	}
+	return c.connectAck(ack, st.h, st.settled)
+}
+
+// refuseConnect answers a refused CONNECT with a CONNACK carrying rc and
+// returns false, so the connection ends. A write error changes nothing:
+// the connection ends either way.
+func (c *conn) refuseConnect(rc packet.ReasonCode) bool {
+	_ = c.write(&packet.Connack{ReasonCode: rc})
+	return false
+}
+
+// admit settles who is connecting. It refuses what the broker does not
+// offer (enhanced authentication) and an empty client id on a 3.1.1
+// session that is to last [MQTT-3.1.3-8], assigns a client id to a client
+// that left it empty, and authenticates. It runs first: nothing is
+// registered under a client id before the id is settled and its client
+// authenticated. False means the CONNECT is refused with the code
+// returned.
+func (c *conn) admit(t *connectTerms) (packet.ReasonCode, bool) {
+	cp := t.cp
+	if c.version == packet.V5 && cp.Properties.Has(packet.PropAuthMethod) {
+		return packet.BadAuthenticationMethod, false // no enhanced authentication
 	}
 	c.client = cp.ClientID
-	assigned := false
 	if c.client == "" {
 		if c.version == packet.V311 && !cp.CleanStart {
-			return refuse(packet.ClientIdentifierNotValid) // [MQTT-3.1.3-8]
+			return packet.ClientIdentifierNotValid, false // [MQTT-3.1.3-8]
 		}
-		c.client, assigned = assignClientID(), true
+		c.client, t.assigned = assignClientID(), true
 	}
-	if rc, ok := c.authenticate(cp, assigned); !ok {
-		return refuse(rc)
-	}
-	c.keepAlive = time.Duration(cp.KeepAlive) * time.Second
+	return c.authenticate(cp, t.assigned)
+}
+
+// setKeepAlive takes the client's keep alive, capped by
+// Options.MaxKeepAlive (see capKeepAlive), and has TCP watch a client
+// that keeps none alive itself. False refuses a 3.1.1 client over the
+// cap, which cannot be told another value.
+func (c *conn) setKeepAlive(t *connectTerms) bool {
+	c.keepAlive = time.Duration(t.cp.KeepAlive) * time.Second
 	serverKeepAlive, ok := c.capKeepAlive()
 	if !ok {
-		return refuse(packet.ClientIdentifierNotValid)
+		return false
 	}
+	t.serverKeepAlive = serverKeepAlive
 	if c.keepAlive == 0 && !c.tcpKeepAlive {
 		// No keep alive of its own: TCP's finds a peer that vanished. A
 		// listener that leaves TCP keep-alive off (as `tidemark serve`'s
@@ -51,13 +116,22 @@ func (c *conn) connect(cp *packet.Connect) bool {
 			_ = tc.SetKeepAlive(true)
 		}
 	}
+	return true
+}
+
+// setExpiryAndWill sets how long the session outlives the connection and
+// the will the connection leaves, before the session record that stores
+// both is written. A 3.1.1 clean session ends with its connection; a
+// 3.1.1 persistent one lasts as the broker's persistent expiry says; a 5.0
+// client asks, within the broker's cap.
+func (c *conn) setExpiryAndWill(cp *packet.Connect) {
 	switch {
 	case c.version == packet.V311 && cp.CleanStart:
 		c.expiry = 0
 	case c.version == packet.V311:
 		c.expiry = c.b.persistentExpiry()
 	default:
-		c.expiry = c.capExpiry(props.SessionExpiry)
+		c.expiry = c.capExpiry(cp.Properties.SessionExpiry)
 	}
 	if cp.Will != nil {
 		c.will = willMessage(c.client, cp.Will)
@@ -67,17 +141,33 @@ func (c *conn) connect(cp *packet.Connect) bool {
 		}
 		c.sendWill = true
 	}
+}
+
+// setFlowLimits takes the limits a 5.0 client sets on what the broker
+// sends it: its maximum packet size, its Receive Maximum (which lowers
+// the in-flight window, t.window) and its Topic Alias Maximum. They hold
+// from the first packet the broker sends, restored QoS 2 state included.
+func (c *conn) setFlowLimits(t *connectTerms) {
+	props := &t.cp.Properties
 	if c.version == packet.V5 && props.Has(packet.PropMaximumPacketSize) {
 		c.w.SetMaxPacketSize(int(props.MaximumPacketSize))
 	}
-	window := c.b.opts.MaxInflight
+	t.window = c.b.opts.MaxInflight
 	if c.version == packet.V5 && props.Has(packet.PropReceiveMaximum) {
-		window = min(window, int(props.ReceiveMaximum))
+		t.window = min(t.window, int(props.ReceiveMaximum))
 	}
 	if c.version == packet.V5 && props.Has(packet.PropTopicAliasMaximum) {
 		c.aliasMax = props.TopicAliasMaximum // aliases the client accepts from the broker
 	}
+}
 
+// takeSession makes this connection the holder of its client id's
+// session before the session is read: it takes over the connection that
+// held it on this broker, lets a retention move of its checkpoint finish,
+// cancels the delayed will a previous connection left, and claims the
+// session from a holder on another node (see claimSession), so the
+// session read next is the one they leave behind.
+func (c *conn) takeSession(ctx context.Context) {
 	if old := c.b.register(c); old != nil {
 		old.takeover()
 	}
@@ -87,38 +177,23 @@ func (c *conn) connect(cp *packet.Connect) bool {
 	c.b.awaitQueueCut(ctx, c.client)
 	c.b.cancelWill(c.client)
 	c.claimSession(ctx)
+}
 
+// restoreSession sets the session up on the store (see setupSession),
+// hands its sending side to the broker, and indexes its restored
+// subscriptions. False means the store failed (logged here): the CONNECT
+// is refused with Server Unavailable.
+func (c *conn) restoreSession(ctx context.Context, t *connectTerms) (sessionSetup, bool) {
 	var st sessionSetup
 	var err error
-	c.b.onStore(func() { st, err = c.setupSession(ctx, cp.CleanStart, window) })
+	c.b.onStore(func() { st, err = c.setupSession(ctx, t.cp.CleanStart, t.window) })
 	if err != nil {
 		c.b.metrics.storeFailed(err)
-		return refuse(packet.ServerUnavailable)
+		return sessionSetup{}, false
 	}
-	present := st.present
 	c.b.mu.Lock() // fanout and retention read c.out through b.conns
 	c.out = st.out
 	c.b.mu.Unlock()
-	ack := &packet.Connack{SessionPresent: present}
-	if c.version == packet.V5 {
-		ap := &ack.Properties
-		ap.SetReceiveMaximum(uint16(c.b.opts.ReceiveMaximum))
-		ap.SetMaximumPacketSize(uint32(c.b.opts.MaxPacketSize))
-		ap.SetTopicAliasMaximum(uint16(c.b.opts.TopicAliasMaximum))
-		ap.SetRetainAvailable(1)
-		ap.SetWildcardSubAvailable(1)
-		ap.SetSubIDAvailable(1)
-		ap.SetSharedSubAvailable(1)
-		if assigned {
-			ap.SetAssignedClientID(c.client)
-		}
-		if serverKeepAlive {
-			ap.SetServerKeepAlive(uint16(c.keepAlive / time.Second))
-		}
-		if props.Has(packet.PropSessionExpiry) && c.expiry != props.SessionExpiry {
-			ap.SetSessionExpiry(c.expiry)
-		}
-	}
 	// The restored subscriptions are indexed before the read loop goes
 	// on, so a SUBSCRIBE behind the CONNECT replaces them, never the
 	// reverse.
@@ -127,20 +202,41 @@ func (c *conn) connect(cp *packet.Connect) bool {
 		if sub.Group != "" {
 			if err := c.b.startSharedNow(c.ctx); err != nil {
 				c.log.Warn("connect: log head", "err", err)
-				return refuse(packet.ServerUnavailable)
+				return sessionSetup{}, false
 			}
 		}
 		c.b.index.Add(sub)
 	}
-	c.log.Debug("connecting", "version", c.version.String(), "clean", cp.CleanStart, "present", present)
-	if st.h == nil {
-		// The record goes with the SUBSCRIBE read behind the CONNECT, and
-		// the CONNACK with its commit (see subscribeFollows).
-		c.pendingConnack = &ackEntry{pkt: ack, after: c.connackFailed, then: c.connected}
-		c.connectHead = st.head
-		return true
+	return st, true
+}
+
+// connack builds the CONNACK of an accepted CONNECT. A 5.0 one states the
+// broker's limits and whatever it changed of what the client asked: the
+// client id it assigned, the keep alive it lowered, the session expiry it
+// capped.
+func (c *conn) connack(t *connectTerms, present bool) *packet.Connack {
+	ack := &packet.Connack{SessionPresent: present}
+	if c.version == packet.V5 {
+		props := &t.cp.Properties
+		ap := &ack.Properties
+		ap.SetReceiveMaximum(uint16(c.b.opts.ReceiveMaximum))
+		ap.SetMaximumPacketSize(uint32(c.b.opts.MaxPacketSize))
+		ap.SetTopicAliasMaximum(uint16(c.b.opts.TopicAliasMaximum))
+		ap.SetRetainAvailable(1)
+		ap.SetWildcardSubAvailable(1)
+		ap.SetSubIDAvailable(1)
+		ap.SetSharedSubAvailable(1)
+		if t.assigned {
+			ap.SetAssignedClientID(c.client)
+		}
+		if t.serverKeepAlive {
+			ap.SetServerKeepAlive(uint16(c.keepAlive / time.Second))
+		}
+		if props.Has(packet.PropSessionExpiry) && c.expiry != props.SessionExpiry {
+			ap.SetSessionExpiry(c.expiry)
+		}
 	}
-	return c.connectAck(ack, st.h, st.settled)
+	return ack
 }
 
 // subscribeFollows reports whether a whole SUBSCRIBE waits in the read
