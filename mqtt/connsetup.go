@@ -60,23 +60,12 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 			present, settled = true, false
 			c.rec = rec
 		}
-		// Ids staged by earlier connections: a first transmission on one
-		// of them finds its slot taken, so its staging must not share a
-		// commit with others (see group). A session's rows go before its
-		// record (see discardTx): with no record there are none.
+		// A session's rows go before its record (see discardTx): with no
+		// record there are no staged ids to read.
 		if ok {
-			err = c.b.db.Range(ctx, tableStaged, c.client+slotSep, func(r table.Record) bool {
-				if pi, perr := strconv.ParseUint(r.ID[len(c.client)+len(slotSep):], 10, 16); !r.Deleted && perr == nil {
-					if c.stagedBefore == nil {
-						c.stagedBefore = map[uint16]bool{}
-					}
-					c.stagedBefore[uint16(pi)] = true
-				}
-				return true
-			})
-		}
-		if err != nil {
-			return fail("load staged messages", err)
+			if err := c.loadStagedIDs(ctx); err != nil {
+				return fail("load staged messages", err)
+			}
 		}
 	}
 	// Whether a SUBSCRIBE waits behind the CONNECT is read before the
@@ -87,20 +76,7 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 	if err != nil {
 		return fail("connect: log head", err)
 	}
-	if !present {
-		// A new session receives what is published after its CONNACK.
-		c.rec = sessionRecord{Checkpoint: head, SentHigh: head}
-	}
-	c.rec.Version = c.version
-	c.rec.Expiry = c.expiry
-	c.rec.Online = true
-	c.rec.Node, c.rec.Conn, c.rec.Claimed = c.b.opts.NodeID, c.token, false
-	c.rec.DisconnectedAt = 0
-	c.rec.Will = nil
-	if c.will != nil {
-		enc, _ := c.will.MarshalBinary()
-		c.rec.Will = &willRecord{Msg: enc, Delay: c.willDelay}
-	}
+	c.stampRecord(head, present)
 	var h *engine.Handle
 	if !follows {
 		if tx == nil {
@@ -121,4 +97,42 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 		return fail("restore session", err)
 	}
 	return sessionSetup{present: present, settled: settled, h: h, out: out, head: head}, nil
+}
+
+// loadStagedIDs reads the packet ids of inbound QoS 2 messages staged by
+// earlier connections of the session into c.stagedBefore: a first
+// transmission on one of them finds its slot taken, so its staging must
+// not share a commit with others (see group).
+func (c *conn) loadStagedIDs(ctx context.Context) error {
+	return c.b.db.Range(ctx, tableStaged, c.client+slotSep, func(r table.Record) bool {
+		if pi, perr := strconv.ParseUint(r.ID[len(c.client)+len(slotSep):], 10, 16); !r.Deleted && perr == nil {
+			if c.stagedBefore == nil {
+				c.stagedBefore = map[uint16]bool{}
+			}
+			c.stagedBefore[uint16(pi)] = true
+		}
+		return true
+	})
+}
+
+// stampRecord makes the session record this connection's, as the store
+// must hold it while the connection lasts: online, on this node under
+// this connection's token (what a takeover from another node looks for),
+// with the connection's version, expiry and will. A session that was not
+// present starts at head, the log head read for the CONNECT.
+func (c *conn) stampRecord(head table.Cursor, present bool) {
+	if !present {
+		// A new session receives what is published after its CONNACK.
+		c.rec = sessionRecord{Checkpoint: head, SentHigh: head}
+	}
+	c.rec.Version = c.version
+	c.rec.Expiry = c.expiry
+	c.rec.Online = true
+	c.rec.Node, c.rec.Conn, c.rec.Claimed = c.b.opts.NodeID, c.token, false
+	c.rec.DisconnectedAt = 0
+	c.rec.Will = nil
+	if c.will != nil {
+		enc, _ := c.will.MarshalBinary()
+		c.rec.Will = &willRecord{Msg: enc, Delay: c.willDelay}
+	}
 }
