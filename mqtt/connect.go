@@ -3,44 +3,107 @@ package mqtt
 import (
 	"context"
 	"net"
-	"strconv"
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
-	"github.com/tidemark-io/tidemark/table"
 )
+
+// connectTerms carries what the steps of a CONNECT settle for the steps
+// after them: mostly what its CONNACK reports back to the client.
+type connectTerms struct {
+	cp *packet.Connect
+	// assigned says the broker assigned the client id: a 5.0 CONNACK
+	// tells the client which (Assigned Client Identifier).
+	assigned bool
+	// serverKeepAlive says the broker lowered the client's keep alive: a
+	// 5.0 CONNACK tells the client the one in force (Server Keep Alive).
+	serverKeepAlive bool
+	// window is the session's outbound in-flight window: Options.MaxInflight,
+	// lowered to the client's Receive Maximum.
+	window int
+}
 
 // connect handles the CONNECT: session takeover, clean start or resume,
 // CONNACK, then the outbound side. False means the connection is refused.
+//
+// The steps run in this order because each relies on those before it: a
+// client id is settled and authenticated before anything is registered
+// under it; the connection's terms (keep alive, expiry, will, limits) are
+// set before the session record that stores them is written; the
+// session's previous holder lets go before the session is read; and the
+// restored subscriptions are indexed before the read loop reads the
+// packets behind the CONNECT.
 func (c *conn) connect(cp *packet.Connect) bool {
 	c.version = cp.Version
 	c.w.SetVersion(cp.Version)
-	ctx := c.ctx
-	refuse := func(rc packet.ReasonCode) bool {
-		_ = c.write(&packet.Connack{ReasonCode: rc})
-		return false
+	t := connectTerms{cp: cp}
+	if rc, ok := c.admit(&t); !ok {
+		return c.refuseConnect(rc)
 	}
-	props := &cp.Properties
-	if c.version == packet.V5 && props.Has(packet.PropAuthMethod) {
-		return refuse(packet.BadAuthenticationMethod) // no enhanced authentication
+	if !c.setKeepAlive(&t) {
+		return c.refuseConnect(packet.ClientIdentifierNotValid)
+	}
+	c.setExpiryAndWill(cp)
+	c.setFlowLimits(&t)
+	c.takeSession(c.ctx)
+	st, ok := c.restoreSession(c.ctx, &t)
+	if !ok {
+		return c.refuseConnect(packet.ServerUnavailable)
+	}
+	ack := c.connack(&t, st.present)
+	c.log.Debug("connecting", "version", c.version.String(), "clean", cp.CleanStart, "present", st.present)
+	if st.h == nil {
+		// The record goes with the SUBSCRIBE read behind the CONNECT, and
+		// the CONNACK with its commit (see subscribeFollows).
+		c.pendingConnack = &ackEntry{pkt: ack, after: c.connackFailed, then: c.connected}
+		c.connectHead = st.head
+		return true
+	}
+	return c.connectAck(ack, st.h, st.settled)
+}
+
+// refuseConnect answers a refused CONNECT with a CONNACK carrying rc and
+// returns false, so the connection ends. A write error changes nothing:
+// the connection ends either way.
+func (c *conn) refuseConnect(rc packet.ReasonCode) bool {
+	_ = c.write(&packet.Connack{ReasonCode: rc})
+	return false
+}
+
+// admit settles who is connecting. It refuses what the broker does not
+// offer (enhanced authentication) and an empty client id on a 3.1.1
+// session that is to last [MQTT-3.1.3-8], assigns a client id to a client
+// that left it empty, and authenticates. It runs first: nothing is
+// registered under a client id before the id is settled and its client
+// authenticated. False means the CONNECT is refused with the code
+// returned.
+func (c *conn) admit(t *connectTerms) (packet.ReasonCode, bool) {
+	cp := t.cp
+	if c.version == packet.V5 && cp.Properties.Has(packet.PropAuthMethod) {
+		return packet.BadAuthenticationMethod, false // no enhanced authentication
 	}
 	c.client = cp.ClientID
-	assigned := false
 	if c.client == "" {
 		if c.version == packet.V311 && !cp.CleanStart {
-			return refuse(packet.ClientIdentifierNotValid) // [MQTT-3.1.3-8]
+			return packet.ClientIdentifierNotValid, false // [MQTT-3.1.3-8]
 		}
-		c.client, assigned = assignClientID(), true
+		c.client, t.assigned = assignClientID(), true
 	}
-	if rc, ok := c.authenticate(cp, assigned); !ok {
-		return refuse(rc)
-	}
-	c.keepAlive = time.Duration(cp.KeepAlive) * time.Second
+	return c.authenticate(cp, t.assigned)
+}
+
+// setKeepAlive takes the client's keep alive, capped by
+// Options.MaxKeepAlive (see capKeepAlive), and has TCP watch a client
+// that keeps none alive itself. False refuses a 3.1.1 client over the
+// cap, which cannot be told another value.
+func (c *conn) setKeepAlive(t *connectTerms) bool {
+	c.keepAlive = time.Duration(t.cp.KeepAlive) * time.Second
 	serverKeepAlive, ok := c.capKeepAlive()
 	if !ok {
-		return refuse(packet.ClientIdentifierNotValid)
+		return false
 	}
+	t.serverKeepAlive = serverKeepAlive
 	if c.keepAlive == 0 && !c.tcpKeepAlive {
 		// No keep alive of its own: TCP's finds a peer that vanished. A
 		// listener that leaves TCP keep-alive off (as `tidemark serve`'s
@@ -51,13 +114,22 @@ func (c *conn) connect(cp *packet.Connect) bool {
 			_ = tc.SetKeepAlive(true)
 		}
 	}
+	return true
+}
+
+// setExpiryAndWill sets how long the session outlives the connection and
+// the will the connection leaves, before the session record that stores
+// both is written. A 3.1.1 clean session ends with its connection; a
+// 3.1.1 persistent one lasts as the broker's persistent expiry says; a 5.0
+// client asks, within the broker's cap.
+func (c *conn) setExpiryAndWill(cp *packet.Connect) {
 	switch {
 	case c.version == packet.V311 && cp.CleanStart:
 		c.expiry = 0
 	case c.version == packet.V311:
 		c.expiry = c.b.persistentExpiry()
 	default:
-		c.expiry = c.capExpiry(props.SessionExpiry)
+		c.expiry = c.capExpiry(cp.Properties.SessionExpiry)
 	}
 	if cp.Will != nil {
 		c.will = willMessage(c.client, cp.Will)
@@ -67,17 +139,33 @@ func (c *conn) connect(cp *packet.Connect) bool {
 		}
 		c.sendWill = true
 	}
+}
+
+// setFlowLimits takes the limits a 5.0 client sets on what the broker
+// sends it: its maximum packet size, its Receive Maximum (which lowers
+// the in-flight window, t.window) and its Topic Alias Maximum. They hold
+// from the first packet the broker sends, restored QoS 2 state included.
+func (c *conn) setFlowLimits(t *connectTerms) {
+	props := &t.cp.Properties
 	if c.version == packet.V5 && props.Has(packet.PropMaximumPacketSize) {
 		c.w.SetMaxPacketSize(int(props.MaximumPacketSize))
 	}
-	window := c.b.opts.MaxInflight
+	t.window = c.b.opts.MaxInflight
 	if c.version == packet.V5 && props.Has(packet.PropReceiveMaximum) {
-		window = min(window, int(props.ReceiveMaximum))
+		t.window = min(t.window, int(props.ReceiveMaximum))
 	}
 	if c.version == packet.V5 && props.Has(packet.PropTopicAliasMaximum) {
 		c.aliasMax = props.TopicAliasMaximum // aliases the client accepts from the broker
 	}
+}
 
+// takeSession makes this connection the holder of its client id's
+// session before the session is read: it takes over the connection that
+// held it on this broker, lets a retention move of its checkpoint finish,
+// cancels the delayed will a previous connection left, and claims the
+// session from a holder on another node (see claimSession), so the
+// session read next is the one they leave behind.
+func (c *conn) takeSession(ctx context.Context) {
 	if old := c.b.register(c); old != nil {
 		old.takeover()
 	}
@@ -87,38 +175,23 @@ func (c *conn) connect(cp *packet.Connect) bool {
 	c.b.awaitQueueCut(ctx, c.client)
 	c.b.cancelWill(c.client)
 	c.claimSession(ctx)
+}
 
+// restoreSession sets the session up on the store (see setupSession),
+// hands its sending side to the broker, and indexes its restored
+// subscriptions. False means the store failed (logged here): the CONNECT
+// is refused with Server Unavailable.
+func (c *conn) restoreSession(ctx context.Context, t *connectTerms) (sessionSetup, bool) {
 	var st sessionSetup
 	var err error
-	c.b.onStore(func() { st, err = c.setupSession(ctx, cp.CleanStart, window) })
+	c.b.onStore(func() { st, err = c.setupSession(ctx, t.cp.CleanStart, t.window) })
 	if err != nil {
 		c.b.metrics.storeFailed(err)
-		return refuse(packet.ServerUnavailable)
+		return sessionSetup{}, false
 	}
-	present := st.present
 	c.b.mu.Lock() // fanout and retention read c.out through b.conns
 	c.out = st.out
 	c.b.mu.Unlock()
-	ack := &packet.Connack{SessionPresent: present}
-	if c.version == packet.V5 {
-		ap := &ack.Properties
-		ap.SetReceiveMaximum(uint16(c.b.opts.ReceiveMaximum))
-		ap.SetMaximumPacketSize(uint32(c.b.opts.MaxPacketSize))
-		ap.SetTopicAliasMaximum(uint16(c.b.opts.TopicAliasMaximum))
-		ap.SetRetainAvailable(1)
-		ap.SetWildcardSubAvailable(1)
-		ap.SetSubIDAvailable(1)
-		ap.SetSharedSubAvailable(1)
-		if assigned {
-			ap.SetAssignedClientID(c.client)
-		}
-		if serverKeepAlive {
-			ap.SetServerKeepAlive(uint16(c.keepAlive / time.Second))
-		}
-		if props.Has(packet.PropSessionExpiry) && c.expiry != props.SessionExpiry {
-			ap.SetSessionExpiry(c.expiry)
-		}
-	}
 	// The restored subscriptions are indexed before the read loop goes
 	// on, so a SUBSCRIBE behind the CONNECT replaces them, never the
 	// reverse.
@@ -127,20 +200,41 @@ func (c *conn) connect(cp *packet.Connect) bool {
 		if sub.Group != "" {
 			if err := c.b.startSharedNow(c.ctx); err != nil {
 				c.log.Warn("connect: log head", "err", err)
-				return refuse(packet.ServerUnavailable)
+				return sessionSetup{}, false
 			}
 		}
 		c.b.index.Add(sub)
 	}
-	c.log.Debug("connecting", "version", c.version.String(), "clean", cp.CleanStart, "present", present)
-	if st.h == nil {
-		// The record goes with the SUBSCRIBE read behind the CONNECT, and
-		// the CONNACK with its commit (see subscribeFollows).
-		c.pendingConnack = &ackEntry{pkt: ack, after: c.connackFailed, then: c.connected}
-		c.connectHead = st.head
-		return true
+	return st, true
+}
+
+// connack builds the CONNACK of an accepted CONNECT. A 5.0 one states the
+// broker's limits and whatever it changed of what the client asked: the
+// client id it assigned, the keep alive it lowered, the session expiry it
+// capped.
+func (c *conn) connack(t *connectTerms, present bool) *packet.Connack {
+	ack := &packet.Connack{SessionPresent: present}
+	if c.version == packet.V5 {
+		props := &t.cp.Properties
+		ap := &ack.Properties
+		ap.SetReceiveMaximum(uint16(c.b.opts.ReceiveMaximum))
+		ap.SetMaximumPacketSize(uint32(c.b.opts.MaxPacketSize))
+		ap.SetTopicAliasMaximum(uint16(c.b.opts.TopicAliasMaximum))
+		ap.SetRetainAvailable(1)
+		ap.SetWildcardSubAvailable(1)
+		ap.SetSubIDAvailable(1)
+		ap.SetSharedSubAvailable(1)
+		if t.assigned {
+			ap.SetAssignedClientID(c.client)
+		}
+		if t.serverKeepAlive {
+			ap.SetServerKeepAlive(uint16(c.keepAlive / time.Second))
+		}
+		if props.Has(packet.PropSessionExpiry) && c.expiry != props.SessionExpiry {
+			ap.SetSessionExpiry(c.expiry)
+		}
 	}
-	return c.connectAck(ack, st.h, st.settled)
+	return ack
 }
 
 // subscribeFollows reports whether a whole SUBSCRIBE waits in the read
@@ -176,117 +270,6 @@ func (c *conn) flushConnack() bool {
 		return false
 	}
 	return c.push(*e)
-}
-
-// sessionSetup is what the store calls of a CONNECT found and started.
-type sessionSetup struct {
-	// present says the session existed; settled that nothing the CONNECT
-	// changed must be durable before its CONNACK (see connectAck).
-	present, settled bool
-	// h is the commit of the session record; nil when the SUBSCRIBE
-	// behind the CONNECT writes it (see subscribeFollows).
-	h   *engine.Handle
-	out *outbound
-	// head is the log head read for the CONNECT.
-	head table.Cursor
-}
-
-// setupSession discards the previous session (clean start) or loads it,
-// submits the session record and restores the sending side: the store
-// calls of a CONNECT (see onStore). An error is logged here; the CONNECT
-// is refused.
-func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (sessionSetup, error) {
-	fail := func(msg string, err error) (sessionSetup, error) {
-		c.log.Error(msg, "err", err)
-		return sessionSetup{}, err
-	}
-	present := false
-	// tx writes the session record; under a clean start it first deletes
-	// what the previous session left, in the same commit.
-	var tx *table.Tx
-	// Brokers sharing the store (a node id) find a session's holder from
-	// its record: it must be committed before the CONNACK, or a CONNECT
-	// on another node right after it would not see this one to take it
-	// over.
-	settled := c.will == nil && c.b.opts.NodeID == ""
-	if cleanStart {
-		dtx, err := c.b.discardTx(ctx, c.client, true)
-		if err != nil {
-			return fail("discard session", err)
-		}
-		if dtx != nil {
-			tx, settled = dtx, false
-		}
-	} else {
-		rec, _, ok, err := c.b.loadSession(ctx, c.client)
-		if err != nil {
-			return fail("load session", err)
-		}
-		if ok {
-			present, settled = true, false
-			c.rec = rec
-		}
-		// Ids staged by earlier connections: a first transmission on one
-		// of them finds its slot taken, so its staging must not share a
-		// commit with others (see group). A session's rows go before its
-		// record (see discardTx): with no record there are none.
-		if ok {
-			err = c.b.db.Range(ctx, tableStaged, c.client+slotSep, func(r table.Record) bool {
-				if pi, perr := strconv.ParseUint(r.ID[len(c.client)+len(slotSep):], 10, 16); !r.Deleted && perr == nil {
-					if c.stagedBefore == nil {
-						c.stagedBefore = map[uint16]bool{}
-					}
-					c.stagedBefore[uint16(pi)] = true
-				}
-				return true
-			})
-		}
-		if err != nil {
-			return fail("load staged messages", err)
-		}
-	}
-	// Whether a SUBSCRIBE waits behind the CONNECT is read before the
-	// head: it was received before the head was taken, so the head can be
-	// where its subscriptions start too (see handleSubscribe).
-	follows := tx == nil && c.subscribeFollows()
-	head, err := c.b.db.Head(ctx)
-	if err != nil {
-		return fail("connect: log head", err)
-	}
-	if !present {
-		// A new session receives what is published after its CONNACK.
-		c.rec = sessionRecord{Checkpoint: head, SentHigh: head}
-	}
-	c.rec.Version = c.version
-	c.rec.Expiry = c.expiry
-	c.rec.Online = true
-	c.rec.Node, c.rec.Conn, c.rec.Claimed = c.b.opts.NodeID, c.token, false
-	c.rec.DisconnectedAt = 0
-	c.rec.Will = nil
-	if c.will != nil {
-		enc, _ := c.will.MarshalBinary()
-		c.rec.Will = &willRecord{Msg: enc, Delay: c.willDelay}
-	}
-	var h *engine.Handle
-	if !follows {
-		if tx == nil {
-			tx = c.b.db.Begin()
-		}
-		if err := putSession(tx, c.client, &c.rec); err != nil {
-			return fail("persist session", err)
-		}
-		// Submitted, not waited for: the read loop goes on to the packets
-		// behind the CONNECT, so a packet sent with it commits in the
-		// same sync, and the CONNACK waits in the FIFO when it must.
-		if h, err = tx.Submit(ctx); err != nil {
-			return fail("persist session", err)
-		}
-	}
-	out, err := newOutbound(c, window, present, head)
-	if err != nil {
-		return fail("restore session", err)
-	}
-	return sessionSetup{present: present, settled: settled, h: h, out: out, head: head}, nil
 }
 
 // connectAck sends the CONNACK once what it reports is durable, and then
@@ -353,108 +336,4 @@ func (b *Broker) register(c *conn) *conn {
 	old := b.conns[c.client]
 	b.conns[c.client] = c
 	return old
-}
-
-// teardown runs after the read loop ends: it stops the pipelines, persists
-// the session (or discards it), and publishes the will when due.
-func (c *conn) teardown() {
-	c.fail(errClosedConn)
-	c.acks.stop()
-	c.out.stop()
-	ctx := c.b.ctx
-	if ctx.Err() != nil {
-		// The broker is closing: persist with a fresh context.
-		var cancel func()
-		ctx, cancel = contextWithTimeout(5 * time.Second)
-		defer cancel()
-	}
-	b := c.b
-	c.stampWillExpiry()
-	// Persist (or discard) while still registered: a reconnect of the same
-	// client id waits for this connection to finish, so it always loads
-	// the session this connection leaves behind.
-	handoff := c.handoff.Load()
-	if handoff != nil {
-		if err := c.handOff(ctx, *handoff); err != nil {
-			c.log.Warn("hand session over", "err", err)
-		}
-	} else if c.expiry == 0 {
-		if err := b.discardSession(ctx, c.client); err != nil {
-			c.log.Warn("discard session", "err", err)
-		}
-	} else {
-		c.rec.Online = false
-		c.rec.DisconnectedAt = time.Now().UnixMilli()
-		c.rec.Expiry = c.expiry
-		if !c.willDue() {
-			c.rec.Will = nil // a due will stays until published (see publishWill)
-		}
-		if err := c.out.persist(ctx, true); err != nil {
-			c.log.Warn("persist session", "err", err)
-		}
-	}
-	b.mu.Lock()
-	current := b.conns[c.client] == c
-	if current {
-		delete(b.conns, c.client)
-	}
-	b.mu.Unlock()
-	if current {
-		c.out.unindex()
-	}
-	// A takeover ends this connection like any other close: the will goes
-	// when its delay is 0, and a delayed one is cancelled by the new
-	// connection, which cancels wills after this teardown [MQTT-3.1.4-3].
-	if c.willDue() && b.ctx.Err() == nil {
-		delay := c.willDelay
-		if c.expiry < delay {
-			delay = c.expiry
-		}
-		b.scheduleWill(c.client, c.will, time.Duration(delay)*time.Second)
-	}
-	c.log.Debug("disconnected", "err", c.failErr)
-}
-
-// willDue reports whether the connection ended in a way that publishes its
-// will: not after a DISCONNECT 0x00 [MQTT-3.1.2-10]. A broker shutting
-// down closes connections without one, so their wills are due too.
-func (c *conn) willDue() bool { return c.will != nil && c.sendWill }
-
-// stampWillExpiry sets a due will's expiry from the time it will be
-// published (after its delay), not from the CONNECT that carried it
-// (3.1.3.2.4), and updates the copy the session record keeps.
-func (c *conn) stampWillExpiry() {
-	if !c.willDue() || c.willExpiry == 0 {
-		return
-	}
-	delay := min(c.willDelay, c.expiry)
-	c.will.Expires = time.Now().Add(time.Duration(uint64(delay)+uint64(c.willExpiry)) * time.Second)
-	if c.rec.Will != nil {
-		if enc, err := c.will.MarshalBinary(); err == nil {
-			c.rec.Will.Msg = enc
-		}
-	}
-}
-
-// willMessage converts a CONNECT's will into a message.
-func willMessage(client string, w *packet.Will) *Message {
-	m := &Message{Topic: w.Topic, Payload: append([]byte{}, w.Payload...), QoS: byte(w.QoS), Retain: w.Retain, From: client}
-	setMessageProps(m, &w.Properties, time.Now())
-	return m
-}
-
-// setMessageProps copies the 5.0 message properties of a PUBLISH or will.
-func setMessageProps(m *Message, p *packet.Properties, now time.Time) {
-	if p.Has(packet.PropPayloadFormat) {
-		m.HasFormat, m.PayloadFormat = true, p.PayloadFormat
-	}
-	if p.Has(packet.PropMessageExpiry) {
-		m.Expires = now.Add(time.Duration(p.MessageExpiry) * time.Second)
-	}
-	m.ContentType = p.ContentType
-	m.ResponseTopic = p.ResponseTopic
-	m.CorrelationData = cloneOrNil(p.CorrelationData)
-	for _, u := range p.User {
-		m.UserProps = append(m.UserProps, UserProperty{Key: u.Key, Value: u.Value})
-	}
 }

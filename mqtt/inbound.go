@@ -378,3 +378,19 @@ func (b *Broker) fanout(m *Message, sharedOnly bool) {
 		c.out.offer(direct{msg: m, qos: t.qos, ids: t.ids, retain: m.Retain && t.rap})
 	}
 }
+
+// setMessageProps copies the 5.0 message properties of a PUBLISH or will.
+func setMessageProps(m *Message, p *packet.Properties, now time.Time) {
+	if p.Has(packet.PropPayloadFormat) {
+		m.HasFormat, m.PayloadFormat = true, p.PayloadFormat
+	}
+	if p.Has(packet.PropMessageExpiry) {
+		m.Expires = now.Add(time.Duration(p.MessageExpiry) * time.Second)
+	}
+	m.ContentType = p.ContentType
+	m.ResponseTopic = p.ResponseTopic
+	m.CorrelationData = cloneOrNil(p.CorrelationData)
+	for _, u := range p.User {
+		m.UserProps = append(m.UserProps, UserProperty{Key: u.Key, Value: u.Value})
+	}
+}

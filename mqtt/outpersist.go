@@ -13,6 +13,12 @@ import (
 // deliveries in flight) and the QoS 2 completion marks above that
 // checkpoint, which each checkpoint write sweeps.
 
+// persistEvery bounds the deliveries an online session completes between
+// two writes of its checkpoint, whatever its window: what a crash re-sends
+// to a subscriber that was online. One small commit per this many
+// deliveries.
+const persistEvery = 256
+
 // persist writes the session record with the acknowledged checkpoint and
 // drops completion marks it covers. final waits for the commits.
 //
@@ -97,19 +103,6 @@ func (o *outbound) due(cp table.Cursor) bool {
 	return time.Since(o.persistedAt) >= o.c.b.opts.RetentionEvery
 }
 
-// garbage reports whether completion marks at or below the persisted
-// checkpoint are still waiting to be deleted.
-func (o *outbound) garbage() bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	for pos := range o.done {
-		if !o.persisted.Less(pos) {
-			return true
-		}
-	}
-	return false
-}
-
 // sessionTx returns a transaction writing the session record as it stands:
 // subscriptions, acknowledged checkpoint, and the deletes of up to
 // Broker.maxStateDeletes completion marks it covers (persist drops the rest).
@@ -172,26 +165,7 @@ func (o *outbound) sessionSweepTx() (*table.Tx, bool, error) {
 		c.rec.Subs = append(c.rec.Subs, r)
 	}
 	tx := c.b.db.Begin()
-	// Marks at or below the checkpoint are garbage: drop them, at most
-	// Broker.maxStateDeletes per commit so the transaction stays within
-	// the engine's batch limit.
-	n, more, chunk := 0, false, c.b.maxStateDeletes()
-	held := map[table.Cursor]bool{}
-	for _, pos := range o.ending {
-		held[pos] = true // its mark may not be written yet
-	}
-	for pos := range o.done {
-		if cp.Less(pos) || held[pos] {
-			continue
-		}
-		if n == chunk {
-			more = true
-			break
-		}
-		tx.DeleteStateUnchecked(tableDone, c.client+slotSep+pos.String())
-		delete(o.done, pos)
-		n++
-	}
+	more := o.sweepDoneLocked(tx, cp)
 	if err := putSession(tx, c.client, &c.rec); err != nil {
 		return nil, false, err
 	}

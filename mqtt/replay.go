@@ -415,7 +415,7 @@ func (o *outbound) deliverReplayed(rp *replay, ev table.Event) {
 		rp.inflight++
 		o.mu.Unlock()
 	}
-	o.send(&m, qos, ids, m.Retain && sub.RetainAsPublished, false, ev, true, rp)
+	o.send(delivery{msg: &m, qos: qos, ids: ids, retain: m.Retain && sub.RetainAsPublished, ev: ev, hasEv: true, rp: rp})
 }
 
 // replayDone notes that a replayed delivery completed; a replay that

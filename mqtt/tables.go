@@ -468,7 +468,7 @@ func (o *outbound) deliverTable(it tableItem) {
 	}
 	c.b.metrics.tableDelivered.Add(1)
 	retain := it.snapshot || (it.m.Retain && s.RetainAsPublished)
-	o.send(it.m, min(s.QoS, 1), ids, retain, false, table.Event{}, false, nil)
+	o.send(delivery{msg: it.m, qos: min(s.QoS, 1), ids: ids, retain: retain})
 }
 
 // startTableFeeds starts the readers of a restored session's table

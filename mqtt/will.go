@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
 )
 
@@ -169,4 +170,11 @@ func (b *Broker) recoverWills() {
 		}
 		b.scheduleWill(r.id, &m, due.Sub(now))
 	}
+}
+
+// willMessage converts a CONNECT's will into a message.
+func willMessage(client string, w *packet.Will) *Message {
+	m := &Message{Topic: w.Topic, Payload: append([]byte{}, w.Payload...), QoS: byte(w.QoS), Retain: w.Retain, From: client}
+	setMessageProps(m, &w.Properties, time.Now())
+	return m
 }

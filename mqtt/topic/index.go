@@ -284,7 +284,7 @@ func (ix *Index) Match(name string, fn func(Subscription)) {
 		rest = more
 	}
 	ix.mu.RLock()
-	collect(&ix.root, levels, name != "" && name[0] == '$', true, func(s Subscription) {
+	collect(&ix.root, levels, name != "" && name[0] == '$', func(s Subscription) {
 		if s.Group == "" {
 			fn(s)
 			return
@@ -310,8 +310,12 @@ func (ix *Index) Match(name string, fn func(Subscription)) {
 	}
 }
 
-func collect(n *node, levels []string, dollar, first bool, fn func(Subscription)) {
-	if c := n.child("#"); c != nil && !(first && dollar) {
+// collect calls fn for the subscriptions under n whose filters match the
+// topic levels left. noWild is set at the first level of a topic that
+// starts with '$', where '#' and '+' match nothing [MQTT-4.7.2-1]; deeper
+// levels take wildcards whatever the topic.
+func collect(n *node, levels []string, noWild bool, fn func(Subscription)) {
+	if c := n.child("#"); c != nil && !noWild {
 		for _, s := range c.subs {
 			fn(s)
 		}
@@ -323,10 +327,10 @@ func collect(n *node, levels []string, dollar, first bool, fn func(Subscription)
 		return
 	}
 	if c := n.child(levels[0]); c != nil {
-		collect(c, levels[1:], dollar, false, fn)
+		collect(c, levels[1:], false, fn)
 	}
-	if c := n.child("+"); c != nil && !(first && dollar) {
-		collect(c, levels[1:], dollar, false, fn)
+	if c := n.child("+"); c != nil && !noWild {
+		collect(c, levels[1:], false, fn)
 	}
 }
 

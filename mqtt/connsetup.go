@@ -1,0 +1,138 @@
+package mqtt
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// The store side of a CONNECT: the previous session discarded or loaded,
+// the session record written, the sending side restored. It runs on a
+// store goroutine (see onStore), as one sequence of store calls.
+
+// sessionSetup is what the store calls of a CONNECT found and started.
+type sessionSetup struct {
+	// present says the session existed; settled that nothing the CONNECT
+	// changed must be durable before its CONNACK (see connectAck).
+	present, settled bool
+	// h is the commit of the session record; nil when the SUBSCRIBE
+	// behind the CONNECT writes it (see subscribeFollows).
+	h   *engine.Handle
+	out *outbound
+	// head is the log head read for the CONNECT.
+	head table.Cursor
+}
+
+// setupSession discards the previous session (clean start) or loads it,
+// submits the session record and restores the sending side: the store
+// calls of a CONNECT (see onStore). An error is logged here; the CONNECT
+// is refused.
+func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (sessionSetup, error) {
+	fail := func(msg string, err error) (sessionSetup, error) {
+		c.log.Error(msg, "err", err)
+		return sessionSetup{}, err
+	}
+	present := false
+	// tx writes the session record; under a clean start it first deletes
+	// what the previous session left, in the same commit.
+	var tx *table.Tx
+	// Brokers sharing the store (a node id) find a session's holder from
+	// its record: it must be committed before the CONNACK, or a CONNECT
+	// on another node right after it would not see this one to take it
+	// over.
+	settled := c.will == nil && c.b.opts.NodeID == ""
+	if cleanStart {
+		dtx, err := c.b.discardTx(ctx, c.client, true)
+		if err != nil {
+			return fail("discard session", err)
+		}
+		if dtx != nil {
+			tx, settled = dtx, false
+		}
+	} else {
+		rec, _, ok, err := c.b.loadSession(ctx, c.client)
+		if err != nil {
+			return fail("load session", err)
+		}
+		if ok {
+			present, settled = true, false
+			c.rec = rec
+		}
+		// A session's rows go before its record (see discardTx): with no
+		// record there are no staged ids to read.
+		if ok {
+			if err := c.loadStagedIDs(ctx); err != nil {
+				return fail("load staged messages", err)
+			}
+		}
+	}
+	// Whether a SUBSCRIBE waits behind the CONNECT is read before the
+	// head: it was received before the head was taken, so the head can be
+	// where its subscriptions start too (see handleSubscribe).
+	follows := tx == nil && c.subscribeFollows()
+	head, err := c.b.db.Head(ctx)
+	if err != nil {
+		return fail("connect: log head", err)
+	}
+	c.stampRecord(head, present)
+	var h *engine.Handle
+	if !follows {
+		if tx == nil {
+			tx = c.b.db.Begin()
+		}
+		if err := putSession(tx, c.client, &c.rec); err != nil {
+			return fail("persist session", err)
+		}
+		// Submitted, not waited for: the read loop goes on to the packets
+		// behind the CONNECT, so a packet sent with it commits in the
+		// same sync, and the CONNACK waits in the FIFO when it must.
+		if h, err = tx.Submit(ctx); err != nil {
+			return fail("persist session", err)
+		}
+	}
+	out, err := newOutbound(c, window, present, head)
+	if err != nil {
+		return fail("restore session", err)
+	}
+	return sessionSetup{present: present, settled: settled, h: h, out: out, head: head}, nil
+}
+
+// loadStagedIDs reads the packet ids of inbound QoS 2 messages staged by
+// earlier connections of the session into c.stagedBefore: a first
+// transmission on one of them finds its slot taken, so its staging must
+// not share a commit with others (see group).
+func (c *conn) loadStagedIDs(ctx context.Context) error {
+	return c.b.db.Range(ctx, tableStaged, c.client+slotSep, func(r table.Record) bool {
+		if pi, perr := strconv.ParseUint(r.ID[len(c.client)+len(slotSep):], 10, 16); !r.Deleted && perr == nil {
+			if c.stagedBefore == nil {
+				c.stagedBefore = map[uint16]bool{}
+			}
+			c.stagedBefore[uint16(pi)] = true
+		}
+		return true
+	})
+}
+
+// stampRecord makes the session record this connection's, as the store
+// must hold it while the connection lasts: online, on this node under
+// this connection's token (what a takeover from another node looks for),
+// with the connection's version, expiry and will. A session that was not
+// present starts at head, the log head read for the CONNECT.
+func (c *conn) stampRecord(head table.Cursor, present bool) {
+	if !present {
+		// A new session receives what is published after its CONNACK.
+		c.rec = sessionRecord{Checkpoint: head, SentHigh: head}
+	}
+	c.rec.Version = c.version
+	c.rec.Expiry = c.expiry
+	c.rec.Online = true
+	c.rec.Node, c.rec.Conn, c.rec.Claimed = c.b.opts.NodeID, c.token, false
+	c.rec.DisconnectedAt = 0
+	c.rec.Will = nil
+	if c.will != nil {
+		enc, _ := c.will.MarshalBinary()
+		c.rec.Will = &willRecord{Msg: enc, Delay: c.willDelay}
+	}
+}

@@ -1,0 +1,269 @@
+package mqtt
+
+import (
+	"errors"
+	"time"
+
+	"github.com/tidemark-io/tidemark/mqtt/packet"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// A session's deliveries on their way to the client: a log event or an
+// in-memory delivery becomes a PUBLISH, written at once or queued behind
+// the commit of a QoS 2 record, in the order the sender took them.
+
+// deliverEvent sends one message from the log, or acknowledges it at once
+// when nothing is owed to the client.
+func (o *outbound) deliverEvent(ev table.Event) {
+	pos := ev.Cursor()
+	o.mu.Lock()
+	if om := o.resumed[pos]; om != nil {
+		delete(o.resumed, pos)
+		om.ev, om.hasEv = ev, true
+		o.mu.Unlock()
+		return
+	}
+	if o.done[pos] {
+		o.mu.Unlock()
+		_ = o.sub.Ack(ev)
+		return
+	}
+	var m Message
+	if err := m.UnmarshalBinary(ev.Value); err != nil {
+		o.mu.Unlock()
+		o.c.log.Warn("undecodable message in the log skipped", "key", ev.Key, "err", err)
+		_ = o.sub.Ack(ev)
+		return
+	}
+	qos, ids, rap, ok := o.match(&m, pos)
+	if ok && len(o.posFilters) > 0 && o.wantsPosLocked(m.Topic) {
+		m.UserProps = append(m.UserProps, UserProperty{Key: PropPosition, Value: pos.String()})
+	}
+	o.mu.Unlock()
+	// What the session may no longer read (an ACL reloaded since it
+	// subscribed) is passed over like a message it does not match.
+	ok = ok && o.c.b.allow(o.c.ctx, o.c.id, AccessRead, m.Topic)
+	if ok && qos == 0 && o.liveFrom.Covers(ev.Key, ev.Index) {
+		// At most once: a QoS 0 subscription gets no message published
+		// before this connection came online, neither what it missed
+		// offline nor, after a crash, what an earlier connection may
+		// already have sent (no acknowledgement says which).
+		_ = o.sub.Ack(ev)
+		return
+	}
+	if !ok || m.Expired(time.Now()) {
+		if ok {
+			o.c.b.metrics.droppedExpired.Add(1)
+		}
+		_ = o.sub.Ack(ev)
+		return
+	}
+	o.mu.Lock()
+	// Sent before (by an earlier connection): a re-send carries DUP.
+	dup := !o.sentHigh.Less(pos)
+	if o.sentHigh.Less(pos) {
+		o.sentHigh = pos
+	}
+	o.mu.Unlock()
+	o.send(delivery{msg: &m, qos: qos, ids: ids, retain: m.Retain && rap, dup: dup, ev: ev, hasEv: true})
+}
+
+// deliverDirect sends one in-memory delivery (see offer) unless its
+// message expired while it waited.
+func (o *outbound) deliverDirect(d direct) {
+	if d.msg.Expired(time.Now()) {
+		return
+	}
+	o.send(delivery{msg: d.msg, qos: d.qos, ids: d.ids, retain: d.retain})
+}
+
+// offer queues an in-memory delivery; a full queue drops it (the
+// subscriber is too slow for at-most-once traffic).
+func (o *outbound) offer(d direct) {
+	if !o.direct.offer(d) {
+		o.c.b.metrics.droppedSlow.Add(1)
+		o.c.log.Debug("slow subscriber: in-memory delivery dropped", "topic", d.msg.Topic)
+		return
+	}
+	o.wake()
+}
+
+// delivery is one PUBLISH for the session's client, as the sender hands
+// it to send: named fields, so a call site says what each flag means.
+type delivery struct {
+	msg *Message
+	// qos is the delivery QoS: the lower of the message's and the
+	// matching subscription's.
+	qos byte
+	// ids are the identifiers of the matching subscriptions (5.0).
+	ids []uint32
+	// retain is the RETAIN flag as sent (retain as published).
+	retain bool
+	// dup marks a re-send of what an earlier connection may have sent;
+	// it is sent only on QoS 1 and 2.
+	dup bool
+	// ev is the log event the message was read from, acknowledged once
+	// the delivery completes; hasEv is false for an in-memory delivery
+	// (shared subscriptions, retained messages, table feeds), which has
+	// none. A value, not a pointer: a pointer to the caller's event,
+	// stored beside msg, would move every event to the heap.
+	ev    table.Event
+	hasEv bool
+	// rp is the replay ev comes from (its reader takes the ack), nil for
+	// the session's member.
+	rp *replay
+}
+
+// send writes one PUBLISH; QoS 1/2 ones enter the in-flight window.
+func (o *outbound) send(d delivery) {
+	c := o.c
+	m, qos, ev, hasEv, rp := d.msg, d.qos, d.ev, d.hasEv, d.rp
+	c.b.metrics.msgsOut[qos].Add(1)
+	c.b.metrics.bytesOut.Add(uint64(len(m.Payload)))
+	if qos == 0 {
+		var then func()
+		switch {
+		case rp != nil:
+			then = func() { _ = rp.sub.Ack(ev) }
+		case hasEv:
+			then = func() { _ = o.sub.Ack(ev) }
+		}
+		o.deliver(o.publishPacket(d, 0), 0, then)
+		return
+	}
+	o.mu.Lock()
+	pi := o.packetIDLocked(d)
+	om := &outMsg{pi: pi, qos: qos, ev: ev, hasEv: hasEv, pos: ev.Cursor(), msg: m, state: outSent, rp: rp, gauged: true}
+	o.track(om)
+	o.mu.Unlock()
+	c.b.metrics.inflightOut.Add(1)
+	p := o.publishPacket(d, pi)
+	if qos == 1 {
+		// Too large for the client: dropped, as if acknowledged [MQTT-3.1.2-25].
+		o.deliver(p, pi, nil)
+		return
+	}
+	// Durable before the PUBLISH: a reconnect or restart re-sends it with
+	// this id. In-memory deliveries too (shared subscriptions, retained
+	// messages): their exchange must also complete after a reconnect
+	// [MQTT-4.8.2-3] [MQTT-4.4.0-1].
+	if err := o.addRecord(om); err != nil {
+		c.warn("record outbound QoS 2", err)
+		c.fail(err)
+		return
+	}
+	// Its PUBLISH waits in the group, then in the connection's FIFO, for
+	// the commit of the record.
+	o.queued.Add(1)
+	o.grp.entries = append(o.grp.entries, ackEntry{pkt: p, atSent: PointDelivered, pi: pi,
+		tooLarge: func() { c.b.metrics.droppedTooLarge.Add(1); o.finishQoS2(om, true) },
+		then:     func() { o.queued.Add(-1) }})
+	if len(o.grp.entries) >= o.c.b.group {
+		o.flushGroup()
+	}
+}
+
+// publishPacket builds the PUBLISH of d with packet id pi (0 at QoS 0):
+// DUP only at QoS 1 and 2, the message's 5.0 properties, the
+// subscription identifiers and a topic alias when the client takes them.
+func (o *outbound) publishPacket(d delivery, pi uint16) *packet.Publish {
+	m := d.msg
+	p := &packet.Publish{Topic: m.Topic, PacketID: pi, QoS: packet.QoS(d.qos), Retain: d.retain, Dup: d.dup && d.qos > 0, Payload: m.Payload}
+	if o.c.version == packet.V5 {
+		pp := &p.Properties
+		if m.HasFormat {
+			pp.SetPayloadFormat(m.PayloadFormat)
+		}
+		if !m.Expires.IsZero() {
+			left := time.Until(m.Expires)
+			pp.SetMessageExpiry(uint32(max(left.Round(time.Second), time.Second) / time.Second))
+		}
+		if m.ContentType != "" {
+			pp.SetContentType(m.ContentType)
+		}
+		if m.ResponseTopic != "" {
+			pp.SetResponseTopic(m.ResponseTopic)
+		}
+		if m.CorrelationData != nil {
+			pp.SetCorrelationData(m.CorrelationData)
+		}
+		for _, u := range m.UserProps {
+			pp.AddUser(u.Key, u.Value)
+		}
+		for _, id := range d.ids {
+			pp.AddSubscriptionID(id)
+		}
+		o.c.outAliases.apply(p, o.c.aliasMax)
+	}
+	return p
+}
+
+// deliver writes a PUBLISH that needs no commit (QoS 0 and 1, packet id
+// pi), dropped as tooLarge says when it is over the client's maximum
+// packet size, then runs after.
+//
+// A QoS 2 PUBLISH waits for the commit of its record, in the sender's
+// group and then in the connection's FIFO, so the sender goes on to the
+// next message and the records of many deliveries share one commit. While
+// any such PUBLISH waits, the others queue behind it: the client sees
+// them in the order the sender took them.
+func (o *outbound) deliver(p *packet.Publish, pi uint16, after func()) {
+	c := o.c
+	o.flushGroup()
+	if o.queued.Load() == 0 {
+		if err := c.writeBuffered(p); errors.Is(err, packet.ErrPacketTooLarge) {
+			o.tooLarge(pi)
+		} else if err != nil {
+			return
+		}
+		c.b.at(PointDelivered, c.client, pi)
+		if after != nil {
+			after()
+		}
+		return
+	}
+	o.queued.Add(1)
+	c.push(ackEntry{pkt: p, atSent: PointDelivered, pi: pi, tooLarge: func() { o.tooLarge(pi) }, then: func() {
+		o.queued.Add(-1)
+		if after != nil {
+			after()
+		}
+	}})
+}
+
+// flushGroup submits the records of the QoS 2 deliveries taken since the
+// last flush in one commit and queues their PUBLISHes behind it. Sender
+// only: it runs before the sender waits for anything and before a
+// delivery that does not wait for a commit.
+func (o *outbound) flushGroup() {
+	if o.grp.tx == nil {
+		return
+	}
+	c := o.c
+	tx, entries := o.grp.tx, o.grp.entries
+	o.grp.tx, o.grp.entries = nil, o.grp.entries[:0]
+	// The subscriber's window keeps other deliveries going meanwhile.
+	tx.Defer()
+	h, err := tx.Submit(c.ctx)
+	if err != nil {
+		c.warn("record outbound QoS 2", err)
+		c.fail(err)
+		return
+	}
+	for _, e := range entries {
+		e.h = h
+		if !c.push(e) {
+			return
+		}
+	}
+}
+
+// tooLarge drops a QoS 0 or QoS 1 PUBLISH (packet id pi, 0 for QoS 0)
+// over the client's maximum packet size, as if acknowledged
+// [MQTT-3.1.2-25].
+func (o *outbound) tooLarge(pi uint16) {
+	o.c.b.metrics.droppedTooLarge.Add(1)
+	if pi != 0 {
+		o.complete(pi)
+	}
+}

@@ -1,0 +1,202 @@
+package mqtt
+
+import (
+	"github.com/tidemark-io/tidemark/mqtt/packet"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// The session's in-flight window: the QoS 1 and QoS 2 exchanges it has
+// open with the client, by packet id, and the acknowledgements that
+// move them on (PUBACK; PUBREC, PUBREL, PUBCOMP) until each completes and
+// its log event is acknowledged.
+
+// outMsg is one open QoS 1 or QoS 2 exchange of the in-flight window, by
+// its packet id pi. ev is the log event it delivers (hasEv; none for an
+// in-memory delivery), acknowledged when it completes; pos is that
+// event's log position, by which a restored exchange finds its event.
+type outMsg struct {
+	pi    uint16
+	qos   byte
+	ev    table.Event
+	hasEv bool
+	pos   table.Cursor
+	msg   *Message
+	rec   bool // a tableOut record exists
+	state byte // outSent or outPubrec
+	// rp is the replay the event came from (its reader takes the ack),
+	// nil for the session's member.
+	rp *replay
+	// gauged: counted in the in-flight gauge (metrics.inflightOut) until
+	// it completes or the connection ends; under o.mu.
+	gauged bool
+}
+
+// The states of a QoS 2 exchange, as outMsg.state and in its stored
+// record (so their values do not change): outSent waits for PUBREC,
+// outPubrec has sent PUBREL and waits for PUBCOMP.
+const (
+	outSent   = 1
+	outPubrec = 2
+)
+
+// track enters om in the in-flight window; o.mu held.
+func (o *outbound) track(om *outMsg) {
+	if o.inflight == nil {
+		o.inflight = map[uint16]*outMsg{}
+	}
+	if old := o.inflight[om.pi]; old != nil {
+		o.inflightBytes -= int64(len(old.msg.Payload)) // replaced: counted once
+	}
+	o.inflight[om.pi] = om
+	o.inflightBytes += int64(len(om.msg.Payload))
+}
+
+// puback completes the QoS 1 exchange pi; a PUBACK for no such exchange
+// is ignored.
+func (o *outbound) puback(pi uint16) {
+	o.mu.Lock()
+	om := o.inflight[pi]
+	if om == nil || om.qos != 1 {
+		o.mu.Unlock()
+		return
+	}
+	o.mu.Unlock()
+	o.complete(pi)
+}
+
+// pubrec records the PUBREC durably, then sends PUBREL through the
+// connection's ack FIFO.
+func (o *outbound) pubrec(p *packet.Pubrec) bool {
+	c := o.c
+	o.mu.Lock()
+	om := o.inflight[p.PacketID]
+	o.mu.Unlock()
+	if om == nil || om.qos != 2 {
+		rel := &packet.Pubrel{PacketID: p.PacketID}
+		if c.version == packet.V5 {
+			rel.ReasonCode = packet.PacketIdentifierNotFound
+		}
+		return c.ack(ackEntry{pkt: rel})
+	}
+	if p.ReasonCode.IsError() {
+		return o.finishQoS2(om, false) // the client refused it: the exchange ends [MQTT-4.3.3-4 in 5.0]
+	}
+	om.state = outPubrec
+	if !om.rec {
+		return c.ack(ackEntry{pkt: &packet.Pubrel{PacketID: p.PacketID}})
+	}
+	enc, _ := om.msg.MarshalBinary()
+	v := (&outRecord{PI: om.pi, State: outPubrec, Pos: om.pos, Msg: enc}).encode()
+	return c.laterDelivery(func(tx *table.Tx) error { return tx.PutStateUnchecked(tableOut, slotID(c.client, om.pi), v) },
+		ackEntry{pkt: &packet.Pubrel{PacketID: p.PacketID}})
+}
+
+// pubcomp ends the QoS 2 exchange pi once its PUBREL was sent; a PUBCOMP
+// for no such exchange, or before the PUBREC, is ignored.
+func (o *outbound) pubcomp(pi uint16) {
+	o.mu.Lock()
+	om := o.inflight[pi]
+	o.mu.Unlock()
+	if om == nil || om.qos != 2 || om.state != outPubrec {
+		return
+	}
+	o.finishQoS2(om, false)
+}
+
+// finishQoS2 deletes the outbound record and marks the message done above
+// the checkpoint in one commit, and completes the exchange. From the read
+// loop the writes are held back for a commit that comes anyway (see
+// lazyEnds) and the exchange completes at once; past Broker.maxLazy they go in
+// the pending group and it completes after. From the ack loop itself
+// (inLoop), which must not wait on its own FIFO, they commit on their own.
+func (o *outbound) finishQoS2(om *outMsg, inLoop bool) bool {
+	c := o.c
+	if !om.rec {
+		o.complete(om.pi)
+		return true
+	}
+	o.mu.Lock()
+	o.markDone(om.pos)
+	o.mu.Unlock()
+	write := func(tx *table.Tx) error { return c.endWrite(tx, om.pi, om.pos) }
+	if !inLoop {
+		o.mu.Lock()
+		if o.ending == nil {
+			o.ending = map[uint16]table.Cursor{}
+		}
+		o.ending[om.pi] = om.pos
+		o.mu.Unlock()
+		if c.lazy.add(om.pi, om.pos, c.b.maxLazy()) {
+			o.complete(om.pi)
+			return true
+		}
+		o.ended([]lazyEnd{{pi: om.pi}})
+		return c.laterDelivery(write, ackEntry{then: func() { o.complete(om.pi) }})
+	}
+	tx := c.b.db.Begin()
+	if err := write(tx); err != nil {
+		c.fail(err)
+		return false
+	}
+	h, err := tx.Submit(c.ctx)
+	if err != nil {
+		c.fail(err)
+		return false
+	}
+	go func() {
+		if _, err := h.Wait(c.ctx); err != nil {
+			// The exchange stays open: end the connection, as a failed
+			// commit in the ack loop does, rather than hold its window
+			// slot for as long as the connection lasts.
+			c.warn("end QoS 2 delivery", err)
+			c.fail(err)
+			return
+		}
+		o.complete(om.pi)
+	}()
+	return true
+}
+
+// complete ends an exchange and acknowledges its log event.
+func (o *outbound) complete(pi uint16) {
+	o.mu.Lock()
+	om := o.inflight[pi]
+	delete(o.inflight, pi)
+	if om != nil {
+		o.inflightBytes -= int64(len(om.msg.Payload))
+	}
+	if om != nil && !om.hasEv {
+		// Completed before the replay reached its log entry: that entry
+		// is now acknowledged through the done marks, not attached here.
+		delete(o.resumed, om.pos)
+	}
+	gauged := om != nil && om.gauged
+	if gauged {
+		om.gauged = false
+	}
+	o.mu.Unlock()
+	if gauged {
+		o.c.b.metrics.inflightOut.Add(-1)
+	}
+	switch {
+	case om != nil && om.rp != nil:
+		_ = om.rp.sub.Ack(om.ev)
+		o.replayDone(om.rp)
+	case om != nil && om.hasEv:
+		if sub := o.currentSub(); sub != nil {
+			_ = sub.Ack(om.ev)
+		}
+	}
+	if om != nil {
+		// After the Ack: the write asked for covers this delivery.
+		if n := o.progress.Add(1); n-o.persistedProgress.Load() >= uint64(max(min(o.window, persistEvery), 1)) {
+			o.requestPersist()
+		} else {
+			o.arm()
+		}
+	}
+	select {
+	case o.freed <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,57 @@
+package mqtt
+
+import (
+	"context"
+
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// The stored form of a session's outbound QoS 2 exchanges: one record in
+// tableOut per exchange, written before its PUBLISH and again after its
+// PUBREC, so a reconnect or restart resumes it where it stood.
+
+// outRecord is the stored form of an outbound QoS 2 message in flight.
+type outRecord struct {
+	PI    uint16       `json:"pi"`
+	State byte         `json:"state"`
+	Pos   table.Cursor `json:"pos"`
+	Msg   []byte       `json:"msg"`
+}
+
+// addRecord writes om's outbound record into the sender's pending group.
+func (o *outbound) addRecord(om *outMsg) error {
+	enc, err := om.msg.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	v := (&outRecord{PI: om.pi, State: om.state, Pos: om.pos, Msg: enc}).encode()
+	if o.grp.tx == nil {
+		o.grp.tx = o.c.b.db.Begin()
+	}
+	om.rec = true
+	return o.grp.tx.PutStateUnchecked(tableOut, slotID(o.c.client, om.pi), v)
+}
+
+// restoreRecords reads the session's stored QoS 2 exchanges back into the
+// in-flight window, each awaiting its log event (resumed); undecodable
+// records are passed over. Run by newOutbound before the sender starts.
+func (o *outbound) restoreRecords(ctx context.Context) error {
+	c := o.c
+	return c.b.db.Range(ctx, tableOut, c.client+slotSep, func(r table.Record) bool {
+		var or outRecord
+		if r.Deleted || or.decode(r.Value) != nil {
+			return true
+		}
+		var m Message
+		if m.UnmarshalBinary(or.Msg) != nil {
+			return true
+		}
+		om := &outMsg{pi: or.PI, qos: 2, pos: or.Pos, msg: &m, rec: true, state: or.State}
+		o.track(om)
+		if o.resumed == nil {
+			o.resumed = map[table.Cursor]*outMsg{}
+		}
+		o.resumed[or.Pos] = om
+		return true
+	})
+}

@@ -1,0 +1,77 @@
+package mqtt
+
+import (
+	"context"
+
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// A session's completion marks: a QoS 2 delivery that completed above the
+// checkpoint leaves a mark in tableDone (written with the delete of its
+// record), so a resume from the checkpoint does not send it again. Once
+// the persisted checkpoint passes a mark it is garbage, and the
+// checkpoint writes sweep it.
+
+// markDone records that the QoS 2 delivery at pos completed above the
+// checkpoint; o.mu held.
+func (o *outbound) markDone(pos table.Cursor) {
+	if o.done == nil {
+		o.done = map[table.Cursor]bool{}
+	}
+	o.done[pos] = true
+}
+
+// restoreDone reads the session's stored completion marks back. Run by
+// newOutbound before the sender starts.
+func (o *outbound) restoreDone(ctx context.Context) error {
+	c := o.c
+	return c.b.db.Range(ctx, tableDone, c.client+slotSep, func(r table.Record) bool {
+		var cur table.Cursor
+		if !r.Deleted && cur.UnmarshalText([]byte(r.ID[len(c.client)+1:])) == nil {
+			o.markDone(cur)
+		}
+		return true
+	})
+}
+
+// garbage reports whether completion marks at or below the persisted
+// checkpoint are still waiting to be deleted.
+func (o *outbound) garbage() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for pos := range o.done {
+		if !o.persisted.Less(pos) {
+			return true
+		}
+	}
+	return false
+}
+
+// sweepDoneLocked adds to tx the deletes of the completion marks at or
+// below cp, the checkpoint tx writes, and reports whether more are left
+// for another commit; o.mu held. Marks at or below the checkpoint are
+// garbage: they are dropped at most Broker.maxStateDeletes per commit so
+// the transaction stays within the engine's batch limit. The mark of an
+// exchange whose ending is held back (o.ending) stays: it may not be
+// written yet.
+func (o *outbound) sweepDoneLocked(tx *table.Tx, cp table.Cursor) (more bool) {
+	c := o.c
+	n, chunk := 0, c.b.maxStateDeletes()
+	held := map[table.Cursor]bool{}
+	for _, pos := range o.ending {
+		held[pos] = true // its mark may not be written yet
+	}
+	for pos := range o.done {
+		if cp.Less(pos) || held[pos] {
+			continue
+		}
+		if n == chunk {
+			more = true
+			break
+		}
+		tx.DeleteStateUnchecked(tableDone, c.client+slotSep+pos.String())
+		delete(o.done, pos)
+		n++
+	}
+	return more
+}
