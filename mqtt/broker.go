@@ -41,6 +41,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/retention"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -192,7 +193,7 @@ type Options struct {
 	TablesPrefix string
 	// Retention keeps, per topic filter, at least the messages a rule
 	// names (by age, count or size) in the message log, whatever the
-	// sessions have received (see retention_rules.go and
+	// sessions have received (see mqtt/internal/retention and
 	// docs/replay.md); ParseRetention reads them from text. The log is
 	// cut below the oldest message any rule, session or History needs.
 	// After a restart nothing is removed until the broker has read the
@@ -327,7 +328,7 @@ type Broker struct {
 	cutting map[string]chan struct{}
 	// rules locates the messages of Options.Retention's rules (nil
 	// without rules).
-	rules *ruleSet
+	rules *retention.Set
 	// overBudget is set while the heap exceeds Options.MaxMemory.
 	overBudget atomic.Bool
 	// gate admits sockets (see accept.go).
@@ -350,11 +351,11 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 		return nil, err
 	}
 	for _, r := range opts.Retention {
-		if err := r.check(); err != nil {
+		if err := r.Check(); err != nil {
 			return nil, err
 		}
 	}
-	if err := saveRules(context.Background(), db, opts.Retention); err != nil {
+	if err := retention.Save(context.Background(), db, opts.Retention); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -362,7 +363,7 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 		db: db, opts: opts, log: opts.Logger.With("component", "mqtt"), group: maxGroup,
 		conns: map[string]*conn{}, wills: map[string]*pendingWill{}, members: map[string]*table.Member{},
 		gate: newGate(opts.MaxConnections, opts.MaxConnRate), store: make(chan storeJob), runners: newRunners(ctx),
-		ctx: ctx, cancel: cancel, rules: newRuleSet(opts.Retention),
+		ctx: ctx, cancel: cancel, rules: retention.NewSet(tableMsgs, opts.Retention),
 	}
 	if err := b.startRouter(ctx); err != nil {
 		cancel()

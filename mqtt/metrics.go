@@ -151,7 +151,7 @@ func (b *Broker) Stats() Stats {
 		Replays:          map[string]uint64{"started": m.replaysStarted.Load(), "refused": m.replaysRefused.Load()},
 		MessagesReplayed: m.msgsReplayed.Load(),
 		TableWrites:      m.tableWrites.Load(), TableDeliveries: m.tableDelivered.Load(), TableRefused: m.tableRefused.Load(),
-		Retention: b.rules.stats(time.Now()),
+		Retention: b.rules.Stats(time.Now()),
 		Dropped: map[string]uint64{
 			"retention": m.droppedRetention.Load(), "slow": m.droppedSlow.Load(),
 			"too_large": m.droppedTooLarge.Load(), "expired": m.droppedExpired.Load(),

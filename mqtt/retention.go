@@ -28,7 +28,7 @@ func (b *Broker) retentionLoop() {
 		if !seeded {
 			// Locate the rules' messages in what the log retained from
 			// before this start; retention waits for it.
-			if err := b.rules.seed(b.ctx, b.db); err != nil {
+			if err := b.rules.Seed(b.ctx, b.db); err != nil {
 				if b.ctx.Err() == nil {
 					b.log.Warn("retention rules: reading the message log failed", "err", err)
 				}
@@ -76,7 +76,7 @@ func (b *Broker) Retain(ctx context.Context) error {
 		}
 	}
 	if b.rules != nil {
-		keep, ok := b.rules.floor(time.Now(), low)
+		keep, ok := b.rules.Floor(time.Now(), low)
 		if !ok {
 			return nil // the rules' messages are not located yet
 		}

@@ -24,7 +24,7 @@ func (b *Broker) startRouter(ctx context.Context) error {
 		return fmt.Errorf("mqtt: start the router: %w", err)
 	}
 	if b.rules != nil {
-		b.rules.upTo = head // the router reads what follows
+		b.rules.Start(head) // the router reads what follows
 	}
 	b.fan, err = b.db.NewFanout(b.ctx, table.FanoutOptions{
 		Table: tableMsgs, Start: head, Route: b.route, MaxQueue: b.opts.RouteQueue, Logger: b.log,
@@ -38,7 +38,7 @@ func (b *Broker) startRouter(ctx context.Context) error {
 // route hands one log message to the sessions it matches. Router only:
 // the scratch slices are its own.
 func (b *Broker) route(ev table.Event, deliver func(*table.Member)) {
-	b.rules.observe(ev)
+	b.rules.Observe(ev)
 	b.plain, b.shared = b.plain[:0], b.shared[:0]
 	sharedOn := b.sharedStarted.Load()
 	// The record id of a log message is its topic: plain routing needs
