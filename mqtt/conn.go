@@ -13,6 +13,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/topicalias"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -69,9 +70,9 @@ type conn struct {
 	lazy         lazyEnds
 	aliases      map[uint16]string
 	// aliasMax is the 5.0 client's Topic Alias Maximum: how many topic
-	// aliases the broker may use towards it (see outAliases).
+	// aliases the broker may use towards it (see topicalias.Out).
 	aliasMax   uint16
-	outAliases outAliases
+	outAliases topicalias.Out
 
 	rec       sessionRecord
 	expiry    uint32
@@ -209,7 +210,7 @@ func (c *conn) writePacket(p packet.Packet, flush bool) error {
 	c.armWriteLocked() // a large packet goes to the socket from WritePacket
 	err := c.w.WritePacket(p)
 	if pub, ok := p.(*packet.Publish); ok && err == nil && pub.Topic != "" && pub.Properties.Has(packet.PropTopicAlias) {
-		c.outAliases.written(pub.Topic)
+		c.outAliases.Written(pub.Topic)
 	}
 	if c.nwriters.Add(-1) == 0 && flush {
 		if ferr := c.flushLocked(); err == nil {

@@ -193,7 +193,7 @@ func (o *outbound) publishPacket(d delivery, pi uint16) *packet.Publish {
 		for _, id := range d.ids {
 			pp.AddSubscriptionID(id)
 		}
-		o.c.outAliases.apply(p, o.c.aliasMax)
+		o.c.outAliases.Apply(p, o.c.aliasMax)
 	}
 	return p
 }

@@ -1,4 +1,12 @@
-package mqtt
+// Package topicalias is the table of topic aliases the broker uses
+// towards a 5.0 client: which alias each topic has and whether the client
+// knows it yet.
+//
+// Its invariant: a PUBLISH carries an alias without its topic only once a
+// PUBLISH carrying both was written to the socket, so the client always
+// holds the mapping an alias-only PUBLISH needs; and no more aliases are
+// handed out than the client's Topic Alias Maximum.
+package topicalias
 
 import (
 	"sync"
@@ -6,7 +14,7 @@ import (
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 )
 
-// outAliases are the topic aliases a connection uses towards a 5.0 client
+// Out holds the topic aliases a connection uses towards a 5.0 client
 // that accepts them (its CONNECT's Topic Alias Maximum). A topic gets the
 // next free alias the first time it is sent, while any is left, and keeps
 // it for the connection's life. A PUBLISH carries the alias alone only
@@ -15,7 +23,9 @@ import (
 // behind a commit leaves the client without the mapping, so until then
 // every PUBLISH of the topic carries both, which sets the same mapping
 // again.
-type outAliases struct {
+//
+// The zero Out is empty and ready; it is safe for concurrent use.
+type Out struct {
 	mu sync.Mutex
 	of map[string]*outAlias
 }
@@ -25,10 +35,10 @@ type outAlias struct {
 	known bool // a PUBLISH with the topic and the alias was written
 }
 
-// apply sets p's topic alias, if the client takes aliases (max > 0) and
+// Apply sets p's topic alias, if the client takes aliases (max > 0) and
 // one is or can be given to p's topic, and drops the topic when the client
 // knows the alias.
-func (a *outAliases) apply(p *packet.Publish, max uint16) {
+func (a *Out) Apply(p *packet.Publish, max uint16) {
 	if max == 0 || p.Topic == "" {
 		return
 	}
@@ -51,9 +61,9 @@ func (a *outAliases) apply(p *packet.Publish, max uint16) {
 	}
 }
 
-// written records that a PUBLISH carrying topic with its alias reached
+// Written records that a PUBLISH carrying topic with its alias reached
 // the socket's write buffer, after which packets are written in order.
-func (a *outAliases) written(topic string) {
+func (a *Out) Written(topic string) {
 	a.mu.Lock()
 	if al := a.of[topic]; al != nil {
 		al.known = true
