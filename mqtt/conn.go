@@ -13,6 +13,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/ackqueue"
 	"github.com/tidemark-io/tidemark/mqtt/internal/topicalias"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
@@ -54,7 +55,7 @@ type conn struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	acks *ackQueue
+	acks *ackqueue.Queue[ackEntry]
 	// inQoS1 counts QoS 1 PUBLISHes whose PUBACK is not sent yet.
 	inQoS1 atomic.Int32
 
@@ -183,8 +184,7 @@ func (c *conn) grow() {
 	// With the entry the ack loop waits for, the FIFO holds one receive
 	// maximum of entries: past it the read loop stops reading the socket
 	// until the oldest commit completes.
-	c.acks = newAckQueue(c.b.opts.ReceiveMaximum-1, c.ackLoop)
-	c.acks.spawn = c.b.runners.run
+	c.acks = ackqueue.New[ackEntry](c.b.opts.ReceiveMaximum-1, c.ackLoop, c.b.runners.run)
 	c.exchanges = map[uint16]*exchange{}
 	c.done = make(chan struct{})
 	c.connackSent = make(chan struct{})
@@ -491,7 +491,7 @@ func (c *conn) handleDisconnect(p *packet.Disconnect) {
 // push queues an acknowledgement, blocking while the FIFO is full (back-
 // pressure on the read loop). False means the connection is ending.
 func (c *conn) push(e ackEntry) bool {
-	if !c.acks.push(c.ctx, e) {
+	if !c.acks.Push(c.ctx, e) {
 		return false
 	}
 	c.b.metrics.pipelineDepth.Add(1)
@@ -505,18 +505,18 @@ func (c *conn) ackLoop() {
 	ended := false
 	defer func() {
 		if !ended {
-			c.acks.failed()
+			c.acks.Failed()
 		}
 	}()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
-		e, ok := c.acks.tryPop()
+		e, ok := c.acks.TryPop()
 		if !ok {
 			// Nothing ready: send the acknowledgements written so far in
 			// one flush, then wait.
 			c.flush()
-			if e, ok = c.acks.popOrEnd(); !ok {
+			if e, ok = c.acks.PopOrEnd(); !ok {
 				ended = true
 				return
 			}

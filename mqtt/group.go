@@ -134,7 +134,7 @@ func (c *conn) laterChecked(part checkedPart, e ackEntry) bool {
 // without groups.
 func (c *conn) groupFull() bool {
 	n := len(c.grp.entries)
-	return n >= c.b.group || n >= c.acks.free()
+	return n >= c.b.group || n >= c.acks.Free()
 }
 
 // flushGroup submits the pending group and queues its acknowledgements.
@@ -202,11 +202,11 @@ func (c *conn) flushGroup() bool {
 // the acknowledgements of a burst go out in the read loop's one flush
 // (see readLoop). Read loop only.
 func (c *conn) pushOwn(e ackEntry) bool {
-	if !c.ackNow(e) || !c.acks.claim() {
+	if !c.ackNow(e) || !c.acks.Claim() {
 		return c.push(e)
 	}
 	ok := c.finishAck(e, nil)
-	c.acks.release(ok)
+	c.acks.Release(ok)
 	c.unflushed = true
 	return ok
 }

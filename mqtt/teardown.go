@@ -11,7 +11,7 @@ import (
 // the session (or discards it), and publishes the will when due.
 func (c *conn) teardown() {
 	c.fail(errClosedConn)
-	c.acks.stop()
+	c.acks.Stop()
 	c.out.stop()
 	ctx := c.b.ctx
 	if ctx.Err() != nil {

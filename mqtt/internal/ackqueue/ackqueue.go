@@ -1,11 +1,19 @@
-package mqtt
+// Package ackqueue is a connection's FIFO of acknowledgements waiting
+// for their commits, and the single loop that sends them.
+//
+// Its invariants: entries are popped in the order they were pushed; at
+// most one ack loop (or one claimer, see Queue.Claim) runs at a time, so
+// no acknowledgement overtakes another; the queue holds at most its
+// maximum, pushers waiting for room; and once stopped, no loop starts
+// again.
+package ackqueue
 
 import (
 	"context"
 	"sync"
 )
 
-// ackQueue is a connection's FIFO of acknowledgements waiting for their
+// Queue is a connection's FIFO of acknowledgements waiting for their
 // commits: any goroutine of the connection pushes, the ack loop pops. The
 // ack loop runs only while there is something to acknowledge: a push
 // starts it, and it ends once it drained the queue, so an idle
@@ -14,9 +22,11 @@ import (
 // back-pressure) and no memory until used; the backing array of a burst
 // is let go once the queue drains, so an idle connection costs a few
 // words for it rather than a receive maximum of entries.
-type ackQueue struct {
+//
+// E is the entry type; Queue never looks inside it.
+type Queue[E any] struct {
 	mu   sync.Mutex
-	q    []ackEntry
+	q    []E
 	head int
 	max  int
 	// room is signalled when a pusher waits and there is room; each
@@ -34,12 +44,16 @@ type ackQueue struct {
 	wg      sync.WaitGroup
 }
 
-func newAckQueue(max int, loop func()) *ackQueue {
-	return &ackQueue{max: max, loop: loop, room: make(chan struct{}, 1)}
+// New returns an empty queue of at most max entries whose ack loop is
+// loop, started by spawn (a new goroutine when spawn is nil). loop pops
+// with TryPop and PopOrEnd and returns once PopOrEnd reports the end (or
+// after Failed).
+func New[E any](max int, loop func(), spawn func(func())) *Queue[E] {
+	return &Queue[E]{max: max, loop: loop, spawn: spawn, room: make(chan struct{}, 1)}
 }
 
-// push appends e, waiting while the queue is full; false when ctx ended.
-func (a *ackQueue) push(ctx context.Context, e ackEntry) bool {
+// Push appends e, waiting while the queue is full; false when ctx ended.
+func (a *Queue[E]) Push(ctx context.Context, e E) bool {
 	for {
 		a.mu.Lock()
 		if len(a.q)-a.head < a.max {
@@ -69,7 +83,7 @@ func (a *ackQueue) push(ctx context.Context, e ackEntry) bool {
 }
 
 // startLocked starts the ack loop; mu held, none running.
-func (a *ackQueue) startLocked() {
+func (a *Queue[E]) startLocked() {
 	a.running = true
 	a.wg.Add(1)
 	if a.run == nil {
@@ -85,10 +99,10 @@ func (a *ackQueue) startLocked() {
 	}
 }
 
-// claim reports whether the caller may act as the ack loop for one entry
+// Claim reports whether the caller may act as the ack loop for one entry
 // of its own: nothing is queued and no loop runs, so nothing is
-// acknowledged before it. It then holds the loop's place until release.
-func (a *ackQueue) claim() bool {
+// acknowledged before it. It then holds the loop's place until Release.
+func (a *Queue[E]) Claim() bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.running || a.stopped || len(a.q) != a.head {
@@ -99,10 +113,10 @@ func (a *ackQueue) claim() bool {
 	return true
 }
 
-// release gives back the place claim took; ok false says the entry ended
+// Release gives back the place Claim took; ok false says the entry ended
 // the connection's acknowledgements (as the loop ending on an error).
 // Entries pushed meanwhile get the ack loop.
-func (a *ackQueue) release(ok bool) {
+func (a *Queue[E]) Release(ok bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.wg.Done()
@@ -115,26 +129,28 @@ func (a *ackQueue) release(ok bool) {
 	}
 }
 
-func (a *ackQueue) wakeLocked() {
+func (a *Queue[E]) wakeLocked() {
 	select {
 	case a.room <- struct{}{}:
 	default:
 	}
 }
 
-// tryPop removes the oldest entry, if any.
-func (a *ackQueue) tryPop() (ackEntry, bool) {
+// TryPop removes the oldest entry, if any.
+func (a *Queue[E]) TryPop() (E, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if len(a.q) == a.head {
-		return ackEntry{}, false
+		var zero E
+		return zero, false
 	}
 	return a.popLocked(), true
 }
 
-func (a *ackQueue) popLocked() ackEntry {
+func (a *Queue[E]) popLocked() E {
 	e := a.q[a.head]
-	a.q[a.head] = ackEntry{}
+	var zero E
+	a.q[a.head] = zero
 	a.head++
 	if a.head == len(a.q) {
 		a.head = 0
@@ -155,35 +171,36 @@ func (a *ackQueue) popLocked() ackEntry {
 	return e
 }
 
-// popOrEnd removes the oldest entry, or, when there is none, records
+// PopOrEnd removes the oldest entry, or, when there is none, records
 // that the ack loop ends (it must return): the next push starts another.
-func (a *ackQueue) popOrEnd() (ackEntry, bool) {
+func (a *Queue[E]) PopOrEnd() (E, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if len(a.q) == a.head {
 		a.running = false
-		return ackEntry{}, false
+		var zero E
+		return zero, false
 	}
 	return a.popLocked(), true
 }
 
-// failed records that the ack loop ended on an error: no other starts.
-func (a *ackQueue) failed() {
+// Failed records that the ack loop ended on an error: no other starts.
+func (a *Queue[E]) Failed() {
 	a.mu.Lock()
 	a.stopped, a.running = true, false
 	a.mu.Unlock()
 }
 
-// stop lets no ack loop start again and waits for the running one.
-func (a *ackQueue) stop() {
+// Stop lets no ack loop start again and waits for the running one.
+func (a *Queue[E]) Stop() {
 	a.mu.Lock()
 	a.stopped = true
 	a.mu.Unlock()
 	a.wg.Wait()
 }
 
-// free returns how many entries fit before a push waits.
-func (a *ackQueue) free() int {
+// Free returns how many entries fit before a push waits.
+func (a *Queue[E]) Free() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.max - (len(a.q) - a.head)

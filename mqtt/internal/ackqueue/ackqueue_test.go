@@ -1,4 +1,4 @@
-package mqtt
+package ackqueue_test
 
 import (
 	"context"
@@ -6,7 +6,13 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tidemark-io/tidemark/mqtt/internal/ackqueue"
 )
+
+// entry stands for a connection's acknowledgement: pi names its pusher
+// and its place in that pusher's order.
+type entry struct{ pi uint16 }
 
 // TestAckQueueWakesEveryPusher: several pushers (a connection's read loop
 // and its sender) wait on a full queue while the loop drains it faster
@@ -15,7 +21,7 @@ import (
 func TestAckQueueWakesEveryPusher(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	var q *ackQueue
+	var q *ackqueue.Queue[entry]
 	var taken atomic.Int64
 	var inLoop atomic.Int32
 	last := make([]int, 3)
@@ -25,12 +31,12 @@ func TestAckQueueWakesEveryPusher(t *testing.T) {
 			t.Error("two ack loops at once")
 		}
 		for {
-			e, ok := q.tryPop()
+			e, ok := q.TryPop()
 			if !ok {
-				// Past popOrEnd's false the loop may take nothing more;
+				// Past PopOrEnd's false the loop may take nothing more;
 				// the next push may start another right away.
 				inLoop.Add(-1)
-				if e, ok = q.popOrEnd(); !ok {
+				if e, ok = q.PopOrEnd(); !ok {
 					return
 				}
 				inLoop.Add(1)
@@ -48,14 +54,14 @@ func TestAckQueueWakesEveryPusher(t *testing.T) {
 			}
 		}
 	}
-	q = newAckQueue(4, loop)
+	q = ackqueue.New[entry](4, loop, nil)
 	var wg sync.WaitGroup
 	for who := range 3 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for n := 1; n <= 4000; n++ {
-				if !q.push(ctx, ackEntry{pi: uint16(who<<12 | n)}) {
+				if !q.Push(ctx, entry{pi: uint16(who<<12 | n)}) {
 					t.Errorf("pusher %d stalled at %d", who, n)
 					return
 				}
@@ -63,11 +69,11 @@ func TestAckQueueWakesEveryPusher(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	q.stop()
+	q.Stop()
 	if got := taken.Load(); got != 12000 {
 		t.Fatalf("%d entries taken, want 12000", got)
 	}
-	if n := q.free(); n != 4 {
+	if n := q.Free(); n != 4 {
 		t.Fatalf("%d free after draining, want 4", n)
 	}
 }
