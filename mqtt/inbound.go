@@ -394,12 +394,3 @@ func setMessageProps(m *Message, p *packet.Properties, now time.Time) {
 		m.UserProps = append(m.UserProps, UserProperty{Key: u.Key, Value: u.Value})
 	}
 }
-
-// cloneOrNil copies b so a Message does not alias a packet's buffer; nil
-// for an empty b, as the stored form decodes it.
-func cloneOrNil(b []byte) []byte {
-	if len(b) == 0 {
-		return nil
-	}
-	return append([]byte(nil), b...)
-}
