@@ -65,6 +65,9 @@ type (
 	// CommitLimit is implemented by engines that apply fewer entries in
 	// one commit than MaxBatchEntries.
 	CommitLimit = driver.CommitLimit
+	// Sharer is implemented by engines whose store another engine can
+	// open as another node (see driver.Sharer).
+	Sharer = driver.Sharer
 )
 
 // Granularities, op kinds and sync modes; see engine/driver.

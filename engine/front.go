@@ -132,6 +132,17 @@ func (f *front) MaxCommitEntries() int {
 	return MaxBatchEntries
 }
 
+// ClientURL passes the backend's answer on (Sharer): empty from a
+// backend whose store no other engine may open. Without it the front
+// would hide a shared store, and callers that open a second node on it
+// (the conformance suite's cross-node cases) would quietly use one.
+func (f *front) ClientURL() string {
+	if s, ok := f.e.(Sharer); ok {
+		return s.ClientURL()
+	}
+	return ""
+}
+
 // frontSnapshot validates keys and checks ctx before a read reaches the
 // backend's snapshot.
 type frontSnapshot struct {

@@ -80,3 +80,12 @@ type CommitLimit interface {
 	// never below 1.
 	MaxCommitEntries() int
 }
+
+// Sharer is implemented by engines whose store another engine instance
+// can open as another node (JetStream on a shared stream: commit=batch).
+type Sharer interface {
+	// ClientURL is what another engine passes as its "url" parameter to
+	// share this engine's store; empty when this engine must stay the
+	// store's only writer.
+	ClientURL() string
+}
