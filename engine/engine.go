@@ -1,124 +1,128 @@
-// Package engine is Tidemark's storage-engine contract: an ordered,
+// Package engine is Tidemark's storage-engine API: an ordered,
 // transactional key-value store with an ordered change log, asynchronous
-// durable commits, watch and retention. Backends live in engine/<name> and
-// register themselves with Register in an init function, the way
-// database/sql drivers do; callers open one by name with Open.
+// durable commits, watch and retention. Callers open an engine by name
+// with Open, the way database/sql opens a database; backends live in
+// engine/<name>, implement the contract of engine/driver and register
+// there in an init function, so a program picks its engines by importing
+// them.
 //
-// The contract every backend keeps:
-//
-//   - A Batch is atomic: all its checks hold and all its ops and log
-//     entries apply, or none do.
-//   - Submit returns at once with a Handle; the handle completes when the
-//     commit is durable under the engine's SyncMode. If commit A's Submit
-//     returned before commit B's Submit was called, A's log keys are lower
-//     than B's, A is visible to readers no later than B, and A's handle
-//     completes no later than B's.
-//   - Log keys are assigned by the engine, strictly increasing in commit
-//     order, and never reissued, even after a restart with a clock that went
-//     backwards. Granularity says whether all entries of one commit share a
-//     key or each gets its own.
-//   - A reader that sees log key K sees every commit with a lower key.
-//   - Watch fires only after the commits it announces are durable.
-//   - No input makes an engine panic; every error wraps one of the
-//     sentinels in errors.go.
+// Every Engine Open returns keeps the contract described in engine/driver:
+// atomic batches, submission-ordered log keys that are never reissued,
+// handles that complete when the commit is durable under the SyncMode,
+// Watch signals only after durability, and errors that wrap the sentinels
+// below. The checks every backend would otherwise repeat (batch limits,
+// key validity, a cancelled ctx, use after Close) are made once here,
+// before a backend sees the call.
 package engine
 
 import (
 	"context"
-	"fmt"
-	"log/slog"
-	"strings"
-	"time"
+
+	"github.com/tidemark-io/tidemark/engine/driver"
 )
 
-// LogKey is a position in the change log. Keys are totally ordered and
-// assigned by the engine: a hybrid-logical-clock timestamp on the embedded
-// engines, the stream sequence on JetStream. Zero is never assigned and
-// means "before the first entry".
-type LogKey uint64
+// The vocabulary callers and backends share is defined in engine/driver
+// and re-exported here under the same names, so callers import engine
+// alone.
+type (
+	// LogKey is a position in the change log (see driver.LogKey).
+	LogKey = driver.LogKey
+	// Granularity says how log keys are shared between the entries of
+	// one commit (see driver.Granularity).
+	Granularity = driver.Granularity
+	// Entry is one change-log entry as a scan returns it.
+	Entry = driver.Entry
+	// Result is what a completed commit reports.
+	Result = driver.Result
+	// LogStats describes the retained change log.
+	LogStats = driver.LogStats
+	// Snapshot is a consistent read view (see driver.Snapshot).
+	Snapshot = driver.Snapshot
+	// Iterator walks a snapshot's keys in ascending order.
+	Iterator = driver.Iterator
+	// Batch is one atomic commit (see driver.Batch).
+	Batch = driver.Batch
+	// Op is one write of a Batch.
+	Op = driver.Op
+	// OpKind says what an Op does.
+	OpKind = driver.OpKind
+	// Check is a precondition of a Batch.
+	Check = driver.Check
+	// Handle is the completion of one submitted commit.
+	Handle = driver.Handle
+	// SyncMode says when a commit counts as durable.
+	SyncMode = driver.SyncMode
+	// Options configures Open (see driver.Options).
+	Options = driver.Options
+	// Param documents one engine-specific option of Options.Params.
+	Param = driver.Param
+	// SeparateCommits is implemented by engines that commit many writes
+	// for more as one commit than as many (see driver.SeparateCommits).
+	SeparateCommits = driver.SeparateCommits
+	// HealthReporter is implemented by engines that know, without
+	// writing, whether they take commits now.
+	HealthReporter = driver.HealthReporter
+	// CommitLimit is implemented by engines that apply fewer entries in
+	// one commit than MaxBatchEntries.
+	CommitLimit = driver.CommitLimit
+	// Sharer is implemented by engines whose store another engine can
+	// open as another node (see driver.Sharer).
+	Sharer = driver.Sharer
+)
 
-// Granularity says how log keys are shared between the entries of one
-// commit.
-type Granularity uint8
-
+// Granularities, op kinds and sync modes; see engine/driver.
 const (
-	// PerTransaction engines give every entry of one commit the same key;
-	// entries of one key are ordered by Entry.Index. An exclusive scan from
-	// K therefore skips the whole commit.
-	PerTransaction Granularity = iota + 1
-	// PerRecord engines give every entry its own key, increasing within a
-	// commit; Entry.Index is always 0 and Entry.Count always 1.
-	PerRecord
+	PerTransaction = driver.PerTransaction
+	PerRecord      = driver.PerRecord
+	OpPut          = driver.OpPut
+	OpDelete       = driver.OpDelete
+	SyncAlways     = driver.SyncAlways
+	SyncInterval   = driver.SyncInterval
+	SyncNone       = driver.SyncNone
 )
 
-func (g Granularity) String() string {
-	switch g {
-	case PerTransaction:
-		return "per-transaction"
-	case PerRecord:
-		return "per-record"
-	}
-	return fmt.Sprintf("Granularity(%d)", uint8(g))
-}
+// Limits every engine accepts, and option defaults; see engine/driver.
+const (
+	MaxKeySize          = driver.MaxKeySize
+	MaxValueSize        = driver.MaxValueSize
+	MaxBatchEntries     = driver.MaxBatchEntries
+	MaxBatchBytes       = driver.MaxBatchBytes
+	DefaultSyncInterval = driver.DefaultSyncInterval
+	DefaultDeferWindow  = driver.DefaultDeferWindow
+)
 
-// Entry is one change-log entry as a scan returns it.
-type Entry struct {
-	Key LogKey
-	// Index is the entry's position among the entries that carry Key.
-	Index uint32
-	// Count is the number of entries that carry Key. Index == Count-1
-	// marks the last one: after it no entry with this key follows, so a
-	// cursor may move to Key.
-	Count uint32
-	// Value is the entry's payload; the caller owns it.
-	Value []byte
-}
+// Sentinel errors every engine error wraps; test them with errors.Is.
+// Their meanings are documented in engine/driver.
+var (
+	ErrNotFound      = driver.ErrNotFound
+	ErrConflict      = driver.ErrConflict
+	ErrClosed        = driver.ErrClosed
+	ErrInvalidKey    = driver.ErrInvalidKey
+	ErrKeyTooLarge   = driver.ErrKeyTooLarge
+	ErrValueTooLarge = driver.ErrValueTooLarge
+	ErrBatchTooLarge = driver.ErrBatchTooLarge
+	ErrEmptyBatch    = driver.ErrEmptyBatch
+	ErrLogTruncated  = driver.ErrLogTruncated
+	ErrUnknownEngine = driver.ErrUnknownEngine
+	ErrUnavailable   = driver.ErrUnavailable
+	ErrInvalidOption = driver.ErrInvalidOption
+	ErrCorrupt       = driver.ErrCorrupt
+	ErrInUse         = driver.ErrInUse
+	ErrWriteFailed   = driver.ErrWriteFailed
+)
 
-// Last reports whether no further entry carries e.Key.
-func (e Entry) Last() bool { return e.Index+1 >= e.Count }
+// ParseSyncMode parses "always", "interval" or "none"; anything else is
+// an error wrapping ErrInvalidOption.
+func ParseSyncMode(s string) (SyncMode, error) { return driver.ParseSyncMode(s) }
 
-// Result is what a completed commit reports.
-type Result struct {
-	// Keys holds the log key of each entry of Batch.Log, in order.
-	Keys []LogKey
-}
+// ValidKey reports whether key may be read or written: non-empty and at
+// most MaxKeySize bytes; otherwise an error wrapping ErrInvalidKey or
+// ErrKeyTooLarge.
+func ValidKey(key []byte) error { return driver.ValidKey(key) }
 
-// LogStats describes the retained change log.
-type LogStats struct {
-	// First and Last are the lowest and highest retained keys; both are
-	// zero when the log is empty.
-	First, Last LogKey
-	// Entries is the number of retained entries.
-	Entries uint64
-	// Bytes is the (possibly estimated) storage the log takes.
-	Bytes uint64
-	// Floor is the truncation floor: entries below it were removed.
-	Floor LogKey
-}
-
-// Snapshot is a consistent read view: it sees every commit that was
-// visible when it was taken and none after.
-type Snapshot interface {
-	// Get returns the value of key, or an error wrapping ErrNotFound.
-	Get(ctx context.Context, key []byte) ([]byte, error)
-	// Iter iterates keys in [lower, upper) in ascending byte order; a nil
-	// upper means no bound.
-	Iter(ctx context.Context, lower, upper []byte) (Iterator, error)
-	// Close releases the snapshot; iterators must be closed first.
-	Close() error
-}
-
-// Iterator walks keys in ascending order. Key and Value are valid until the
-// next call to Next.
-type Iterator interface {
-	Next() bool
-	Key() []byte
-	Value() []byte
-	Err() error
-	Close() error
-}
-
-// Engine is a storage engine. All methods are safe for concurrent use.
+// Engine is an open storage engine, as Open returns it: a backend behind
+// the front that checks arguments, ctx and Close for it. All methods are
+// safe for concurrent use.
 type Engine interface {
 	// Name is the registered driver name.
 	Name() string
@@ -153,31 +157,11 @@ type Engine interface {
 	Close() error
 }
 
-// SeparateCommits is implemented by engines for which a commit of many
-// writes costs more than as many single-write commits submitted together
-// (JetStream: a multi-message commit is an atomic batch with a large fixed
-// cost on the server, single messages are plain publishes in flight
-// together). Callers that may gather independent writes into one commit
-// to save per-commit cost (the broker does) should not on such an engine.
-// Engines that do not implement it commit many writes at once for less.
-type SeparateCommits interface {
-	PrefersSeparateCommits() bool
-}
-
 // PrefersSeparateCommits reports whether e implements SeparateCommits
 // and says so.
 func PrefersSeparateCommits(e Engine) bool {
 	s, ok := e.(SeparateCommits)
 	return ok && s.PrefersSeparateCommits()
-}
-
-// HealthReporter is implemented by engines that know, without writing,
-// whether they can take commits now. Health must answer in constant time:
-// probes call it on every request.
-type HealthReporter interface {
-	// Health returns nil while the engine takes commits, and an error
-	// wrapping ErrWriteFailed (or ErrClosed) while it refuses them.
-	Health() error
 }
 
 // Health reports whether e takes commits now: e's own Health where it
@@ -190,19 +174,6 @@ func Health(e Engine) error {
 	return nil
 }
 
-// CommitLimit is implemented by engines that apply fewer entries in one
-// atomic commit than MaxBatchEntries (JetStream on a server whose atomic
-// batches are limited: 1000 messages by default). A caller whose commits
-// grow with its data (a broker dropping a large session's state) splits
-// them by MaxCommitEntries, not by MaxBatchEntries.
-type CommitLimit interface {
-	// MaxCommitEntries is the most operations, checks and log entries
-	// one batch may carry and still commit atomically. It may go down
-	// while the engine is open (a server that reports a lower limit),
-	// never below 1.
-	MaxCommitEntries() int
-}
-
 // MaxCommitEntries returns the most entries (operations, checks and log
 // entries) one batch may carry on e: MaxBatchEntries, or less when e
 // implements CommitLimit and says so. A batch within it and within the
@@ -212,128 +183,6 @@ func MaxCommitEntries(e Engine) int {
 		return max(1, min(MaxBatchEntries, l.MaxCommitEntries()))
 	}
 	return MaxBatchEntries
-}
-
-// SyncMode says when a commit counts as durable.
-type SyncMode uint8
-
-const (
-	// SyncAlways completes a handle only after the commit was synced to
-	// stable storage. The default.
-	SyncAlways SyncMode = iota
-	// SyncInterval completes a handle once the commit is written to the
-	// operating system; the engine syncs every Options.SyncInterval, so an
-	// operating-system crash can lose that much.
-	SyncInterval
-	// SyncNone never syncs explicitly: a process crash loses nothing
-	// written, an operating-system crash can lose anything not yet flushed.
-	SyncNone
-)
-
-func (m SyncMode) String() string {
-	switch m {
-	case SyncAlways:
-		return "always"
-	case SyncInterval:
-		return "interval"
-	case SyncNone:
-		return "none"
-	}
-	return fmt.Sprintf("SyncMode(%d)", uint8(m))
-}
-
-// ParseSyncMode parses "always", "interval" or "none".
-func ParseSyncMode(s string) (SyncMode, error) {
-	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "", "always":
-		return SyncAlways, nil
-	case "interval":
-		return SyncInterval, nil
-	case "none":
-		return SyncNone, nil
-	}
-	return 0, fmt.Errorf("%w: sync mode %q: use always, interval or none", ErrInvalidOption, s)
-}
-
-// DefaultSyncInterval is the sync period of SyncInterval when none is set.
-const DefaultSyncInterval = 100 * time.Millisecond
-
-// DefaultDeferWindow is how long a deferred commit (Batch.Defer) may wait
-// for another commit's sync when Options.DeferWindow is zero: about two
-// fsyncs of a disk, so a commit that comes after a round trip of the
-// client being served still finds the held sync.
-const DefaultDeferWindow = time.Millisecond
-
-// Options configures Open. The zero value (with Dir set) is a synced
-// engine on the system clock.
-type Options struct {
-	// Dir is the engine's data directory; created if missing.
-	Dir string
-	// Sync is the durability mode; SyncAlways by default.
-	Sync SyncMode
-	// SyncInterval is the sync period under SyncInterval.
-	SyncInterval time.Duration
-	// DeferWindow bounds how long a deferred commit (Batch.Defer) waits
-	// under SyncAlways for a later commit's sync before the engine syncs
-	// it alone; DefaultDeferWindow when zero, never when negative. An
-	// engine whose every commit costs a round trip, sync or not, may apply
-	// it in every sync mode (the jetstream engine does).
-	DeferWindow time.Duration
-	// Clock is the wall clock log keys are derived from; time.Now when nil.
-	// Tests move it to check that keys stay monotonic across restarts.
-	Clock func() time.Time
-	// Logger receives the engine's logs; slog.Default() when nil.
-	Logger *slog.Logger
-	// Params holds engine-specific settings by name (see each driver's
-	// Params). Unknown names are an error.
-	Params map[string]string
-}
-
-// Now returns the options' clock reading.
-func (o *Options) Now() time.Time {
-	if o.Clock != nil {
-		return o.Clock()
-	}
-	return time.Now()
-}
-
-// Log returns the options' logger.
-func (o *Options) Log() *slog.Logger {
-	if o.Logger != nil {
-		return o.Logger
-	}
-	return slog.Default()
-}
-
-// Interval returns the sync period, defaulted.
-func (o *Options) Interval() time.Duration {
-	if o.SyncInterval > 0 {
-		return o.SyncInterval
-	}
-	return DefaultSyncInterval
-}
-
-// Deferral returns how long a deferred commit may wait for a later
-// commit's sync, defaulted; zero (always, unless Sync is SyncAlways)
-// means commits are never deferred.
-func (o *Options) Deferral() time.Duration {
-	if o.Sync != SyncAlways {
-		return 0
-	}
-	return o.DeferralAnyMode()
-}
-
-// DeferralAnyMode is Deferral in every sync mode, for an engine whose
-// commits each cost a round trip (to a server, say) with or without a
-// sync: deferring then saves the round trip.
-func (o *Options) DeferralAnyMode() time.Duration {
-	switch {
-	case o.DeferWindow < 0:
-		return 0
-	case o.DeferWindow == 0:
-		return DefaultDeferWindow
-	}
-	return o.DeferWindow
 }
 
 // Commit submits b and waits for its durable completion.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/internal/hlc"
 )
 
 // Sentinel errors of the table layer. Errors wrap one of them, and where
@@ -113,7 +114,7 @@ type Options struct {
 type DB struct {
 	e   engine.Engine
 	log *slog.Logger
-	hlc *engine.HLC
+	hlc *hlc.Clock
 
 	// mu orders version assignment with engine submission, so a record's
 	// versions increase in log order.
@@ -163,7 +164,7 @@ func Open(ctx context.Context, e engine.Engine, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("table: open: %w", err)
 	}
 	db := &DB{e: e, log: logger.With("layer", "table")}
-	db.hlc = engine.NewHLC(opts.Clock, engine.LogKey(max(uint64(maxVer), uint64(top), uint64(head.key))))
+	db.hlc = hlc.New(opts.Clock, engine.LogKey(max(uint64(maxVer), uint64(top), uint64(head.key))))
 	tctx, cancel := context.WithCancel(context.Background())
 	db.ctx, db.cancel = tctx, cancel
 	db.tail = newTail(db, head, window, maxBytes)

@@ -15,11 +15,14 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/dgraph-io/badger/v4/skl"
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 	"github.com/tidemark-io/tidemark/engine/internal/deferral"
 	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
+	"github.com/tidemark-io/tidemark/engine/internal/group"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
+	"github.com/tidemark-io/tidemark/engine/internal/snapguard"
 	"github.com/tidemark-io/tidemark/engine/internal/space"
+	"github.com/tidemark-io/tidemark/internal/hlc"
 )
 
 // Parameter bounds and defaults, in MiB.
@@ -36,7 +39,7 @@ const (
 	// queue blocks Submit (back-pressure). It also bounds one group.
 	queueLen = 1024
 	// valueLogFileSize is the size at which Badger starts a new value-log
-	// file; it must exceed engine.MaxValueSize.
+	// file; it must exceed driver.MaxValueSize.
 	valueLogFileSize = 64 << 20
 	// gcEvery is the period of value-log garbage collection.
 	gcEvery = 5 * time.Minute
@@ -46,15 +49,15 @@ const (
 )
 
 func init() {
-	engine.Register(Name, engine.Driver{
+	driver.Register(Name, driver.Driver{
 		Open: open,
-		Params: []engine.Param{
+		Params: []driver.Param{
 			{Name: "memtable_mb", Default: strconv.Itoa(defaultMemtableMB),
 				Doc: fmt.Sprintf("memtable size in MiB (%d to %d); a Badger transaction may take 15%% of it", minMemtableMB, maxMemtableMB)},
 			{Name: "cache_mb", Default: strconv.Itoa(defaultCacheMB),
 				Doc: fmt.Sprintf("block cache size in MiB (1 to %d)", maxCacheMB)},
 			{Name: "reserve_mb", Default: fmt.Sprintf("%d x memtable_mb", defaultReserveMemtables),
-				Doc: "free space in MiB commits leave on the data directory's file system for Badger's flushes and compactions (0 to 1048576); commits that would use it are refused with engine.ErrWriteFailed"},
+				Doc: "free space in MiB commits leave on the data directory's file system for Badger's flushes and compactions (0 to 1048576); commits that would use it are refused with driver.ErrWriteFailed"},
 		},
 		Doc: "embedded LSM with value log (dgraph-io/badger v4); one log key per transaction; group commit packs waiting commits into one Badger transaction",
 	})
@@ -62,17 +65,19 @@ func init() {
 
 // db is the engine.
 //
-// Locks: gate orders Submit against Close (Submit sends under its read
-// lock, Close closes the queue under its write lock). rw guards the Badger
+// Locks: the engine front never calls Submit during or after Close, so
+// the queue (engine/internal/group) needs no lock of its own against it;
+// gate guards closed, which the space probe reads. rw guards the Badger
 // handle: every call into Badger outside the writer holds its read lock,
 // Close takes it exclusively after the writer stopped. groupMu is held by
 // the writer while a group commits, so Truncate can wait out a group that
-// holds keys below its floor. regMu guards readers.
+// holds keys below its floor. guard keeps Badger
+// open under reads (engine/internal/snapguard).
 type db struct {
 	lock *dirlock.Lock // the data directory, held while open
 	bdb  *badger.DB
-	opts engine.Options
-	hlc  *engine.HLC
+	opts driver.Options
+	hlc  *hlc.Clock
 	log  *slog.Logger
 	lim  txnLimits
 	ver  versions
@@ -83,38 +88,37 @@ type db struct {
 
 	gate   sync.RWMutex
 	closed bool
-	queue  chan *pending
+	queue  *group.Queue[*pending]
 
 	groupMu    sync.Mutex
 	txns       atomic.Uint64 // Badger transactions the writer committed
 	truncateMu sync.Mutex
 	floor      atomic.Uint64
 
-	rw      sync.RWMutex
-	rclosed bool
-	regMu   sync.Mutex
-	readers map[*snapshot]struct{}
+	// guard keeps Badger open under every read and ends the open
+	// snapshots on Close (engine/internal/snapguard).
+	guard *snapguard.Guard[*snapshot]
 
-	notifier   engine.Notifier
+	notifier   driver.Notifier
 	writerDone chan struct{}
 	deferGate  *deferral.Gate // picks the deferred commits that wait for company
 	bg         sync.WaitGroup
 	stop       chan struct{}
 }
 
-func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
+func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 	if opts.Dir == "" {
-		return nil, fmt.Errorf("%w: badger needs a data directory (Options.Dir)", engine.ErrInvalidOption)
+		return nil, fmt.Errorf("%w: badger needs a data directory (Options.Dir)", driver.ErrInvalidOption)
 	}
-	memMB, err := engine.IntParam(opts, "badger", "memtable_mb", defaultMemtableMB, minMemtableMB, maxMemtableMB)
+	memMB, err := driver.IntParam(opts, "badger", "memtable_mb", defaultMemtableMB, minMemtableMB, maxMemtableMB)
 	if err != nil {
 		return nil, err
 	}
-	cacheMB, err := engine.IntParam(opts, "badger", "cache_mb", defaultCacheMB, 1, maxCacheMB)
+	cacheMB, err := driver.IntParam(opts, "badger", "cache_mb", defaultCacheMB, 1, maxCacheMB)
 	if err != nil {
 		return nil, err
 	}
-	reserveMB, err := engine.IntParam(opts, "badger", "reserve_mb", defaultReserveMemtables*memMB, 0, 1<<20)
+	reserveMB, err := driver.IntParam(opts, "badger", "reserve_mb", defaultReserveMemtables*memMB, 0, 1<<20)
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +129,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 	lim := limitsFor(int64(memMB) << 20)
 	bopts := badger.DefaultOptions(opts.Dir).
 		WithLogger(slogLogger{log}).
-		WithSyncWrites(opts.Sync == engine.SyncAlways).
+		WithSyncWrites(opts.Sync == driver.SyncAlways).
 		WithMemTableSize(int64(memMB) << 20).
 		WithNumMemtables(3).
 		WithBlockCacheSize(int64(cacheMB) << 20).
@@ -156,14 +160,14 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		opts:       opts,
 		log:        log,
 		lim:        lim,
-		queue:      make(chan *pending, queueLen),
-		readers:    map[*snapshot]struct{}{},
+		guard:      snapguard.New[*snapshot](),
 		writerDone: make(chan struct{}),
 		deferGate:  deferral.NewGate(opts.Deferral()),
 		stop:       make(chan struct{}),
 
 		reserveBytes: int64(reserveMB) << 20,
 	}
+	d.queue = d.newQueue()
 	d.space = space.NewGuard("badger", opts.Dir, d.reserve, log)
 	d.ver.init(bdb.MaxVersion())
 	top, floor, err := d.recoverKeys()
@@ -180,9 +184,9 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 	}
 	d.floor.Store(uint64(floor))
 	// Never reissue a key at or below one on disk, whatever the clock says.
-	d.hlc = engine.NewHLC(opts.Clock, max(top, floor))
+	d.hlc = hlc.New(opts.Clock, max(top, floor))
 	go d.writer()
-	if opts.Sync == engine.SyncInterval {
+	if opts.Sync == driver.SyncInterval {
 		d.bg.Add(1)
 		go func() {
 			defer d.bg.Done()
@@ -211,8 +215,8 @@ type txnLimits struct {
 func limitsFor(memtable int64) txnLimits {
 	size := memtable * 15 / 100
 	const reserve = 64 // Badger's end-of-transaction entry, with room to spare
-	perEntry := int64(1+engine.MaxKeySize) + 12
-	t := (size-reserve)/engine.MaxBatchEntries - perEntry
+	perEntry := int64(1+driver.MaxKeySize) + 12
+	t := (size-reserve)/driver.MaxBatchEntries - perEntry
 	return txnLimits{
 		size:           size - reserve,
 		count:          size/int64(skl.MaxNodeSize) - 2,
@@ -229,7 +233,7 @@ func (l txnLimits) entrySize(key, value int) int64 {
 }
 
 // recoverKeys returns the highest log key on disk and the truncation floor.
-func (d *db) recoverKeys() (top, floor engine.LogKey, err error) {
+func (d *db) recoverKeys() (top, floor driver.LogKey, err error) {
 	txn := d.newTxn(false)
 	defer d.endTxn(txn)
 	item, err := txn.Get(kvlog.MetaFloor)
@@ -271,7 +275,7 @@ func bytesOf(n int, c byte) []byte {
 }
 
 func (d *db) Name() string                    { return Name }
-func (d *db) Granularity() engine.Granularity { return engine.PerTransaction }
+func (d *db) Granularity() driver.Granularity { return driver.PerTransaction }
 
 func (d *db) Watch(ctx context.Context) <-chan struct{} { return d.notifier.Subscribe(ctx) }
 
@@ -321,10 +325,10 @@ func (d *db) Close() error {
 	d.gate.Lock()
 	if d.closed {
 		d.gate.Unlock()
-		return fmt.Errorf("badger: close: %w", engine.ErrClosed)
+		return fmt.Errorf("badger: close: %w", driver.ErrClosed)
 	}
 	d.closed = true
-	close(d.queue)
+	d.queue.Close()
 	d.gate.Unlock()
 	<-d.writerDone
 	close(d.stop)
@@ -332,20 +336,13 @@ func (d *db) Close() error {
 	d.space.Close()
 	d.notifier.Close()
 
-	d.rw.Lock()
-	defer d.rw.Unlock()
-	d.rclosed = true
-	d.regMu.Lock()
-	for s := range d.readers {
-		s.closeAll()
-	}
-	d.readers = nil
-	d.regMu.Unlock()
 	defer d.lock.Release()
-	if err := d.bdb.Close(); err != nil {
-		return fmt.Errorf("badger: close: %w", err)
-	}
-	return nil
+	return d.guard.Close((*snapshot).closeAll, func() error {
+		if err := d.bdb.Close(); err != nil {
+			return fmt.Errorf("badger: close: %w", err)
+		}
+		return nil
+	})
 }
 
 // slogLogger routes Badger's logs to slog. Badger's info chatter goes to

@@ -21,10 +21,12 @@
 // contributes nothing and completes with engine.ErrConflict; the others in
 // the group are unaffected. The engine runs Badger in managed mode and
 // issues Badger's versions itself (see versions): with one writer
-// committing in order, Badger's own timestamp bookkeeping is only cost. When fewer commits arrived since the last
-// group completed than that group held, the writer waits a little (at most
-// 250µs, and at most half the last group's commit time) for the rest, so
-// closed-loop submitters do not split into two groups and pay two syncs.
+// committing in order, Badger's own timestamp bookkeeping is only cost.
+// The queue is the engines' shared one (engine/internal/group); badger's
+// gather rule: when fewer commits arrived since the last group completed
+// than that group held, the writer waits a little (at most 250µs, and at
+// most half the last group's commit time) for the rest, so closed-loop
+// submitters do not split into two groups and pay two syncs.
 // Under SyncAlways a group of only deferred commits (Batch.Defer) waits up
 // to the defer window for a commit that is not deferred, and goes with it.
 // A commit becomes visible to readers when the Badger transaction carrying

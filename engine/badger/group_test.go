@@ -20,7 +20,7 @@ func openDB(t *testing.T, dir string, mods ...func(*engine.Options)) *db {
 	for _, m := range mods {
 		m(&opts)
 	}
-	e, err := engine.Open(t.Context(), Name, opts)
+	e, err := open(t.Context(), opts)
 	if err != nil {
 		t.Fatalf("open: %v", err)
 	}

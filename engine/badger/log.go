@@ -10,7 +10,7 @@ import (
 	"math"
 
 	"github.com/dgraph-io/badger/v4"
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 )
 
@@ -22,24 +22,21 @@ const (
 	truncateBatch = 4096
 	// maxTruncate is the highest key Truncate accepts: truncating raises
 	// the clock to below, and the clock must keep room to count on.
-	maxTruncate = engine.LogKey(math.MaxUint64 >> 1)
+	maxTruncate = driver.LogKey(math.MaxUint64 >> 1)
 )
 
 var logPrefix = []byte{kvlog.LogPrefix}
 
 // logKeyOf decodes the log key of a stored log key.
-func logKeyOf(stored []byte) (engine.LogKey, error) {
+func logKeyOf(stored []byte) (driver.LogKey, error) {
 	if len(stored) != kvlog.LogKeyLen || stored[0] != kvlog.LogPrefix {
-		return 0, fmt.Errorf("%w: log key %x", engine.ErrCorrupt, stored)
+		return 0, fmt.Errorf("%w: log key %x", driver.ErrCorrupt, stored)
 	}
-	return engine.LogKey(binary.BigEndian.Uint64(stored[1:])), nil
+	return driver.LogKey(binary.BigEndian.Uint64(stored[1:])), nil
 }
 
-func (d *db) ScanLog(ctx context.Context, from engine.LogKey, exclusive bool, fn func(engine.Entry) bool) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("badger: scan log: %w", err)
-	}
-	if exclusive && from == ^engine.LogKey(0) {
+func (d *db) ScanLog(ctx context.Context, from driver.LogKey, exclusive bool, fn func(driver.Entry) bool) error {
+	if exclusive && from == ^driver.LogKey(0) {
 		return d.alive("scan log")
 	}
 	// Each page is read in its own read transaction.
@@ -48,24 +45,22 @@ func (d *db) ScanLog(ctx context.Context, from engine.LogKey, exclusive bool, fn
 
 // alive reports ErrClosed once the engine closed.
 func (d *db) alive(what string) error {
-	d.rw.RLock()
-	defer d.rw.RUnlock()
-	if d.rclosed {
-		return fmt.Errorf("badger: %s: %w", what, engine.ErrClosed)
+	if !d.guard.Enter() {
+		return fmt.Errorf("badger: %s: %w", what, driver.ErrClosed)
 	}
+	defer d.guard.RUnlock()
 	return nil
 }
 
 // readLogPage reads up to scanPage entries from seek and returns them with
 // the stored key to continue from (nil at the end of the log).
-func (d *db) readLogPage(seek []byte, start engine.LogKey, checkFloor bool) ([]engine.Entry, []byte, error) {
-	d.rw.RLock()
-	defer d.rw.RUnlock()
-	if d.rclosed {
-		return nil, nil, fmt.Errorf("badger: scan log: %w", engine.ErrClosed)
+func (d *db) readLogPage(seek []byte, start driver.LogKey, checkFloor bool) ([]driver.Entry, []byte, error) {
+	if !d.guard.Enter() {
+		return nil, nil, fmt.Errorf("badger: scan log: %w", driver.ErrClosed)
 	}
+	defer d.guard.RUnlock()
 	if checkFloor {
-		if err := kvlog.CheckFloor(start, engine.LogKey(d.floor.Load())); err != nil {
+		if err := kvlog.CheckFloor(start, driver.LogKey(d.floor.Load())); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -73,13 +68,13 @@ func (d *db) readLogPage(seek []byte, start engine.LogKey, checkFloor bool) ([]e
 	defer d.endTxn(txn)
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: logPrefix})
 	defer it.Close()
-	page := make([]engine.Entry, 0, 16)
+	page := make([]driver.Entry, 0, 16)
 	for it.Seek(seek); it.Valid(); it.Next() {
 		item := it.Item()
 		if len(page) == scanPage {
 			return page, item.KeyCopy(nil), nil
 		}
-		var e engine.Entry
+		var e driver.Entry
 		var derr error
 		if err := item.Value(func(v []byte) error {
 			e, derr = kvlog.DecodeEntry(item.Key(), v)
@@ -99,19 +94,16 @@ func (d *db) readLogPage(seek []byte, start engine.LogKey, checkFloor bool) ([]e
 // entries under it in bounded transactions. Raising the floor first means
 // a crash part-way never exposes a log with a silent hole: scans below the
 // floor fail with ErrLogTruncated, and the next open finishes the deletes.
-func (d *db) Truncate(ctx context.Context, below engine.LogKey) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("badger: truncate: %w", err)
-	}
+func (d *db) Truncate(ctx context.Context, below driver.LogKey) error {
 	if err := d.alive("truncate"); err != nil {
 		return err
 	}
 	if below > maxTruncate {
-		return fmt.Errorf("%w: truncate below %d: above the highest key the engine can issue", engine.ErrInvalidOption, below)
+		return fmt.Errorf("%w: truncate below %d: above the highest key the engine can issue", driver.ErrInvalidOption, below)
 	}
 	d.truncateMu.Lock()
 	defer d.truncateMu.Unlock()
-	if below <= engine.LogKey(d.floor.Load()) {
+	if below <= driver.LogKey(d.floor.Load()) {
 		return nil
 	}
 	// Later commits get keys at or above below, and the group being
@@ -127,12 +119,11 @@ func (d *db) Truncate(ctx context.Context, below engine.LogKey) error {
 	return d.deleteLogBelow(ctx, below)
 }
 
-func (d *db) setFloor(below engine.LogKey) error {
-	d.rw.RLock()
-	defer d.rw.RUnlock()
-	if d.rclosed {
-		return fmt.Errorf("badger: truncate: %w", engine.ErrClosed)
+func (d *db) setFloor(below driver.LogKey) error {
+	if !d.guard.Enter() {
+		return fmt.Errorf("badger: truncate: %w", driver.ErrClosed)
 	}
+	defer d.guard.RUnlock()
 	if err := d.admitTruncate(1); err != nil {
 		return err
 	}
@@ -149,7 +140,7 @@ func (d *db) setFloor(below engine.LogKey) error {
 }
 
 // deleteLogBelow deletes every log entry with a key below below.
-func (d *db) deleteLogBelow(ctx context.Context, below engine.LogKey) error {
+func (d *db) deleteLogBelow(ctx context.Context, below driver.LogKey) error {
 	if below == 0 {
 		return nil
 	}
@@ -168,11 +159,10 @@ func (d *db) deleteLogBelow(ctx context.Context, below engine.LogKey) error {
 // deleteLogBatch deletes up to truncateBatch log keys below upper and
 // reports whether none are left.
 func (d *db) deleteLogBatch(upper []byte) (bool, error) {
-	d.rw.RLock()
-	defer d.rw.RUnlock()
-	if d.rclosed {
-		return false, fmt.Errorf("badger: truncate: %w", engine.ErrClosed)
+	if !d.guard.Enter() {
+		return false, fmt.Errorf("badger: truncate: %w", driver.ErrClosed)
 	}
+	defer d.guard.RUnlock()
 	var keys [][]byte
 	rtxn := d.newTxn(false)
 	it := rtxn.NewIterator(badger.IteratorOptions{Prefix: logPrefix})
@@ -206,13 +196,12 @@ func (d *db) deleteLogBatch(upper []byte) (bool, error) {
 
 // LogStats counts the retained log from the floor up. Bytes is Badger's
 // estimate of the stored keys and values, value-log values included.
-func (d *db) LogStats(ctx context.Context) (engine.LogStats, error) {
-	d.rw.RLock()
-	defer d.rw.RUnlock()
-	if d.rclosed {
-		return engine.LogStats{}, fmt.Errorf("badger: log stats: %w", engine.ErrClosed)
+func (d *db) LogStats(ctx context.Context) (driver.LogStats, error) {
+	if !d.guard.Enter() {
+		return driver.LogStats{}, fmt.Errorf("badger: log stats: %w", driver.ErrClosed)
 	}
-	st := engine.LogStats{Floor: engine.LogKey(d.floor.Load())}
+	defer d.guard.RUnlock()
+	st := driver.LogStats{Floor: driver.LogKey(d.floor.Load())}
 	txn := d.newTxn(false)
 	defer d.endTxn(txn)
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: logPrefix})

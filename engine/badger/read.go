@@ -10,7 +10,7 @@ import (
 	"sync"
 
 	"github.com/dgraph-io/badger/v4"
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 )
 
@@ -27,39 +27,27 @@ type snapshot struct {
 	closed bool
 }
 
-func (d *db) Snapshot(ctx context.Context) (engine.Snapshot, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("badger: snapshot: %w", err)
+func (d *db) Snapshot(ctx context.Context) (driver.Snapshot, error) {
+	if !d.guard.Enter() {
+		return nil, fmt.Errorf("badger: snapshot: %w", driver.ErrClosed)
 	}
-	d.rw.RLock()
-	defer d.rw.RUnlock()
-	if d.rclosed {
-		return nil, fmt.Errorf("badger: snapshot: %w", engine.ErrClosed)
-	}
+	defer d.guard.RUnlock()
 	s := &snapshot{d: d, txn: d.newTxn(false), iters: map[*iterator]struct{}{}}
-	d.regMu.Lock()
-	d.readers[s] = struct{}{}
-	d.regMu.Unlock()
+	d.guard.Add(s)
 	return s, nil
 }
 
 func (s *snapshot) Get(ctx context.Context, key []byte) ([]byte, error) {
-	if err := engine.ValidKey(key); err != nil {
-		return nil, fmt.Errorf("badger: get: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("badger: get: %w", err)
-	}
-	s.d.rw.RLock()
-	defer s.d.rw.RUnlock()
+	s.d.guard.RLock()
+	defer s.d.guard.RUnlock()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return nil, fmt.Errorf("badger: get: %w", engine.ErrClosed)
+		return nil, fmt.Errorf("badger: get: %w", driver.ErrClosed)
 	}
 	item, err := s.txn.Get(kvlog.DataKey(nil, key))
 	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, fmt.Errorf("badger: get %q: %w", key, engine.ErrNotFound)
+		return nil, fmt.Errorf("badger: get %q: %w", key, driver.ErrNotFound)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("badger: get %q: %w", key, err)
@@ -74,16 +62,13 @@ func (s *snapshot) Get(ctx context.Context, key []byte) ([]byte, error) {
 	return v, nil
 }
 
-func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (engine.Iterator, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("badger: iter: %w", err)
-	}
-	s.d.rw.RLock()
-	defer s.d.rw.RUnlock()
+func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (driver.Iterator, error) {
+	s.d.guard.RLock()
+	defer s.d.guard.RUnlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, fmt.Errorf("badger: iter: %w", engine.ErrClosed)
+		return nil, fmt.Errorf("badger: iter: %w", driver.ErrClosed)
 	}
 	w := &iterator{
 		s:     s,
@@ -97,11 +82,9 @@ func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (engine.Iterat
 
 // Close closes the snapshot and any iterator still open on it.
 func (s *snapshot) Close() error {
-	s.d.rw.RLock()
-	defer s.d.rw.RUnlock()
-	s.d.regMu.Lock()
-	delete(s.d.readers, s)
-	s.d.regMu.Unlock()
+	s.d.guard.RLock()
+	defer s.d.guard.RUnlock()
+	s.d.guard.Remove(s)
 	s.closeAll()
 	return nil
 }
@@ -138,13 +121,13 @@ type iterator struct {
 }
 
 func (w *iterator) Next() bool {
-	w.s.d.rw.RLock()
-	defer w.s.d.rw.RUnlock()
+	w.s.d.guard.RLock()
+	defer w.s.d.guard.RUnlock()
 	w.s.mu.RLock()
 	defer w.s.mu.RUnlock()
 	if w.closed {
 		if w.err == nil {
-			w.err = fmt.Errorf("badger: iter: %w", engine.ErrClosed)
+			w.err = fmt.Errorf("badger: iter: %w", driver.ErrClosed)
 		}
 		w.key, w.val = nil, nil
 		return false
@@ -184,8 +167,8 @@ func (w *iterator) Value() []byte { return w.val }
 func (w *iterator) Err() error    { return w.err }
 
 func (w *iterator) Close() error {
-	w.s.d.rw.RLock()
-	defer w.s.d.rw.RUnlock()
+	w.s.d.guard.RLock()
+	defer w.s.d.guard.RUnlock()
 	w.s.mu.Lock()
 	defer w.s.mu.Unlock()
 	if w.closed {

@@ -7,7 +7,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 	"github.com/tidemark-io/tidemark/engine/internal/space"
 )
@@ -19,7 +19,7 @@ import (
 // never lets Badger meet a full disk: before each group of commits (and
 // each truncation step) it asks a space guard (engine/internal/space)
 // whether the group's bytes fit while leaving a reserve free, and refuses
-// the group with engine.ErrWriteFailed (wrapping syscall.ENOSPC) when not.
+// the group with driver.ErrWriteFailed (wrapping syscall.ENOSPC) when not.
 // The reserve is the reserve_mb parameter plus what flushing the current
 // memtables will write (the space their WAL files take). From the first
 // refusal every commit is refused at once and Health reports it, until
@@ -76,13 +76,13 @@ func groupBytes(ps []*pending) int64 {
 }
 
 // Health reports whether the engine takes commits: nil, or an error
-// wrapping engine.ErrWriteFailed that says since when and what to do.
+// wrapping driver.ErrWriteFailed that says since when and what to do.
 func (d *db) Health() error {
 	d.gate.RLock()
 	closed := d.closed
 	d.gate.RUnlock()
 	if closed {
-		return fmt.Errorf("badger: %w", engine.ErrClosed)
+		return fmt.Errorf("badger: %w", driver.ErrClosed)
 	}
 	return d.space.Health()
 }

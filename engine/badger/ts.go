@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 )
 
 // versions issues Badger's versions itself (Badger's managed mode). In
@@ -101,7 +101,7 @@ func (d *db) commitTxn(txn *badger.Txn) error {
 			return err
 		}
 		// Whatever else fails a commit is the store's writes failing.
-		return d.space.Fail(fmt.Errorf("badger: %w: %w", engine.ErrWriteFailed, err))
+		return d.space.Fail(fmt.Errorf("badger: %w: %w", driver.ErrWriteFailed, err))
 	}
 	d.ver.read.Store(t)
 	return nil

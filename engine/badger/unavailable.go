@@ -2,9 +2,9 @@
 
 package badger
 
-import "github.com/tidemark-io/tidemark/engine"
+import "github.com/tidemark-io/tidemark/engine/driver"
 
 func init() {
-	engine.RegisterUnavailable(Name, "the Badger engine was left out of this build by the nobadger tag; "+
+	driver.RegisterUnavailable(Name, "the Badger engine was left out of this build by the nobadger tag; "+
 		"rebuild without -tags nobadger to include it")
 }

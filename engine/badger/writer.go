@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/dgraph-io/badger/v4"
-	"github.com/tidemark-io/tidemark/engine"
-	"github.com/tidemark-io/tidemark/engine/internal/deferral"
+	"github.com/tidemark-io/tidemark/engine/driver"
+	"github.com/tidemark-io/tidemark/engine/internal/group"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 )
 
@@ -19,55 +19,33 @@ import (
 // prepares the stored keys and values so the writer only assigns the log
 // key, checks and writes.
 type pending struct {
-	b        *engine.Batch
-	complete func(engine.Result, error)
+	b        *driver.Batch
+	complete func(driver.Result, error)
 	data     [][]byte // stored key of each op
 	checks   [][]byte // stored key of each check
 	logVals  [][]byte // stored value of each log entry
 	size     int64    // Badger's size estimate of the commit's entries
 	bytes    int64    // keys and values, for the space guard (groupBytes)
 	count    int64    // number of Badger entries
-	after    uint64   // transactions the writer had committed when it was submitted
-	deferred bool     // engine.Batch.Defer, and the gate let it wait
+	deferred bool     // driver.Batch.Defer, and the gate let it wait
 
-	res engine.Result
+	res driver.Result
 	err error // set when the commit fails on its own (conflict, too big)
 }
 
-func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error) {
-	if err := b.Validate(); err != nil {
-		return nil, fmt.Errorf("badger: submit: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("badger: submit: %w", err)
-	}
+func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error) {
 	p := d.prepare(b)
-	p.after = d.txns.Load()
 	p.deferred = d.deferGate.Defer(b)
-	h, complete := engine.NewHandle()
+	h, complete := driver.NewHandle()
 	p.complete = complete
-
-	d.gate.RLock()
-	defer d.gate.RUnlock()
-	if d.closed {
-		return nil, fmt.Errorf("badger: submit: %w", engine.ErrClosed)
+	// A full queue makes Submit wait for room, or give up when ctx ends.
+	if err := d.queue.Put(ctx, p); err != nil {
+		return nil, fmt.Errorf("badger: submit: %w", err)
 	}
-	select {
-	case d.queue <- p:
-		return h, nil
-	default:
-	}
-	// The queue is full: wait for room, or give up when ctx ends. Close
-	// waits for this send, which the writer's draining makes finite.
-	select {
-	case d.queue <- p:
-		return h, nil
-	case <-ctx.Done():
-		return nil, fmt.Errorf("badger: submit: %w", ctx.Err())
-	}
+	return h, nil
 }
 
-func (d *db) prepare(b *engine.Batch) *pending {
+func (d *db) prepare(b *driver.Batch) *pending {
 	p := &pending{b: b, data: make([][]byte, len(b.Ops)), checks: make([][]byte, len(b.Checks))}
 	for i := range b.Ops {
 		op := &b.Ops[i]
@@ -90,28 +68,52 @@ func (d *db) prepare(b *engine.Batch) *pending {
 	return p
 }
 
-// writer drains the queue: it takes every commit waiting and commits them
-// as a group, until Close closes the queue and it is empty.
-func (d *db) writer() {
-	defer close(d.writerDone)
-	group := make([]*pending, 0, queueLen)
-	var last int
-	var took time.Duration
+// newQueue returns the writer's queue: groups of up to queueLen commits,
+// gathered under the badger rule, with deferred commits held open for
+// company under SyncAlways.
+func (d *db) newQueue() *group.Queue[*pending] {
 	// Only a sync is worth waiting for: without one, a commit that comes
 	// late costs a Badger transaction of its own (tens of microseconds),
 	// about what the wait would have cost every group.
-	syncs := d.opts.Sync == engine.SyncAlways
-	for p := range d.queue {
-		wait := time.Duration(0)
-		if syncs {
-			wait = min(gatherWait, took/2)
-		}
-		group = d.gather(append(group[:0], p), last, wait)
-		if deferral.All(group, isDeferred) {
-			deferral.Linger(d.queue, d.deferGate.Window(), func(q *pending) bool {
-				group = append(group, q)
-				return q.deferred && len(group) < queueLen
-			})
+	syncs := d.opts.Sync == driver.SyncAlways
+	return group.New(group.Options[*pending]{
+		Limit:    queueLen,
+		MaxGroup: queueLen,
+		Rule: group.Rule{
+			Wait: func(_ int, took time.Duration) time.Duration {
+				if !syncs {
+					return 0
+				}
+				return min(gatherWait, took/2)
+			},
+			Returned: true,
+		},
+		Linger:   d.deferGate.Window(),
+		Deferred: func(p *pending) bool { return p.deferred },
+	})
+}
+
+// gatherWait bounds how long the writer waits for stragglers: small next
+// to a sync, which is what splitting them into a group of their own costs.
+//
+// The submitters whose commits the last group completed typically submit
+// again at once; without waiting for them, the first few that arrive start
+// a group of their own and the rest a second one, and the split persists,
+// costing a sync per group. So when fewer commits came back since the last
+// group completed than it held, the writer waits up to half the time that
+// group took, at most gatherWait, for the rest (group.Rule.Returned).
+const gatherWait = 250 * time.Microsecond
+
+// writer takes every commit waiting and commits them as a group, until
+// Close closes the queue and it is empty.
+func (d *db) writer() {
+	defer close(d.writerDone)
+	buf := make([]*pending, 0, queueLen)
+	all := func(bool, *pending) bool { return true }
+	for {
+		group := d.queue.Next(buf, all)
+		if group == nil {
+			return
 		}
 		start := time.Now()
 		if err := d.space.Admit(groupBytes(group)); err != nil {
@@ -120,66 +122,9 @@ func (d *db) writer() {
 			continue
 		}
 		d.commitGroup(group)
-		took = time.Since(start)
-		last = len(group)
+		d.queue.Done(len(group), time.Since(start))
 		clear(group)
 	}
-}
-
-func isDeferred(p *pending) bool { return p.deferred }
-
-// gatherWait bounds how long the writer waits for stragglers: small next
-// to a sync, which is what splitting them into a group of their own costs.
-const gatherWait = 250 * time.Microsecond
-
-// gather adds the commits waiting in the queue to group. The submitters
-// whose commits the last group completed typically submit again at once;
-// without waiting for them, the first few that arrive start a group of
-// their own and the rest a second one, and the split persists, costing a
-// sync per group. So when fewer commits arrived since the last group
-// completed than it held, gather waits up to wait for the rest (the writer
-// passes 0 unless every commit syncs).
-func (d *db) gather(group []*pending, last int, wait time.Duration) []*pending {
-	done := d.txns.Load()
-	back := 0 // commits submitted after the last group completed
-	add := func(q *pending) {
-		group = append(group, q)
-		if q.after == done {
-			back++
-		}
-	}
-	first := group[0]
-	group = group[:0]
-	add(first)
-	for len(group) < queueLen {
-		select {
-		case q, ok := <-d.queue:
-			if !ok {
-				return group
-			}
-			add(q)
-			continue
-		default:
-		}
-		break
-	}
-	if back >= last || len(group) >= queueLen || wait <= 0 {
-		return group
-	}
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	for back < last && len(group) < queueLen {
-		select {
-		case q, ok := <-d.queue:
-			if !ok {
-				return group
-			}
-			add(q)
-		case <-timer.C:
-			return group
-		}
-	}
-	return group
 }
 
 // commitGroup commits group in as few Badger transactions as its size
@@ -225,14 +170,14 @@ func (d *db) commitSome(group []*pending) (n int, logged bool) {
 		txn = nil
 		if n == 0 {
 			if errors.Is(err, badger.ErrTxnTooBig) {
-				err = fmt.Errorf("badger: %w: the commit does not fit one Badger transaction (%w)", engine.ErrBatchTooLarge, err)
+				err = fmt.Errorf("badger: %w: the commit does not fit one Badger transaction (%w)", driver.ErrBatchTooLarge, err)
 			} else {
 				err = fmt.Errorf("badger: apply: %w", err)
 			}
-			p.complete(engine.Result{}, err)
+			p.complete(driver.Result{}, err)
 			return 1, false
 		}
-		p.res, p.err = engine.Result{}, nil
+		p.res, p.err = driver.Result{}, nil
 		if !errors.Is(err, badger.ErrTxnTooBig) {
 			failed = p
 			failed.err = fmt.Errorf("badger: apply: %w", err)
@@ -248,15 +193,16 @@ func (d *db) commitSome(group []*pending) (n int, logged bool) {
 	}
 	err := d.commitTxn(txn)
 	// Counted before any handle completes, so a submitter woken by this
-	// transaction is seen by gather as one that came back.
+	// transaction is seen by the gather rule as one that came back.
 	d.txns.Add(1)
+	d.queue.Advance()
 	if err != nil {
 		d.fail(group[:n], fmt.Errorf("badger: commit: %w", err))
 		return d.completeFailed(n, failed), false
 	}
 	for _, p := range group[:n] {
 		if p.err != nil {
-			p.complete(engine.Result{}, p.err)
+			p.complete(driver.Result{}, p.err)
 			continue
 		}
 		p.complete(p.res, nil)
@@ -272,14 +218,14 @@ func (d *db) completeFailed(n int, failed *pending) int {
 	if failed == nil {
 		return n
 	}
-	failed.complete(engine.Result{}, failed.err)
+	failed.complete(driver.Result{}, failed.err)
 	return n + 1
 }
 
 // fail completes every commit of ps with err.
 func (d *db) fail(ps []*pending, err error) {
 	for _, p := range ps {
-		p.complete(engine.Result{}, err)
+		p.complete(driver.Result{}, err)
 	}
 }
 
@@ -296,7 +242,7 @@ func (d *db) apply(txn *badger.Txn, p *pending) error {
 	}
 	if n := len(p.b.Log); n > 0 {
 		k := d.hlc.Next()
-		p.res.Keys = make([]engine.LogKey, n)
+		p.res.Keys = make([]driver.LogKey, n)
 		for i := range p.res.Keys {
 			p.res.Keys[i] = k
 		}
@@ -322,7 +268,7 @@ func write(txn *badger.Txn, p *pending) error {
 	for i := range p.b.Ops {
 		op := &p.b.Ops[i]
 		var err error
-		if op.Kind == engine.OpPut {
+		if op.Kind == driver.OpPut {
 			err = txn.Set(p.data[i], op.Value)
 		} else {
 			err = txn.Delete(p.data[i])
@@ -343,19 +289,19 @@ func write(txn *badger.Txn, p *pending) error {
 }
 
 // check evaluates one check against txn.
-func check(txn *badger.Txn, key []byte, c *engine.Check) error {
+func check(txn *badger.Txn, key []byte, c *driver.Check) error {
 	item, err := txn.Get(key)
 	if errors.Is(err, badger.ErrKeyNotFound) {
 		if c.Absent {
 			return nil
 		}
-		return fmt.Errorf("badger: %w: key %q is absent", engine.ErrConflict, c.Key)
+		return fmt.Errorf("badger: %w: key %q is absent", driver.ErrConflict, c.Key)
 	}
 	if err != nil {
 		return fmt.Errorf("badger: check %q: %w", c.Key, err)
 	}
 	if c.Absent {
-		return fmt.Errorf("badger: %w: key %q is present", engine.ErrConflict, c.Key)
+		return fmt.Errorf("badger: %w: key %q is present", driver.ErrConflict, c.Key)
 	}
 	equal := false
 	if err := item.Value(func(v []byte) error {
@@ -365,7 +311,7 @@ func check(txn *badger.Txn, key []byte, c *engine.Check) error {
 		return fmt.Errorf("badger: check %q: %w", c.Key, err)
 	}
 	if !equal {
-		return fmt.Errorf("badger: %w: key %q holds another value", engine.ErrConflict, c.Key)
+		return fmt.Errorf("badger: %w: key %q holds another value", driver.ErrConflict, c.Key)
 	}
 	return nil
 }

@@ -19,7 +19,7 @@ import (
 // openEngine opens a jetstream engine and closes it when the test ends.
 func openEngine(t *testing.T, params map[string]string) *db {
 	t.Helper()
-	e, err := engine.Open(t.Context(), Name, engine.Options{Dir: t.TempDir(), Params: params})
+	e, err := open(t.Context(), engine.Options{Dir: t.TempDir(), Params: params})
 	if err != nil {
 		t.Fatalf("open jetstream engine: %v", err)
 	}
@@ -154,7 +154,7 @@ func TestJetStreamClusterLeaderLoss(t *testing.T) {
 	params := map[string]string{"url": clientURLs(servers), "replicas": "3", "stream": "r3test"}
 	var e *db
 	waitFor(t, 20*time.Second, "the R3 stream", func() bool {
-		opened, err := engine.Open(t.Context(), Name, engine.Options{Dir: t.TempDir(), Params: params})
+		opened, err := open(t.Context(), engine.Options{Dir: t.TempDir(), Params: params})
 		if err != nil {
 			t.Logf("open on the cluster: %v", err)
 			return false
@@ -215,7 +215,7 @@ func TestJetStreamClusterLeaderLoss(t *testing.T) {
 	// Read from the two remaining nodes only, through a fresh engine.
 	var r *db
 	waitFor(t, 20*time.Second, "an engine on the remaining nodes", func() bool {
-		opened, err := engine.Open(t.Context(), Name, engine.Options{Dir: t.TempDir(),
+		opened, err := open(t.Context(), engine.Options{Dir: t.TempDir(),
 			Params: map[string]string{"url": clientURLs(rest), "replicas": "3", "stream": "r3test"}})
 		if err != nil {
 			t.Logf("open on the remaining nodes: %v", err)
@@ -261,7 +261,7 @@ func TestJetStreamClusterStartTogether(t *testing.T) {
 			defer cancel()
 			// Each node talks to a different server first.
 			url := servers[i].ClientURL() + "," + clientURLs(servers)
-			e, err := engine.Open(ctx, Name, engine.Options{Dir: t.TempDir(),
+			e, err := open(ctx, engine.Options{Dir: t.TempDir(),
 				Params: map[string]string{"url": url, "replicas": "3", "stream": "together"}})
 			if err != nil {
 				errs[i] = err

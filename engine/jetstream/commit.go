@@ -14,7 +14,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
+	"github.com/tidemark-io/tidemark/engine/internal/group"
 )
 
 // JetStream API error codes the committer acts on.
@@ -31,69 +32,66 @@ const msgOverhead = 2048
 
 // pending is one submitted commit.
 type pending struct {
-	b        *engine.Batch
-	complete func(engine.Result, error)
+	b        *driver.Batch
+	complete func(driver.Result, error)
 	msgs     int // most messages the commit can need
 	bytes    int
-	res      engine.Result
+	res      driver.Result
 	err      error
 	done     bool
-	deferred bool // engine.Batch.Defer, and the gate let it wait
+	deferred bool // driver.Batch.Defer, and the gate let it wait
 }
 
-func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error) {
-	if err := b.Validate(); err != nil {
-		return nil, fmt.Errorf("jetstream: submit: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("jetstream: submit: %w", err)
-	}
+func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error) {
 	size := 0
 	for i := range b.Ops {
 		if n := len(b.Ops[i].Value) + msgOverhead; n > d.maxMessage {
-			return nil, fmt.Errorf("jetstream: submit: op %d: %w: the server takes messages of %d bytes", i, engine.ErrValueTooLarge, d.maxMessage)
+			return nil, fmt.Errorf("jetstream: submit: op %d: %w: the server takes messages of %d bytes", i, driver.ErrValueTooLarge, d.maxMessage)
 		}
 		size += len(b.Ops[i].Value) + msgOverhead
 	}
 	for i, e := range b.Log {
 		if n := len(e) + msgOverhead; n > d.maxMessage {
-			return nil, fmt.Errorf("jetstream: submit: log entry %d: %w: the server takes messages of %d bytes", i, engine.ErrValueTooLarge, d.maxMessage)
+			return nil, fmt.Errorf("jetstream: submit: log entry %d: %w: the server takes messages of %d bytes", i, driver.ErrValueTooLarge, d.maxMessage)
 		}
 		size += len(e) + msgOverhead
 	}
 	if d.wal {
 		size = txSize(b)
 		if size+msgOverhead > d.maxMessage {
-			return nil, fmt.Errorf("jetstream: submit: %w: %d bytes encoded, the server takes messages of %d bytes", engine.ErrBatchTooLarge, size, d.maxMessage)
+			return nil, fmt.Errorf("jetstream: submit: %w: %d bytes encoded, the server takes messages of %d bytes", driver.ErrBatchTooLarge, size, d.maxMessage)
 		}
 	}
 	p := &pending{b: b, msgs: b.Len(), bytes: size}
 	if d.wal {
 		p.deferred = d.gate.Defer(b)
 	}
-	h, complete := engine.NewHandle()
+	h, complete := driver.NewHandle()
 	p.complete = complete
-	d.mu.Lock()
-	if d.closed {
-		d.mu.Unlock()
-		return nil, fmt.Errorf("jetstream: submit: %w", engine.ErrClosed)
+	// The queue has no bound: a commit waits for its group, never for room.
+	if err := d.queue.Put(ctx, p); err != nil {
+		return nil, fmt.Errorf("jetstream: submit: %w", err)
 	}
-	d.queue = append(d.queue, p)
-	d.mu.Unlock()
-	d.signal()
 	return h, nil
-}
-
-func (d *db) signal() {
-	select {
-	case d.wake <- struct{}{}:
-	default:
-	}
 }
 
 // maxGroupBytes bounds the payload of one gathered batch; a single larger
 // commit still goes alone.
 const maxGroupBytes = 48 << 20
+
+// newQueue returns the committer's queue. Under the batch protocol the
+// committer gathers a group's follow-ups before it publishes the next
+// batch (batchRule); under the single-writer protocol a group of deferred
+// commits waits for one that is not (the gate's window), and nothing else.
+func (d *db) newQueue() *group.Queue[*pending] {
+	if d.wal {
+		return group.New(group.Options[*pending]{
+			Linger:   d.gate.Window(),
+			Deferred: func(p *pending) bool { return p.deferred },
+		})
+	}
+	return group.New(group.Options[*pending]{Rule: batchRule})
+}
 
 // committer is the only publisher of commits: it takes every queued commit
 // that fits one atomic batch, publishes it, and completes the handles in
@@ -103,7 +101,7 @@ func (d *db) committer() {
 	defer close(d.committerDone)
 	for {
 		msgs, size := 0, 0
-		group := d.nextGroup(func(first bool, p *pending) bool {
+		group := d.queue.Next(nil, func(first bool, p *pending) bool {
 			if !first && (msgs+p.msgs > d.maxBatch || size+p.bytes > maxGroupBytes) {
 				return false
 			}
@@ -116,43 +114,11 @@ func (d *db) committer() {
 		}
 		start := time.Now()
 		d.commitGroup(group)
-		if len(group) >= gatherMin {
-			d.gather(len(group), min(max(time.Since(start)/4, minGather), maxGather))
-		}
+		d.queue.Done(len(group), time.Since(start))
 	}
 }
 
-// nextGroup waits for queued commits and takes the longest prefix of the
-// queue that fits admits (always at least one); nil once the engine closed
-// and the queue is empty. Committer only.
-func (d *db) nextGroup(fits func(first bool, p *pending) bool) []*pending {
-	for {
-		d.mu.Lock()
-		if len(d.queue) == 0 {
-			closed := d.closed
-			d.mu.Unlock()
-			if closed {
-				return nil
-			}
-			<-d.wake
-			continue
-		}
-		n := 0
-		for _, p := range d.queue {
-			if !fits(n == 0, p) {
-				break
-			}
-			n++
-		}
-		n = max(n, 1)
-		group := d.queue[:n:n]
-		d.queue = d.queue[n:]
-		d.mu.Unlock()
-		return group
-	}
-}
-
-// Gathering (see gather): from gatherMin commits in a group, the
+// Gathering (batchRule): from gatherMin commits in a group, the
 // committer waits for their follow-ups a quarter of the time the group
 // took, within [minGather, maxGather].
 const (
@@ -161,30 +127,23 @@ const (
 	maxGather = 3 * time.Millisecond
 )
 
-// gather waits, after a group of n commits completed, until n commits are
-// queued again, window passed or the engine closes. The callers of a
-// group's commits tend to follow up at once (a broker answers a PUBREC
-// with the release and a PUBCOMP with the client's next message, many
-// clients each wait for their commit before the next), and every batch
-// costs the server a fixed price whatever its size (on an R1 file stream a
-// new staging file store and three fsyncs), so one batch a little later
-// beats a small batch now and the rest in the next one.
-func (d *db) gather(n int, window time.Duration) {
-	deadline := time.NewTimer(window)
-	defer deadline.Stop()
-	for {
-		d.mu.Lock()
-		ready := len(d.queue) >= n || d.closed
-		d.mu.Unlock()
-		if ready {
-			return
+// batchRule is the batch protocol's gather rule: after a group of n
+// commits completed, the next batch waits, from that completion, until n
+// commits are queued again or its window passed. The callers of a group's
+// commits tend to follow up at once (a broker answers a PUBREC with the
+// release and a PUBCOMP with the client's next message, many clients each
+// wait for their commit before the next), and every batch costs the
+// server a fixed price whatever its size (on an R1 file stream a new
+// staging file store and three fsyncs), so one batch a little later beats
+// a small batch now and the rest in the next one.
+var batchRule = group.Rule{
+	Wait: func(last int, took time.Duration) time.Duration {
+		if last < gatherMin {
+			return 0
 		}
-		select {
-		case <-d.wake:
-		case <-deadline.C:
-			return
-		}
-	}
+		return min(max(took/4, minGather), maxGather)
+	},
+	FromDone: true,
 }
 
 // commitGroup publishes group as one atomic batch (or several, when the
@@ -199,7 +158,7 @@ func (d *db) commitGroup(group []*pending) {
 	}
 	for _, p := range group {
 		if p.err != nil {
-			p.complete(engine.Result{}, p.err)
+			p.complete(driver.Result{}, p.err)
 		} else {
 			p.complete(p.res, nil)
 		}
@@ -223,7 +182,7 @@ func (d *db) publishGroup(group []*pending, attempt int) {
 	}
 	if total := sumMsgs(live); total > d.maxBatch {
 		if len(live) == 1 {
-			settle(live[0], engine.Result{}, fmt.Errorf("jetstream: commit: %w: %d messages, the server takes %d per atomic batch", engine.ErrBatchTooLarge, total, d.maxBatch))
+			settle(live[0], driver.Result{}, fmt.Errorf("jetstream: commit: %w: %d messages, the server takes %d per atomic batch", driver.ErrBatchTooLarge, total, d.maxBatch))
 			return
 		}
 		half := len(live) / 2
@@ -234,20 +193,20 @@ func (d *db) publishGroup(group []*pending, attempt int) {
 	_, closed := d.view.state()
 	if closed {
 		for _, p := range live {
-			settle(p, engine.Result{}, fmt.Errorf("jetstream: commit: %w", engine.ErrClosed))
+			settle(p, driver.Result{}, fmt.Errorf("jetstream: commit: %w", driver.ErrClosed))
 		}
 		return
 	}
 	pl := d.plan(live)
 	if len(pl.msgs) == 0 {
 		for _, p := range pl.commits {
-			settle(p, engine.Result{}, nil)
+			settle(p, driver.Result{}, nil)
 		}
 		return
 	}
 	if err := d.admit(pl.commits); err != nil {
 		for _, p := range pl.commits {
-			settle(p, engine.Result{}, err)
+			settle(p, driver.Result{}, err)
 		}
 		return
 	}
@@ -280,7 +239,7 @@ func (d *db) publishGroup(group []*pending, attempt int) {
 			// The embedded server's store failed a write and answers
 			// nothing more, lookups included (see walcommit.go).
 			for _, p := range pl.commits {
-				settle(p, engine.Result{}, fmt.Errorf("jetstream: publish batch: no acknowledgement (%w): %w", err, serr))
+				settle(p, driver.Result{}, fmt.Errorf("jetstream: publish batch: no acknowledgement (%w): %w", err, serr))
 			}
 			return
 		}
@@ -289,7 +248,7 @@ func (d *db) publishGroup(group []*pending, attempt int) {
 		seq, landed := d.batchLanded(ctx, id)
 		if !landed {
 			for _, p := range pl.commits {
-				settle(p, engine.Result{}, fmt.Errorf("jetstream: publish batch: no acknowledgement, and the batch was not in the stream after catching up: %w", err))
+				settle(p, driver.Result{}, fmt.Errorf("jetstream: publish batch: no acknowledgement, and the batch was not in the stream after catching up: %w", err))
 			}
 			return
 		}
@@ -304,11 +263,11 @@ func (d *db) publishGroup(group []*pending, attempt int) {
 		}
 	}
 	for i, p := range pl.commits {
-		keys := make([]engine.LogKey, len(p.b.Log))
+		keys := make([]driver.LogKey, len(p.b.Log))
 		for j := range keys {
-			keys[j] = engine.LogKey(first + uint64(pl.logAt[i]+j))
+			keys[j] = driver.LogKey(first + uint64(pl.logAt[i]+j))
 		}
-		settle(p, engine.Result{Keys: keys}, nil)
+		settle(p, driver.Result{Keys: keys}, nil)
 	}
 }
 
@@ -368,13 +327,13 @@ func (d *db) publishSolos(group []*pending) {
 	_, closed := d.view.state()
 	if closed {
 		for _, p := range group {
-			settle(p, engine.Result{}, fmt.Errorf("jetstream: commit: %w", engine.ErrClosed))
+			settle(p, driver.Result{}, fmt.Errorf("jetstream: commit: %w", driver.ErrClosed))
 		}
 		return
 	}
 	if err := d.admit(group); err != nil {
 		for _, p := range group {
-			settle(p, engine.Result{}, err)
+			settle(p, driver.Result{}, err)
 		}
 		return
 	}
@@ -420,18 +379,18 @@ func (d *db) publishSolos(group []*pending) {
 		if err != nil {
 			var apiErr *jetstream.APIError
 			if errors.As(err, &apiErr) {
-				settle(p, engine.Result{}, d.storageRefused(fmt.Errorf("jetstream: publish: %w", err)))
+				settle(p, driver.Result{}, d.storageRefused(fmt.Errorf("jetstream: publish: %w", err)))
 				p.complete(p.res, p.err)
 				continue
 			}
 			if serr := d.storeErr(); serr != nil {
-				settle(p, engine.Result{}, fmt.Errorf("jetstream: publish: no acknowledgement (%w): %w", err, serr))
+				settle(p, driver.Result{}, fmt.Errorf("jetstream: publish: no acknowledgement (%w): %w", err, serr))
 				p.complete(p.res, p.err)
 				continue
 			}
 			landed, ok := d.batchLanded(ctx, o.id)
 			if !ok {
-				settle(p, engine.Result{}, fmt.Errorf("jetstream: publish: no acknowledgement, and the commit was not in the stream after catching up: %w", err))
+				settle(p, driver.Result{}, fmt.Errorf("jetstream: publish: no acknowledgement, and the commit was not in the stream after catching up: %w", err))
 				p.complete(p.res, p.err)
 				continue
 			}
@@ -442,11 +401,11 @@ func (d *db) publishSolos(group []*pending) {
 				d.log.Warn("committed message not yet in the local index", "seq", seq, "err", err)
 			}
 		}
-		keys := make([]engine.LogKey, len(p.b.Log))
+		keys := make([]driver.LogKey, len(p.b.Log))
 		if len(keys) == 1 {
-			keys[0] = engine.LogKey(seq)
+			keys[0] = driver.LogKey(seq)
 		}
-		settle(p, engine.Result{Keys: keys}, nil)
+		settle(p, driver.Result{Keys: keys}, nil)
 		p.complete(p.res, nil)
 	}
 }
@@ -485,7 +444,7 @@ func (d *db) publishFailed(ctx context.Context, live []*pending, pl plan, attemp
 		}
 		d.refreshChecked(ctx, live)
 		if len(live) == 1 && attempt >= 3 {
-			settle(live[0], engine.Result{}, fmt.Errorf("jetstream: commit: %w: %s", engine.ErrConflict, apiErr.Description))
+			settle(live[0], driver.Result{}, fmt.Errorf("jetstream: commit: %w: %s", driver.ErrConflict, apiErr.Description))
 			return
 		}
 		if attempt >= 3 {
@@ -510,7 +469,7 @@ func (d *db) publishFailed(ctx context.Context, live []*pending, pl plan, attemp
 	case errCodeTooManyInflight, errCodeBatchIncomplete:
 		if attempt >= 5 {
 			for _, p := range live {
-				settle(p, engine.Result{}, fmt.Errorf("jetstream: publish batch: %w", err))
+				settle(p, driver.Result{}, fmt.Errorf("jetstream: publish batch: %w", err))
 			}
 			return
 		}
@@ -519,7 +478,7 @@ func (d *db) publishFailed(ctx context.Context, live []*pending, pl plan, attemp
 	default:
 		err = d.storageRefused(fmt.Errorf("jetstream: publish batch: %w", err))
 		for _, p := range live {
-			settle(p, engine.Result{}, err)
+			settle(p, driver.Result{}, err)
 		}
 	}
 }
@@ -565,7 +524,7 @@ func parseLimit(desc string) int {
 	return n
 }
 
-func settle(p *pending, res engine.Result, err error) {
+func settle(p *pending, res driver.Result, err error) {
 	p.res, p.err, p.done = res, err, true
 }
 
@@ -619,7 +578,7 @@ func (d *db) plan(group []*pending) plan {
 					for _, k := range mine {
 						delete(expect, k)
 					}
-					settle(p, engine.Result{}, fmt.Errorf("jetstream: commit: check %q: %w", c.Key, err))
+					settle(p, driver.Result{}, fmt.Errorf("jetstream: commit: check %q: %w", c.Key, err))
 					break
 				}
 				cur, present = v.val, found && !v.deleted
@@ -637,7 +596,7 @@ func (d *db) plan(group []*pending) plan {
 				for _, k := range mine {
 					delete(expect, k)
 				}
-				settle(p, engine.Result{}, fmt.Errorf("jetstream: %w: key %q %s", engine.ErrConflict, c.Key, what))
+				settle(p, driver.Result{}, fmt.Errorf("jetstream: %w: key %q %s", driver.ErrConflict, c.Key, what))
 				break
 			}
 		}
@@ -650,7 +609,7 @@ func (d *db) plan(group []*pending) plan {
 			if _, in := overlay[k]; !in {
 				written = append(written, k)
 			}
-			overlay[k] = overlayEntry{val: op.Value, deleted: op.Kind == engine.OpDelete}
+			overlay[k] = overlayEntry{val: op.Value, deleted: op.Kind == driver.OpDelete}
 		}
 		pl.commits = append(pl.commits, p)
 	}

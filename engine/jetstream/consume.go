@@ -16,7 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 	"github.com/tidemark-io/tidemark/engine/pebble/localkv"
 )
 
@@ -413,7 +413,7 @@ func (d *db) waitApplied(ctx context.Context, seq uint64) error {
 			return nil
 		}
 		if closed {
-			return engine.ErrClosed
+			return driver.ErrClosed
 		}
 		select {
 		case <-ch:

@@ -38,7 +38,7 @@ func testDiskFull(t *testing.T, mode string) {
 	mnt := tmpfs.Mount(t, 16)
 	opts := engine.Options{Dir: filepath.Join(mnt, "data"), Sync: engine.SyncAlways,
 		Params: map[string]string{"reserve_mb": "0", "commit": mode}}
-	e, err := engine.Open(ctx, Name, opts)
+	e, err := open(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -99,7 +99,8 @@
 // most 3ms) for as many commits to queue again before it sends the next:
 // the callers of a group tend to follow up at once (a broker releasing
 // what it staged, clients sending their next message), and one batch
-// costs the server far less than two. The committer applies its own
+// costs the server far less than two (this is the batch protocol's gather
+// rule on the engines' shared queue, engine/internal/group). The committer applies its own
 // acknowledged batch to the index itself when the index stands right
 // before it, instead of waiting for the consumer to bring it back. A group
 // of commits that are each one message without checks (appends or puts

@@ -20,16 +20,17 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 	"github.com/tidemark-io/tidemark/engine/internal/deferral"
 	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
+	"github.com/tidemark-io/tidemark/engine/internal/group"
 	"github.com/tidemark-io/tidemark/engine/internal/space"
 )
 
 func init() {
-	engine.Register(Name, engine.Driver{
+	driver.Register(Name, driver.Driver{
 		Open: open,
-		Params: append([]engine.Param{
+		Params: append([]driver.Param{
 			{Name: "url", Default: "", Doc: "NATS server URL(s), comma-separated; empty starts an embedded server on 127.0.0.1 storing under Options.Dir"},
 			{Name: "stream", Default: "tidemark", Doc: "stream name and subject prefix; letters, digits, '-' and '_'"},
 			{Name: "replicas", Default: "1", Doc: "stream replicas (use 3 on a cluster)"},
@@ -37,7 +38,7 @@ func init() {
 			{Name: "tombstone_ttl", Default: "60s", Doc: "how long a deleted key's delete marker stays in the stream (at least 1s)"},
 			{Name: "start_timeout", Default: "2m", Doc: "how long opening waits for the NATS servers, a JetStream leader and the stream when the caller sets no deadline"},
 			{Name: "stall_timeout", Default: "15s", Doc: "how long the index consumer may stand still while the stream holds messages it has not brought before it is recreated"},
-			{Name: "reserve_mb", Default: strconv.Itoa(defaultReserveMB), Doc: "with the embedded server: free space in MiB commits leave on the data directory's file system (0 to 1048576); commits that would use it are refused with engine.ErrWriteFailed"},
+			{Name: "reserve_mb", Default: strconv.Itoa(defaultReserveMB), Doc: "with the embedded server: free space in MiB commits leave on the data directory's file system (0 to 1048576); commits that would use it are refused with driver.ErrWriteFailed"},
 			{Name: "commit", Default: "wal embedded, batch with url", Doc: "wal: this engine is the stream's only writer, one message per group of commits (embedded server only); batch: any number of nodes share the stream, atomic batch publish"},
 		}, secureParams...),
 		Doc: "NATS JetStream (embedded server or a cluster); one log key per record; group commit as one transaction message (single writer) or one atomic batch (shared stream)",
@@ -65,7 +66,7 @@ var streamName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // db is the engine.
 type db struct {
-	opts engine.Options
+	opts driver.Options
 	log  *slog.Logger
 	srv  *server.Server // nil with an external server
 	// space refuses commits that would leave less than reserve() free on
@@ -112,10 +113,9 @@ type db struct {
 	maxMessage int // largest message payload the connection allows
 
 	// Submission queue, drained in order by the committer.
-	mu     sync.Mutex
+	queue  *group.Queue[*pending]
+	mu     sync.Mutex // guards closed
 	closed bool
-	queue  []*pending
-	wake   chan struct{}
 	// gate picks the deferred commits that wait for company
 	// (single-writer protocol only).
 	gate *deferral.Gate
@@ -123,7 +123,7 @@ type db struct {
 	idx      *store // the index: every live key's record, on local disk
 	view     view   // what the index applied
 	feed     *feed  // the index consumer; nil once a single-writer stream loaded
-	notifier engine.Notifier
+	notifier driver.Notifier
 
 	committerDone chan struct{}
 
@@ -151,27 +151,27 @@ func (d *db) cancelInflight() {
 	d.inflightMu.Unlock()
 }
 
-func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
+func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 	url := strings.TrimSpace(opts.Params["url"])
 	name := opts.Params["stream"]
 	if name == "" {
 		name = "tidemark"
 	}
 	if !streamName.MatchString(name) {
-		return nil, fmt.Errorf("%w: jetstream parameter stream=%q: use 1-64 letters, digits, '-' or '_'", engine.ErrInvalidOption, name)
+		return nil, fmt.Errorf("%w: jetstream parameter stream=%q: use 1-64 letters, digits, '-' or '_'", driver.ErrInvalidOption, name)
 	}
-	replicas, err := engine.IntParam(opts, "jetstream", "replicas", 1, 1, 5)
+	replicas, err := driver.IntParam(opts, "jetstream", "replicas", 1, 1, 5)
 	if err != nil {
 		return nil, err
 	}
 	if replicas > 5 {
-		return nil, fmt.Errorf("%w: jetstream parameter replicas=%d: at most 5", engine.ErrInvalidOption, replicas)
+		return nil, fmt.Errorf("%w: jetstream parameter replicas=%d: at most 5", driver.ErrInvalidOption, replicas)
 	}
 	defBatch := embeddedMaxBatch
 	if url != "" {
 		defBatch = externalMaxBatch
 	}
-	maxBatch, err := engine.IntParam(opts, "jetstream", "max_batch", defBatch, 1, 1<<30)
+	maxBatch, err := driver.IntParam(opts, "jetstream", "max_batch", defBatch, 1, 1<<30)
 	if err != nil {
 		return nil, err
 	}
@@ -182,29 +182,29 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 	case mode == "":
 		mode = commitBatch
 	case mode != commitWAL && mode != commitBatch:
-		return nil, fmt.Errorf("%w: jetstream parameter commit=%q: use %q (one writer, embedded server) or %q (shared stream)", engine.ErrInvalidOption, mode, commitWAL, commitBatch)
+		return nil, fmt.Errorf("%w: jetstream parameter commit=%q: use %q (one writer, embedded server) or %q (shared stream)", driver.ErrInvalidOption, mode, commitWAL, commitBatch)
 	case mode == commitWAL && url != "":
-		return nil, fmt.Errorf("%w: jetstream parameter commit=wal needs the embedded server (it must be the stream's only writer); drop url, or use commit=batch to share a stream on %s", engine.ErrInvalidOption, url)
+		return nil, fmt.Errorf("%w: jetstream parameter commit=wal needs the embedded server (it must be the stream's only writer); drop url, or use commit=batch to share a stream on %s", driver.ErrInvalidOption, url)
 	}
 	tombTTL := time.Minute
 	if v := opts.Params["tombstone_ttl"]; v != "" {
 		if tombTTL, err = time.ParseDuration(v); err != nil || tombTTL < time.Second {
-			return nil, fmt.Errorf("%w: jetstream parameter tombstone_ttl=%q: use a duration of at least 1s, such as 60s", engine.ErrInvalidOption, v)
+			return nil, fmt.Errorf("%w: jetstream parameter tombstone_ttl=%q: use a duration of at least 1s, such as 60s", driver.ErrInvalidOption, v)
 		}
 	}
 	startTimeout := defaultStartTimeout
 	if v := opts.Params["start_timeout"]; v != "" {
 		if startTimeout, err = time.ParseDuration(v); err != nil || startTimeout <= 0 {
-			return nil, fmt.Errorf("%w: jetstream parameter start_timeout=%q: use a positive duration, such as 2m", engine.ErrInvalidOption, v)
+			return nil, fmt.Errorf("%w: jetstream parameter start_timeout=%q: use a positive duration, such as 2m", driver.ErrInvalidOption, v)
 		}
 	}
 	stall := defaultStallAfter
 	if v := opts.Params["stall_timeout"]; v != "" {
 		if stall, err = time.ParseDuration(v); err != nil || stall < time.Second {
-			return nil, fmt.Errorf("%w: jetstream parameter stall_timeout=%q: use a duration of at least 1s, such as 15s", engine.ErrInvalidOption, v)
+			return nil, fmt.Errorf("%w: jetstream parameter stall_timeout=%q: use a duration of at least 1s, such as 15s", driver.ErrInvalidOption, v)
 		}
 	}
-	reserveMB, err := engine.IntParam(opts, "jetstream", "reserve_mb", defaultReserveMB, 0, 1<<20)
+	reserveMB, err := driver.IntParam(opts, "jetstream", "reserve_mb", defaultReserveMB, 0, 1<<20)
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +213,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		return nil, err
 	}
 	if url == "" && opts.Dir == "" {
-		return nil, fmt.Errorf("%w: jetstream needs a data directory (Options.Dir) for its embedded server", engine.ErrInvalidOption)
+		return nil, fmt.Errorf("%w: jetstream needs a data directory (Options.Dir) for its embedded server", driver.ErrInvalidOption)
 	}
 	d := &db{
 		opts:          opts,
@@ -232,13 +232,13 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		maxBatch:      maxBatch,
 		startTimeout:  startTimeout,
 		stallAfter:    stall,
-		wake:          make(chan struct{}, 1),
 		gate:          deferral.NewGate(opts.DeferralAnyMode()),
 		committerDone: make(chan struct{}),
 		engineID:      newEngineID(),
 		reserveBytes:  int64(reserveMB) << 20,
 		pages:         make(chan struct{}, pageReads),
 	}
+	d.queue = d.newQueue()
 	d.batchLimit.Store(int64(maxBatch))
 	down := make(chan struct{})
 	d.down.Store(&down)
@@ -376,7 +376,7 @@ func (d *db) connect(ctx context.Context, url string, replicas int, secure ...na
 			has = commitBatch
 		}
 		if has != mode {
-			return fmt.Errorf("%w: stream %s was written with commit=%s; open it with commit=%s", engine.ErrInvalidOption, d.name, has, has)
+			return fmt.Errorf("%w: stream %s was written with commit=%s; open it with commit=%s", driver.ErrInvalidOption, d.name, has, has)
 		}
 	}
 	cfg := jetstream.StreamConfig{
@@ -414,7 +414,7 @@ func (d *db) connect(ctx context.Context, url string, replicas int, secure ...na
 }
 
 func (d *db) Name() string                    { return Name }
-func (d *db) Granularity() engine.Granularity { return engine.PerRecord }
+func (d *db) Granularity() driver.Granularity { return driver.PerRecord }
 
 // PrefersSeparateCommits is true on a shared stream (commit=batch): a
 // commit of several messages is an atomic batch, which the server stages
@@ -430,7 +430,7 @@ func (d *db) PrefersSeparateCommits() bool { return !d.wal }
 // is one message, limited by bytes only.
 func (d *db) MaxCommitEntries() int {
 	if d.wal {
-		return engine.MaxBatchEntries
+		return driver.MaxBatchEntries
 	}
 	return int(d.batchLimit.Load())
 }
@@ -444,11 +444,11 @@ func (d *db) Close() error {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		return fmt.Errorf("jetstream: close: %w", engine.ErrClosed)
+		return fmt.Errorf("jetstream: close: %w", driver.ErrClosed)
 	}
 	d.closed = true
 	d.mu.Unlock()
-	d.signal()
+	d.queue.Close()
 	<-d.committerDone
 	if d.mat != nil {
 		close(d.mat.stop)

@@ -10,22 +10,19 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 	"github.com/tidemark-io/tidemark/engine/pebble/localkv"
 )
 
-func (d *db) Snapshot(ctx context.Context) (engine.Snapshot, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("jetstream: snapshot: %w", err)
-	}
+func (d *db) Snapshot(ctx context.Context) (driver.Snapshot, error) {
 	if d.isClosed() {
-		return nil, fmt.Errorf("jetstream: snapshot: %w", engine.ErrClosed)
+		return nil, fmt.Errorf("jetstream: snapshot: %w", driver.ErrClosed)
 	}
 	idx := d.idx
 	idx.mu.Lock()
 	defer idx.mu.Unlock()
 	if idx.closed {
-		return nil, fmt.Errorf("jetstream: snapshot: %w", engine.ErrClosed)
+		return nil, fmt.Errorf("jetstream: snapshot: %w", driver.ErrClosed)
 	}
 	// The index commits only whole batches (view.publishLocked), so a
 	// Pebble snapshot sees a prefix of the stream, never part of a batch.
@@ -45,35 +42,26 @@ type snapshot struct {
 }
 
 func (s *snapshot) Get(ctx context.Context, key []byte) ([]byte, error) {
-	if err := engine.ValidKey(key); err != nil {
-		return nil, fmt.Errorf("jetstream: get: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("jetstream: get: %w", err)
-	}
 	s.idx.mu.RLock()
 	defer s.idx.mu.RUnlock()
 	if s.closed {
-		return nil, fmt.Errorf("jetstream: get: %w", engine.ErrClosed)
+		return nil, fmt.Errorf("jetstream: get: %w", driver.ErrClosed)
 	}
 	v, ok, err := lookup(s.snap, string(key))
 	if err != nil {
 		return nil, fmt.Errorf("jetstream: get: %w", err)
 	}
 	if !ok || v.deleted {
-		return nil, fmt.Errorf("jetstream: get %q: %w", key, engine.ErrNotFound)
+		return nil, fmt.Errorf("jetstream: get %q: %w", key, driver.ErrNotFound)
 	}
 	return v.val, nil
 }
 
-func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (engine.Iterator, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("jetstream: iter: %w", err)
-	}
+func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (driver.Iterator, error) {
 	s.idx.mu.Lock()
 	defer s.idx.mu.Unlock()
 	if s.closed {
-		return nil, fmt.Errorf("jetstream: iter: %w", engine.ErrClosed)
+		return nil, fmt.Errorf("jetstream: iter: %w", driver.ErrClosed)
 	}
 	hi := []byte{prefixRecord + 1}
 	if upper != nil {
@@ -127,7 +115,7 @@ func (w *iterator) Next() bool {
 	defer w.s.idx.mu.RUnlock()
 	w.key, w.val = w.key[:0], w.val[:0]
 	if w.closed {
-		w.err = fmt.Errorf("jetstream: iter: %w", engine.ErrClosed)
+		w.err = fmt.Errorf("jetstream: iter: %w", driver.ErrClosed)
 		w.key, w.val = nil, nil
 		return false
 	}
@@ -184,14 +172,11 @@ func (w *iterator) closeLocked() {
 // scanPage is how many log entries one batched direct get asks for.
 const scanPage = 256
 
-func (d *db) ScanLog(ctx context.Context, from engine.LogKey, exclusive bool, fn func(engine.Entry) bool) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("jetstream: scan log: %w", err)
-	}
+func (d *db) ScanLog(ctx context.Context, from driver.LogKey, exclusive bool, fn func(driver.Entry) bool) error {
 	if d.isClosed() {
-		return fmt.Errorf("jetstream: scan log: %w", engine.ErrClosed)
+		return fmt.Errorf("jetstream: scan log: %w", driver.ErrClosed)
 	}
-	if exclusive && from == ^engine.LogKey(0) {
+	if exclusive && from == ^driver.LogKey(0) {
 		return nil
 	}
 	start := uint64(from)
@@ -203,7 +188,7 @@ func (d *db) ScanLog(ctx context.Context, from engine.LogKey, exclusive bool, fn
 	}
 	floor, _, logTop := d.view.floorNow()
 	if floor > 0 && start < floor {
-		return fmt.Errorf("jetstream: scan log: %w: scan starts at %d, retained log starts at %d", engine.ErrLogTruncated, start, floor)
+		return fmt.Errorf("jetstream: scan log: %w: scan starts at %d, retained log starts at %d", driver.ErrLogTruncated, start, floor)
 	}
 	start = max(start, 1)
 	// A replica may answer a direct get before it applied what this
@@ -215,7 +200,7 @@ func (d *db) ScanLog(ctx context.Context, from engine.LogKey, exclusive bool, fn
 	var retry time.Duration
 	for {
 		if d.isClosed() {
-			return fmt.Errorf("jetstream: scan log: %w", engine.ErrClosed)
+			return fmt.Errorf("jetstream: scan log: %w", driver.ErrClosed)
 		}
 		applied, _ := d.view.state()
 		next, more, stopped, err := d.scanPage(ctx, start, applied, fn)
@@ -241,7 +226,7 @@ func (d *db) ScanLog(ctx context.Context, from engine.LogKey, exclusive bool, fn
 // scanPage reads one page of log entries from start up to limit. It
 // returns the next sequence to read, whether the server has more, and
 // whether fn stopped.
-func (d *db) scanPage(ctx context.Context, start, limit uint64, fn func(engine.Entry) bool) (next uint64, more, stopped bool, err error) {
+func (d *db) scanPage(ctx context.Context, start, limit uint64, fn func(driver.Entry) bool) (next uint64, more, stopped bool, err error) {
 	if start > limit {
 		return start, false, false, nil
 	}
@@ -251,7 +236,7 @@ func (d *db) scanPage(ctx context.Context, start, limit uint64, fn func(engine.E
 	}
 	// fn runs after the page is read, so it may call back into the engine.
 	for _, m := range msgs {
-		if !fn(engine.Entry{Key: engine.LogKey(m.Sequence), Count: 1, Value: m.Data}) {
+		if !fn(driver.Entry{Key: driver.LogKey(m.Sequence), Count: 1, Value: m.Data}) {
 			return next, false, true, nil
 		}
 	}
@@ -261,12 +246,9 @@ func (d *db) scanPage(ctx context.Context, start, limit uint64, fn func(engine.E
 // Truncate persists the new floor first and purges after, so a crash in
 // between leaves entries that are hidden, never a gap that a scan from
 // below the floor would not report.
-func (d *db) Truncate(ctx context.Context, below engine.LogKey) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("jetstream: truncate: %w", err)
-	}
+func (d *db) Truncate(ctx context.Context, below driver.LogKey) error {
 	if d.isClosed() {
-		return fmt.Errorf("jetstream: truncate: %w", engine.ErrClosed)
+		return fmt.Errorf("jetstream: truncate: %w", driver.ErrClosed)
 	}
 	if d.wal {
 		return d.truncateWAL(ctx, below)
@@ -312,12 +294,9 @@ func (d *db) Truncate(ctx context.Context, below engine.LogKey) error {
 	}
 }
 
-func (d *db) LogStats(ctx context.Context) (engine.LogStats, error) {
-	if err := ctx.Err(); err != nil {
-		return engine.LogStats{}, fmt.Errorf("jetstream: log stats: %w", err)
-	}
+func (d *db) LogStats(ctx context.Context) (driver.LogStats, error) {
 	if d.isClosed() {
-		return engine.LogStats{}, fmt.Errorf("jetstream: log stats: %w", engine.ErrClosed)
+		return driver.LogStats{}, fmt.Errorf("jetstream: log stats: %w", driver.ErrClosed)
 	}
 	if d.wal {
 		return d.logStatsWAL(ctx)
@@ -325,7 +304,7 @@ func (d *db) LogStats(ctx context.Context) (engine.LogStats, error) {
 	rctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	floor, _, _ := d.view.floorNow()
-	st := engine.LogStats{Floor: engine.LogKey(floor)}
+	st := driver.LogStats{Floor: driver.LogKey(floor)}
 	info, err := d.st.Info(rctx, jetstream.WithSubjectFilter(d.logSubj))
 	if err != nil {
 		return st, fmt.Errorf("jetstream: log stats: %w", err)
@@ -345,6 +324,6 @@ func (d *db) LogStats(ctx context.Context) (engine.LogStats, error) {
 	if err != nil {
 		return st, fmt.Errorf("jetstream: log stats: last entry: %w", err)
 	}
-	st.First, st.Last = engine.LogKey(first.Sequence), engine.LogKey(last.Sequence)
+	st.First, st.Last = driver.LogKey(first.Sequence), driver.LogKey(last.Sequence)
 	return st, nil
 }

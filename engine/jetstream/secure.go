@@ -5,7 +5,7 @@ import (
 	"os"
 
 	"github.com/nats-io/nats.go"
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 )
 
 // Parameters that connect to a secured NATS server (with "url").
@@ -15,7 +15,7 @@ const (
 	paramTLSCA = "tls_ca" // PEM CA certificates the server's certificate must chain to
 )
 
-var secureParams = []engine.Param{
+var secureParams = []driver.Param{
 	{Name: paramCreds, Default: "", Doc: "with url: NATS credentials file (user JWT and seed) to authenticate with"},
 	{Name: paramNkey, Default: "", Doc: "with url: file with the user nkey seed to authenticate with"},
 	{Name: paramTLSCA, Default: "", Doc: "with url: PEM CA file the server's TLS certificate must chain to (implies TLS)"},
@@ -32,10 +32,10 @@ func secureOptions(params map[string]string, url string) ([]nats.Option, error) 
 			continue
 		}
 		if url == "" {
-			return nil, fmt.Errorf("%w: jetstream parameter %s applies to a server given by url; the embedded server needs none", engine.ErrInvalidOption, p)
+			return nil, fmt.Errorf("%w: jetstream parameter %s applies to a server given by url; the embedded server needs none", driver.ErrInvalidOption, p)
 		}
 		if _, err := os.Stat(f); err != nil {
-			return nil, fmt.Errorf("%w: jetstream parameter %s: %w", engine.ErrInvalidOption, p, err)
+			return nil, fmt.Errorf("%w: jetstream parameter %s: %w", driver.ErrInvalidOption, p, err)
 		}
 	}
 	if f := params[paramCreds]; f != "" {
@@ -44,7 +44,7 @@ func secureOptions(params map[string]string, url string) ([]nats.Option, error) 
 	if f := params[paramNkey]; f != "" {
 		o, err := nats.NkeyOptionFromSeed(f)
 		if err != nil {
-			return nil, fmt.Errorf("%w: jetstream parameter nkey=%s: %w", engine.ErrInvalidOption, f, err)
+			return nil, fmt.Errorf("%w: jetstream parameter nkey=%s: %w", driver.ErrInvalidOption, f, err)
 		}
 		out = append(out, o)
 	}

@@ -10,16 +10,16 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 )
 
 // Limits the embedded server is started with. maxPayload leaves room for
-// a commit of engine.MaxBatchBytes as one transaction message;
-// embeddedMaxBatch lets one commit of engine.MaxBatchEntries entries (plus
+// a commit of driver.MaxBatchBytes as one transaction message;
+// embeddedMaxBatch lets one commit of driver.MaxBatchEntries entries (plus
 // check carriers) go out as one atomic batch.
 const (
 	maxPayload       = 48 << 20
-	embeddedMaxBatch = 2 * engine.MaxBatchEntries
+	embeddedMaxBatch = 2 * driver.MaxBatchEntries
 	// externalMaxBatch is the server default for an atomic batch; an
 	// external server with a lower limit is discovered from its error.
 	externalMaxBatch = 1000
@@ -32,7 +32,7 @@ const (
 //
 // onWriteErr is called with the server's message when its store fails a
 // write (see space.go).
-func startEmbedded(opts engine.Options, log *slog.Logger, listen bool, onWriteErr func(string)) (*server.Server, error) {
+func startEmbedded(opts driver.Options, log *slog.Logger, listen bool, onWriteErr func(string)) (*server.Server, error) {
 	sopts := &server.Options{
 		ServerName: "tidemark-embedded",
 		Host:       "127.0.0.1",
@@ -49,9 +49,9 @@ func startEmbedded(opts engine.Options, log *slog.Logger, listen bool, onWriteEr
 	// disk from filling instead (see space.go).
 	sopts.JetStreamMaxStore = embeddedMaxStore
 	switch opts.Sync {
-	case engine.SyncAlways:
+	case driver.SyncAlways:
 		sopts.SyncAlways = true
-	case engine.SyncInterval:
+	case driver.SyncInterval:
 		sopts.SyncInterval = opts.Interval()
 	}
 	s, err := server.NewServer(sopts)

@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 )
 
 // The embedded server on a full disk (see the package doc, "A full
@@ -26,7 +26,7 @@ import (
 // anyway, restarts JetStream in the same server once space returns
 // (restartStore). A publish the server refuses for lack of resources
 // (an external server's limits) fails its commits with
-// engine.ErrWriteFailed too.
+// driver.ErrWriteFailed too.
 
 // embeddedMaxStore is the embedded server's JetStream store limit: a
 // PiB, so the limit the server would derive from the free space at start
@@ -70,12 +70,12 @@ func (d *db) admit(group []*pending) error {
 	return nil
 }
 
-// storageRefused wraps err with engine.ErrWriteFailed when it is the
+// storageRefused wraps err with driver.ErrWriteFailed when it is the
 // server refusing a write for lack of storage, and records it on the
 // guard so Health reports it until space returns.
 func (d *db) storageRefused(err error) error {
 	var apiErr *jetstream.APIError
-	if !errors.As(err, &apiErr) || errors.Is(err, engine.ErrWriteFailed) {
+	if !errors.As(err, &apiErr) || errors.Is(err, driver.ErrWriteFailed) {
 		return err
 	}
 	switch apiErr.ErrorCode {
@@ -83,7 +83,7 @@ func (d *db) storageRefused(err error) error {
 	default:
 		return err
 	}
-	err = fmt.Errorf("%w: %w", engine.ErrWriteFailed, err)
+	err = fmt.Errorf("%w: %w", driver.ErrWriteFailed, err)
 	if d.space != nil {
 		_ = d.space.Fail(err) // recorded for Health; err goes back to the commit
 	}
@@ -91,12 +91,12 @@ func (d *db) storageRefused(err error) error {
 }
 
 // Health reports whether the engine takes commits: nil, or an error
-// wrapping engine.ErrWriteFailed (the disk of the embedded server is
+// wrapping driver.ErrWriteFailed (the disk of the embedded server is
 // short of space, or a transaction's outcome is unknown and the engine
-// fails commits at once until the stream answers) or engine.ErrClosed.
+// fails commits at once until the stream answers) or driver.ErrClosed.
 func (d *db) Health() error {
 	if d.isClosed() {
-		return fmt.Errorf("jetstream: %w", engine.ErrClosed)
+		return fmt.Errorf("jetstream: %w", driver.ErrClosed)
 	}
 	if d.lostNow.Load() {
 		return fmt.Errorf("jetstream: %w: waiting for the stream to answer", errOutcomeUnknown)
@@ -112,7 +112,7 @@ func (d *db) Health() error {
 // answering, so the engine refuses commits at once, gives up on the one
 // in flight, and restarts the store once space returns (restartStore).
 func (d *db) serverWriteFailed(msg string) {
-	err := fmt.Errorf("jetstream: %w: the embedded server's store failed a write: %s", engine.ErrWriteFailed, msg)
+	err := fmt.Errorf("jetstream: %w: the embedded server's store failed a write: %s", driver.ErrWriteFailed, msg)
 	if d.broken.CompareAndSwap(nil, &err) {
 		_ = d.space.Fail(err) // recorded for Health; commits get it from Admit
 		close(*d.down.Load())

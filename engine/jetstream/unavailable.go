@@ -2,9 +2,9 @@
 
 package jetstream
 
-import "github.com/tidemark-io/tidemark/engine"
+import "github.com/tidemark-io/tidemark/engine/driver"
 
 func init() {
-	engine.RegisterUnavailable(Name, "the JetStream engine was left out of this build by the nojetstream tag; "+
+	driver.RegisterUnavailable(Name, "the JetStream engine was left out of this build by the nojetstream tag; "+
 		"rebuild without -tags nojetstream to include it")
 }

@@ -18,7 +18,7 @@ import (
 // openWALAt opens a single-writer engine on dir.
 func openWALAt(t *testing.T, dir string) *db {
 	t.Helper()
-	e, err := engine.Open(t.Context(), Name, engine.Options{Dir: dir})
+	e, err := open(t.Context(), engine.Options{Dir: dir})
 	if err != nil {
 		t.Fatalf("open jetstream engine: %v", err)
 	}
@@ -550,7 +550,7 @@ func TestWALRecentLog(t *testing.T) {
 // on an engine that never syncs: one transaction message carries both,
 // since each message costs a round trip through the server, sync or not.
 func TestWALDefersWithoutSync(t *testing.T) {
-	e, err := engine.Open(t.Context(), Name, engine.Options{Dir: t.TempDir(), Sync: engine.SyncNone, DeferWindow: time.Minute})
+	e, err := open(t.Context(), engine.Options{Dir: t.TempDir(), Sync: engine.SyncNone, DeferWindow: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,11 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/tidemark-io/tidemark/engine"
-	"github.com/tidemark-io/tidemark/engine/internal/deferral"
+	"github.com/tidemark-io/tidemark/engine/driver"
 )
 
 // hdrLogTotal, on a transaction message with log entries, counts the log
@@ -33,11 +31,8 @@ const walGroupBytes = 8 << 20
 func (d *db) committerWAL() {
 	defer close(d.committerDone)
 	for {
-		if d.gate.Window() > 0 {
-			d.lingerDeferred()
-		}
 		size, logs := 0, 0
-		group := d.nextGroup(func(first bool, p *pending) bool {
+		group := d.queue.Next(nil, func(first bool, p *pending) bool {
 			if !first && (size+p.bytes > walGroupBytes || logs+len(p.b.Log) > maxTxEntries) {
 				return false
 			}
@@ -49,35 +44,6 @@ func (d *db) committerWAL() {
 			return
 		}
 		d.commitTx(group)
-	}
-}
-
-// lingerDeferred waits for a queued commit and, while every queued commit
-// is deferred (engine.Batch.Defer), for one that is not, at most the
-// deferral: the transaction message its caller waits for then carries
-// them too, one server write and sync instead of two. Committer only.
-func (d *db) lingerDeferred() {
-	var timer *time.Timer
-	for {
-		d.mu.Lock()
-		n, closed := len(d.queue), d.closed
-		hold := n > 0 && deferral.All(d.queue, func(p *pending) bool { return p.deferred })
-		d.mu.Unlock()
-		switch {
-		case closed || (n > 0 && !hold):
-			return
-		case n == 0:
-			<-d.wake
-			continue
-		case timer == nil:
-			timer = time.NewTimer(d.gate.Window())
-			defer timer.Stop()
-		}
-		select {
-		case <-d.wake:
-		case <-timer.C:
-			return
-		}
 	}
 }
 
@@ -100,27 +66,27 @@ func (d *db) settleTx(group []*pending) bool {
 	_, closed := d.view.state()
 	if closed {
 		for _, p := range group {
-			settle(p, engine.Result{}, fmt.Errorf("jetstream: commit: %w", engine.ErrClosed))
+			settle(p, driver.Result{}, fmt.Errorf("jetstream: commit: %w", driver.ErrClosed))
 		}
 		return false
 	}
 	logged, err := d.resolveLost()
 	if err != nil {
 		for _, p := range group {
-			settle(p, engine.Result{}, err)
+			settle(p, driver.Result{}, err)
 		}
 		return logged
 	}
 	tx := planTx(group, d.idx)
 	if len(tx.writes) == 0 && len(tx.logs) == 0 {
 		for _, p := range tx.commits {
-			settle(p, engine.Result{}, nil)
+			settle(p, driver.Result{}, nil)
 		}
 		return logged
 	}
 	if err := d.admit(tx.commits); err != nil {
 		for _, p := range tx.commits {
-			settle(p, engine.Result{}, err)
+			settle(p, driver.Result{}, err)
 		}
 		return logged
 	}
@@ -141,17 +107,17 @@ func (d *db) settleTx(group []*pending) bool {
 	}
 	if err != nil {
 		for _, p := range tx.commits {
-			settle(p, engine.Result{}, err)
+			settle(p, driver.Result{}, err)
 		}
 		return logged
 	}
 	d.landTx(seq, tx.writes, tx.logs)
 	for i, p := range tx.commits {
-		keys := make([]engine.LogKey, len(p.b.Log))
+		keys := make([]driver.LogKey, len(p.b.Log))
 		for j := range keys {
 			keys[j] = txKey(seq, tx.logAt[i]+j)
 		}
-		settle(p, engine.Result{Keys: keys}, nil)
+		settle(p, driver.Result{Keys: keys}, nil)
 	}
 	return logged || len(tx.logs) > 0
 }
@@ -220,11 +186,11 @@ func planTx(group []*pending, idx *store) txPlan {
 	at := map[string]int{} // key -> position in tx.writes
 	for _, p := range group {
 		if err := checkTx(p.b.Checks, idx, at, tx.writes); err != nil {
-			settle(p, engine.Result{}, err)
+			settle(p, driver.Result{}, err)
 			continue
 		}
 		for _, op := range p.b.Ops {
-			w := txWrite{key: string(op.Key), val: op.Value, deleted: op.Kind == engine.OpDelete}
+			w := txWrite{key: string(op.Key), val: op.Value, deleted: op.Kind == driver.OpDelete}
 			if i, ok := at[w.key]; ok {
 				tx.writes[i] = w
 			} else {
@@ -239,7 +205,7 @@ func planTx(group []*pending, idx *store) txPlan {
 	return tx
 }
 
-func checkTx(checks []engine.Check, idx *store, at map[string]int, ws []txWrite) error {
+func checkTx(checks []driver.Check, idx *store, at map[string]int, ws []txWrite) error {
 	for _, c := range checks {
 		k := string(c.Key)
 		var cur []byte
@@ -258,7 +224,7 @@ func checkTx(checks []engine.Check, idx *store, at map[string]int, ws []txWrite)
 			if present {
 				what = "holds another value"
 			}
-			return fmt.Errorf("jetstream: %w: key %q %s", engine.ErrConflict, c.Key, what)
+			return fmt.Errorf("jetstream: %w: key %q %s", driver.ErrConflict, c.Key, what)
 		}
 	}
 	return nil

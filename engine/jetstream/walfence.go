@@ -10,7 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 )
 
 // A transaction whose answer is lost (single-writer layout): the
@@ -31,9 +31,9 @@ const lostLogEvery = 10 * time.Second
 
 // errOutcomeUnknown reports a transaction that may or may not have landed:
 // its answer was lost and the stream could not be asked. It wraps
-// engine.ErrWriteFailed: nothing of its commits may be acknowledged, and
+// driver.ErrWriteFailed: nothing of its commits may be acknowledged, and
 // their effects may survive or not, as after a crash.
-var errOutcomeUnknown = fmt.Errorf("%w: the transaction's outcome is unknown", engine.ErrWriteFailed)
+var errOutcomeUnknown = fmt.Errorf("%w: the transaction's outcome is unknown", driver.ErrWriteFailed)
 
 // lostTx is a transaction of unknown outcome, kept (copied) to be applied
 // if it turns out to have landed. Committer only.

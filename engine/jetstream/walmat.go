@@ -12,7 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 	"github.com/tidemark-io/tidemark/engine/pebble/localkv"
 )
 
@@ -199,7 +199,7 @@ func (m *materializer) write(keys map[string]struct{}, snap *localkv.Snapshot) e
 		fut     jetstream.PubAckFuture
 	}
 	window := matWindow
-	if d.opts.Sync == engine.SyncAlways {
+	if d.opts.Sync == driver.SyncAlways {
 		window = matWindowSynced
 	}
 	batch := make([]sent, 0, min(len(keys), window))

@@ -10,7 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 )
 
 // loadWAL builds the index of a single-writer stream: the last message of
@@ -78,10 +78,10 @@ func (d *db) lastNumber(ctx context.Context, subj string) (uint64, error) {
 
 // scanLogWAL reads the log entries of the transaction messages the index
 // has applied.
-func (d *db) scanLogWAL(ctx context.Context, start uint64, fn func(engine.Entry) bool) error {
+func (d *db) scanLogWAL(ctx context.Context, start uint64, fn func(driver.Entry) bool) error {
 	floor, _, _ := d.view.floorNow()
 	if floor > 0 && start < floor {
-		return fmt.Errorf("jetstream: scan log: %w: scan starts at %d, retained log starts at %d", engine.ErrLogTruncated, start, floor)
+		return fmt.Errorf("jetstream: scan log: %w: scan starts at %d, retained log starts at %d", driver.ErrLogTruncated, start, floor)
 	}
 	applied, _ := d.view.state()
 	if page, ok := d.recent.scan(start, applied); ok {
@@ -95,13 +95,13 @@ func (d *db) scanLogWAL(ctx context.Context, start uint64, fn func(engine.Entry)
 	seq := max(start>>logShift, 1)
 	for seq <= applied {
 		if d.isClosed() {
-			return fmt.Errorf("jetstream: scan log: %w", engine.ErrClosed)
+			return fmt.Errorf("jetstream: scan log: %w", driver.ErrClosed)
 		}
 		msgs, after, more, err := d.getPage(ctx, d.txLogSubj, seq, applied)
 		if err != nil {
 			return fmt.Errorf("jetstream: scan log: %w", err)
 		}
-		var page []engine.Entry
+		var page []driver.Entry
 		for _, m := range msgs {
 			logs, err := decodeTxLog(m.Data)
 			if err != nil {
@@ -109,7 +109,7 @@ func (d *db) scanLogWAL(ctx context.Context, start uint64, fn func(engine.Entry)
 			}
 			for i, e := range logs {
 				if k := txKey(m.Sequence, i); uint64(k) >= start {
-					page = append(page, engine.Entry{Key: k, Count: 1, Value: e})
+					page = append(page, driver.Entry{Key: k, Count: 1, Value: e})
 				}
 			}
 		}
@@ -130,7 +130,7 @@ func (d *db) scanLogWAL(ctx context.Context, start uint64, fn func(engine.Entry)
 // truncateWAL persists the new floor; the materializer purges the
 // transaction messages wholly below it once their writes are on their
 // key subjects.
-func (d *db) truncateWAL(ctx context.Context, below engine.LogKey) error {
+func (d *db) truncateWAL(ctx context.Context, below driver.LogKey) error {
 	floor, _, _ := d.view.floorNow()
 	applied, _ := d.view.state()
 	// Keys past the next transaction do not exist yet; a floor above
@@ -152,11 +152,11 @@ func (d *db) truncateWAL(ctx context.Context, below engine.LogKey) error {
 
 // logStatsWAL counts retained entries from the running totals on the first
 // and last retained transaction messages.
-func (d *db) logStatsWAL(ctx context.Context) (engine.LogStats, error) {
+func (d *db) logStatsWAL(ctx context.Context) (driver.LogStats, error) {
 	rctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
 	floor, _, _ := d.view.floorNow()
-	st := engine.LogStats{Floor: engine.LogKey(floor)}
+	st := driver.LogStats{Floor: driver.LogKey(floor)}
 	last, err := d.st.GetLastMsgForSubject(rctx, d.txLogSubj)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return st, nil
@@ -188,9 +188,9 @@ func (d *db) logStatsWAL(ctx context.Context) (engine.LogStats, error) {
 	firstKey := txKey(first.Sequence, 0)
 	hidden := 0
 	if uint64(firstKey) < floor {
-		_, pos := splitKey(engine.LogKey(floor))
+		_, pos := splitKey(driver.LogKey(floor))
 		hidden = min(pos, len(firstLogs))
-		firstKey = engine.LogKey(floor)
+		firstKey = driver.LogKey(floor)
 	}
 	st.Entries = totalLast - (totalFirst - uint64(len(firstLogs))) - uint64(hidden)
 	if st.Entries == 0 {

@@ -5,7 +5,7 @@ package jetstream
 import (
 	"sync"
 
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 )
 
 // The recent log keeps at most this many entries and bytes of values.
@@ -93,13 +93,13 @@ func (r *recentLog) add(seq uint64, logs [][]byte) {
 // scan returns the entries with keys >= start in transaction messages up
 // to sequence upTo, and true, when the log is complete from start on;
 // false when part of that range must be read from the stream.
-func (r *recentLog) scan(start, upTo uint64) ([]engine.Entry, bool) {
+func (r *recentLog) scan(start, upTo uint64) ([]driver.Entry, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if start>>logShift < r.from || r.from == 0 {
 		return nil, false
 	}
-	var out []engine.Entry
+	var out []driver.Entry
 	// Groups are in sequence order; skip those wholly below start.
 	i := len(r.groups)
 	for i > 0 && r.groups[i-1].seq >= start>>logShift {
@@ -109,7 +109,7 @@ func (r *recentLog) scan(start, upTo uint64) ([]engine.Entry, bool) {
 		g := &r.groups[i]
 		for pos, v := range g.logs {
 			if k := txKey(g.seq, pos); uint64(k) >= start {
-				out = append(out, engine.Entry{Key: k, Count: 1, Value: v})
+				out = append(out, driver.Entry{Key: k, Count: 1, Value: v})
 			}
 		}
 	}

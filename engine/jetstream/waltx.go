@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 )
 
 // A transaction message carries every write and log entry of one group of
@@ -38,12 +38,12 @@ const (
 var errBadTx = errors.New("jetstream: undecodable transaction message")
 
 // txKey returns the log key of entry pos of the message at seq.
-func txKey(seq uint64, pos int) engine.LogKey {
-	return engine.LogKey(seq<<logShift | uint64(pos))
+func txKey(seq uint64, pos int) driver.LogKey {
+	return driver.LogKey(seq<<logShift | uint64(pos))
 }
 
 // splitKey returns the message sequence and position of a log key.
-func splitKey(k engine.LogKey) (seq uint64, pos int) {
+func splitKey(k driver.LogKey) (seq uint64, pos int) {
 	return uint64(k) >> logShift, int(uint64(k) & txPosMask)
 }
 
@@ -67,9 +67,9 @@ func encodeTx(dst []byte, logs [][]byte, ws []txWrite) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(ws)))
 	for _, w := range ws {
 		if w.deleted {
-			dst = append(dst, byte(engine.OpDelete))
+			dst = append(dst, byte(driver.OpDelete))
 		} else {
-			dst = append(dst, byte(engine.OpPut))
+			dst = append(dst, byte(driver.OpPut))
 		}
 		dst = binary.AppendUvarint(dst, uint64(len(w.key)))
 		dst = append(dst, w.key...)
@@ -82,7 +82,7 @@ func encodeTx(dst []byte, logs [][]byte, ws []txWrite) []byte {
 }
 
 // txSize bounds the encoded size of a transaction carrying b.
-func txSize(b *engine.Batch) int {
+func txSize(b *driver.Batch) int {
 	n := 0
 	for _, e := range b.Log {
 		n += len(e) + binary.MaxVarintLen32
@@ -154,13 +154,13 @@ func decodeTx(data []byte) (int, []txWrite, error) {
 		if len(d.buf) == 0 {
 			return 0, nil, errBadTx
 		}
-		kind := engine.OpKind(d.buf[0])
+		kind := driver.OpKind(d.buf[0])
 		d.buf = d.buf[1:]
 		w := txWrite{key: string(d.bytes())}
 		switch kind {
-		case engine.OpPut:
+		case driver.OpPut:
 			w.val = d.bytes()
-		case engine.OpDelete:
+		case driver.OpDelete:
 			w.deleted = true
 		default:
 			return 0, nil, errBadTx

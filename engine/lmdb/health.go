@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/PowerDNS/lmdb-go/lmdb"
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 	"github.com/tidemark-io/tidemark/engine/internal/space"
 )
@@ -41,9 +41,9 @@ type failure struct {
 }
 
 // writeFailed records a failed commit (or sync) and returns its error,
-// wrapping engine.ErrWriteFailed.
+// wrapping driver.ErrWriteFailed.
 func (d *db) writeFailed(op string, err error) error {
-	werr := fmt.Errorf("lmdb: %s: %w: %w", op, engine.ErrWriteFailed, err)
+	werr := fmt.Errorf("lmdb: %s: %w: %w", op, driver.ErrWriteFailed, err)
 	f := &failure{err: werr, since: time.Now()}
 	if prev := d.failure.Load(); prev != nil {
 		f.since = prev.since
@@ -89,13 +89,13 @@ func (d *db) probe() {
 }
 
 // Health reports whether the latest commit succeeded: nil, or an error
-// wrapping engine.ErrWriteFailed that says since when and what to do.
+// wrapping driver.ErrWriteFailed that says since when and what to do.
 func (d *db) Health() error {
 	d.mu.RLock()
 	closed := d.closed
 	d.mu.RUnlock()
 	if closed {
-		return fmt.Errorf("lmdb: %w", engine.ErrClosed)
+		return fmt.Errorf("lmdb: %w", driver.ErrClosed)
 	}
 	f := d.failure.Load()
 	if f == nil {

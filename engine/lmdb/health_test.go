@@ -19,7 +19,7 @@ import (
 func TestHealthAfterWriteFailure(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	e, err := engine.Open(ctx, "lmdb", engine.Options{Dir: t.TempDir()})
+	e, err := open(ctx, engine.Options{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

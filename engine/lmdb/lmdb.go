@@ -14,10 +14,13 @@ import (
 	"sync/atomic"
 
 	"github.com/PowerDNS/lmdb-go/lmdb"
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 	"github.com/tidemark-io/tidemark/engine/internal/deferral"
 	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
+	"github.com/tidemark-io/tidemark/engine/internal/group"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
+	"github.com/tidemark-io/tidemark/engine/internal/snapguard"
+	"github.com/tidemark-io/tidemark/internal/hlc"
 )
 
 const (
@@ -30,9 +33,9 @@ const (
 )
 
 func init() {
-	engine.Register(Name, engine.Driver{
+	driver.Register(Name, driver.Driver{
 		Open: open,
-		Params: []engine.Param{
+		Params: []driver.Param{
 			{Name: "map_size_mb", Default: strconv.Itoa(defaultMapSizeMB),
 				Doc: "initial LMDB map size in MiB; the map doubles whenever it fills, so this only sets where growth starts"},
 			{Name: "max_readers", Default: strconv.Itoa(defaultMaxReaders),
@@ -44,54 +47,56 @@ func init() {
 
 // db is the engine.
 //
-// Writes: Submit queues jobs under mu (read-locked, so Close can wait out
-// senders); the writer goroutine owns every write transaction.
+// Writes: Submit and Truncate queue jobs on the shared group-commit queue
+// (engine/internal/group), which Close ends; the writer goroutine owns
+// every write transaction. mu guards closed.
 //
-// Reads: rw is held shared by every LMDB call made outside the writer and
-// exclusively while the map is resized or the environment closed, so no
-// read runs against a map that is moving or gone.
+// Reads: the guard (engine/internal/snapguard) is held shared by every
+// LMDB call made outside the writer and exclusively while the map is
+// resized or the environment closed, so no read runs against a map that
+// is moving or gone.
 type db struct {
 	env  *lmdb.Env
 	dbi  lmdb.DBI
-	opts engine.Options
+	opts driver.Options
 	log  *slog.Logger
-	hlc  *engine.HLC
+	hlc  *hlc.Clock
 	lock *dirlock.Lock
 
 	mu         sync.RWMutex
 	closed     bool
-	queue      chan *job
+	queue      *group.Queue[*job] // commits and truncation rounds, for the writer
 	writerDone chan struct{}
 	gate       *deferral.Gate // picks the deferred commits that wait for company
 
-	rw      sync.RWMutex
-	rclosed bool
-	done    chan struct{} // closed by Close; wakes reader-slot waiters
-	slots   chan struct{} // one token per free reader slot
-	regMu   sync.Mutex
-	snaps   map[*snapshot]struct{}
+	// guard keeps the environment open under every LMDB call made
+	// outside the writer, held exclusively while the map is resized or
+	// the environment closed, and ends the open snapshots on Close.
+	guard *snapguard.Guard[*snapshot]
+	done  chan struct{} // closed by Close; wakes reader-slot waiters
+	slots chan struct{} // one token per free reader slot
 
-	notifier engine.Notifier
+	notifier driver.Notifier
 
 	// failure, when set, is the write failure of the latest commit (see
 	// health.go).
 	failure atomic.Pointer[failure]
 }
 
-func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
+func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 	if opts.Dir == "" {
-		return nil, fmt.Errorf("%w: lmdb needs a data directory (Options.Dir)", engine.ErrInvalidOption)
+		return nil, fmt.Errorf("%w: lmdb needs a data directory (Options.Dir)", driver.ErrInvalidOption)
 	}
-	mapMB, err := engine.IntParam(opts, "lmdb", "map_size_mb", defaultMapSizeMB, 1, 1<<30)
+	mapMB, err := driver.IntParam(opts, "lmdb", "map_size_mb", defaultMapSizeMB, 1, 1<<30)
 	if err != nil {
 		return nil, err
 	}
-	readers, err := engine.IntParam(opts, "lmdb", "max_readers", defaultMaxReaders, 1, 1<<30)
+	readers, err := driver.IntParam(opts, "lmdb", "max_readers", defaultMaxReaders, 1, 1<<30)
 	if err != nil {
 		return nil, err
 	}
 	if readers > maxReaders {
-		return nil, fmt.Errorf("%w: lmdb parameter max_readers=%d: the limit is %d", engine.ErrInvalidOption, readers, maxReaders)
+		return nil, fmt.Errorf("%w: lmdb parameter max_readers=%d: the limit is %d", driver.ErrInvalidOption, readers, maxReaders)
 	}
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("lmdb: create %s: %w", opts.Dir, err)
@@ -110,12 +115,11 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		opts:       opts,
 		log:        opts.Log().With("engine", Name),
 		lock:       lock,
-		queue:      make(chan *job, queueLen),
 		writerDone: make(chan struct{}),
 		gate:       deferral.NewGate(opts.Deferral()),
 		done:       make(chan struct{}),
 		slots:      make(chan struct{}, readers),
-		snaps:      map[*snapshot]struct{}{},
+		guard:      snapguard.New[*snapshot](),
 	}
 	for range readers {
 		d.slots <- struct{}{}
@@ -132,7 +136,8 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		return nil, err
 	}
 	// Never reissue a key at or below one on disk, whatever the clock says.
-	d.hlc = engine.NewHLC(opts.Clock, max(top, floor))
+	d.hlc = hlc.New(opts.Clock, max(top, floor))
+	d.queue = d.newQueue()
 	go d.writer()
 	if stale {
 		// A truncation was cut short (crash or cancelled context): finish
@@ -145,13 +150,13 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 	return d, nil
 }
 
-func openEnv(opts engine.Options, mapSize int64, readers int) (*lmdb.Env, error) {
+func openEnv(opts driver.Options, mapSize int64, readers int) (*lmdb.Env, error) {
 	env, err := lmdb.NewEnv()
 	if err != nil {
 		return nil, fmt.Errorf("lmdb: create environment: %w", err)
 	}
 	var flags uint
-	if opts.Sync != engine.SyncAlways {
+	if opts.Sync != driver.SyncAlways {
 		flags |= lmdb.NoSync
 	}
 	if err := env.SetMapSize(mapSize); err != nil {
@@ -171,7 +176,7 @@ func openEnv(opts engine.Options, mapSize int64, readers int) (*lmdb.Env, error)
 
 // recover opens the main database and returns the highest log key on disk,
 // the truncation floor, and whether entries below the floor are left over.
-func (d *db) recover(ctx context.Context) (top, floor engine.LogKey, stale bool, err error) {
+func (d *db) recover(ctx context.Context) (top, floor driver.LogKey, stale bool, err error) {
 	err = d.env.View(func(txn *lmdb.Txn) error {
 		dbi, err := txn.OpenRoot(0)
 		if err != nil {
@@ -222,15 +227,15 @@ func (d *db) recover(ctx context.Context) (top, floor engine.LogKey, stale bool,
 }
 
 // logKeyOf returns the log key of a stored log key.
-func logKeyOf(k []byte) (engine.LogKey, bool) {
+func logKeyOf(k []byte) (driver.LogKey, bool) {
 	if len(k) != kvlog.LogKeyLen || k[0] != kvlog.LogPrefix {
 		return 0, false
 	}
-	return engine.LogKey(binary.BigEndian.Uint64(k[1:])), true
+	return driver.LogKey(binary.BigEndian.Uint64(k[1:])), true
 }
 
 // readFloor reads the persisted truncation floor; zero when none was set.
-func readFloor(txn *lmdb.Txn, dbi lmdb.DBI) (engine.LogKey, error) {
+func readFloor(txn *lmdb.Txn, dbi lmdb.DBI) (driver.LogKey, error) {
 	v, err := txn.Get(dbi, kvlog.MetaFloor)
 	if lmdb.IsNotFound(err) {
 		return 0, nil
@@ -242,18 +247,12 @@ func readFloor(txn *lmdb.Txn, dbi lmdb.DBI) (engine.LogKey, error) {
 }
 
 func (d *db) Name() string                    { return Name }
-func (d *db) Granularity() engine.Granularity { return engine.PerRecord }
+func (d *db) Granularity() driver.Granularity { return driver.PerRecord }
 
-func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error) {
-	if err := b.Validate(); err != nil {
-		return nil, fmt.Errorf("lmdb: submit: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("lmdb: submit: %w", err)
-	}
+func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error) {
 	j := newCommitJob(b)
 	j.deferred = d.gate.Defer(b)
-	h, complete := engine.NewHandle()
+	h, complete := driver.NewHandle()
 	j.complete = complete
 	if err := d.enqueue(ctx, j); err != nil {
 		return nil, fmt.Errorf("lmdb: submit: %w", err)
@@ -261,32 +260,13 @@ func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error
 	return h, nil
 }
 
-// enqueue hands j to the writer, waiting for room while ctx allows.
-func (d *db) enqueue(ctx context.Context, j *job) error {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if d.closed {
-		return engine.ErrClosed
-	}
-	select {
-	case d.queue <- j:
-		return nil
-	default:
-	}
-	select {
-	case d.queue <- j:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
+// enqueue hands j to the writer, waiting for room while ctx allows; after
+// Close it fails with driver.ErrClosed.
+func (d *db) enqueue(ctx context.Context, j *job) error { return d.queue.Put(ctx, j) }
 
 func (d *db) Watch(ctx context.Context) <-chan struct{} { return d.notifier.Subscribe(ctx) }
 
-func (d *db) Truncate(ctx context.Context, below engine.LogKey) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("lmdb: truncate: %w", err)
-	}
+func (d *db) Truncate(ctx context.Context, below driver.LogKey) error {
 	// Each round is one bounded write transaction, so a long truncation
 	// never holds the writer for long and commits interleave with it.
 	for {
@@ -312,25 +292,18 @@ func (d *db) Close() error {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		return fmt.Errorf("lmdb: close: %w", engine.ErrClosed)
+		return fmt.Errorf("lmdb: close: %w", driver.ErrClosed)
 	}
 	d.closed = true
-	close(d.queue)
+	d.queue.Close()
 	d.mu.Unlock()
 	<-d.writerDone
 	d.notifier.Close()
 
-	d.rw.Lock()
-	d.rclosed = true
+	// Reader-slot waiters give up at once; reads holding the guard
+	// finish first.
 	close(d.done)
-	d.regMu.Lock()
-	for s := range d.snaps {
-		s.abortLocked()
-	}
-	d.snaps = nil
-	d.regMu.Unlock()
-	err := d.env.Close()
-	d.rw.Unlock()
+	err := d.guard.Close((*snapshot).abortLocked, d.env.Close)
 	d.lock.Release()
 	if err != nil {
 		return fmt.Errorf("lmdb: close: %w", err)
@@ -340,4 +313,4 @@ func (d *db) Close() error {
 
 // isConflict reports a failed check; everything else a job can fail with
 // comes from LMDB.
-func isConflict(err error) bool { return errors.Is(err, engine.ErrConflict) }
+func isConflict(err error) bool { return errors.Is(err, driver.ErrConflict) }

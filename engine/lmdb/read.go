@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/PowerDNS/lmdb-go/lmdb"
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 )
 
@@ -46,53 +46,44 @@ func (d *db) openSnapshot(ctx context.Context) (*snapshot, error) {
 		select {
 		case <-d.slots:
 		case <-d.done:
-			return nil, engine.ErrClosed
+			return nil, driver.ErrClosed
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
 	}
-	d.rw.RLock()
-	defer d.rw.RUnlock()
-	if d.rclosed {
+	if !d.guard.Enter() {
 		d.slots <- struct{}{}
-		return nil, engine.ErrClosed
+		return nil, driver.ErrClosed
 	}
+	defer d.guard.RUnlock()
 	txn, err := d.env.BeginTxn(nil, lmdb.Readonly)
 	if err != nil {
 		d.slots <- struct{}{}
 		return nil, fmt.Errorf("begin read transaction: %w", err)
 	}
 	s := &snapshot{d: d, txn: txn}
-	d.regMu.Lock()
-	d.snaps[s] = struct{}{}
-	d.regMu.Unlock()
+	d.guard.Add(s)
 	return s, nil
 }
 
 // do runs fn on the read transaction.
 func (s *snapshot) do(fn func(txn *lmdb.Txn) error) error {
-	s.d.rw.RLock()
-	defer s.d.rw.RUnlock()
+	s.d.guard.RLock()
+	defer s.d.guard.RUnlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.txn == nil {
-		return engine.ErrClosed
+		return driver.ErrClosed
 	}
 	return fn(s.txn)
 }
 
 func (s *snapshot) Get(ctx context.Context, key []byte) ([]byte, error) {
-	if err := engine.ValidKey(key); err != nil {
-		return nil, fmt.Errorf("lmdb: get: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("lmdb: get: %w", err)
-	}
 	var out []byte
 	err := s.do(func(txn *lmdb.Txn) error {
 		v, err := txn.Get(s.d.dbi, kvlog.DataKey(nil, key))
 		if lmdb.IsNotFound(err) {
-			return engine.ErrNotFound
+			return driver.ErrNotFound
 		}
 		out = v // a copy: the transaction does not read raw
 		return err
@@ -106,12 +97,9 @@ func (s *snapshot) Get(ctx context.Context, key []byte) ([]byte, error) {
 	return out, nil
 }
 
-func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (engine.Iterator, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("lmdb: iter: %w", err)
-	}
+func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (driver.Iterator, error) {
 	if s.dead.Load() {
-		return nil, fmt.Errorf("lmdb: iter: %w", engine.ErrClosed)
+		return nil, fmt.Errorf("lmdb: iter: %w", driver.ErrClosed)
 	}
 	return &iterator{
 		s:     s,
@@ -122,14 +110,12 @@ func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (engine.Iterat
 }
 
 func (s *snapshot) Close() error {
-	s.d.rw.RLock()
+	s.d.guard.RLock()
 	s.mu.Lock()
 	s.abort()
 	s.mu.Unlock()
-	s.d.rw.RUnlock()
-	s.d.regMu.Lock()
-	delete(s.d.snaps, s)
-	s.d.regMu.Unlock()
+	s.d.guard.RUnlock()
+	s.d.guard.Remove(s)
 	return nil
 }
 
@@ -174,7 +160,7 @@ func (it *iterator) Next() bool {
 		return false
 	}
 	if it.closed || it.s.dead.Load() {
-		it.err = fmt.Errorf("lmdb: iter: %w", engine.ErrClosed)
+		it.err = fmt.Errorf("lmdb: iter: %w", driver.ErrClosed)
 		it.buf = nil
 		return false
 	}
@@ -253,7 +239,7 @@ func (it *iterator) Close() error {
 	return nil
 }
 
-func (d *db) Snapshot(ctx context.Context) (engine.Snapshot, error) {
+func (d *db) Snapshot(ctx context.Context) (driver.Snapshot, error) {
 	s, err := d.openSnapshot(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("lmdb: snapshot: %w", err)
@@ -261,20 +247,17 @@ func (d *db) Snapshot(ctx context.Context) (engine.Snapshot, error) {
 	return s, nil
 }
 
-func (d *db) ScanLog(ctx context.Context, from engine.LogKey, exclusive bool, fn func(engine.Entry) bool) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("lmdb: scan log: %w", err)
-	}
-	if exclusive && from == ^engine.LogKey(0) {
+func (d *db) ScanLog(ctx context.Context, from driver.LogKey, exclusive bool, fn func(driver.Entry) bool) error {
+	if exclusive && from == ^driver.LogKey(0) {
 		if d.isClosed() {
-			return fmt.Errorf("lmdb: scan log: %w", engine.ErrClosed)
+			return fmt.Errorf("lmdb: scan log: %w", driver.ErrClosed)
 		}
 		return nil
 	}
 	// Each page is its own short read transaction, released before fn
 	// runs, so fn may take as long as it likes and call back into the
 	// engine without pinning old pages or a reader slot.
-	return kvlog.ScanPages(ctx, "lmdb", from, exclusive, func(seek []byte, start engine.LogKey, first bool) ([]engine.Entry, []byte, error) {
+	return kvlog.ScanPages(ctx, "lmdb", from, exclusive, func(seek []byte, start driver.LogKey, first bool) ([]driver.Entry, []byte, error) {
 		return d.readLogPage(ctx, seek, start, first)
 	}, fn)
 }
@@ -282,13 +265,13 @@ func (d *db) ScanLog(ctx context.Context, from engine.LogKey, exclusive bool, fn
 // readLogPage reads up to scanPage entries from seek and returns the seek
 // key of the next page (nil at the end of the log). The first page checks
 // the floor in the same transaction it reads from.
-func (d *db) readLogPage(ctx context.Context, seek []byte, start engine.LogKey, checkFloor bool) ([]engine.Entry, []byte, error) {
+func (d *db) readLogPage(ctx context.Context, seek []byte, start driver.LogKey, checkFloor bool) ([]driver.Entry, []byte, error) {
 	s, err := d.openSnapshot(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("lmdb: scan log: %w", err)
 	}
 	defer s.Close()
-	var page []engine.Entry
+	var page []driver.Entry
 	var next []byte
 	err = s.do(func(txn *lmdb.Txn) error {
 		if checkFloor {
@@ -330,13 +313,13 @@ func (d *db) readLogPage(ctx context.Context, seek []byte, start engine.LogKey, 
 	return page, next, nil
 }
 
-func (d *db) LogStats(ctx context.Context) (engine.LogStats, error) {
+func (d *db) LogStats(ctx context.Context) (driver.LogStats, error) {
 	s, err := d.openSnapshot(ctx)
 	if err != nil {
-		return engine.LogStats{}, fmt.Errorf("lmdb: log stats: %w", err)
+		return driver.LogStats{}, fmt.Errorf("lmdb: log stats: %w", err)
 	}
 	defer s.Close()
-	var st engine.LogStats
+	var st driver.LogStats
 	// One read transaction gives consistent figures; it is used a page at
 	// a time so a long count never holds up a map resize.
 	err = s.do(func(txn *lmdb.Txn) error {
@@ -365,7 +348,7 @@ func (d *db) LogStats(ctx context.Context) (engine.LogStats, error) {
 				}
 				key, ok := logKeyOf(k)
 				if !ok {
-					return fmt.Errorf("%w: log key %x", engine.ErrCorrupt, k)
+					return fmt.Errorf("%w: log key %x", driver.ErrCorrupt, k)
 				}
 				if st.Entries == 0 {
 					st.First = key
@@ -382,13 +365,9 @@ func (d *db) LogStats(ctx context.Context) (engine.LogStats, error) {
 		})
 	}
 	if err != nil {
-		return engine.LogStats{}, fmt.Errorf("lmdb: log stats: %w", err)
+		return driver.LogStats{}, fmt.Errorf("lmdb: log stats: %w", err)
 	}
 	return st, nil
 }
 
-func (d *db) isClosed() bool {
-	d.rw.RLock()
-	defer d.rw.RUnlock()
-	return d.rclosed
-}
+func (d *db) isClosed() bool { return d.guard.Closed() }

@@ -2,10 +2,10 @@
 
 package lmdb
 
-import "github.com/tidemark-io/tidemark/engine"
+import "github.com/tidemark-io/tidemark/engine/driver"
 
 func init() {
-	engine.RegisterUnavailable(Name, "the LMDB engine needs cgo and was left out of this build "+
+	driver.RegisterUnavailable(Name, "the LMDB engine needs cgo and was left out of this build "+
 		"(built with CGO_ENABLED=0 or the nolmdb tag); rebuild with CGO_ENABLED=1 and a C compiler, "+
 		"without -tags nolmdb, to include it")
 }

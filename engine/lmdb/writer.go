@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/PowerDNS/lmdb-go/lmdb"
-	"github.com/tidemark-io/tidemark/engine"
-	"github.com/tidemark-io/tidemark/engine/internal/deferral"
+	"github.com/tidemark-io/tidemark/engine/driver"
+	"github.com/tidemark-io/tidemark/engine/internal/group"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 )
 
@@ -46,16 +46,16 @@ type job struct {
 	checks   []check
 	log      [][]byte
 	size     int
-	deferred bool // engine.Batch.Defer, and the gate let it wait
-	complete func(engine.Result, error)
+	deferred bool // driver.Batch.Defer, and the gate let it wait
+	complete func(driver.Result, error)
 
 	trunc bool
-	below engine.LogKey
+	below driver.LogKey
 	tdone chan struct{} // closed when the round finished
 	more  bool          // the round stopped at truncChunk keys
 
 	// Outcome of the latest attempt.
-	res engine.Result
+	res driver.Result
 	err error
 	// failed marks an error found while the job was half applied: the
 	// group is retried without it.
@@ -64,7 +64,7 @@ type job struct {
 
 // newCommitJob converts b to stored keys off the writer's thread, so the
 // one writer spends its time in LMDB.
-func newCommitJob(b *engine.Batch) *job {
+func newCommitJob(b *driver.Batch) *job {
 	n := 0
 	for i := range b.Ops {
 		n += 1 + len(b.Ops[i].Key)
@@ -82,7 +82,7 @@ func newCommitJob(b *engine.Batch) *job {
 	j := &job{ops: make([]op, len(b.Ops)), checks: make([]check, len(b.Checks)), log: b.Log}
 	for i := range b.Ops {
 		o := &b.Ops[i]
-		j.ops[i] = op{del: o.Kind == engine.OpDelete, key: stored(o.Key), value: o.Value}
+		j.ops[i] = op{del: o.Kind == driver.OpDelete, key: stored(o.Key), value: o.Value}
 		j.size += jobOverhead + len(o.Key) + len(o.Value)
 	}
 	for i := range b.Checks {
@@ -108,13 +108,13 @@ func newCommitJob(b *engine.Batch) *job {
 // 0.4 ms in fsyncs, and keeping the thread measured faster (5-15% at the
 // same point, in interleaved runs).
 func (d *db) writer() {
-	pinned := d.opts.Sync == engine.SyncAlways
+	pinned := d.opts.Sync == driver.SyncAlways
 	if pinned {
 		runtime.LockOSThread()
 	}
 	defer close(d.writerDone)
 	var tick <-chan time.Time
-	if d.opts.Sync == engine.SyncInterval {
+	if d.opts.Sync == driver.SyncInterval {
 		t := time.NewTicker(d.opts.Interval())
 		defer t.Stop()
 		tick = t.C
@@ -123,60 +123,39 @@ func (d *db) writer() {
 	// own, so Health clears without waiting for a client's commit.
 	probe := time.NewTicker(probeEvery)
 	defer probe.Stop()
-	group := make([]*job, 0, maxGroupCommits)
-	var carry *job
+	buf := make([]*job, 0, maxGroupCommits)
+	size := 0 // bytes of the group being taken
+	fits := func(first bool, j *job) bool {
+		if first {
+			size = 0
+		} else if size+j.size > maxGroupBytes {
+			return false
+		}
+		size += j.size
+		return true
+	}
 	for {
-		first := carry
-		carry = nil
-		if first == nil {
+		// Everything that queued up while the previous group synced joins
+		// this one: that is the group commit. A group of deferred commits
+		// waits for one that is not (see newQueue).
+		group, open := d.queue.TryNext(buf, fits)
+		if !open {
+			if d.opts.Sync == driver.SyncInterval {
+				d.sync()
+			}
+			return
+		}
+		if group == nil {
 			select {
 			case <-probe.C:
 				if d.failure.Load() != nil {
 					d.probe()
 				}
-				continue
-			case j, ok := <-d.queue:
-				if !ok {
-					if d.opts.Sync == engine.SyncInterval {
-						d.sync()
-					}
-					return
-				}
-				first = j
 			case <-tick:
 				d.sync()
-				continue
+			case <-d.queue.Ready():
 			}
-		}
-		// Everything that queued up while the previous group synced joins
-		// this one: that is the group commit.
-		group = append(group[:0], first)
-		size := first.size
-		deferred := first.deferred
-		// add takes j into the group unless it would overfill it.
-		add := func(j *job) bool {
-			if len(group) >= maxGroupCommits || size+j.size > maxGroupBytes {
-				carry = j
-				return false
-			}
-			group = append(group, j)
-			size += j.size
-			deferred = deferred && j.deferred
-			return true
-		}
-	fill:
-		for len(group) < maxGroupCommits {
-			select {
-			case j, ok := <-d.queue:
-				if !ok || !add(j) {
-					break fill
-				}
-			default:
-				break fill
-			}
-		}
-		if deferred && carry == nil {
-			deferral.Linger(d.queue, d.gate.Window(), func(j *job) bool { return add(j) && deferred })
+			continue
 		}
 		if !pinned {
 			runtime.LockOSThread()
@@ -189,6 +168,20 @@ func (d *db) writer() {
 		}
 		clear(group)
 	}
+}
+
+// newQueue returns the writer's queue: groups of up to maxGroupCommits
+// commits and maxGroupBytes, no gather wait (a commit's transaction is
+// short next to a sync, and the writer takes everything that queued
+// during the last one), and under SyncAlways deferred commits held open
+// for company.
+func (d *db) newQueue() *group.Queue[*job] {
+	return group.New(group.Options[*job]{
+		Limit:    queueLen,
+		MaxGroup: maxGroupCommits,
+		Linger:   d.gate.Window(),
+		Deferred: func(j *job) bool { return j.deferred },
+	})
 }
 
 func (d *db) sync() {
@@ -248,7 +241,7 @@ func (d *db) tryGroup(group []*job) (next attempt, cut int, err error) {
 		if j.failed {
 			continue
 		}
-		j.res, j.err, j.more = engine.Result{}, nil, false
+		j.res, j.err, j.more = driver.Result{}, nil, false
 		err := d.apply(txn, j)
 		switch {
 		case err == nil:
@@ -288,14 +281,14 @@ func (d *db) apply(txn *lmdb.Txn, j *job) error {
 		switch {
 		case lmdb.IsNotFound(err):
 			if !c.absent {
-				return fmt.Errorf("lmdb: %w: key %q is absent", engine.ErrConflict, c.key[1:])
+				return fmt.Errorf("lmdb: %w: key %q is absent", driver.ErrConflict, c.key[1:])
 			}
 		case err != nil:
 			return err
 		case c.absent:
-			return fmt.Errorf("lmdb: %w: key %q is present", engine.ErrConflict, c.key[1:])
+			return fmt.Errorf("lmdb: %w: key %q is present", driver.ErrConflict, c.key[1:])
 		case !bytes.Equal(v, c.value):
-			return fmt.Errorf("lmdb: %w: key %q holds another value", engine.ErrConflict, c.key[1:])
+			return fmt.Errorf("lmdb: %w: key %q holds another value", driver.ErrConflict, c.key[1:])
 		}
 	}
 	for i := range j.ops {
@@ -310,9 +303,9 @@ func (d *db) apply(txn *lmdb.Txn, j *job) error {
 	}
 	if n := len(j.log); n > 0 {
 		first := d.hlc.NextN(n)
-		keys := make([]engine.LogKey, n)
+		keys := make([]driver.LogKey, n)
 		for i, e := range j.log {
-			keys[i] = first + engine.LogKey(i)
+			keys[i] = first + driver.LogKey(i)
 			if err := txn.Put(d.dbi, kvlog.LogKey(keys[i], 0), kvlog.LogValue(1, e), 0); err != nil {
 				return err
 			}
@@ -381,7 +374,7 @@ func (d *db) finish(jobs []*job, groupErr error) {
 			continue
 		}
 		if err != nil {
-			j.complete(engine.Result{}, err)
+			j.complete(driver.Result{}, err)
 			continue
 		}
 		logged = logged || len(j.res.Keys) > 0
@@ -403,9 +396,9 @@ func (d *db) grow(need int) error {
 	const mib = 1 << 20
 	size := max(2*info.MapSize, info.MapSize+2*int64(need))
 	size = (size + mib - 1) / mib * mib
-	d.rw.Lock()
+	d.guard.Lock()
 	err = d.env.SetMapSize(size)
-	d.rw.Unlock()
+	d.guard.Unlock()
 	if err != nil {
 		return fmt.Errorf("lmdb: grow map from %d to %d bytes: %w", info.MapSize, size, err)
 	}

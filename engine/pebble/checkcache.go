@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"fmt"
 
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 )
 
 // maxCheckCache bounds the keys a checkCache holds; past it, it starts
@@ -36,16 +36,16 @@ type cachedState struct {
 
 // eval evaluates check c from the cache; cached is false when the key is
 // not cached (and err nil).
-func (cc *checkCache) eval(c *engine.Check) (cached bool, err error) {
+func (cc *checkCache) eval(c *driver.Check) (cached bool, err error) {
 	st, ok := cc.m[string(c.Key)]
 	if !ok {
 		return false, nil
 	}
 	switch {
 	case !st.present && !c.Absent:
-		return true, fmt.Errorf("pebble: %w: key %q is absent", engine.ErrConflict, c.Key)
+		return true, fmt.Errorf("pebble: %w: key %q is absent", driver.ErrConflict, c.Key)
 	case st.present && (c.Absent || !bytes.Equal(st.value, c.Value)):
-		return true, fmt.Errorf("pebble: %w: key %q holds another value", engine.ErrConflict, c.Key)
+		return true, fmt.Errorf("pebble: %w: key %q holds another value", driver.ErrConflict, c.Key)
 	}
 	return true, nil
 }
@@ -59,14 +59,14 @@ func (cc *checkCache) learn(key []byte, present bool, value []byte) {
 }
 
 // applied updates the cached keys that ops, just applied, wrote.
-func (cc *checkCache) applied(ops []engine.Op) {
+func (cc *checkCache) applied(ops []driver.Op) {
 	if len(cc.m) == 0 {
 		return
 	}
 	for i := range ops {
 		op := &ops[i]
 		if _, ok := cc.m[string(op.Key)]; ok {
-			if op.Kind == engine.OpPut {
+			if op.Kind == driver.OpPut {
 				cc.m[string(op.Key)] = cachedState{present: true, value: bytes.Clone(op.Value)}
 			} else {
 				cc.m[string(op.Key)] = cachedState{}

@@ -37,7 +37,7 @@ func testDiskFull(t *testing.T, mode engine.SyncMode) {
 	defer cancel()
 	dir := t.TempDir()
 	opts := engine.Options{Dir: dir, Sync: mode, Params: map[string]string{"memtable_mb": "1"}}
-	e, err := engine.Open(ctx, Name, opts)
+	e, err := open(ctx, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

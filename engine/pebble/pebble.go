@@ -16,16 +16,18 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 	"github.com/tidemark-io/tidemark/engine/internal/deferral"
 	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
+	"github.com/tidemark-io/tidemark/engine/internal/snapguard"
+	"github.com/tidemark-io/tidemark/internal/hlc"
 )
 
 func init() {
-	engine.Register(Name, engine.Driver{
+	driver.Register(Name, driver.Driver{
 		Open: open,
-		Params: []engine.Param{
+		Params: []driver.Param{
 			{Name: "cache_mb", Default: "64", Doc: "block cache size in MiB"},
 			{Name: "memtable_mb", Default: "64", Doc: "memtable size in MiB"},
 		},
@@ -36,23 +38,23 @@ func init() {
 // pendingCommit is an applied commit waiting for its WAL sync.
 type pendingCommit struct {
 	batch    *pebble.Batch // nil for a deferred commit, applied without sync
-	complete func(engine.Result, error)
-	res      engine.Result
+	complete func(driver.Result, error)
+	res      driver.Result
 	// barrier, when set, marks no commit: the completer closes it once
 	// every commit queued before it completed (see reopen).
 	barrier chan struct{}
 }
 
 // db is the engine. mu orders commits: a key is assigned and its batch
-// applied under mu, so log-key order is Pebble's sequence order. rw guards
+// applied under mu, so log-key order is Pebble's sequence order. readers guards
 // the Pebble handle against reads racing Close.
 type db struct {
 	lock  *dirlock.Lock // the data directory, held while open
-	pdb   *pebble.DB    // under mu and rw; nil between a failed reopen and the next
+	pdb   *pebble.DB    // under mu and readers; nil between a failed reopen and the next
 	popts *pebble.Options
 	fs    *watchFS
-	opts  engine.Options
-	hlc   *engine.HLC
+	opts  driver.Options
+	hlc   *hlc.Clock
 	cache *pebble.Cache
 	log   *slog.Logger
 
@@ -64,16 +66,18 @@ type db struct {
 	// later sync.
 	gate *deferral.Gate
 
-	rw      sync.RWMutex
-	rclosed bool
-	readers map[*snapshot]struct{}
-	floor   engine.LogKey // under rw
+	// readers keeps the Pebble handle open (and in place: see reopen)
+	// under every read and ends the open snapshots on Close
+	// (engine/internal/snapguard); held exclusively, it also guards floor
+	// and the snapshots' iterator sets.
+	readers *snapguard.Guard[*snapshot]
+	floor   driver.LogKey // under readers
 
 	// durable is the highest log key whose commit is durable; scans stop
 	// there, so no reader sees an entry a crash could still take back.
 	durable atomic.Uint64
 
-	notifier  engine.Notifier
+	notifier  driver.Notifier
 	completer sync.WaitGroup
 	stop      chan struct{}
 
@@ -87,15 +91,15 @@ type db struct {
 	recWG      sync.WaitGroup
 }
 
-func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
+func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 	if opts.Dir == "" {
-		return nil, fmt.Errorf("%w: pebble needs a data directory (Options.Dir)", engine.ErrInvalidOption)
+		return nil, fmt.Errorf("%w: pebble needs a data directory (Options.Dir)", driver.ErrInvalidOption)
 	}
-	cacheMB, err := engine.IntParam(opts, Name, "cache_mb", 64, 1, 1<<20)
+	cacheMB, err := driver.IntParam(opts, Name, "cache_mb", 64, 1, 1<<20)
 	if err != nil {
 		return nil, err
 	}
-	memMB, err := engine.IntParam(opts, Name, "memtable_mb", 64, 1, 4096)
+	memMB, err := driver.IntParam(opts, Name, "memtable_mb", 64, 1, 4096)
 	if err != nil {
 		return nil, err
 	}
@@ -107,12 +111,12 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		opts:    opts,
 		cache:   cache,
 		log:     opts.Log().With("engine", Name),
-		readers: map[*snapshot]struct{}{},
+		readers: snapguard.New[*snapshot](),
 		stop:    make(chan struct{}),
 		gate:    deferral.NewGate(opts.Deferral()),
 	}
 	d.fs = newWatchFS(func(err error) {
-		d.fail(fmt.Errorf("pebble: %w: %w", engine.ErrWriteFailed, err))
+		d.fail(fmt.Errorf("pebble: %w: %w", driver.ErrWriteFailed, err))
 	})
 	popts := &pebble.Options{
 		FS:           d.fs,
@@ -134,7 +138,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 		cache.Unref()
 		lock.Release()
 		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("pebble: open %s: %w: pebble's lock is held by another process: %w", opts.Dir, engine.ErrInUse, err)
+			return nil, fmt.Errorf("pebble: open %s: %w: pebble's lock is held by another process: %w", opts.Dir, driver.ErrInUse, err)
 		}
 		return nil, fmt.Errorf("pebble: open %s: %w", opts.Dir, err)
 	}
@@ -149,13 +153,13 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 	d.floor = floor
 	d.durable.Store(uint64(top))
 	// Never reissue a key at or below one on disk, whatever the clock says.
-	d.hlc = engine.NewHLC(opts.Clock, max(top, floor))
+	d.hlc = hlc.New(opts.Clock, max(top, floor))
 	switch opts.Sync {
-	case engine.SyncAlways:
+	case driver.SyncAlways:
 		d.pending = make(chan pendingCommit, 4096)
 		d.completer.Add(1)
 		go d.complete()
-	case engine.SyncInterval:
+	case driver.SyncInterval:
 		d.completer.Add(1)
 		go func() {
 			defer d.completer.Done()
@@ -166,7 +170,7 @@ func open(ctx context.Context, opts engine.Options) (engine.Engine, error) {
 }
 
 // recoverKeys returns the highest log key on disk and the truncation floor.
-func (d *db) recoverKeys() (top, floor engine.LogKey, err error) {
+func (d *db) recoverKeys() (top, floor driver.LogKey, err error) {
 	if v, closer, gerr := d.pdb.Get(kvlog.MetaFloor); gerr == nil {
 		floor, err = kvlog.DecodeFloor(v)
 		closer.Close()
@@ -192,33 +196,26 @@ func (d *db) recoverKeys() (top, floor engine.LogKey, err error) {
 }
 
 func (d *db) Name() string                    { return Name }
-func (d *db) Granularity() engine.Granularity { return engine.PerTransaction }
+func (d *db) Granularity() driver.Granularity { return driver.PerTransaction }
 
-func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error) {
-	if err := b.Validate(); err != nil {
-		return nil, fmt.Errorf("pebble: submit: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("pebble: submit: %w", err)
-	}
-
+func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error) {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		return nil, fmt.Errorf("pebble: submit: %w", engine.ErrClosed)
+		return nil, fmt.Errorf("pebble: submit: %w", driver.ErrClosed)
 	}
 	// Checked under mu before every apply: after a failed write Pebble's
 	// WAL writer fails (or panics on) every later commit.
 	if err := d.failed(); err != nil {
 		d.mu.Unlock()
-		return engine.Completed(engine.Result{}, fmt.Errorf("pebble: submit: %w", err)), nil
+		return driver.Completed(driver.Result{}, fmt.Errorf("pebble: submit: %w", err)), nil
 	}
 	pb := d.pdb.NewBatch()
 	for i := range b.Ops {
 		// Keys and values go straight into the batch's buffer.
 		op := &b.Ops[i]
 		var dop *pebble.DeferredBatchOp
-		if op.Kind == engine.OpPut {
+		if op.Kind == driver.OpPut {
 			dop = pb.SetDeferred(len(op.Key)+1, len(op.Value))
 			copy(dop.Value, op.Value)
 		} else {
@@ -230,24 +227,24 @@ func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error
 	if err := d.checkLocked(b.Checks); err != nil {
 		d.mu.Unlock()
 		_ = pb.Close()
-		return engine.Completed(engine.Result{}, err), nil
+		return driver.Completed(driver.Result{}, err), nil
 	}
-	var res engine.Result
+	var res driver.Result
 	if n := len(b.Log); n > 0 {
 		k := d.hlc.Next()
-		res.Keys = make([]engine.LogKey, n)
+		res.Keys = make([]driver.LogKey, n)
 		for i, entry := range b.Log {
 			res.Keys[i] = k
 			_ = pb.Set(kvlog.LogKey(k, uint32(i)), kvlog.LogValue(uint32(n), entry), nil)
 		}
 	}
-	if d.opts.Sync != engine.SyncAlways {
+	if d.opts.Sync != driver.SyncAlways {
 		err := d.guard("apply", func() error { return d.pdb.Apply(pb, pebble.NoSync) })
 		d.appliedLocked(b.Ops, err)
 		d.mu.Unlock()
 		_ = pb.Close()
 		if err != nil {
-			return engine.Completed(engine.Result{}, err), nil
+			return driver.Completed(driver.Result{}, err), nil
 		}
 		if len(res.Keys) > 0 {
 			d.durable.Store(uint64(res.Keys[0]))
@@ -255,9 +252,9 @@ func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error
 			// only wake every tailer to find nothing new.
 			d.notifier.Notify()
 		}
-		return engine.Completed(res, nil), nil
+		return driver.Completed(res, nil), nil
 	}
-	h, complete := engine.NewHandle()
+	h, complete := driver.NewHandle()
 	if d.gate.Defer(b) {
 		// In the WAL before any later commit, so that commit's sync
 		// makes it durable too (see complete).
@@ -266,7 +263,7 @@ func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error
 		_ = pb.Close()
 		if err != nil {
 			d.mu.Unlock()
-			return engine.Completed(engine.Result{}, err), nil
+			return driver.Completed(driver.Result{}, err), nil
 		}
 		d.pending <- pendingCommit{complete: complete, res: res}
 		d.mu.Unlock()
@@ -278,7 +275,7 @@ func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error
 		d.mu.Unlock()
 		// A batch Pebble panicked on is left to the collector: its
 		// state is unknown.
-		return engine.Completed(engine.Result{}, err), nil
+		return driver.Completed(driver.Result{}, err), nil
 	}
 	// Queued under mu so the completer sees commits in apply order.
 	d.pending <- pendingCommit{batch: pb, complete: complete, res: res}
@@ -288,7 +285,7 @@ func (d *db) Submit(ctx context.Context, b *engine.Batch) (*engine.Handle, error
 
 // appliedLocked brings the check cache up to date after an apply of ops
 // that returned err; mu held.
-func (d *db) appliedLocked(ops []engine.Op, err error) {
+func (d *db) appliedLocked(ops []driver.Op, err error) {
 	if err != nil {
 		d.checks.reset() // applied or not: unknown
 		return
@@ -299,7 +296,7 @@ func (d *db) appliedLocked(ops []engine.Op, err error) {
 // checkLocked evaluates a batch's checks against the latest applied state
 // (from the check cache where it holds the key); mu is held, so no commit
 // can land between the check and the apply.
-func (d *db) checkLocked(checks []engine.Check) error {
+func (d *db) checkLocked(checks []driver.Check) error {
 	var key []byte
 	for i := range checks {
 		c := &checks[i]
@@ -315,7 +312,7 @@ func (d *db) checkLocked(checks []engine.Check) error {
 		case errors.Is(err, pebble.ErrNotFound):
 			d.checks.learn(c.Key, false, nil)
 			if !c.Absent {
-				return fmt.Errorf("pebble: %w: key %q is absent", engine.ErrConflict, c.Key)
+				return fmt.Errorf("pebble: %w: key %q is absent", driver.ErrConflict, c.Key)
 			}
 		case err != nil:
 			return fmt.Errorf("pebble: check %q: %w", c.Key, err)
@@ -324,7 +321,7 @@ func (d *db) checkLocked(checks []engine.Check) error {
 			ok := !c.Absent && bytes.Equal(v, c.Value)
 			closer.Close()
 			if !ok {
-				return fmt.Errorf("pebble: %w: key %q holds another value", engine.ErrConflict, c.Key)
+				return fmt.Errorf("pebble: %w: key %q holds another value", driver.ErrConflict, c.Key)
 			}
 		}
 	}
@@ -384,7 +381,7 @@ func (d *db) complete() {
 		err := p.batch.SyncWait()
 		_ = p.batch.Close()
 		if err != nil {
-			err = fmt.Errorf("pebble: sync: %w: %w", engine.ErrWriteFailed, err)
+			err = fmt.Errorf("pebble: sync: %w: %w", driver.ErrWriteFailed, err)
 			d.fail(err)
 		}
 		if len(held) > 0 {
@@ -410,9 +407,11 @@ func (d *db) syncWAL() error {
 
 // syncInterval is the periodic sync of SyncInterval.
 func (d *db) syncInterval() error {
-	d.rw.RLock()
-	defer d.rw.RUnlock()
-	if d.rclosed || d.pdb == nil || d.failed() != nil {
+	if !d.readers.Enter() {
+		return nil
+	}
+	defer d.readers.RUnlock()
+	if d.pdb == nil || d.failed() != nil {
 		return nil
 	}
 	return d.guard("sync", func() error { return d.pdb.LogData(nil, pebble.Sync) })
@@ -423,7 +422,7 @@ func (d *db) finish(ps []pendingCommit, err error) {
 	announce := false
 	for _, p := range ps {
 		if err != nil {
-			p.complete(engine.Result{}, err)
+			p.complete(driver.Result{}, err)
 			continue
 		}
 		if len(p.res.Keys) > 0 {
@@ -442,8 +441,8 @@ func (d *db) finish(ps []pendingCommit, err error) {
 
 func (d *db) Watch(ctx context.Context) <-chan struct{} { return d.notifier.Subscribe(ctx) }
 
-func (d *db) ScanLog(ctx context.Context, from engine.LogKey, exclusive bool, fn func(engine.Entry) bool) error {
-	if exclusive && from == ^engine.LogKey(0) {
+func (d *db) ScanLog(ctx context.Context, from driver.LogKey, exclusive bool, fn func(driver.Entry) bool) error {
+	if exclusive && from == ^driver.LogKey(0) {
 		return nil
 	}
 	return kvlog.ScanPages(ctx, Name, from, exclusive, d.readLogPage, fn)
@@ -451,12 +450,11 @@ func (d *db) ScanLog(ctx context.Context, from engine.LogKey, exclusive bool, fn
 
 const scanPage = 256
 
-func (d *db) readLogPage(seek []byte, start engine.LogKey, checkFloor bool) ([]engine.Entry, []byte, error) {
-	d.rw.RLock()
-	defer d.rw.RUnlock()
-	if d.rclosed {
-		return nil, nil, fmt.Errorf("pebble: scan log: %w", engine.ErrClosed)
+func (d *db) readLogPage(seek []byte, start driver.LogKey, checkFloor bool) ([]driver.Entry, []byte, error) {
+	if !d.readers.Enter() {
+		return nil, nil, fmt.Errorf("pebble: scan log: %w", driver.ErrClosed)
 	}
+	defer d.readers.RUnlock()
 	if err := d.downLocked("scan log"); err != nil {
 		return nil, nil, err
 	}
@@ -470,8 +468,8 @@ func (d *db) readLogPage(seek []byte, start engine.LogKey, checkFloor bool) ([]e
 		return nil, nil, fmt.Errorf("pebble: scan log: %w", err)
 	}
 	defer it.Close()
-	page := make([]engine.Entry, 0, 16)
-	durable := engine.LogKey(d.durable.Load())
+	page := make([]driver.Entry, 0, 16)
+	durable := driver.LogKey(d.durable.Load())
 	for ok := it.First(); ok; ok = it.Next() {
 		if len(page) == scanPage {
 			return page, append([]byte(nil), it.Key()...), nil
@@ -491,15 +489,11 @@ func (d *db) readLogPage(seek []byte, start engine.LogKey, checkFloor bool) ([]e
 	return page, nil, nil
 }
 
-func (d *db) Truncate(ctx context.Context, below engine.LogKey) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("pebble: truncate: %w", err)
+func (d *db) Truncate(ctx context.Context, below driver.LogKey) error {
+	if !d.readers.LockOpen() {
+		return fmt.Errorf("pebble: truncate: %w", driver.ErrClosed)
 	}
-	d.rw.Lock()
-	defer d.rw.Unlock()
-	if d.rclosed {
-		return fmt.Errorf("pebble: truncate: %w", engine.ErrClosed)
-	}
+	defer d.readers.Unlock()
 	if err := d.downLocked("truncate"); err != nil {
 		return err
 	}
@@ -520,16 +514,15 @@ func (d *db) Truncate(ctx context.Context, below engine.LogKey) error {
 	return nil
 }
 
-func (d *db) LogStats(ctx context.Context) (engine.LogStats, error) {
-	d.rw.RLock()
-	defer d.rw.RUnlock()
-	if d.rclosed {
-		return engine.LogStats{}, fmt.Errorf("pebble: log stats: %w", engine.ErrClosed)
+func (d *db) LogStats(ctx context.Context) (driver.LogStats, error) {
+	if !d.readers.Enter() {
+		return driver.LogStats{}, fmt.Errorf("pebble: log stats: %w", driver.ErrClosed)
 	}
+	defer d.readers.RUnlock()
 	if err := d.downLocked("log stats"); err != nil {
-		return engine.LogStats{}, err
+		return driver.LogStats{}, err
 	}
-	st := engine.LogStats{Floor: d.floor}
+	st := driver.LogStats{Floor: d.floor}
 	it, err := d.pdb.NewIter(&pebble.IterOptions{LowerBound: []byte{kvlog.LogPrefix}, UpperBound: kvlog.LogUpper, KeyTypes: pebble.IterKeyTypePointsOnly})
 	if err != nil {
 		return st, fmt.Errorf("pebble: log stats: %w", err)
@@ -555,20 +548,16 @@ func (d *db) LogStats(ctx context.Context) (engine.LogStats, error) {
 	return st, it.Error()
 }
 
-func (d *db) Snapshot(ctx context.Context) (engine.Snapshot, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("pebble: snapshot: %w", err)
+func (d *db) Snapshot(ctx context.Context) (driver.Snapshot, error) {
+	if !d.readers.LockOpen() {
+		return nil, fmt.Errorf("pebble: snapshot: %w", driver.ErrClosed)
 	}
-	d.rw.Lock()
-	defer d.rw.Unlock()
-	if d.rclosed {
-		return nil, fmt.Errorf("pebble: snapshot: %w", engine.ErrClosed)
-	}
+	defer d.readers.Unlock()
 	if err := d.downLocked("snapshot"); err != nil {
 		return nil, err
 	}
 	s := &snapshot{d: d, snap: d.pdb.NewSnapshot(), iters: map[*iterator]struct{}{}}
-	d.readers[s] = struct{}{}
+	d.readers.Add(s)
 	return s, nil
 }
 
@@ -576,7 +565,7 @@ func (d *db) Close() error {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		return fmt.Errorf("pebble: close: %w", engine.ErrClosed)
+		return fmt.Errorf("pebble: close: %w", driver.ErrClosed)
 	}
 	d.closed = true
 	if d.pending != nil {
@@ -591,22 +580,21 @@ func (d *db) Close() error {
 	d.recWG.Wait()
 	d.notifier.Close()
 
-	d.rw.Lock()
-	defer d.rw.Unlock()
-	d.rclosed = true
-	for s := range d.readers {
-		_ = s.closeLocked() // closing: the reader is dropped either way
-	}
-	var err error
-	switch {
-	case d.pdb == nil:
-	case d.failure.Load() != nil:
-		err = d.closeFailed(d.pdb)
-	default:
-		err = d.pdb.Close()
-	}
-	d.cache.Unref()
-	d.lock.Release()
+	// closing: the reader is dropped either way
+	endSnapshot := func(s *snapshot) { _ = s.closeLocked() }
+	err := d.readers.Close(endSnapshot, func() error {
+		var err error
+		switch {
+		case d.pdb == nil:
+		case d.failure.Load() != nil:
+			err = d.closeFailed(d.pdb)
+		default:
+			err = d.pdb.Close()
+		}
+		d.cache.Unref()
+		d.lock.Release()
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("pebble: close: %w", err)
 	}

@@ -9,7 +9,7 @@ import (
 	"log/slog"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 )
 
@@ -31,18 +31,12 @@ func (s *snapshot) closedErr(op string) error {
 	if s.gone != nil {
 		return fmt.Errorf("pebble: %s: %w", op, s.gone)
 	}
-	return fmt.Errorf("pebble: %s: %w", op, engine.ErrClosed)
+	return fmt.Errorf("pebble: %s: %w", op, driver.ErrClosed)
 }
 
 func (s *snapshot) Get(ctx context.Context, key []byte) ([]byte, error) {
-	if err := engine.ValidKey(key); err != nil {
-		return nil, fmt.Errorf("pebble: get: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("pebble: get: %w", err)
-	}
-	s.d.rw.RLock()
-	defer s.d.rw.RUnlock()
+	s.d.readers.RLock()
+	defer s.d.readers.RUnlock()
 	if s.closed {
 		return nil, s.closedErr("get")
 	}
@@ -64,18 +58,15 @@ func (s *snapshot) Get(ctx context.Context, key []byte) ([]byte, error) {
 type notFoundError string
 
 func (e notFoundError) Error() string {
-	return fmt.Sprintf("pebble: get %q: %v", string(e), engine.ErrNotFound)
+	return fmt.Sprintf("pebble: get %q: %v", string(e), driver.ErrNotFound)
 }
 
-// Unwrap returns engine.ErrNotFound.
-func (e notFoundError) Unwrap() error { return engine.ErrNotFound }
+// Unwrap returns driver.ErrNotFound.
+func (e notFoundError) Unwrap() error { return driver.ErrNotFound }
 
-func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (engine.Iterator, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("pebble: iter: %w", err)
-	}
-	s.d.rw.Lock()
-	defer s.d.rw.Unlock()
+func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (driver.Iterator, error) {
+	s.d.readers.Lock()
+	defer s.d.readers.Unlock()
 	if s.closed {
 		return nil, s.closedErr("iter")
 	}
@@ -92,16 +83,17 @@ func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (engine.Iterat
 }
 
 func (s *snapshot) Close() error {
-	s.d.rw.Lock()
-	defer s.d.rw.Unlock()
+	s.d.readers.Lock()
+	defer s.d.readers.Unlock()
 	if s.closed {
 		return nil
 	}
-	delete(s.d.readers, s)
+	s.d.readers.Remove(s)
 	return s.closeLocked()
 }
 
-// closeLocked closes the snapshot and its iterators; rw is write-locked.
+// closeLocked closes the snapshot and its iterators; the engine's readers
+// guard is held exclusively.
 func (s *snapshot) closeLocked() error {
 	s.closed = true
 	for it := range s.iters {
@@ -119,8 +111,8 @@ type iterator struct {
 }
 
 func (w *iterator) Next() bool {
-	w.s.d.rw.RLock()
-	defer w.s.d.rw.RUnlock()
+	w.s.d.readers.RLock()
+	defer w.s.d.readers.RUnlock()
 	if w.closed {
 		if w.err == nil {
 			w.err = w.s.closedErr("iter")
@@ -141,8 +133,8 @@ func (w *iterator) Err() error {
 	if w.err != nil {
 		return w.err
 	}
-	w.s.d.rw.RLock()
-	defer w.s.d.rw.RUnlock()
+	w.s.d.readers.RLock()
+	defer w.s.d.readers.RUnlock()
 	if w.closed {
 		if w.s.gone != nil {
 			return w.s.closedErr("iter")
@@ -153,8 +145,8 @@ func (w *iterator) Err() error {
 }
 
 func (w *iterator) Close() error {
-	w.s.d.rw.Lock()
-	defer w.s.d.rw.Unlock()
+	w.s.d.readers.Lock()
+	defer w.s.d.readers.Unlock()
 	if w.closed {
 		return nil
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 	"github.com/tidemark-io/tidemark/engine/internal/space"
 )
 
@@ -70,13 +70,13 @@ func (d *db) failed() error {
 }
 
 // Health reports whether the engine takes commits: nil, or an error
-// wrapping engine.ErrWriteFailed that says since when and what to do.
+// wrapping driver.ErrWriteFailed that says since when and what to do.
 func (d *db) Health() error {
 	d.mu.Lock()
 	closed := d.closed
 	d.mu.Unlock()
 	if closed {
-		return fmt.Errorf("pebble: %w", engine.ErrClosed)
+		return fmt.Errorf("pebble: %w", driver.ErrClosed)
 	}
 	f := d.failure.Load()
 	if f == nil {
@@ -92,16 +92,16 @@ func (d *db) Health() error {
 
 // guard runs one call into Pebble's commit pipeline. An error or a panic
 // (Pebble panics on a WAL it can no longer write, and Fatalf panics) fails
-// the engine and comes back wrapping engine.ErrWriteFailed.
+// the engine and comes back wrapping driver.ErrWriteFailed.
 func (d *db) guard(op string, call func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("pebble: %s: %w: %v", op, engine.ErrWriteFailed, r)
+			err = fmt.Errorf("pebble: %s: %w: %v", op, driver.ErrWriteFailed, r)
 			d.fail(err)
 		}
 	}()
 	if err = call(); err != nil {
-		err = fmt.Errorf("pebble: %s: %w: %w", op, engine.ErrWriteFailed, err)
+		err = fmt.Errorf("pebble: %s: %w: %w", op, driver.ErrWriteFailed, err)
 		d.fail(err)
 	}
 	return err
@@ -156,14 +156,13 @@ func (d *db) reopen() (done bool, err error) {
 		d.pending <- pendingCommit{barrier: barrier}
 		<-barrier
 	}
-	d.rw.Lock()
-	defer d.rw.Unlock()
-	stale := fmt.Errorf("pebble: %w: the store was reopened after a write failure; read again", engine.ErrWriteFailed)
-	for s := range d.readers {
+	d.readers.Lock()
+	defer d.readers.Unlock()
+	stale := fmt.Errorf("pebble: %w: the store was reopened after a write failure; read again", driver.ErrWriteFailed)
+	d.readers.EndLocked(func(s *snapshot) {
 		s.gone = stale
 		_ = s.closeLocked() // closing: the reader is dropped either way
-		delete(d.readers, s)
-	}
+	})
 	if d.pdb != nil {
 		old := d.pdb
 		d.pdb = nil
@@ -188,7 +187,7 @@ func (d *db) reopen() (done bool, err error) {
 	}
 	d.floor = floor
 	d.hlc.Observe(max(top, floor))
-	if top > engine.LogKey(d.durable.Load()) {
+	if top > driver.LogKey(d.durable.Load()) {
 		d.durable.Store(uint64(top))
 	}
 	since := d.failure.Load().since
@@ -216,7 +215,7 @@ func (d *db) closeFailed(old *pebble.DB) error {
 	case <-time.After(closeTimeout):
 		d.stuck.Store(true)
 		d.log.Error("the failed store did not close; it stays unavailable until the process restarts", "dir", d.opts.Dir)
-		return fmt.Errorf("pebble: close the failed store: %w: timed out after %v", engine.ErrWriteFailed, closeTimeout)
+		return fmt.Errorf("pebble: close the failed store: %w: timed out after %v", driver.ErrWriteFailed, closeTimeout)
 	}
 }
 
@@ -225,7 +224,7 @@ func (d *db) closeFailed(old *pebble.DB) error {
 func (d *db) openPebble() (pdb *pebble.DB, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("pebble: open %s: %w: %v", d.opts.Dir, engine.ErrWriteFailed, r)
+			err = fmt.Errorf("pebble: open %s: %w: %v", d.opts.Dir, driver.ErrWriteFailed, r)
 		}
 	}()
 	pdb, err = pebble.Open(d.opts.Dir, d.popts)
@@ -236,10 +235,10 @@ func (d *db) openPebble() (pdb *pebble.DB, err error) {
 }
 
 // down is the error of a read while no Pebble DB is open (between a
-// failed reopen and the next); rw is held.
+// failed reopen and the next); the readers guard is held exclusively.
 func (d *db) downLocked(op string) error {
 	if d.pdb == nil {
-		return fmt.Errorf("pebble: %s: %w: the store is being reopened after a write failure", op, engine.ErrWriteFailed)
+		return fmt.Errorf("pebble: %s: %w: the store is being reopened after a write failure", op, driver.ErrWriteFailed)
 	}
 	return nil
 }

@@ -2,9 +2,9 @@
 
 package pebble
 
-import "github.com/tidemark-io/tidemark/engine"
+import "github.com/tidemark-io/tidemark/engine/driver"
 
 func init() {
-	engine.RegisterUnavailable(Name, "the Pebble engine was left out of this build by the nopebble tag; "+
+	driver.RegisterUnavailable(Name, "the Pebble engine was left out of this build by the nopebble tag; "+
 		"rebuild without -tags nopebble to include it")
 }

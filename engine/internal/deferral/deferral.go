@@ -4,10 +4,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 )
 
-// Linger keeps a group of deferred commits (engine.Batch.Defer) open for
+// Linger keeps a group of deferred commits (driver.Batch.Defer) open for
 // company, so they share the sync of the next commit someone waits on
 // instead of paying one of their own. It receives from queue for at most
 // window and hands each arrival to take, until take reports that the
@@ -31,18 +31,7 @@ func Linger[T any](queue <-chan T, window time.Duration, take func(T) (more bool
 	}
 }
 
-// All reports whether every commit of group is deferred; deferred says
-// whether one is (the gate let it wait).
-func All[T any](group []T, deferred func(T) bool) bool {
-	for _, c := range group {
-		if !deferred(c) {
-			return false
-		}
-	}
-	return true
-}
-
-// Gate decides which commits marked engine.Batch.Defer an engine
+// Gate decides which commits marked driver.Batch.Defer an engine
 // defers: those submitted within the defer window after a commit that is
 // not deferred. Deferring pays while such commits keep coming, since their
 // syncs are the ones to share; without them a deferred commit would only
@@ -54,7 +43,7 @@ type Gate struct {
 	last   atomic.Int64 // since base: the latest commit not marked Defer
 }
 
-// NewGate returns a gate for window (engine.Options.Deferral).
+// NewGate returns a gate for window (driver.Options.Deferral).
 func NewGate(window time.Duration) *Gate {
 	g := &Gate{window: window, base: time.Now()}
 	g.last.Store(-int64(window))
@@ -68,7 +57,7 @@ func (g *Gate) Window() time.Duration { return g.window }
 // Defer reports whether the commit of b is to be deferred, and notes the
 // submission of a commit that is not marked. Call it once per commit, at
 // submission.
-func (g *Gate) Defer(b *engine.Batch) bool {
+func (g *Gate) Defer(b *driver.Batch) bool {
 	if g.window <= 0 {
 		return false
 	}

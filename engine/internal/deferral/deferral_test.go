@@ -57,10 +57,3 @@ func TestGate(t *testing.T) {
 		t.Fatal("a zero window deferred a commit")
 	}
 }
-
-func TestAll(t *testing.T) {
-	odd := func(v int) bool { return v%2 == 1 }
-	if !All([]int{1, 3, 5}, odd) || All([]int{1, 2, 3}, odd) || !All(nil, odd) {
-		t.Fatal("All disagrees with its predicate")
-	}
-}

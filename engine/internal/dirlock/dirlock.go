@@ -1,6 +1,6 @@
 // Package dirlock gives an engine exclusive use of its data directory: a
 // second engine on the same directory, in this process or another, is
-// refused with an error wrapping engine.ErrInUse, whatever the backend's
+// refused with an error wrapping driver.ErrInUse, whatever the backend's
 // own locking does (LMDB's admits many processes; an embedded nats-server
 // has none).
 package dirlock
@@ -11,7 +11,7 @@ import (
 	"path/filepath"
 
 	"github.com/gofrs/flock"
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 )
 
 // FileName is the lock file an engine keeps in its directory.
@@ -33,7 +33,7 @@ func Take(engineName, dir string) (*Lock, error) {
 		return nil, fmt.Errorf("%s: lock data directory %s: %w", engineName, dir, err)
 	}
 	if !ok {
-		return nil, fmt.Errorf("%s: %w: %s is open in another engine (another Tidemark process?); stop it or use another data directory", engineName, engine.ErrInUse, dir)
+		return nil, fmt.Errorf("%s: %w: %s is open in another engine (another Tidemark process?); stop it or use another data directory", engineName, driver.ErrInUse, dir)
 	}
 	return &Lock{f: f}, nil
 }

@@ -11,7 +11,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 )
 
 // Prefixes of the three keyspaces.
@@ -43,7 +43,7 @@ func DataUpper(upper []byte) []byte {
 const LogKeyLen = 1 + 8 + 4
 
 // LogKey returns the stored key of entry index of log key k.
-func LogKey(k engine.LogKey, index uint32) []byte {
+func LogKey(k driver.LogKey, index uint32) []byte {
 	b := make([]byte, LogKeyLen)
 	b[0] = LogPrefix
 	binary.BigEndian.PutUint64(b[1:], uint64(k))
@@ -52,7 +52,7 @@ func LogKey(k engine.LogKey, index uint32) []byte {
 }
 
 // LogSeek returns the first stored key at or after log key k.
-func LogSeek(k engine.LogKey) []byte { return LogKey(k, 0)[:9] }
+func LogSeek(k driver.LogKey) []byte { return LogKey(k, 0)[:9] }
 
 // LogUpper is the exclusive upper bound of the log keyspace.
 var LogUpper = []byte{LogPrefix + 1}
@@ -67,39 +67,39 @@ func LogValue(count uint32, payload []byte) []byte {
 
 // DecodeEntry decodes a stored log key and value into an entry whose Value
 // is a copy.
-func DecodeEntry(key, value []byte) (engine.Entry, error) {
+func DecodeEntry(key, value []byte) (driver.Entry, error) {
 	if len(key) != LogKeyLen || key[0] != LogPrefix {
-		return engine.Entry{}, fmt.Errorf("%w: log key %x", engine.ErrCorrupt, key)
+		return driver.Entry{}, fmt.Errorf("%w: log key %x", driver.ErrCorrupt, key)
 	}
 	count, n := binary.Uvarint(value)
 	if n <= 0 || count == 0 || count > 1<<32-1 {
-		return engine.Entry{}, fmt.Errorf("%w: log entry header at %x", engine.ErrCorrupt, key)
+		return driver.Entry{}, fmt.Errorf("%w: log entry header at %x", driver.ErrCorrupt, key)
 	}
-	e := engine.Entry{
-		Key:   engine.LogKey(binary.BigEndian.Uint64(key[1:])),
+	e := driver.Entry{
+		Key:   driver.LogKey(binary.BigEndian.Uint64(key[1:])),
 		Index: binary.BigEndian.Uint32(key[9:]),
 		Count: uint32(count),
 		Value: append([]byte(nil), value[n:]...),
 	}
 	if e.Index >= e.Count {
-		return engine.Entry{}, fmt.Errorf("%w: log entry index %d of %d at %x", engine.ErrCorrupt, e.Index, e.Count, key)
+		return driver.Entry{}, fmt.Errorf("%w: log entry index %d of %d at %x", driver.ErrCorrupt, e.Index, e.Count, key)
 	}
 	return e, nil
 }
 
 // EncodeFloor and DecodeFloor store the truncation floor.
-func EncodeFloor(k engine.LogKey) []byte { return binary.BigEndian.AppendUint64(nil, uint64(k)) }
+func EncodeFloor(k driver.LogKey) []byte { return binary.BigEndian.AppendUint64(nil, uint64(k)) }
 
 // DecodeFloor decodes a stored truncation floor.
-func DecodeFloor(b []byte) (engine.LogKey, error) {
+func DecodeFloor(b []byte) (driver.LogKey, error) {
 	if len(b) != 8 {
-		return 0, fmt.Errorf("%w: truncation floor of %d bytes", engine.ErrCorrupt, len(b))
+		return 0, fmt.Errorf("%w: truncation floor of %d bytes", driver.ErrCorrupt, len(b))
 	}
-	return engine.LogKey(binary.BigEndian.Uint64(b)), nil
+	return driver.LogKey(binary.BigEndian.Uint64(b)), nil
 }
 
 // ScanStart returns the first log key a scan from (from, exclusive) wants.
-func ScanStart(from engine.LogKey, exclusive bool) engine.LogKey {
+func ScanStart(from driver.LogKey, exclusive bool) driver.LogKey {
 	if exclusive {
 		return from + 1
 	}
@@ -108,9 +108,9 @@ func ScanStart(from engine.LogKey, exclusive bool) engine.LogKey {
 
 // CheckFloor reports ErrLogTruncated when a scan starting at start would
 // miss entries below floor.
-func CheckFloor(start, floor engine.LogKey) error {
+func CheckFloor(start, floor driver.LogKey) error {
 	if floor > 0 && start < floor {
-		return fmt.Errorf("%w: scan starts at %d, retained log starts at %d", engine.ErrLogTruncated, start, floor)
+		return fmt.Errorf("%w: scan starts at %d, retained log starts at %d", driver.ErrLogTruncated, start, floor)
 	}
 	return nil
 }
@@ -118,12 +118,12 @@ func CheckFloor(start, floor engine.LogKey) error {
 // PageReader reads the log page that starts at stored key seek and returns
 // its entries and the stored key the next page starts at (nil at the end).
 // On the first page it checks start against the truncation floor.
-type PageReader func(seek []byte, start engine.LogKey, first bool) ([]engine.Entry, []byte, error)
+type PageReader func(seek []byte, start driver.LogKey, first bool) ([]driver.Entry, []byte, error)
 
 // ScanPages runs a log scan from (from, exclusive) page by page, calling fn
 // between pages with no engine lock or read transaction held, so fn may
 // call back into the engine. eng names the engine in errors.
-func ScanPages(ctx context.Context, eng string, from engine.LogKey, exclusive bool, read PageReader, fn func(engine.Entry) bool) error {
+func ScanPages(ctx context.Context, eng string, from driver.LogKey, exclusive bool, read PageReader, fn func(driver.Entry) bool) error {
 	start := ScanStart(from, exclusive)
 	seek := LogSeek(start)
 	for first := true; ; first = false {

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/driver"
 )
 
 const (
@@ -72,7 +72,7 @@ func NewGuard(name, dir string, reserve func() int64, log *slog.Logger) *Guard {
 func (g *Guard) OnSpace(fn func() error) { g.reopen = fn }
 
 // Admit returns nil when n more bytes may be written, and otherwise an
-// error wrapping engine.ErrWriteFailed and syscall.ENOSPC; from then on
+// error wrapping driver.ErrWriteFailed and syscall.ENOSPC; from then on
 // every call returns it at once until space returns (see Guard).
 func (g *Guard) Admit(n int64) error {
 	if f := g.failure.Load(); f != nil {
@@ -93,7 +93,7 @@ func (g *Guard) Admit(n int64) error {
 		g.budget, g.checked = free-reserve, now
 		if g.budget < n {
 			return g.Fail(fmt.Errorf("%s: %w: %w: %d bytes free in %s, the engine keeps %d free (reserve) and needed %d more",
-				g.name, engine.ErrWriteFailed, syscall.ENOSPC, free, g.dir, reserve, n))
+				g.name, driver.ErrWriteFailed, syscall.ENOSPC, free, g.dir, reserve, n))
 		}
 	}
 	g.budget -= n
@@ -112,7 +112,7 @@ func (g *Guard) Has(n int64) bool {
 }
 
 // Fail records err, a write that failed (it should wrap
-// engine.ErrWriteFailed), starts waiting for space, and returns err. The
+// driver.ErrWriteFailed), starts waiting for space, and returns err. The
 // first failure stands until recovery; later ones are not recorded.
 func (g *Guard) Fail(err error) error {
 	f := &failure{err: err, since: time.Now()}

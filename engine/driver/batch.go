@@ -1,4 +1,4 @@
-package engine
+package driver
 
 import "fmt"
 
@@ -104,7 +104,8 @@ func (b *Batch) Reset() {
 
 // Validate reports the first limit the batch breaks, wrapped around one of
 // ErrEmptyBatch, ErrInvalidKey, ErrKeyTooLarge, ErrValueTooLarge or
-// ErrBatchTooLarge. Engines call it in Submit before touching storage.
+// ErrBatchTooLarge. The engine front calls it in Submit, so a backend
+// only ever sees valid batches.
 func (b *Batch) Validate() error {
 	if b == nil || b.Len() == 0 {
 		return ErrEmptyBatch

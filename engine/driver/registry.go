@@ -1,24 +1,30 @@
-package engine
+package driver
 
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
 )
 
-// Param documents one engine-specific option of Options.Params.
+// Param documents one engine-specific option of Options.Params. Open
+// refuses a name no Param of the driver carries.
 type Param struct {
-	Name    string
+	// Name is the key in Options.Params.
+	Name string
+	// Default is the value used when the parameter is absent, as shown
+	// to users.
 	Default string
-	Doc     string
+	// Doc says what the parameter sets and which values it takes.
+	Doc string
 }
 
 // Driver is what a backend registers.
 type Driver struct {
-	// Open opens an engine with validated generic options.
+	// Open opens an engine. It is called with a ctx that had not ended,
+	// a known SyncMode and only the parameter names Params lists; the
+	// backend checks their values and everything else it needs.
 	Open func(ctx context.Context, opts Options) (Engine, error)
 	// Params lists the accepted Options.Params.
 	Params []Param
@@ -32,16 +38,17 @@ var registry = struct {
 	unavailable map[string]string
 }{drivers: map[string]Driver{}, unavailable: map[string]string{}}
 
-// Register makes a driver available under name. It panics if name is
-// registered twice, since that is a build mistake, not a runtime condition.
+// Register makes a driver available under name; backends call it from an
+// init function. It panics if name is registered twice or d has no Open,
+// since those are build mistakes, not runtime conditions.
 func Register(name string, d Driver) {
 	registry.Lock()
 	defer registry.Unlock()
 	if _, dup := registry.drivers[name]; dup {
-		panic("engine: Register called twice for " + name)
+		panic("engine/driver: Register called twice for " + name)
 	}
 	if d.Open == nil {
-		panic("engine: Register " + name + " without Open")
+		panic("engine/driver: Register " + name + " without Open")
 	}
 	registry.drivers[name] = d
 	delete(registry.unavailable, name)
@@ -80,7 +87,9 @@ func Unavailable() map[string]string {
 	return out
 }
 
-// Lookup returns the driver registered under name.
+// Lookup returns the driver registered under name, or an error wrapping
+// ErrUnavailable (left out of this build, with the reason) or
+// ErrUnknownEngine (naming the known engines).
 func Lookup(name string) (Driver, error) {
 	registry.RLock()
 	d, ok := registry.drivers[name]
@@ -94,30 +103,4 @@ func Lookup(name string) (Driver, error) {
 	}
 	known := Drivers()
 	return Driver{}, fmt.Errorf("%w: %q (known engines: %s)", ErrUnknownEngine, name, strings.Join(known, ", "))
-}
-
-// Open opens the engine registered under name. It checks opts.Dir and the
-// names in opts.Params against the driver before opening anything.
-func Open(ctx context.Context, name string, opts Options) (Engine, error) {
-	d, err := Lookup(name)
-	if err != nil {
-		return nil, err
-	}
-	if opts.Sync > SyncNone {
-		return nil, fmt.Errorf("%w: sync mode %d", ErrInvalidOption, opts.Sync)
-	}
-	for p := range opts.Params {
-		if !slices.ContainsFunc(d.Params, func(q Param) bool { return q.Name == p }) {
-			names := make([]string, len(d.Params))
-			for i, q := range d.Params {
-				names[i] = q.Name
-			}
-			return nil, fmt.Errorf("%w: engine %q has no parameter %q (it takes: %s)",
-				ErrInvalidOption, name, p, strings.Join(names, ", "))
-		}
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	return d.Open(ctx, opts)
 }
