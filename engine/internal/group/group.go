@@ -259,11 +259,17 @@ func (b *builder[T]) gather() {
 	if left <= 0 {
 		return
 	}
-	timer := time.NewTimer(left)
+	b.takeUntil(left, func() bool { return b.full || b.count() >= q.last })
+}
+
+// takeUntil takes commits into the group as they arrive until enough
+// holds, d passed, or the queue closed with nothing left.
+func (b *builder[T]) takeUntil(d time.Duration, enough func() bool) {
+	timer := time.NewTimer(d)
 	defer timer.Stop()
-	for !b.full && b.count() < q.last {
+	for !enough() {
 		select {
-		case <-q.wake:
+		case <-b.q.wake:
 			if b.take() < 0 {
 				return
 			}
@@ -288,21 +294,14 @@ func (b *builder[T]) linger() {
 	if q.opts.Linger <= 0 || b.full || !b.allDeferred(0) {
 		return
 	}
-	timer := time.NewTimer(q.opts.Linger)
-	defer timer.Stop()
-	for seen := len(b.group); ; seen = len(b.group) {
-		select {
-		case <-q.wake:
-			if b.take() < 0 {
-				return
-			}
-		case <-timer.C:
-			return
-		}
+	seen := len(b.group) // the commits before it are all deferred
+	b.takeUntil(q.opts.Linger, func() bool {
 		if b.full || !b.allDeferred(seen) {
-			return
+			return true
 		}
-	}
+		seen = len(b.group)
+		return false
+	})
 }
 
 func (b *builder[T]) allDeferred(from int) bool {
