@@ -128,7 +128,38 @@ type Result struct {
 	Lost, Dup int
 	// Retries counts connection attempts that failed and were retried.
 	Retries int
-	Err     error
+	// CPU is the broker's CPU time (user and system) per operation in
+	// each load, and ClientCPU this process's: the rates are the pair's
+	// on a machine they share, these say which side spent what.
+	CPU, ClientCPU Costs
+	Err            error
+}
+
+// Costs are CPU microseconds per session set up, per delivery (spread and
+// fan-out) and per session reconnected.
+type Costs struct {
+	Setup, Spread, Fanout, Reconnect float64
+}
+
+// meter measures the CPU time the broker process and this one spend on
+// one load.
+type meter struct {
+	pid           int
+	broker, local time.Duration
+}
+
+func startMeter(pid int) meter {
+	return meter{pid: pid, broker: proc.CPU(pid), local: proc.SelfCPU()}
+}
+
+// per returns the broker's and this process's CPU µs per operation since
+// the meter started.
+func (m meter) per(ops int) (broker, local float64) {
+	if ops <= 0 {
+		return 0, 0
+	}
+	b, l := proc.CPU(m.pid)-m.broker, proc.SelfCPU()-m.local
+	return float64(b.Microseconds()) / float64(ops), float64(l.Microseconds()) / float64(ops)
 }
 
 // Config is one run.
@@ -197,47 +228,51 @@ func runOne(ctx context.Context, b Broker, n, fan int, dir string, say func(stri
 		f.devs[i] = &device{id: fmt.Sprintf("fleet-%06d", i), topic: fmt.Sprintf("fleet/dev/%d", i)}
 	}
 	defer f.closeAll()
-	start := time.Now()
+	start, cpu := time.Now(), startMeter(pid)
 	if err := f.connectAll(ctx, true); err != nil {
 		r.Err = fmt.Errorf("set up: %w", err)
 		return r
 	}
 	r.SetupRate = float64(n) / time.Since(start).Seconds()
+	r.CPU.Setup, r.ClientCPU.Setup = cpu.per(n)
 	say(fmt.Sprintf("  %d sessions set up at %.0f/s", n, r.SetupRate))
 	time.Sleep(time.Second)
 	r.RSS = rss(pid)
 	r.PerSession = (r.RSS - base) / int64(n)
 
 	// Spread: one message per device, from 4 pipelined publishers.
-	start = time.Now()
+	start, cpu = time.Now(), startMeter(pid)
 	if err := f.publish(ctx, n, func(k int) string { return f.devs[k].topic }); err != nil {
 		r.Err = fmt.Errorf("spread: %w", err)
 		return r
 	}
 	lat, last := f.wait(ctx, 1, start)
+	r.CPU.Spread, r.ClientCPU.Spread = cpu.per(n)
 	r.Spread = float64(n) / last.Sub(start).Seconds()
 	r.P50, r.P99 = percentile(lat, 0.50), percentile(lat, 0.99)
 	say(fmt.Sprintf("  spread: %.0f deliveries/s, p50 %v, p99 %v", r.Spread, r.P50, r.P99))
 
 	// Fan-out: every device gets each message.
-	start = time.Now()
+	start, cpu = time.Now(), startMeter(pid)
 	if err := f.publish(ctx, fan, func(int) string { return "fleet/all" }); err != nil {
 		r.Err = fmt.Errorf("fan-out: %w", err)
 		return r
 	}
 	_, last = f.wait(ctx, 1+fan, start)
+	r.CPU.Fanout, r.ClientCPU.Fanout = cpu.per(n * fan)
 	r.Fanout = float64(n*fan) / last.Sub(start).Seconds()
 	say(fmt.Sprintf("  fan-out: %.0f deliveries/s", r.Fanout))
 
 	// Reconnect storm.
 	f.closeAll()
 	time.Sleep(time.Second)
-	start = time.Now()
+	start, cpu = time.Now(), startMeter(pid)
 	if err := f.connectAll(ctx, false); err != nil {
 		r.Err = fmt.Errorf("reconnect: %w", err)
 		return r
 	}
 	r.ReconnectRate = float64(n) / time.Since(start).Seconds()
+	r.CPU.Reconnect, r.ClientCPU.Reconnect = cpu.per(n)
 	time.Sleep(500 * time.Millisecond) // redeliveries of anything unacknowledged at the drop
 	r.Lost, r.Dup = f.check(1 + fan)
 	r.Retries = int(f.retries.Load())
@@ -580,5 +615,16 @@ func Table(rs []Result) string {
 			r.Fanout, ratio(r.Fanout, m.Fanout, true), r.ReconnectRate, ratio(r.ReconnectRate, m.ReconnectRate, true), r.Retries, r.Lost, r.Dup)
 	}
 	b.WriteString("\nRatios in brackets are against mosquitto at the same fleet size (higher is better).\n")
+	b.WriteString("\nCPU µs per operation, broker / client (the load generator, this process):\n\n")
+	fmt.Fprintf(&b, "| broker | sessions | setup | spread delivery | fan-out delivery | reconnect |\n|---|---|---|---|---|---|\n")
+	for _, r := range rs {
+		if r.Err != nil {
+			continue
+		}
+		cell := func(v, c float64) string { return fmt.Sprintf("%.1f / %.1f", v, c) }
+		fmt.Fprintf(&b, "| %s | %d | %s | %s | %s | %s |\n", r.Broker, r.Sessions,
+			cell(r.CPU.Setup, r.ClientCPU.Setup), cell(r.CPU.Spread, r.ClientCPU.Spread),
+			cell(r.CPU.Fanout, r.ClientCPU.Fanout), cell(r.CPU.Reconnect, r.ClientCPU.Reconnect))
+	}
 	return b.String()
 }

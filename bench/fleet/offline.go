@@ -10,12 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/internal/freeport"
+	"github.com/tidemark-io/tidemark/internal/proc"
 	"github.com/tidemark-io/tidemark/mqtt"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
@@ -254,35 +254,16 @@ func (p *publisher) publish(topic string, pi uint16, payload []byte) error {
 // second, for at most 2 minutes, and returns how long it waited.
 func settle(ctx context.Context, pid int) time.Duration {
 	start := time.Now()
-	last := cpuTicks(pid)
+	last := proc.CPU(pid)
 	for time.Since(start) < 2*time.Minute && ctx.Err() == nil {
 		time.Sleep(time.Second)
-		now := cpuTicks(pid)
-		if now-last < 5 { // clock ticks are 10 ms
+		now := proc.CPU(pid)
+		if now-last < 50*time.Millisecond {
 			break
 		}
 		last = now
 	}
 	return time.Since(start)
-}
-
-// cpuTicks reads the user and system time of process pid, in clock
-// ticks, from /proc.
-func cpuTicks(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command name, which is in parentheses: state is
-	// the first, utime the 12th and stime the 13th.
-	i := strings.LastIndexByte(string(b), ')')
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.ParseInt(f[11], 10, 64)
-	s, _ := strconv.ParseInt(f[12], 10, 64)
-	return u + s
 }
 
 // reconnectOffline connects as client with clean session off, expects

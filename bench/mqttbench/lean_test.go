@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-io/tidemark/internal/proc"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 )
 
@@ -107,11 +108,11 @@ func leanRound(ctx context.Context, addr string, qos packet.QoS, run int, d time
 		}
 		now := time.Now()
 		if !measuring && now.After(warm) {
-			measuring, n, cpu0 = true, 0, processCPU()
+			measuring, n, cpu0 = true, 0, proc.SelfCPU()
 			warm = now
 		}
 		if now.After(end) {
-			cpu := processCPU() - cpu0
+			cpu := proc.SelfCPU() - cpu0
 			rate = float64(n) / now.Sub(warm).Seconds()
 			cpuMicros = float64(cpu.Microseconds()) / float64(n)
 			break

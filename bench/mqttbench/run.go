@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tidemark-io/tidemark/internal/proc"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 )
 
@@ -336,7 +337,7 @@ func runPoint(ctx context.Context, cfg Config, t Target, l Load, dir string, run
 	}
 	timer := time.AfterFunc(cfg.Warmup+cfg.Duration, func() { close(stop) })
 	defer timer.Stop()
-	cpu0 := processCPU()
+	cpu0 := proc.SelfCPU()
 	for i, p := range pubs {
 		wg.Go(func() {
 			if err := p.publish(ctx, stop, cfg.DrainTimeout); err != nil {
@@ -345,7 +346,7 @@ func runPoint(ctx context.Context, cfg Config, t Target, l Load, dir string, run
 		})
 	}
 	wg.Wait()
-	cpu := processCPU() - cpu0
+	cpu := proc.SelfCPU() - cpu0
 
 	acked := make([]bitset, len(pubs))
 	var hist histogram

@@ -1,15 +1,15 @@
 //go:build unix
 
-package mqttbench
+package proc
 
 import (
 	"syscall"
 	"time"
 )
 
-// processCPU returns the CPU time (user and system) this process has used,
+// SelfCPU returns the CPU time (user and system) this process has used,
 // or zero where the system does not say.
-func processCPU() time.Duration {
+func SelfCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
