@@ -50,7 +50,7 @@ func startChild(name, bin string, args []string, dir string, log *slog.Logger, l
 // run on. A CONNACK comes from the main loop.
 func (p *childProc) waitReady(ctx context.Context, addr string) error {
 	return p.WaitListen(ctx, addr, childReadyTimeout, func(ctx context.Context, addr string) error {
-		c, err := dial(ctx, addr, "mqttbench-ready")
+		c, err := dial(ctx, addr, "mqttbench-ready", false)
 		if err == nil {
 			c.close()
 		}

@@ -119,7 +119,7 @@ func tryMosquitto(ctx context.Context, bin, dir string, log *slog.Logger) (_ *in
 		}
 		return nil, false, errors.Join(err, p.stop())
 	}
-	return &instance{addr: addr, stop: p.stop, external: true}, false, nil
+	return &instance{addr: addr, stop: p.stop, external: true, pid: p.Pid()}, false, nil
 }
 
 // mosquittoLogLine passes mosquitto's errors and warnings to the logger;

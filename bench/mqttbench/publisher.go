@@ -50,9 +50,19 @@ type conn struct {
 // dial connects and completes CONNECT/CONNACK with a clean session. The
 // keep alive is long enough that a publisher idling while the subscriber
 // drains is not cut off, and no PINGREQ is ever due.
-func dial(ctx context.Context, addr, clientID string) (*conn, error) {
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", addr)
+//
+// With blocking, the connection is on a blocking socket (see fdConn): for
+// loads of few connections, where the poller's round trips would be a
+// large part of each exchange's cost on the client side.
+func dial(ctx context.Context, addr, clientID string, blocking bool) (*conn, error) {
+	var nc net.Conn
+	var err error
+	if blocking {
+		nc, err = dialBlocking(ctx, addr)
+	} else {
+		var d net.Dialer
+		nc, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return nil, err
 	}

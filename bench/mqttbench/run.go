@@ -71,6 +71,11 @@ var Windows = []int{1, 16, 256}
 // ManyConns is the connection count of the aggregate points.
 const ManyConns = 50
 
+// blockingConns is the most publisher connections a load may have for the
+// load generator to use blocking sockets (see fdConn), a thread each while
+// waiting; above it, the runtime's poller serves them with a few threads.
+const blockingConns = ManyConns
+
 // Loads returns the points of a run: QoS 0, 1 and 2 on one connection at
 // each of Windows, then QoS 1 and 2 over ManyConns connections at window
 // 16. A quick run keeps two windows and ten connections.
@@ -166,6 +171,11 @@ type Result struct {
 	// TidemarkProcess); for one in this process it would include the
 	// broker.
 	ClientMicros float64 `json:"client_us_per_msg,omitempty"`
+	// BrokerMicros is the broker process's CPU time per acknowledged
+	// message over the same span (10 ms resolution), for a broker in a
+	// process of its own: what an exchange costs the broker, next to
+	// ClientMicros.
+	BrokerMicros float64 `json:"broker_us_per_msg,omitempty"`
 	// VsNATS, VsMochi and VsMosquitto are msgs/s over the peer's at the
 	// same load (and for nats-server the same sync mode); zero when the
 	// peer did not run.
@@ -294,7 +304,8 @@ func runPoint(ctx context.Context, cfg Config, t Target, l Load, dir string, run
 	}()
 	qos := packet.QoS(l.QoS)
 	prefix := fmt.Sprintf("mqttbench/%08x", run)
-	sub, err := subscribe(ctx, inst.addr, fmt.Sprintf("mqttbench-%08x-sub", run), prefix+"/+", run, qos, l.Conns)
+	blocking := l.Conns <= blockingConns
+	sub, err := subscribe(ctx, inst.addr, fmt.Sprintf("mqttbench-%08x-sub", run), prefix+"/+", run, qos, l.Conns, blocking)
 	if err != nil {
 		return fail(err)
 	}
@@ -305,7 +316,7 @@ func runPoint(ctx context.Context, cfg Config, t Target, l Load, dir string, run
 	var wg sync.WaitGroup
 	for i := range pubs {
 		wg.Go(func() {
-			c, err := dial(ctx, inst.addr, fmt.Sprintf("mqttbench-%08x-pub-%d", run, i))
+			c, err := dial(ctx, inst.addr, fmt.Sprintf("mqttbench-%08x-pub-%d", run, i), blocking)
 			if err != nil {
 				errs[i] = fmt.Errorf("publisher %d: %w", i, err)
 				return
@@ -337,7 +348,7 @@ func runPoint(ctx context.Context, cfg Config, t Target, l Load, dir string, run
 	}
 	timer := time.AfterFunc(cfg.Warmup+cfg.Duration, func() { close(stop) })
 	defer timer.Stop()
-	cpu0 := proc.SelfCPU()
+	cpu0, bcpu0 := proc.SelfCPU(), brokerCPU(inst)
 	for i, p := range pubs {
 		wg.Go(func() {
 			if err := p.publish(ctx, stop, cfg.DrainTimeout); err != nil {
@@ -346,7 +357,7 @@ func runPoint(ctx context.Context, cfg Config, t Target, l Load, dir string, run
 		})
 	}
 	wg.Wait()
-	cpu := proc.SelfCPU() - cpu0
+	cpu, bcpu := proc.SelfCPU()-cpu0, brokerCPU(inst)-bcpu0
 
 	acked := make([]bitset, len(pubs))
 	var hist histogram
@@ -369,6 +380,7 @@ func runPoint(ctx context.Context, cfg Config, t Target, l Load, dir string, run
 	}
 	if inst.external && cpu > 0 && r.Messages > 0 {
 		r.ClientMicros = float64(cpu.Microseconds()) / float64(r.Messages)
+		r.BrokerMicros = float64(bcpu.Microseconds()) / float64(r.Messages)
 	}
 	sub.wait(ctx, acked, cfg.IdleTimeout)
 	r.Lost = sub.missing(acked)
@@ -396,3 +408,12 @@ func runPoint(ctx context.Context, cfg Config, t Target, l Load, dir string, run
 }
 
 func ms(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
+
+// brokerCPU is the CPU time the broker of inst used so far, when it runs
+// in a process of its own; zero otherwise.
+func brokerCPU(inst *instance) time.Duration {
+	if inst.pid == 0 {
+		return 0
+	}
+	return proc.CPU(inst.pid)
+}

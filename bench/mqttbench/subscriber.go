@@ -34,9 +34,10 @@ type subscriber struct {
 	done     chan struct{}
 }
 
-// subscribe connects and subscribes to filter at qos.
-func subscribe(ctx context.Context, addr, clientID, filter string, run uint32, qos packet.QoS, pubs int) (*subscriber, error) {
-	c, err := dial(ctx, addr, clientID)
+// subscribe connects (on a blocking socket with blocking, see dial) and
+// subscribes to filter at qos.
+func subscribe(ctx context.Context, addr, clientID, filter string, run uint32, qos packet.QoS, pubs int, blocking bool) (*subscriber, error) {
+	c, err := dial(ctx, addr, clientID, blocking)
 	if err != nil {
 		return nil, err
 	}

@@ -58,8 +58,10 @@ type instance struct {
 	addr string
 	stop func() error
 	// external: the broker runs in a process of its own, so this
-	// process's CPU time is the load generator's alone.
+	// process's CPU time is the load generator's alone; pid is that
+	// process's, whose CPU time is the broker's.
 	external bool
+	pid      int
 }
 
 // Tidemark returns a target running Tidemark's broker in this process on

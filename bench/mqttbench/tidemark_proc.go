@@ -72,7 +72,7 @@ func startTidemarkProcess(ctx context.Context, bin string, args []string, dir st
 		}
 		err = p.waitReady(ctx, addr)
 		if err == nil {
-			return &instance{addr: addr, stop: p.stop, external: true}, nil
+			return &instance{addr: addr, stop: p.stop, external: true, pid: p.Pid()}, nil
 		}
 		if !p.exitedEarly() {
 			return nil, errors.Join(err, p.stop())
