@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"time"
@@ -74,7 +75,7 @@ const ManyConns = 50
 // blockingConns is the most publisher connections a load may have for the
 // load generator to use blocking sockets (see fdConn), a thread each while
 // waiting; above it, the runtime's poller serves them with a few threads.
-const blockingConns = ManyConns
+const blockingConns = 4
 
 // Loads returns the points of a run: QoS 0, 1 and 2 on one connection at
 // each of Windows, then QoS 1 and 2 over ManyConns connections at window
@@ -304,7 +305,15 @@ func runPoint(ctx context.Context, cfg Config, t Target, l Load, dir string, run
 	}()
 	qos := packet.QoS(l.QoS)
 	prefix := fmt.Sprintf("mqttbench/%08x", run)
-	blocking := l.Conns <= blockingConns
+	// Blocking sockets for a broker in a process of its own (see fdConn),
+	// with a processor to spare while every reader waits in the kernel:
+	// the runtime then leaves each waiting reader its processor, and the
+	// client's cost per exchange does not grow with the broker's latency.
+	// A broker in this process keeps the poller and the processors.
+	blocking := inst.external && l.Conns <= blockingConns
+	if want := l.Conns + 2; blocking && runtime.GOMAXPROCS(0) < want {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(want))
+	}
 	sub, err := subscribe(ctx, inst.addr, fmt.Sprintf("mqttbench-%08x-sub", run), prefix+"/+", run, qos, l.Conns, blocking)
 	if err != nil {
 		return fail(err)
