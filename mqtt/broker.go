@@ -137,9 +137,14 @@ type Options struct {
 	// MaxSubscriptions bounds the subscriptions of one session (default
 	// 0: no limit).
 	MaxSubscriptions int
-	// CheckpointEvery is how often an online session persists its
-	// acknowledged checkpoint (default 1 s); it is also persisted on
-	// disconnect and on every subscription change.
+	// CheckpointEvery is how long an online session may hold deliveries it
+	// completed before it persists its acknowledged checkpoint
+	// (DefaultCheckpointEvery). A window's worth of them (at most 256) is
+	// persisted at once whatever the period, so after a crash a session
+	// is re-sent no more than that; the period sets how many checkpoint
+	// commits a fleet with sparse traffic pays, one per session and
+	// period at most. It is also persisted on disconnect and on every
+	// subscription change.
 	CheckpointEvery time.Duration
 	// KeepAliveGrace multiplies the client's keep alive before a silent
 	// connection is closed (the spec's 1.5 by default).
@@ -266,7 +271,7 @@ func (o *Options) norm() {
 		o.TakeoverTimeout = 5 * time.Second
 	}
 	if o.CheckpointEvery <= 0 {
-		o.CheckpointEvery = time.Second
+		o.CheckpointEvery = DefaultCheckpointEvery
 	}
 	if o.RetentionEvery <= 0 {
 		o.RetentionEvery = 10 * time.Second

@@ -40,6 +40,8 @@ const (
 	// subscribed to busy topics then holds the log from its newest
 	// 100,000 messages only.
 	DefaultMaxQueuedMessages = 100_000
+	// DefaultCheckpointEvery is the default of Options.CheckpointEvery.
+	DefaultCheckpointEvery = time.Second
 	// lingerTimeout bounds how long a connection that sent a DISCONNECT
 	// or a refusing CONNACK reads what the client still sends before the
 	// socket closes (see conn.linger).

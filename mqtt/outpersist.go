@@ -103,6 +103,14 @@ func (o *outbound) due(cp table.Cursor) bool {
 	return time.Since(o.persistedAt) >= o.c.b.opts.RetentionEvery
 }
 
+// persistedBefore reports whether the session last wrote its checkpoint
+// before t (or never did).
+func (o *outbound) persistedBefore(t time.Time) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.persistedAt.Before(t)
+}
+
 // sessionTx returns a transaction writing the session record as it stands:
 // subscriptions, acknowledged checkpoint, and the deletes of up to
 // Broker.maxStateDeletes completion marks it covers (persist drops the rest).

@@ -110,15 +110,28 @@ func (b *Broker) liveCheckpoint(client string, persisted table.Cursor) table.Cur
 	}
 	if cp, ok := out.checkpointNow(); ok {
 		if persisted.Less(cp) {
-			// An idle session writes its checkpoint only when asked:
-			// after a crash it then resumes at or above the truncation.
-			out.asked.Store(true)
-			out.requestPersist()
+			// An idle session writes its checkpoint only when asked, so
+			// its index entry moves up out of the way of the next passes
+			// and a resume after a crash scans less. Not at every pass:
+			// once anything is published, the log moves past every
+			// online session, and asking them all would cost a commit
+			// per online session and pass. A resume below the
+			// truncation skips the gap, which holds nothing the session
+			// has not acknowledged.
+			if out.persistedBefore(time.Now().Add(-askAfterPasses * b.opts.RetentionEvery)) {
+				out.asked.Store(true)
+				out.requestPersist()
+			}
 			return cp
 		}
 	}
 	return persisted
 }
+
+// askAfterPasses is how many retention periods an online session's
+// written checkpoint may age before a pass asks it to write it again (see
+// liveCheckpoint).
+const askAfterPasses = 6
 
 // historyIndex remembers the log head at each retention pass, so that
 // Options.History can be kept without reading message times: every

@@ -84,3 +84,58 @@ func TestRetentionLimitCutsLaggingSession(t *testing.T) {
 		t.Fatalf("dropped by retention = %d, want 25", d)
 	}
 }
+
+// TestRetentionAsksIdleSessionsSparingly: once the log moves past an
+// online session that receives nothing, a retention pass truncates up to
+// the session's acknowledged checkpoint, but asks the session to write
+// that checkpoint only once its last write is six retention periods old,
+// not at every pass: asking every online session at every pass would cost
+// a commit per session and pass.
+func TestRetentionAsksIdleSessionsSparingly(t *testing.T) {
+	const every = time.Second
+	s := startBroker(t, func(o *mqtt.Options) { o.RetentionEvery = every })
+	b := s.Broker()
+	idle := connect3(t, s.Addr, "idle", false)
+	idle.sub("idle/only", 1)
+	subscribed := time.Now()
+	defer idle.close()
+	version := func() uint64 {
+		r, err := s.DB().Get(ctxT(t), "mqtt.sessions", "idle")
+		if err != nil {
+			t.Fatalf("session record: %v", err)
+		}
+		return uint64(r.Version)
+	}
+	pub := connect3(t, s.Addr, "other-pub", true)
+	for i := range 10 {
+		pub.pub("other/x", 1, false, fmt.Sprint(i))
+	}
+	v0 := version()
+	for range 3 {
+		if err := b.Retain(ctxT(t)); err != nil {
+			t.Fatalf("retain: %v", err)
+		}
+	}
+	if d := time.Since(subscribed); d >= 6*every {
+		t.Fatalf("publishing 10 messages and three passes took %v, past the six periods this check needs", d)
+	}
+	if v := version(); v != v0 {
+		t.Fatalf("the idle session's record was written again (version %d -> %d) by passes within six periods of its last write", v0, v)
+	}
+	st, err := s.DB().LogStats(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Floor == 0 {
+		t.Fatalf("log not truncated past the messages the idle session acknowledged by passing them: %+v", st)
+	}
+	time.Sleep(time.Until(subscribed.Add(6*every + every/2)))
+	for deadline := time.Now().Add(wait); version() == v0; time.Sleep(50 * time.Millisecond) {
+		if err := b.Retain(ctxT(t)); err != nil {
+			t.Fatalf("retain: %v", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the idle session was never asked to write its checkpoint again")
+		}
+	}
+}

@@ -32,6 +32,7 @@ type serveFlags struct {
 	tablesPfx   string
 	maxExpiry   time.Duration
 	retention   time.Duration
+	checkpoint  time.Duration
 	rules       string
 
 	maxConns       int
@@ -129,6 +130,7 @@ a flag wins over the environment, which wins over the file.`,
 	fs.DurationVar(&f.history, "history", 0, "keep at least this much of the message log for replay on subscribe, e.g. 24h (0: only what sessions have not received)")
 	fs.StringVar(&f.rules, "retention", "", "keep at least this much of the message log per topic filter, whatever sessions received: filter=age|count|size, comma-separated, e.g. 'sensors/#=24h,logs/#=10000msgs,big/#=512MiB' (docs/replay.md)")
 	fs.DurationVar(&f.retention, "retention-every", 10*time.Second, "period of retention passes over the message log")
+	fs.DurationVar(&f.checkpoint, "checkpoint-every", mqtt.DefaultCheckpointEvery, "longest an online session holds acknowledged deliveries before it persists its checkpoint; a window's worth (at most 256) is persisted at once, which bounds what a crash re-sends whatever this is")
 	fs.IntVar(&f.maxConns, "max-connections", 0, "open sockets, with or without CONNECT; at the cap a new socket replaces the oldest one without CONNECT (0: the open-file limit less a tenth)")
 	fs.Float64Var(&f.maxConnRate, "max-conn-rate", 0, "new sockets per second from one source address, with a burst of one second's worth (0: no limit)")
 	fs.DurationVar(&f.connectTimeout, "connect-timeout", mqtt.DefaultConnectTimeout, "time a socket may take to send its CONNECT")
@@ -198,6 +200,8 @@ func (f *serveFlags) validate() (engine.Options, mqtt.Options, *slog.Logger, err
 		return opts, bo, nil, fmt.Errorf("--history %v: must be 0 (keep no history) or positive, e.g. 24h", f.history)
 	case f.retention <= 0:
 		return opts, bo, nil, fmt.Errorf("--retention-every %v: must be positive", f.retention)
+	case f.checkpoint <= 0:
+		return opts, bo, nil, fmt.Errorf("--checkpoint-every %v: must be positive, e.g. 1s", f.checkpoint)
 	case f.maxConns < 0:
 		return opts, bo, nil, fmt.Errorf("--max-connections %d: must be 0 (from the open-file limit) or positive", f.maxConns)
 	case f.maxConnRate < 0:
@@ -233,7 +237,7 @@ func (f *serveFlags) validate() (engine.Options, mqtt.Options, *slog.Logger, err
 		return opts, bo, nil, fmt.Errorf("--retention %q: %w", f.rules, err)
 	}
 	bo = mqtt.Options{Logger: log, ReceiveMaximum: f.recvMax, MaxInflight: f.maxInflight, MaxPacketSize: f.maxPacket,
-		MaxInflightBytes: f.maxInflightBytes, MaxQueuedMessages: maxQueued, MaxQueuedBytes: f.maxQueuedBytes, MaxSessionExpiry: f.maxExpiry, RetentionEvery: f.retention,
+		MaxInflightBytes: f.maxInflightBytes, MaxQueuedMessages: maxQueued, MaxQueuedBytes: f.maxQueuedBytes, MaxSessionExpiry: f.maxExpiry, RetentionEvery: f.retention, CheckpointEvery: f.checkpoint,
 		MaxConnections: f.maxConns, MaxConnRate: f.maxConnRate, ConnectTimeout: f.connectTimeout,
 		MaxTopicLength: f.maxTopicLen, MaxTopicLevels: f.maxTopicLevels, MaxSubscriptions: f.maxSubs,
 		SessionExpiry: sessionExpiry, History: f.history, TablesPrefix: f.tablesPfx, Retention: rules,
