@@ -19,8 +19,8 @@
 //
 // At window 1 the client and the broker take turns, so a rate is the
 // pair's and the client's own cost per exchange matters. Against a broker
-// in a process of its own, a point of at most four connections runs on
-// blocking sockets (fdConn) with a processor to spare, which spares each
+// in a process of its own, a QoS 1 or 2 point of at most four connections
+// runs on blocking sockets (fdConn) with a processor to spare, which spares each
 // read the runtime poller's round trips; Result.ClientMicros and
 // Result.BrokerMicros say what each side spent per exchange.
 //

@@ -309,8 +309,12 @@ func runPoint(ctx context.Context, cfg Config, t Target, l Load, dir string, run
 	// with a processor to spare while every reader waits in the kernel:
 	// the runtime then leaves each waiting reader its processor, and the
 	// client's cost per exchange does not grow with the broker's latency.
-	// A broker in this process keeps the poller and the processors.
-	blocking := inst.external && l.Conns <= blockingConns
+	// A broker in this process keeps the poller and the processors, and
+	// so does QoS 0: its publisher is woken by the subscriber's reader
+	// through a channel rather than writing from the reader, and a
+	// goroutine woken beside a reader blocked in the kernel costs more
+	// the longer the broker takes.
+	blocking := inst.external && l.Conns <= blockingConns && qos != packet.QoS0
 	if want := l.Conns + 2; blocking && runtime.GOMAXPROCS(0) < want {
 		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(want))
 	}
