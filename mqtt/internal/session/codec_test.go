@@ -1,4 +1,4 @@
-package mqtt
+package session_test
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
 	"pgregory.net/rapid"
@@ -20,8 +21,8 @@ func drawCursor(t *rapid.T, label string) table.Cursor {
 	}
 }
 
-func drawSession(t *rapid.T) sessionRecord {
-	s := sessionRecord{
+func drawSession(t *rapid.T) session.Record {
+	s := session.Record{
 		Version:        packet.Version(rapid.SampledFrom([]byte{3, 4, 5}).Draw(t, "version")),
 		Expiry:         rapid.Uint32().Draw(t, "expiry"),
 		Online:         rapid.Bool().Draw(t, "online"),
@@ -35,7 +36,7 @@ func drawSession(t *rapid.T) sessionRecord {
 	}
 	for i := range rapid.IntRange(0, 4).Draw(t, "subs") {
 		_ = i
-		r := subRecord{
+		r := session.Sub{
 			Filter: rapid.String().Draw(t, "filter"),
 			Group:  rapid.String().Draw(t, "group"),
 			QoS:    rapid.ByteRange(0, 2).Draw(t, "qos"),
@@ -52,19 +53,19 @@ func drawSession(t *rapid.T) sessionRecord {
 		s.Subs = append(s.Subs, r)
 	}
 	if rapid.Bool().Draw(t, "will") {
-		s.Will = &willRecord{Msg: rapid.SliceOf(rapid.Byte()).Draw(t, "willmsg"), Delay: rapid.Uint32().Draw(t, "delay")}
+		s.Will = &session.Will{Msg: rapid.SliceOf(rapid.Byte()).Draw(t, "willmsg"), Delay: rapid.Uint32().Draw(t, "delay")}
 		if len(s.Will.Msg) == 0 {
 			s.Will.Msg = nil
 		}
 	}
 	for range rapid.IntRange(0, 5).Draw(t, "q1") {
-		s.Q1 = append(s.Q1, q1Slot{Pos: drawCursor(t, "q1pos"), PI: rapid.Uint16().Draw(t, "q1pi")})
+		s.Q1 = append(s.Q1, session.Q1Slot{Pos: drawCursor(t, "q1pos"), PI: rapid.Uint16().Draw(t, "q1pi")})
 	}
 	return s
 }
 
 // normal makes an empty will message compare equal to the decoded one.
-func normal(s sessionRecord) sessionRecord {
+func normal(s session.Record) session.Record {
 	if s.Will != nil && len(s.Will.Msg) == 0 {
 		w := *s.Will
 		w.Msg = nil
@@ -77,9 +78,9 @@ func normal(s sessionRecord) sessionRecord {
 func TestSessionCodecRoundTrip(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		s := drawSession(t)
-		b := encodeSession(&s)
-		var got sessionRecord
-		if err := decodeSession(b, &got); err != nil {
+		b := session.Encode(&s)
+		var got session.Record
+		if err := session.Decode(b, &got); err != nil {
 			t.Fatalf("decode: %v", err)
 		}
 		if !reflect.DeepEqual(normal(got), normal(s)) {
@@ -87,8 +88,8 @@ func TestSessionCodecRoundTrip(t *testing.T) {
 		}
 		// A truncated record is refused, never read short.
 		if n := rapid.IntRange(0, len(b)-1).Draw(t, "cut"); true {
-			var short sessionRecord
-			if err := decodeSession(b[:n], &short); !errors.Is(err, engine.ErrCorrupt) {
+			var short session.Record
+			if err := session.Decode(b[:n], &short); !errors.Is(err, engine.ErrCorrupt) {
 				t.Fatalf("record cut at %d of %d: %v", n, len(b), err)
 			}
 		}
@@ -110,20 +111,20 @@ func TestSessionCodecReadsJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var got sessionRecord
-		if err := decodeSession(v, &got); err != nil {
+		var got session.Record
+		if err := session.Decode(v, &got); err != nil {
 			t.Fatalf("decode JSON: %v", err)
 		}
-		if !bytes.Equal(encodeSession(&got), encodeSession(&s)) {
+		if !bytes.Equal(session.Encode(&got), session.Encode(&s)) {
 			t.Fatalf("JSON record read as\n%+v\nwant %+v", got, s)
 		}
 	})
-	s := sessionRecord{Version: packet.V5, Node: "n"}
-	b := append(encodeSession(&s), 0)
-	if err := decodeSession(b, &s); !errors.Is(err, engine.ErrCorrupt) {
+	s := session.Record{Version: packet.V5, Node: "n"}
+	b := append(session.Encode(&s), 0)
+	if err := session.Decode(b, &s); !errors.Is(err, engine.ErrCorrupt) {
 		t.Errorf("trailing byte: %v", err)
 	}
-	if err := decodeSession([]byte{0x07, 0, 5}, &s); !errors.Is(err, engine.ErrCorrupt) {
+	if err := session.Decode([]byte{0x07, 0, 5}, &s); !errors.Is(err, engine.ErrCorrupt) {
 		t.Errorf("unknown format: %v", err)
 	}
 }
@@ -132,25 +133,25 @@ func TestSessionCodecReadsJSON(t *testing.T) {
 // record it accepts encodes back to the same bytes.
 func FuzzSessionCodec(f *testing.F) {
 	since := table.Cursor{Key: 9, Next: 2}
-	f.Add(encodeSession(&sessionRecord{Version: packet.V311, Expiry: neverExpires}))
-	f.Add(encodeSession(&sessionRecord{Version: packet.V5, Online: true, Node: "a", Conn: "c1",
-		Subs:       []subRecord{{Filter: "x/#", QoS: 2, Since: &since}, {Filter: "y", Group: "g", ID: 7}},
-		Will:       &willRecord{Msg: []byte("will"), Delay: 5},
-		Q1:         []q1Slot{{Pos: since, PI: 4}},
+	f.Add(session.Encode(&session.Record{Version: packet.V311, Expiry: session.NeverExpires}))
+	f.Add(session.Encode(&session.Record{Version: packet.V5, Online: true, Node: "a", Conn: "c1",
+		Subs:       []session.Sub{{Filter: "x/#", QoS: 2, Since: &since}, {Filter: "y", Group: "g", ID: 7}},
+		Will:       &session.Will{Msg: []byte("will"), Delay: 5},
+		Q1:         []session.Q1Slot{{Pos: since, PI: 4}},
 		Checkpoint: table.Cursor{Key: 8}, NextPI: 5}))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var s sessionRecord
+		var s session.Record
 		if len(b) > 0 && b[0] == '{' {
 			return // JSON: encoding/json's own business
 		}
-		if decodeSession(b, &s) != nil {
+		if session.Decode(b, &s) != nil {
 			return
 		}
-		if got := encodeSession(&s); !bytes.Equal(got, b) {
+		if got := session.Encode(&s); !bytes.Equal(got, b) {
 			// Varints have one canonical form on output only; compare
 			// the decoded records instead.
-			var again sessionRecord
-			if err := decodeSession(got, &again); err != nil || !reflect.DeepEqual(normal(again), normal(s)) {
+			var again session.Record
+			if err := session.Decode(got, &again); err != nil || !reflect.DeepEqual(normal(again), normal(s)) {
 				t.Fatalf("re-encoded record differs: %v\n%+v\n%+v", err, again, s)
 			}
 		}
@@ -162,7 +163,7 @@ func FuzzSessionCodec(f *testing.F) {
 // and that a truncated record is refused.
 func TestOutRecordCodec(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		r := outRecord{PI: rapid.Uint16().Draw(t, "pi"), State: rapid.Byte().Draw(t, "state"),
+		r := session.OutRecord{PI: rapid.Uint16().Draw(t, "pi"), State: rapid.Byte().Draw(t, "state"),
 			Pos: drawCursor(t, "pos"), Msg: rapid.SliceOf(rapid.Byte()).Draw(t, "msg")}
 		if r.Pos.Next == 0 || rapid.Bool().Draw(t, "coarse") {
 			r.Pos.Next = 0 // JSON's text form has no composite cursor with Next 0
@@ -171,19 +172,19 @@ func TestOutRecordCodec(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for name, v := range map[string][]byte{"binary": r.encode(), "JSON": js} {
-			var got outRecord
-			if err := got.decode(v); err != nil {
+		for name, v := range map[string][]byte{"binary": r.Encode(), "JSON": js} {
+			var got session.OutRecord
+			if err := got.Decode(v); err != nil {
 				t.Fatalf("%s: %v", name, err)
 			}
 			if got.PI != r.PI || got.State != r.State || got.Pos != r.Pos || !bytes.Equal(got.Msg, r.Msg) {
 				t.Fatalf("%s: got %+v, want %+v", name, got, r)
 			}
 		}
-		b := r.encode()
+		b := r.Encode()
 		cut := rapid.IntRange(0, 4).Draw(t, "cut")
-		var short outRecord
-		if err := short.decode(b[:min(cut, len(b))]); err == nil && cut < len(b)-len(r.Msg) {
+		var short session.OutRecord
+		if err := short.Decode(b[:min(cut, len(b))]); err == nil && cut < len(b)-len(r.Msg) {
 			t.Fatalf("record cut at %d decoded: %+v", cut, short)
 		}
 	})
