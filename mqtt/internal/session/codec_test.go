@@ -2,6 +2,7 @@ package session_test
 
 import (
 	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"reflect"
@@ -188,4 +189,71 @@ func TestOutRecordCodec(t *testing.T) {
 			t.Fatalf("record cut at %d decoded: %+v", cut, short)
 		}
 	})
+}
+
+// stored is a session with every part of the record set: an offline 5.0
+// session with a plain subscription held back by its since position, a
+// shared one with every option, a delayed will and two QoS 1 deliveries
+// in flight.
+func stored() session.Record {
+	since := table.Cursor{Key: 4660, Next: 3}
+	return session.Record{Version: packet.V5, Expiry: 3600, Node: "node-a", Conn: "c-17", DisconnectedAt: 1767225600000,
+		Subs: []session.Sub{{Filter: "sensors/+/temp", QoS: 1, Since: &since},
+			{Filter: "jobs/#", Group: "workers", QoS: 2, NL: true, RAP: true, RH: 2, ID: 7, Pos: true}},
+		Checkpoint: table.Cursor{Key: 4660, Next: 1}, SentHigh: table.Cursor{Key: 4700},
+		Will: &session.Will{Msg: []byte("will: node-a gone"), Delay: 30}, NextPI: 12,
+		Q1: []session.Q1Slot{{Pos: table.Cursor{Key: 4661, Next: 2}, PI: 10}, {Pos: table.Cursor{Key: 4700}, PI: 11}}}
+}
+
+// The stored forms as the broker has written them since the binary form
+// came in, and the JSON form of the versions before it. A data directory
+// written by any of them must still open: these bytes never change.
+const (
+	storedBinary = "b10405901c80a0d5edee66066e6f64652d6104632d3137b42401dc24000c020e73656e736f72732f2b2f74656d7000" +
+		"01040000b42403066a6f62732f2307776f726b657273020b02071177696c6c3a206e6f64652d6120676f6e651e02b524020adc24000b"
+	storedJSON = `{"v":5,"expiry":3600,"node":"node-a","conn":"c-17","disc":1767225600000,` +
+		`"subs":[{"f":"sensors/+/temp","q":1,"s":"4660.3"},{"f":"jobs/#","g":"workers","q":2,"nl":true,"rap":true,"rh":2,"id":7,"pos":true}],` +
+		`"cp":"4660.1","sent":"4700","will":{"msg":"d2lsbDogbm9kZS1hIGdvbmU=","delay":30},"pi":12,` +
+		`"q1":[{"pos":"4661.2","pi":10},{"pos":"4700","pi":11}]}`
+	storedOutBinary = "b2810402b524026d7367"
+	storedOutJSON   = `{"pi":513,"state":2,"pos":"4661.2","msg":"bXNn"}`
+)
+
+// TestStoredFormUnchanged checks that a session record encodes to the
+// bytes earlier versions wrote, and that those bytes and the JSON form
+// before them both decode to the same record, which then encodes the
+// same again; likewise for an outbound QoS 2 record.
+func TestStoredFormUnchanged(t *testing.T) {
+	want := stored()
+	if got := hex.EncodeToString(session.Encode(&want)); got != storedBinary {
+		t.Fatalf("stored form changed:\n got %s\nwant %s", got, storedBinary)
+	}
+	bin, _ := hex.DecodeString(storedBinary)
+	for name, v := range map[string][]byte{"binary": bin, "JSON": []byte(storedJSON)} {
+		var got session.Record
+		if err := session.Decode(v, &got); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s read as\n%+v\nwant %+v", name, got, want)
+		}
+		if again := session.Encode(&got); !bytes.Equal(again, bin) {
+			t.Fatalf("%s re-encoded as %x", name, again)
+		}
+	}
+
+	out := session.OutRecord{PI: 513, State: 2, Pos: table.Cursor{Key: 4661, Next: 2}, Msg: []byte("msg")}
+	if got := hex.EncodeToString(out.Encode()); got != storedOutBinary {
+		t.Fatalf("outbound stored form changed:\n got %s\nwant %s", got, storedOutBinary)
+	}
+	outBin, _ := hex.DecodeString(storedOutBinary)
+	for name, v := range map[string][]byte{"binary": outBin, "JSON": []byte(storedOutJSON)} {
+		var got session.OutRecord
+		if err := got.Decode(v); err != nil {
+			t.Fatalf("outbound %s: %v", name, err)
+		}
+		if !reflect.DeepEqual(got, out) {
+			t.Fatalf("outbound %s read as %+v, want %+v", name, got, out)
+		}
+	}
 }
