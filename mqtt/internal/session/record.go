@@ -8,8 +8,8 @@
 //
 // The stored forms are a compatibility promise: a record written by any
 // earlier version of the broker, binary or JSON, decodes here to the same
-// record, and Encode writes exactly the bytes earlier versions wrote, so
-// a data directory opens across upgrades and downgrades alike.
+// record, and Encode writes the same bytes as the versions since the
+// binary form came in, so a data directory written by any of them opens.
 //
 // The indexes beside the session table (the checkpoint, recovery and
 // expiry indexes) are unchecked state written in the commit that writes
