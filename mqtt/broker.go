@@ -42,19 +42,19 @@ import (
 
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/internal/retention"
+	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
 )
 
-// Table names the broker stores its state in.
+// Table names the broker stores its state in, beside the session tables
+// of package mqtt/internal/session (session.Table and its indexes).
 const (
 	tableMsgs     = "mqtt.msgs"     // the message log: one Message entry per QoS 1/2 publication
 	tableRetained = "mqtt.retained" // id = topic
-	tableSessions = "mqtt.sessions" // id = client id
 	tableStaged   = "mqtt.qos2in"   // id = client id, NUL, packet id: staged inbound QoS 2
 	tableOut      = "mqtt.out"      // id = client id, NUL, packet id: outbound QoS 2 in flight (unchecked state)
 	tableDone     = "mqtt.q2done"   // id = client id, NUL, cursor: outbound QoS 2 completed above the checkpoint (unchecked state)
-	tableExpiry   = "mqtt.expiry"   // id = deadline (hex Unix ms), NUL, client id: offline sessions that expire (unchecked state)
 )
 
 // Options configures a Broker. Zero values take the documented defaults.
@@ -456,10 +456,9 @@ func assignClientID() string {
 	return "tm-" + hex.EncodeToString(r[:])
 }
 
-// slotSep separates a client id from the rest of a per-client record id;
-// client ids cannot contain U+0000, so one client's records never share a
-// prefix with another's.
-const slotSep = "\x00"
+// slotSep separates a client id from the rest of a per-client record id,
+// in the broker's tables as in the session tables.
+const slotSep = session.Sep
 
 func slotID(client string, pi uint16) string {
 	b := make([]byte, 0, len(client)+len(slotSep)+5)

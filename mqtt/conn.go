@@ -14,6 +14,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/internal/ackqueue"
+	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/internal/topicalias"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
@@ -75,7 +76,7 @@ type conn struct {
 	aliasMax   uint16
 	outAliases topicalias.Out
 
-	rec       sessionRecord
+	rec       session.Record
 	expiry    uint32
 	will      *Message
 	willDelay uint32

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 )
 
@@ -196,7 +197,7 @@ func (c *conn) restoreSession(ctx context.Context, t *connectTerms) (sessionSetu
 	// on, so a SUBSCRIBE behind the CONNECT replaces them, never the
 	// reverse.
 	for _, s := range c.rec.Subs {
-		sub := s.sub(c.client)
+		sub := s.Subscription(c.client)
 		if sub.Group != "" {
 			if err := c.b.startSharedNow(c.ctx); err != nil {
 				c.log.Warn("connect: log head", "err", err)
@@ -259,7 +260,7 @@ func (c *conn) flushConnack() bool {
 	var err error
 	c.b.onStore(func() {
 		tx := c.b.db.Begin()
-		if err = putSession(tx, c.client, &c.rec); err == nil {
+		if err = session.Put(tx, c.client, &c.rec); err == nil {
 			e.h, err = c.submit(tx)
 		}
 	})

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/table"
 )
 
@@ -82,7 +83,7 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 		if tx == nil {
 			tx = c.b.db.Begin()
 		}
-		if err := putSession(tx, c.client, &c.rec); err != nil {
+		if err := session.Put(tx, c.client, &c.rec); err != nil {
 			return fail("persist session", err)
 		}
 		// Submitted, not waited for: the read loop goes on to the packets
@@ -123,7 +124,7 @@ func (c *conn) loadStagedIDs(ctx context.Context) error {
 func (c *conn) stampRecord(head table.Cursor, present bool) {
 	if !present {
 		// A new session receives what is published after its CONNACK.
-		c.rec = sessionRecord{Checkpoint: head, SentHigh: head}
+		c.rec = session.Record{Checkpoint: head, SentHigh: head}
 	}
 	c.rec.Version = c.version
 	c.rec.Expiry = c.expiry
@@ -133,6 +134,6 @@ func (c *conn) stampRecord(head table.Cursor, present bool) {
 	c.rec.Will = nil
 	if c.will != nil {
 		enc, _ := c.will.MarshalBinary()
-		c.rec.Will = &willRecord{Msg: enc, Delay: c.willDelay}
+		c.rec.Will = &session.Will{Msg: enc, Delay: c.willDelay}
 	}
 }

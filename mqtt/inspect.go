@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/table"
 )
 
@@ -40,15 +41,15 @@ type SessionInfo struct {
 // SessionOf returns the stored session of client; ok is false when there
 // is none.
 func SessionOf(ctx context.Context, db *table.DB, client string) (_ SessionInfo, ok bool, _ error) {
-	r, err := db.Get(ctx, tableSessions, client)
+	r, err := db.Get(ctx, session.Table, client)
 	if errors.Is(err, table.ErrNotFound) {
 		return SessionInfo{}, false, nil
 	}
 	if err != nil {
 		return SessionInfo{}, false, err
 	}
-	var s sessionRecord
-	if err := decodeSession(r.Value, &s); err != nil {
+	var s session.Record
+	if err := session.Decode(r.Value, &s); err != nil {
 		return SessionInfo{}, false, fmt.Errorf("session %q: %w", client, err)
 	}
 	si := infoOf(r, &s)
@@ -68,7 +69,7 @@ func SessionOf(ctx context.Context, db *table.DB, client string) (_ SessionInfo,
 
 // infoOf is the SessionInfo of the stored record r, decoded into s, less
 // its QoS 2 counts.
-func infoOf(r table.Record, s *sessionRecord) SessionInfo {
+func infoOf(r table.Record, s *session.Record) SessionInfo {
 	si := SessionInfo{ClientID: r.ID, Online: s.Online, Protocol: s.Version.String(), ExpirySeconds: s.Expiry,
 		Checkpoint: s.Checkpoint, HasWill: s.Will != nil, Node: s.Node, Conn: s.Conn, Version: r.Version}
 	if s.Will != nil {
@@ -81,7 +82,7 @@ func infoOf(r table.Record, s *sessionRecord) SessionInfo {
 		si.DisconnectedAt = time.UnixMilli(s.DisconnectedAt).UTC()
 	}
 	for _, sub := range s.Subs {
-		si.Subscriptions = append(si.Subscriptions, sub.sub(r.ID).FullFilter()+" qos"+string('0'+sub.QoS))
+		si.Subscriptions = append(si.Subscriptions, sub.Subscription(r.ID).FullFilter()+" qos"+string('0'+sub.QoS))
 	}
 	return si
 }
@@ -121,9 +122,9 @@ func EachSession(ctx context.Context, db *table.DB, fn func(SessionInfo) bool) e
 	if err != nil {
 		return err
 	}
-	return db.Range(ctx, tableSessions, "", func(r table.Record) bool {
-		var s sessionRecord
-		if r.Deleted || decodeSession(r.Value, &s) != nil {
+	return db.Range(ctx, session.Table, "", func(r table.Record) bool {
+		var s session.Record
+		if r.Deleted || session.Decode(r.Value, &s) != nil {
 			return true
 		}
 		si := infoOf(r, &s)

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 )
 
@@ -178,7 +179,7 @@ func (b *Broker) expiryCap(v5 bool) uint32 {
 	if m <= 0 {
 		return 0
 	}
-	return uint32(min(m/time.Second, neverExpires-1))
+	return uint32(min(m/time.Second, session.NeverExpires-1))
 }
 
 // persistentExpiry is the session expiry of a 3.1.1 persistent session:
@@ -187,7 +188,7 @@ func (b *Broker) persistentExpiry() uint32 {
 	if m := b.expiryCap(false); m > 0 {
 		return m
 	}
-	return neverExpires
+	return session.NeverExpires
 }
 
 // Options returns the broker's options with the defaults applied: a limit

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/table"
 )
 
@@ -198,7 +199,7 @@ func (b *Broker) SessionCounts(ctx context.Context) (online, offline int, err er
 	online = len(b.conns)
 	b.mu.Unlock()
 	total := 0
-	err = b.db.Range(ctx, tableSessions, "", func(r table.Record) bool {
+	err = b.db.Range(ctx, session.Table, "", func(r table.Record) bool {
 		if !r.Deleted {
 			total++
 		}

@@ -103,7 +103,7 @@ func newOutbound(c *conn, window int, present bool, head table.Cursor) (*outboun
 	}
 	o.subs = make([]topic.Subscription, 0, len(c.rec.Subs))
 	for _, s := range c.rec.Subs {
-		o.subs = append(o.subs, s.sub(c.client))
+		o.subs = append(o.subs, s.Subscription(c.client))
 		if s.Since != nil {
 			o.since.set(s.Filter, *s.Since)
 		}

@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -86,7 +87,7 @@ func (o *outbound) pubrec(p *packet.Pubrec) bool {
 		return c.ack(ackEntry{pkt: &packet.Pubrel{PacketID: p.PacketID}})
 	}
 	enc, _ := om.msg.MarshalBinary()
-	v := (&outRecord{PI: om.pi, State: outPubrec, Pos: om.pos, Msg: enc}).encode()
+	v := (&session.OutRecord{PI: om.pi, State: outPubrec, Pos: om.pos, Msg: enc}).Encode()
 	return c.laterDelivery(func(tx *table.Tx) error { return tx.PutStateUnchecked(tableOut, slotID(c.client, om.pi), v) },
 		ackEntry{pkt: &packet.Pubrel{PacketID: p.PacketID}})
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/table"
 )
 
@@ -143,17 +144,17 @@ func (o *outbound) sessionSweepTx() (*table.Tx, bool, error) {
 	c.rec.Q1 = c.rec.Q1[:0]
 	for _, om := range o.inflight {
 		if om.qos == 1 && om.hasEv {
-			c.rec.Q1 = append(c.rec.Q1, q1Slot{Pos: om.pos, PI: om.pi})
+			c.rec.Q1 = append(c.rec.Q1, session.Q1Slot{Pos: om.pos, PI: om.pi})
 		}
 	}
 	for pos, pi := range o.q1ids { // restored, not re-sent yet
 		if cp.Less(pos) {
-			c.rec.Q1 = append(c.rec.Q1, q1Slot{Pos: pos, PI: pi})
+			c.rec.Q1 = append(c.rec.Q1, session.Q1Slot{Pos: pos, PI: pi})
 		}
 	}
 	c.rec.Subs = c.rec.Subs[:0]
 	for _, s := range o.subs {
-		r := recordOf(s)
+		r := session.SubOf(s)
 		r.Pos = s.Group == "" && o.posFilters[s.Filter]
 		if since, ok := o.since.get(s.Filter); ok && s.Group == "" {
 			if memberCP.Less(since) {
@@ -174,7 +175,7 @@ func (o *outbound) sessionSweepTx() (*table.Tx, bool, error) {
 	}
 	tx := c.b.db.Begin()
 	more := o.sweepDoneLocked(tx, cp)
-	if err := putSession(tx, c.client, &c.rec); err != nil {
+	if err := session.Put(tx, c.client, &c.rec); err != nil {
 		return nil, false, err
 	}
 	o.persisted = cp

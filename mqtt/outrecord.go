@@ -3,20 +3,14 @@ package mqtt
 import (
 	"context"
 
+	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/table"
 )
 
-// The stored form of a session's outbound QoS 2 exchanges: one record in
-// tableOut per exchange, written before its PUBLISH and again after its
-// PUBREC, so a reconnect or restart resumes it where it stood.
-
-// outRecord is the stored form of an outbound QoS 2 message in flight.
-type outRecord struct {
-	PI    uint16       `json:"pi"`
-	State byte         `json:"state"`
-	Pos   table.Cursor `json:"pos"`
-	Msg   []byte       `json:"msg"`
-}
+// A session's outbound QoS 2 exchanges in the store: one record
+// (session.OutRecord) in tableOut per exchange, written before its
+// PUBLISH and again after its PUBREC, so a reconnect or restart resumes it
+// where it stood.
 
 // addRecord writes om's outbound record into the sender's pending group.
 func (o *outbound) addRecord(om *outMsg) error {
@@ -24,7 +18,7 @@ func (o *outbound) addRecord(om *outMsg) error {
 	if err != nil {
 		return err
 	}
-	v := (&outRecord{PI: om.pi, State: om.state, Pos: om.pos, Msg: enc}).encode()
+	v := (&session.OutRecord{PI: om.pi, State: om.state, Pos: om.pos, Msg: enc}).Encode()
 	if o.grp.tx == nil {
 		o.grp.tx = o.c.b.db.Begin()
 	}
@@ -38,8 +32,8 @@ func (o *outbound) addRecord(om *outMsg) error {
 func (o *outbound) restoreRecords(ctx context.Context) error {
 	c := o.c
 	return c.b.db.Range(ctx, tableOut, c.client+slotSep, func(r table.Record) bool {
-		var or outRecord
-		if r.Deleted || or.decode(r.Value) != nil {
+		var or session.OutRecord
+		if r.Deleted || or.Decode(r.Value) != nil {
 			return true
 		}
 		var m Message

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/engine"
 	_ "github.com/tidemark-io/tidemark/engine/pebble"
+	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -36,7 +37,7 @@ func TestClaimFromSilentNode(t *testing.T) {
 	// it held.
 	tx := db.Begin()
 	_ = tx.PutStateUnchecked(tableNodes, "ghost", []byte("last beat"))
-	if err := putSession(tx, "held", &sessionRecord{Version: packet.V311, Expiry: neverExpires, Online: true, Node: "ghost", Conn: "gone"}); err != nil {
+	if err := session.Put(tx, "held", &session.Record{Version: packet.V311, Expiry: session.NeverExpires, Online: true, Node: "ghost", Conn: "gone"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Commit(ctx); err != nil {

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
@@ -83,14 +84,14 @@ func AddOfflineSessions(ctx context.Context, db *table.DB, sessions []OfflineSes
 		now := time.Now().UnixMilli()
 		tx := db.Begin()
 		for _, s := range sessions[:n] {
-			rec := sessionRecord{Version: s.Version, Expiry: s.ExpirySeconds, DisconnectedAt: now, Checkpoint: head, SentHigh: head}
+			rec := session.Record{Version: s.Version, Expiry: s.ExpirySeconds, DisconnectedAt: now, Checkpoint: head, SentHigh: head}
 			for _, sub := range s.Subscriptions {
-				rec.Subs = append(rec.Subs, recordOf(sub))
+				rec.Subs = append(rec.Subs, session.SubOf(sub))
 			}
-			if err := tx.ExpectAbsent(tableSessions, s.ClientID); err != nil {
+			if err := tx.ExpectAbsent(session.Table, s.ClientID); err != nil {
 				return fmt.Errorf("mqtt: offline session %q: %w", s.ClientID, err)
 			}
-			if err := putSession(tx, s.ClientID, &rec); err != nil {
+			if err := session.Put(tx, s.ClientID, &rec); err != nil {
 				return fmt.Errorf("mqtt: offline session %q: %w", s.ClientID, err)
 			}
 		}
@@ -111,11 +112,11 @@ func AddOfflineSessions(ctx context.Context, db *table.DB, sessions []OfflineSes
 // index themselves). A store with sessions and no marker keeps waiting
 // for a broker to index it.
 func markIndexedIfEmpty(ctx context.Context, db *table.DB) error {
-	if _, err := db.Get(ctx, tableCheckpoints, sessionsIndexed); err == nil {
+	if _, err := db.Get(ctx, session.CheckpointTable, session.CheckpointsIndexed); err == nil {
 		return nil
 	}
 	empty := true
-	if err := db.Range(ctx, tableSessions, "", func(table.Record) bool {
+	if err := db.Range(ctx, session.Table, "", func(table.Record) bool {
 		empty = false
 		return false
 	}); err != nil {
@@ -125,11 +126,11 @@ func markIndexedIfEmpty(ctx context.Context, db *table.DB) error {
 		return nil
 	}
 	tx := db.Begin()
-	if err := tx.PutStateUnchecked(tableCheckpoints, sessionsIndexed, nil); err != nil {
+	if err := tx.PutStateUnchecked(session.CheckpointTable, session.CheckpointsIndexed, nil); err != nil {
 		return err
 	}
-	if _, err := db.Get(ctx, tableExpiry, expiryIndexed); err != nil {
-		if err := tx.PutState(tableExpiry, expiryIndexed, nil); err != nil {
+	if _, err := db.Get(ctx, session.ExpiryTable, session.ExpiryIndexed); err != nil {
+		if err := tx.PutState(session.ExpiryTable, session.ExpiryIndexed, nil); err != nil {
 			return err
 		}
 	}

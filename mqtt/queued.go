@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -189,14 +190,14 @@ func (t *tailCount) threshold(ctx context.Context, b *Broker, head, floor table.
 // queued is a session a pass considers.
 type queued struct {
 	client string
-	subs   []subRecord
+	subs   []session.Sub
 	n      *queueCount
 	at     uint64 // the last message countQueues counted it for
 }
 
 // queueKey identifies what a count depends on: the checkpoint and every
 // subscription field that matching reads.
-func queueKey(s *sessionRecord) string {
+func queueKey(s *session.Record) string {
 	var b strings.Builder
 	b.WriteString(s.Checkpoint.String())
 	for _, r := range s.Subs {
@@ -358,8 +359,8 @@ func (b *Broker) queueBatch(ctx context.Context, from string, stop, floor table.
 	}
 	var entries []entry
 	next := "\xff"
-	err := b.db.RangeFrom(ctx, tableCheckpoints, from, func(r table.Record) bool {
-		cp, client, ok := parseCheckpointID(r.ID)
+	err := b.db.RangeFrom(ctx, session.CheckpointTable, from, func(r table.Record) bool {
+		cp, client, ok := session.ParseCheckpointID(r.ID)
 		if !ok || !cp.Less(stop) {
 			return false
 		}
@@ -380,15 +381,15 @@ func (b *Broker) queueBatch(ctx context.Context, from string, stop, floor table.
 	}
 	var batch []*queued
 	for _, e := range entries {
-		r, err := b.db.Get(ctx, tableSessions, e.client)
+		r, err := b.db.Get(ctx, session.Table, e.client)
 		if errors.Is(err, table.ErrNotFound) {
 			continue
 		}
 		if err != nil {
 			return nil, "", err
 		}
-		var s sessionRecord
-		if decodeSession(r.Value, &s) != nil || s.Online || s.Will != nil || s.Checkpoint != e.cp {
+		var s session.Record
+		if session.Decode(r.Value, &s) != nil || s.Online || s.Will != nil || s.Checkpoint != e.cp {
 			continue
 		}
 		seen[e.client] = true
@@ -594,18 +595,18 @@ func (b *Broker) moveCheckpoint(ctx context.Context, client, key string, cp tabl
 		b.mu.Unlock()
 		close(done)
 	}()
-	r, err := b.db.Get(ctx, tableSessions, client)
+	r, err := b.db.Get(ctx, session.Table, client)
 	if errors.Is(err, table.ErrNotFound) {
 		return "", nil
 	}
 	if err != nil {
 		return "", err
 	}
-	var s sessionRecord
-	if decodeSession(r.Value, &s) != nil || s.Online || s.Will != nil || queueKey(&s) != key {
+	var s session.Record
+	if session.Decode(r.Value, &s) != nil || s.Online || s.Will != nil || queueKey(&s) != key {
 		return "", nil
 	}
-	s.loaded()
+	s.Loaded()
 	s.Checkpoint = cp
 	for i, sub := range s.Subs {
 		if sub.Since != nil && !cp.Less(*sub.Since) {
@@ -620,10 +621,10 @@ func (b *Broker) moveCheckpoint(ctx context.Context, client, key string, cp tabl
 	}
 	s.Q1 = q1
 	tx := b.db.Begin()
-	if err := tx.ExpectVersion(tableSessions, client, r.Version); err != nil {
+	if err := tx.ExpectVersion(session.Table, client, r.Version); err != nil {
 		return "", err
 	}
-	if err := putSession(tx, client, &s); err != nil {
+	if err := session.Put(tx, client, &s); err != nil {
 		return "", err
 	}
 	b.beforeSubmit(KindQueueCut, client)

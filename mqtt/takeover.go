@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -103,9 +104,9 @@ func (c *conn) claimSession(ctx context.Context) {
 			// with the store before relying on it.
 			tx := b.db.Begin()
 			if ok {
-				tx.ExpectVersion(tableSessions, c.client, ver)
+				tx.ExpectVersion(session.Table, c.client, ver)
 			} else {
-				tx.ExpectAbsent(tableSessions, c.client)
+				tx.ExpectAbsent(session.Table, c.client)
 			}
 			err := tx.Commit(ctx)
 			if err == nil {
@@ -121,8 +122,8 @@ func (c *conn) claimSession(ctx context.Context) {
 			claim := rec
 			claim.Node, claim.Conn, claim.Claimed, claim.Online = b.opts.NodeID, c.token, true, true
 			tx := b.db.Begin()
-			tx.ExpectVersion(tableSessions, c.client, ver)
-			if err := putSession(tx, c.client, &claim); err != nil {
+			tx.ExpectVersion(session.Table, c.client, ver)
+			if err := session.Put(tx, c.client, &claim); err != nil {
 				return
 			}
 			tx.Message(tableTakeover, c.client, claimMessage(c.token, rec.Conn))
@@ -156,7 +157,7 @@ func (c *conn) claimSession(ctx context.Context) {
 
 // onOtherNode reports whether s was written by a connection on another
 // node sharing the store.
-func (b *Broker) onOtherNode(s sessionRecord) bool {
+func (b *Broker) onOtherNode(s session.Record) bool {
 	return b.opts.NodeID != "" && s.Node != b.opts.NodeID
 }
 
@@ -224,7 +225,7 @@ func (c *conn) handOff(ctx context.Context, token string) error {
 				return err
 			}
 		}
-		tx.ExpectVersion(tableSessions, c.client, ver)
+		tx.ExpectVersion(session.Table, c.client, ver)
 		err = tx.Commit(ctx)
 		if !errors.Is(err, engine.ErrConflict) {
 			if err == nil {

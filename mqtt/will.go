@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -73,10 +74,10 @@ func (b *Broker) publishWill(ctx context.Context, client string, m *Message) err
 	if ok && rec.Will != nil {
 		writes = true
 		rec.Will = nil
-		if err := tx.ExpectVersion(tableSessions, client, ver); err != nil {
+		if err := tx.ExpectVersion(session.Table, client, ver); err != nil {
 			return err
 		}
-		if err := putSession(tx, client, &rec); err != nil {
+		if err := session.Put(tx, client, &rec); err != nil {
 			return err
 		}
 	}
@@ -114,27 +115,27 @@ func (b *Broker) publishWill(ctx context.Context, client string, m *Message) err
 // sessions it left online (it crashed: their connections ended without a
 // DISCONNECT) and those still waiting for their delay, with what remains
 // of it. It reads the sessions the recovery index names, not every stored
-// session (see checkpoints.go).
+// session (see session.RecoverTable).
 func (b *Broker) recoverWills() {
 	type found struct {
 		id  string
-		rec sessionRecord
+		rec session.Record
 	}
 	var ids []string
-	_ = b.db.Range(b.ctx, tableRecover, "", func(r table.Record) bool {
+	_ = b.db.Range(b.ctx, session.RecoverTable, "", func(r table.Record) bool {
 		ids = append(ids, r.ID)
 		return true
 	})
 	var recs []found
 	for _, id := range ids {
-		r, err := b.db.Get(b.ctx, tableSessions, id)
+		r, err := b.db.Get(b.ctx, session.Table, id)
 		if err != nil {
 			continue
 		}
-		var s sessionRecord
+		var s session.Record
 		// A session online on another node sharing the store is live there.
-		if decodeSession(r.Value, &s) == nil && s.needsRecovery() && !(s.Online && b.onOtherNode(s)) {
-			s.loaded()
+		if session.Decode(r.Value, &s) == nil && s.NeedsRecovery() && !(s.Online && b.onOtherNode(s)) {
+			s.Loaded()
 			recs = append(recs, found{id, s})
 		}
 	}
@@ -143,12 +144,12 @@ func (b *Broker) recoverWills() {
 		if r.rec.Online {
 			tx := b.db.Begin()
 			if r.rec.Expiry == 0 {
-				tx.DeleteState(tableSessions, r.id)
-				unindexSession(tx, r.id, &r.rec)
+				tx.DeleteState(session.Table, r.id)
+				session.Unindex(tx, r.id, &r.rec)
 			} else {
 				r.rec.Online = false
 				r.rec.DisconnectedAt = now.UnixMilli()
-				if err := putSession(tx, r.id, &r.rec); err != nil {
+				if err := session.Put(tx, r.id, &r.rec); err != nil {
 					continue
 				}
 			}

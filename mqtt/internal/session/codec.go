@@ -1,4 +1,4 @@
-package mqtt
+package session
 
 import (
 	"encoding/binary"
@@ -46,11 +46,15 @@ const (
 	subPos
 )
 
-// errSessionForm reports a stored session record that does not decode.
-var errSessionForm = fmt.Errorf("mqtt: session record: %w", engine.ErrCorrupt)
+// errForm reports a stored record that does not decode; it wraps
+// engine.ErrCorrupt.
+var errForm = fmt.Errorf("mqtt: session record: %w", engine.ErrCorrupt)
 
-// encodeSession returns the stored form of s.
-func encodeSession(s *sessionRecord) []byte {
+// Encode returns the binary stored form of s; its index state is not
+// part of it. The form of a format byte never changes: a new field takes
+// a new format byte, which Decode reads beside the old ones, so data
+// written by earlier versions still opens.
+func Encode(s *Record) []byte {
 	n := 48 + len(s.Node) + len(s.Conn) + 16*len(s.Q1)
 	for _, r := range s.Subs {
 		n += 24 + len(r.Filter) + len(r.Group)
@@ -120,15 +124,18 @@ func appendCursor(b []byte, c table.Cursor) []byte {
 	return binary.AppendUvarint(binary.AppendUvarint(b, uint64(c.Key)), uint64(c.Next))
 }
 
-// decodeSession decodes a stored session record, binary or JSON, into s.
-// The record's in-memory fields (its index state) are left as they are.
-func decodeSession(v []byte, s *sessionRecord) error {
+// Decode decodes a stored session record, binary or JSON, into s. A
+// binary record that does not decode, or has bytes after its last field,
+// is refused with an error wrapping engine.ErrCorrupt, never read short;
+// a JSON one that does not decode, with encoding/json's error. The
+// record's index state is left as it is (see Record.Loaded).
+func Decode(v []byte, s *Record) error {
 	if len(v) > 0 && v[0] == '{' {
 		return json.Unmarshal(v, s)
 	}
-	d := sessionDecoder{b: v}
+	d := decoder{b: v}
 	if d.byte() != sessionFormat1 {
-		return fmt.Errorf("%w: unknown format", errSessionForm)
+		return fmt.Errorf("%w: unknown format", errForm)
 	}
 	flags := d.byte()
 	s.Version = packet.Version(d.byte())
@@ -142,7 +149,7 @@ func decodeSession(v []byte, s *sessionRecord) error {
 	s.NextPI = d.uint16()
 	s.Subs = nil
 	if n := d.count(4); n > 0 {
-		s.Subs = make([]subRecord, n)
+		s.Subs = make([]Sub, n)
 		for i := range s.Subs {
 			r := &s.Subs[i]
 			r.Filter = d.string()
@@ -160,40 +167,40 @@ func decodeSession(v []byte, s *sessionRecord) error {
 	}
 	s.Will = nil
 	if flags&sfWill != 0 {
-		s.Will = &willRecord{Msg: []byte(d.string())}
+		s.Will = &Will{Msg: []byte(d.string())}
 		s.Will.Delay = d.uint32()
 	}
 	s.Q1 = nil
 	if n := d.count(2); n > 0 {
-		s.Q1 = make([]q1Slot, n)
+		s.Q1 = make([]Q1Slot, n)
 		for i := range s.Q1 {
-			s.Q1[i] = q1Slot{Pos: d.cursor(), PI: d.uint16()}
+			s.Q1[i] = Q1Slot{Pos: d.cursor(), PI: d.uint16()}
 		}
 	}
 	switch {
 	case d.err != nil:
 		return d.err
 	case len(d.b) > 0:
-		return fmt.Errorf("%w: %d bytes after the last field", errSessionForm, len(d.b))
+		return fmt.Errorf("%w: %d bytes after the last field", errForm, len(d.b))
 	}
 	return nil
 }
 
-// sessionDecoder reads the binary form; the first error sticks, and every
-// read after it returns zero.
-type sessionDecoder struct {
+// decoder reads the binary forms; the first error sticks, and every read
+// after it returns zero.
+type decoder struct {
 	b   []byte
 	err error
 }
 
-func (d *sessionDecoder) fail(what string) {
+func (d *decoder) fail(what string) {
 	if d.err == nil {
-		d.err = fmt.Errorf("%w: bad %s", errSessionForm, what)
+		d.err = fmt.Errorf("%w: bad %s", errForm, what)
 	}
 	d.b = nil
 }
 
-func (d *sessionDecoder) byte() byte {
+func (d *decoder) byte() byte {
 	if len(d.b) == 0 {
 		d.fail("length")
 		return 0
@@ -203,7 +210,7 @@ func (d *sessionDecoder) byte() byte {
 	return c
 }
 
-func (d *sessionDecoder) uvarint(max uint64, what string) uint64 {
+func (d *decoder) uvarint(max uint64, what string) uint64 {
 	v, n := binary.Uvarint(d.b)
 	if n <= 0 || v > max {
 		d.fail(what)
@@ -213,7 +220,7 @@ func (d *sessionDecoder) uvarint(max uint64, what string) uint64 {
 	return v
 }
 
-func (d *sessionDecoder) varint() int64 {
+func (d *decoder) varint() int64 {
 	v, n := binary.Varint(d.b)
 	if n <= 0 {
 		d.fail("time")
@@ -223,13 +230,13 @@ func (d *sessionDecoder) varint() int64 {
 	return v
 }
 
-func (d *sessionDecoder) uint32() uint32 { return uint32(d.uvarint(math.MaxUint32, "number")) }
-func (d *sessionDecoder) uint16() uint16 { return uint16(d.uvarint(math.MaxUint16, "packet id")) }
+func (d *decoder) uint32() uint32 { return uint32(d.uvarint(math.MaxUint32, "number")) }
+func (d *decoder) uint16() uint16 { return uint16(d.uvarint(math.MaxUint16, "packet id")) }
 
 // count reads a number of items each taking at least min bytes, so a
 // corrupt count cannot make the decoder allocate more than the record's
 // size warrants.
-func (d *sessionDecoder) count(min int) int {
+func (d *decoder) count(min int) int {
 	n := d.uvarint(math.MaxInt32, "count")
 	if n > uint64(len(d.b)/min) {
 		d.fail("count")
@@ -238,7 +245,7 @@ func (d *sessionDecoder) count(min int) int {
 	return int(n)
 }
 
-func (d *sessionDecoder) string() string {
+func (d *decoder) string() string {
 	n := d.uvarint(math.MaxInt32, "string")
 	if d.err != nil || n > uint64(len(d.b)) {
 		d.fail("string")
@@ -249,7 +256,7 @@ func (d *sessionDecoder) string() string {
 	return s
 }
 
-func (d *sessionDecoder) cursor() table.Cursor {
+func (d *decoder) cursor() table.Cursor {
 	k := d.uvarint(math.MaxUint64, "cursor")
 	n := d.uint32()
 	return table.Cursor{Key: engine.LogKey(k), Next: n}
@@ -260,8 +267,9 @@ func (d *sessionDecoder) cursor() table.Cursor {
 // stored form to the end. JSON records of earlier versions are still read.
 const outFormat1 = 0xB2
 
-// encode returns the stored form of r.
-func (r *outRecord) encode() []byte {
+// Encode returns the binary stored form of r (outFormat1, which, like
+// the session record's form, never changes).
+func (r *OutRecord) Encode() []byte {
 	b := make([]byte, 0, 24+len(r.Msg))
 	b = append(b, outFormat1)
 	b = binary.AppendUvarint(b, uint64(r.PI))
@@ -270,14 +278,16 @@ func (r *outRecord) encode() []byte {
 	return append(b, r.Msg...)
 }
 
-// decode decodes a stored outbound record, binary or JSON, into r.
-func (r *outRecord) decode(v []byte) error {
+// Decode decodes a stored outbound record, binary or JSON, into r; a
+// binary record whose header does not decode is refused with an error
+// wrapping engine.ErrCorrupt. r.Msg may share v's bytes.
+func (r *OutRecord) Decode(v []byte) error {
 	if len(v) > 0 && v[0] == '{' {
 		return json.Unmarshal(v, r)
 	}
-	d := sessionDecoder{b: v}
+	d := decoder{b: v}
 	if d.byte() != outFormat1 {
-		return fmt.Errorf("%w: unknown outbound record format", errSessionForm)
+		return fmt.Errorf("%w: unknown outbound record format", errForm)
 	}
 	r.PI = d.uint16()
 	r.State = d.byte()

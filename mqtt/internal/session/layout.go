@@ -1,0 +1,185 @@
+package session
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// The session tables. Table holds one Record per stored session; the
+// three indexes beside it keep the broker's periodic and startup work in
+// proportion to what it has to look at, not to the number of stored
+// sessions. All are written in the commit that writes the record (Put).
+//
+// The checkpoint index (CheckpointTable) holds one entry per stored
+// session under its persisted checkpoint, with ids that sort as the
+// checkpoints do. Retention reads it from the bottom: the entries of the
+// sessions online on its node, whose acknowledged checkpoint is in
+// memory, and the first offline one, instead of decoding every session
+// record. Every stored session has an entry at or below its persisted
+// checkpoint: a write that moves the checkpoint puts the new entry and
+// drops the old one in the same commit (Index). An entry may outlive what
+// it stood for (a commit that failed after Put moved the in-memory copy
+// on, an index built from an older snapshot, a session discarded with
+// another checkpoint): a reader checks the record behind any entry it
+// would stop at, and bounds itself by the record's own checkpoint.
+//
+// The recovery index (RecoverTable) holds the client ids of sessions
+// whose record is online or holds a will: what a restart has to look at.
+// An entry whose record no longer needs it is passed over.
+//
+// The expiry index (ExpiryTable) holds one entry per offline session
+// that expires, under its deadline, so an expiry pass reads only what is
+// due. An entry may outlive the session's offline spell: the reader
+// checks the record.
+const (
+	Table           = "mqtt.sessions"    // id = client id
+	CheckpointTable = "mqtt.checkpoints" // id = checkpoint (hex key, hex index), Sep, client id (unchecked state)
+	RecoverTable    = "mqtt.recover"     // id = client id of a session online or holding a will (unchecked state)
+	ExpiryTable     = "mqtt.expiry"      // id = deadline (hex Unix ms), Sep, client id: offline sessions that expire (unchecked state)
+)
+
+// Sep separates a client id from the rest of a per-client record id;
+// client ids cannot contain U+0000, so one client's records never share a
+// prefix with another's.
+const Sep = "\x00"
+
+// CheckpointsIndexed, in CheckpointTable, marks a store whose checkpoint
+// and recovery indexes are complete; ExpiryIndexed, in ExpiryTable, one
+// whose expiry index is. Both sort after every entry of their index.
+const (
+	CheckpointsIndexed = "~indexed"
+	ExpiryIndexed      = "~indexed"
+)
+
+// Put adds the session record s of client to tx, with its entries in the
+// checkpoint and recovery indexes (see Index) and, for an offline session
+// that expires, its entry in the expiry index.
+func Put(tx *table.Tx, client string, s *Record) error {
+	if err := tx.PutState(Table, client, Encode(s)); err != nil {
+		return err
+	}
+	if err := Index(tx, client, s); err != nil {
+		return err
+	}
+	if d, ok := s.Deadline(); ok {
+		return tx.PutStateUnchecked(ExpiryTable, ExpiryID(d, client), nil)
+	}
+	return nil
+}
+
+// ExpiryID is the expiry index's id for client expiring at deadline (Unix
+// ms): ids sort by deadline.
+func ExpiryID(deadline int64, client string) string {
+	return fmt.Sprintf("%016x", uint64(deadline)) + Sep + client
+}
+
+// ExpiryDue returns the id that sorts after the expiry index's entries
+// due at now (Unix ms) and before every later one and the marker.
+func ExpiryDue(now int64) string {
+	return fmt.Sprintf("%016x", uint64(now)) + "\xff"
+}
+
+// ExpiryClient returns the client id of the expiry index's entry id.
+func ExpiryClient(id string) string {
+	_, client, _ := strings.Cut(id, Sep)
+	return client
+}
+
+// CheckpointID is the checkpoint index's id of client at cp. The 24 hex
+// digits are the log key and the entry index cp stands for, the index of
+// a whole-key cursor being all ones, so ids sort as table.Cursor.Less.
+func CheckpointID(cp table.Cursor, client string) string {
+	idx := uint32(math.MaxUint32)
+	if cp.Next > 0 {
+		idx = cp.Next - 1
+	}
+	var b [24]byte
+	hexPad(b[:16], uint64(cp.Key))
+	hexPad(b[16:], uint64(idx))
+	return string(b[:]) + Sep + client
+}
+
+// hexPad writes v in lower-case hex into all of b, zero-padded.
+func hexPad(b []byte, v uint64) {
+	const digits = "0123456789abcdef"
+	for i := len(b) - 1; i >= 0; i-- {
+		b[i] = digits[v&0xf]
+		v >>= 4
+	}
+}
+
+// ParseCheckpointID reverses CheckpointID; false for any other id (the
+// marker).
+func ParseCheckpointID(id string) (table.Cursor, string, bool) {
+	if len(id) < 25 || id[24] != Sep[0] {
+		return table.Cursor{}, "", false
+	}
+	k, err1 := strconv.ParseUint(id[:16], 16, 64)
+	idx, err2 := strconv.ParseUint(id[16:24], 16, 32)
+	if err1 != nil || err2 != nil {
+		return table.Cursor{}, "", false
+	}
+	cp := table.Cursor{Key: engine.LogKey(k)}
+	if idx != math.MaxUint32 {
+		cp.Next = uint32(idx) + 1
+	}
+	return cp, id[25:], true
+}
+
+// Loaded records that s was read from the store: its index entries are
+// those of its checkpoint and flags. Call it on a decoded record before
+// writing it back or deleting it, so Index and Unindex find its entries.
+func (s *Record) Loaded() {
+	s.indexed, s.hasIndexed = s.Checkpoint, true
+	s.flagged = s.Online || s.Will != nil
+}
+
+// Index adds to tx the index entries of s as it is being written: its
+// checkpoint entry when the checkpoint moved (dropping the old one), and
+// its recovery entry while it needs one. The recovery entry is put on
+// every write that needs it, so a record that needs it never goes
+// without, whatever commit failed before. Put calls it; a caller writing
+// only the indexes (of a store written before they existed) calls it on
+// a record fresh from Decode.
+func Index(tx *table.Tx, client string, s *Record) error {
+	if !s.hasIndexed || s.indexed != s.Checkpoint {
+		if s.hasIndexed {
+			if err := tx.DeleteStateUnchecked(CheckpointTable, CheckpointID(s.indexed, client)); err != nil {
+				return err
+			}
+		}
+		if err := tx.PutStateUnchecked(CheckpointTable, CheckpointID(s.Checkpoint, client), nil); err != nil {
+			return err
+		}
+		s.indexed, s.hasIndexed = s.Checkpoint, true
+	}
+	switch {
+	case s.NeedsRecovery():
+		if err := tx.PutStateUnchecked(RecoverTable, client, nil); err != nil {
+			return err
+		}
+		s.flagged = true
+	case s.flagged:
+		if err := tx.DeleteStateUnchecked(RecoverTable, client); err != nil {
+			return err
+		}
+		s.flagged = false
+	}
+	return nil
+}
+
+// Unindex adds to tx the deletion of the index entries of s, a record
+// read from the store (Loaded) that tx deletes.
+func Unindex(tx *table.Tx, client string, s *Record) {
+	if s.hasIndexed {
+		_ = tx.DeleteStateUnchecked(CheckpointTable, CheckpointID(s.indexed, client))
+	}
+	if s.flagged {
+		_ = tx.DeleteStateUnchecked(RecoverTable, client)
+	}
+}

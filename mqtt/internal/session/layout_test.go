@@ -1,0 +1,200 @@
+package session_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/tidemark-io/tidemark/engine"
+	_ "github.com/tidemark-io/tidemark/engine/pebble" // registers "pebble"
+	"github.com/tidemark-io/tidemark/mqtt/internal/session"
+	"github.com/tidemark-io/tidemark/mqtt/packet"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// TestCheckpointIDs checks that checkpoint index ids sort as their
+// cursors do, parse back to cursor and client, and that the marker is no
+// entry and sorts after every one.
+func TestCheckpointIDs(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		a, b := drawCursor(t, "a"), drawCursor(t, "b")
+		client := rapid.StringMatching(`[a-z0-9/-]{1,12}`).Draw(t, "client")
+		ia, ib := session.CheckpointID(a, client), session.CheckpointID(b, client)
+		if (ia < ib) != a.Less(b) || (ia == ib) != (a == b) {
+			t.Fatalf("ids %q, %q sort unlike cursors %v, %v", ia, ib, a, b)
+		}
+		cp, c, ok := session.ParseCheckpointID(ia)
+		if !ok || cp != a || c != client {
+			t.Fatalf("%q parsed as %v %q %v, want %v %q", ia, cp, c, ok, a, client)
+		}
+		if ia >= session.CheckpointsIndexed {
+			t.Fatalf("id %q sorts after the marker", ia)
+		}
+	})
+	if _, _, ok := session.ParseCheckpointID(session.CheckpointsIndexed); ok {
+		t.Fatal("the marker parsed as an entry")
+	}
+}
+
+// TestExpiryIDs checks that an expiry pass reading up to ExpiryDue(now)
+// reads exactly the entries due at now, never the marker, and finds each
+// entry's client.
+func TestExpiryIDs(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		deadline := rapid.Int64Min(0).Draw(t, "deadline")
+		now := rapid.Int64Min(0).Draw(t, "now")
+		client := rapid.StringMatching(`[a-z0-9/-]{1,12}`).Draw(t, "client")
+		id, due := session.ExpiryID(deadline, client), session.ExpiryDue(now)
+		if (id <= due) != (deadline <= now) {
+			t.Fatalf("entry %q at %d against bound %q at %d", id, deadline, due, now)
+		}
+		if session.ExpiryIndexed <= due {
+			t.Fatalf("the marker sorts below the bound %q", due)
+		}
+		if got := session.ExpiryClient(id); got != client {
+			t.Fatalf("client of %q is %q, want %q", id, got, client)
+		}
+	})
+}
+
+func openDB(t *testing.T) *table.DB {
+	t.Helper()
+	ctx := context.Background()
+	e, err := engine.Open(ctx, "pebble", engine.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := table.Open(ctx, e, table.Options{})
+	if err != nil {
+		e.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = db.Close()
+		_ = e.Close()
+	})
+	return db
+}
+
+// ids lists the ids of tbl's live records.
+func ids(t *testing.T, db *table.DB, tbl string) []string {
+	t.Helper()
+	var out []string
+	if err := db.Range(context.Background(), tbl, "", func(r table.Record) bool {
+		if !r.Deleted {
+			out = append(out, r.ID)
+		}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func commit(t *testing.T, tx *table.Tx) {
+	t.Helper()
+	if err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// load reads client's record back as the broker does before writing it
+// again.
+func load(t *testing.T, db *table.DB, client string) session.Record {
+	t.Helper()
+	r, err := db.Get(context.Background(), session.Table, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s session.Record
+	if err := session.Decode(r.Value, &s); err != nil {
+		t.Fatal(err)
+	}
+	s.Loaded()
+	return s
+}
+
+// TestPutKeepsIndexes checks the indexes' invariants on a real store
+// through a session's life: one checkpoint entry at the persisted
+// checkpoint, a recovery entry exactly while the record is online or
+// holds a will, an expiry entry at the deadline of an offline session,
+// and no checkpoint or recovery entry left once the record is deleted.
+func TestPutKeepsIndexes(t *testing.T) {
+	db := openDB(t)
+	const client = "sensor-7"
+	check := func(step string, cps, recover, expiry []string) {
+		t.Helper()
+		for tbl, want := range map[string][]string{session.CheckpointTable: cps, session.RecoverTable: recover, session.ExpiryTable: expiry} {
+			if got := ids(t, db, tbl); !slices.Equal(got, want) {
+				t.Fatalf("%s: %s holds %q, want %q", step, tbl, got, want)
+			}
+		}
+	}
+
+	// Connected, with a will.
+	cp1 := table.Cursor{Key: 100, Next: 2}
+	s := session.Record{Version: packet.V5, Expiry: 60, Online: true, Node: "n1", Conn: "c1", Checkpoint: cp1, SentHigh: cp1,
+		Will: &session.Will{Msg: []byte("gone"), Delay: 5}}
+	tx := db.Begin()
+	if err := session.Put(tx, client, &s); err != nil {
+		t.Fatal(err)
+	}
+	commit(t, tx)
+	check("online", []string{session.CheckpointID(cp1, client)}, []string{client}, nil)
+
+	// Gone offline after its will was published, the checkpoint moved on.
+	s = load(t, db, client)
+	cp2 := table.Cursor{Key: 140}
+	disc := time.UnixMilli(1767225600000)
+	s.Online, s.Will, s.Checkpoint, s.DisconnectedAt = false, nil, cp2, disc.UnixMilli()
+	tx = db.Begin()
+	if err := session.Put(tx, client, &s); err != nil {
+		t.Fatal(err)
+	}
+	commit(t, tx)
+	deadline, ok := s.Deadline()
+	if !ok || deadline != disc.Add(60*time.Second).UnixMilli() {
+		t.Fatalf("deadline %d, %v", deadline, ok)
+	}
+	if s.Expired(disc.Add(59*time.Second)) || !s.Expired(disc.Add(60*time.Second)) {
+		t.Fatal("expiry judged away from the deadline")
+	}
+	check("offline", []string{session.CheckpointID(cp2, client)}, nil, []string{session.ExpiryID(deadline, client)})
+
+	// Deleted: the checkpoint and recovery entries go in the same commit;
+	// the expiry entry stays for the expirer, which finds no record.
+	s = load(t, db, client)
+	tx = db.Begin()
+	if err := tx.DeleteState(session.Table, client); err != nil {
+		t.Fatal(err)
+	}
+	session.Unindex(tx, client, &s)
+	commit(t, tx)
+	check("deleted", nil, nil, []string{session.ExpiryID(deadline, client)})
+
+	// A record of a store written before the indexes existed, indexed
+	// once from its decoded form.
+	old := session.Record{Version: packet.V311, Expiry: session.NeverExpires, Online: true, Checkpoint: cp1}
+	tx = db.Begin()
+	if err := tx.PutState(session.Table, client, session.Encode(&old)); err != nil {
+		t.Fatal(err)
+	}
+	commit(t, tx)
+	r, err := db.Get(context.Background(), session.Table, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fresh session.Record
+	if err := session.Decode(r.Value, &fresh); err != nil {
+		t.Fatal(err)
+	}
+	tx = db.Begin()
+	if err := session.Index(tx, client, &fresh); err != nil {
+		t.Fatal(err)
+	}
+	commit(t, tx)
+	check("indexed on upgrade", []string{session.CheckpointID(cp1, client)}, []string{client}, []string{session.ExpiryID(deadline, client)})
+}
