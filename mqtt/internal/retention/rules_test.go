@@ -7,32 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tidemark-io/tidemark/engine"
-	_ "github.com/tidemark-io/tidemark/engine/pebble" // registers "pebble"
 	"github.com/tidemark-io/tidemark/mqtt/internal/retention"
 	"github.com/tidemark-io/tidemark/table"
+	"github.com/tidemark-io/tidemark/table/tabletest"
 )
 
 const msgs = "test.msgs"
-
-func openDB(t *testing.T) *table.DB {
-	t.Helper()
-	ctx := context.Background()
-	e, err := engine.Open(ctx, "pebble", engine.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := table.Open(ctx, e, table.Options{})
-	if err != nil {
-		e.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = db.Close()
-		_ = e.Close()
-	})
-	return db
-}
 
 func publish(t *testing.T, db *table.DB, topic string, n int) {
 	t.Helper()
@@ -53,7 +33,7 @@ func publish(t *testing.T, db *table.DB, topic string, n int) {
 // both what the seeding read found and what the router observed.
 func TestSetFloorAfterSeed(t *testing.T) {
 	ctx := context.Background()
-	db := openDB(t)
+	db := tabletest.Open(t)
 	publish(t, db, "other/x", 3)
 	publish(t, db, "keep/a", 10)
 	rules, err := retention.Parse("keep/#=4msgs")
@@ -90,7 +70,7 @@ func TestSetFloorAfterSeed(t *testing.T) {
 // and nothing once Save was given none.
 func TestInfoReadsSavedRules(t *testing.T) {
 	ctx := context.Background()
-	db := openDB(t)
+	db := tabletest.Open(t)
 	publish(t, db, "keep/a", 5)
 	rules := []retention.Rule{{Filter: "keep/#", Age: time.Hour}}
 	if err := retention.Save(ctx, db, rules); err != nil {

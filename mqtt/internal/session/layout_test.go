@@ -8,11 +8,10 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/tidemark-io/tidemark/engine"
-	_ "github.com/tidemark-io/tidemark/engine/pebble" // registers "pebble"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
+	"github.com/tidemark-io/tidemark/table/tabletest"
 )
 
 // TestCheckpointIDs checks that checkpoint index ids sort as their
@@ -60,25 +59,6 @@ func TestExpiryIDs(t *testing.T) {
 	})
 }
 
-func openDB(t *testing.T) *table.DB {
-	t.Helper()
-	ctx := context.Background()
-	e, err := engine.Open(ctx, "pebble", engine.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := table.Open(ctx, e, table.Options{})
-	if err != nil {
-		e.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = db.Close()
-		_ = e.Close()
-	})
-	return db
-}
-
 // ids lists the ids of tbl's live records.
 func ids(t *testing.T, db *table.DB, tbl string) []string {
 	t.Helper()
@@ -123,7 +103,7 @@ func load(t *testing.T, db *table.DB, client string) session.Record {
 // holds a will, an expiry entry at the deadline of an offline session,
 // and no checkpoint or recovery entry left once the record is deleted.
 func TestPutKeepsIndexes(t *testing.T) {
-	db := openDB(t)
+	db := tabletest.Open(t)
 	const client = "sensor-7"
 	check := func(step string, cps, recover, expiry []string) {
 		t.Helper()
