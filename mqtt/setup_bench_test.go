@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-io/tidemark/internal/proc"
 	"github.com/tidemark-io/tidemark/mqtt"
 	"github.com/tidemark-io/tidemark/mqtt/mqtttest"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
@@ -163,11 +164,7 @@ func setupOne(sa *syscall.SockaddrInet4, i int, subscribe bool, fd *int, buf []b
 // cpuTime is the CPU time this process used so far, user and system:
 // with brokers and clients in one process and other work on the machine,
 // a steadier figure than the rate.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
+func cpuTime() time.Duration { return proc.SelfCPU() }
 
 // dropAll closes fds and waits until the broker has let go of every
 // connection.
