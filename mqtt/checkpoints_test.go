@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -292,4 +293,76 @@ func TestAddOfflineSessions(t *testing.T) {
 	if err == nil {
 		t.Fatal("a session expiry of 0 was accepted")
 	}
+}
+
+// storedSession returns client's stored session, failing when there is none.
+func storedSession(t *testing.T, db *table.DB, client string) mqtt.SessionInfo {
+	t.Helper()
+	ss, err := mqtt.Sessions(ctxT(t), db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range ss {
+		if s.ClientID == client {
+			return s
+		}
+	}
+	t.Fatalf("session %q not stored", client)
+	return mqtt.SessionInfo{}
+}
+
+// A checkpoint the sender built before a SUBSCRIBE's write of the session
+// record commits before it, never after: committed after, it would put
+// back the record as it was, without the new subscription, which a
+// restart then loses although its SUBACK went out.
+func TestCheckpointDoesNotOvertakeSubscribe(t *testing.T) {
+	if !mqtt.HooksEnabled {
+		t.Skip("needs a build with tag faults")
+	}
+	reached, release := make(chan struct{}), make(chan struct{})
+	var held atomic.Bool
+	s := startBroker(t, func(o *mqtt.Options) {
+		o.CheckpointEvery = 10 * time.Millisecond
+		o.Hooks.Submit = func(k mqtt.Kind, client string) {
+			if k == mqtt.KindCheckpoint && client == "ck" && held.CompareAndSwap(false, true) {
+				close(reached)
+				<-release
+			}
+		}
+	})
+	c := connect5(t, s.Addr, "ck", false, 3600)
+	c.sub("ck/a", 1)
+	pub := connect5(t, s.Addr, "ck-pub", true, 0)
+	pub.pub("ck/a", 1, false, "one")
+	c.expectOne("ck/a", "one")
+	select {
+	case <-reached: // the sender built its checkpoint and is about to submit it
+	case <-time.After(wait):
+		t.Fatal("no checkpoint write after a completed delivery")
+	}
+	subbed := make(chan struct{})
+	go func() {
+		defer close(subbed)
+		c.sub("ck/b", 1)
+	}()
+	select {
+	case <-subbed: // a SUBSCRIBE that need not wait for the checkpoint
+	case <-time.After(300 * time.Millisecond):
+	}
+	close(release)
+	<-subbed
+	// The held checkpoint goes to the store as soon as it is released;
+	// whatever order the two writes took shows within this time.
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		if got := storedSession(t, s.DB(), "ck").Subscriptions; !slices.Contains(got, "ck/b qos1") {
+			t.Fatalf("stored subscriptions %q after the SUBACK of ck/b: a checkpoint built before it committed after it", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	restart(t, s)
+	c = connect5(t, s.Addr, "ck", false, 3600)
+	pub = connect5(t, s.Addr, "ck-pub", true, 0)
+	pub.pub("ck/b", 1, false, "two")
+	c.expectOne("ck/b", "two")
 }

@@ -57,6 +57,11 @@ const (
 	KindRelease Kind = "release" // an inbound QoS 2 message released to the log
 	KindPublish Kind = "publish" // an inbound QoS 1 message appended to the log
 	KindSession Kind = "session" // a session record write on SUBSCRIBE or UNSUBSCRIBE
+	// KindCheckpoint is an online session's sender writing its
+	// checkpoint. The hook runs with the session's record writes held, so
+	// blocking it holds that session's SUBSCRIBE and UNSUBSCRIBE writes
+	// too.
+	KindCheckpoint Kind = "checkpoint"
 	// KindQueueCut is retention moving an offline session's checkpoint
 	// (Options.MaxQueuedMessages); client is that session's.
 	KindQueueCut Kind = "queue-cut"

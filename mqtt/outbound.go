@@ -24,6 +24,14 @@ type outbound struct {
 
 	mu   sync.Mutex
 	subs []topic.Subscription // the session's subscriptions
+	// recordMu is held from building a write of the session record to
+	// submitting it, so the record's writes commit in the order they were
+	// built: a checkpoint built before a SUBSCRIBE's write and committed
+	// after it would drop the new subscription, or move the checkpoint
+	// back below completion marks the later write already swept. Never
+	// taken on a store goroutine (see onStore), which would let a full set
+	// of them wait on writers that wait for a store goroutine.
+	recordMu sync.Mutex
 	// since holds, per plain subscription filter, the log position it was
 	// made at: it matches only messages after it, so a message published
 	// before the SUBSCRIBE that the sender reaches later is not delivered

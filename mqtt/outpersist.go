@@ -39,6 +39,15 @@ func (o *outbound) persist(ctx context.Context, final bool) error {
 	if !final && !o.due(sub.Checkpoint()) && !o.garbage() && !o.c.lazy.pending() {
 		return nil
 	}
+	o.recordMu.Lock()
+	locked := true
+	unlock := func() {
+		if locked {
+			o.recordMu.Unlock()
+			locked = false
+		}
+	}
+	defer unlock()
 	tx, more, err := o.sessionSweepTx()
 	if err != nil {
 		return err
@@ -56,6 +65,9 @@ func (o *outbound) persist(ctx context.Context, final bool) error {
 		// On a store goroutine: a sender's runner would grow its stack
 		// for the engine's commit path, and a wave of checkpoints after
 		// a delivery to many sessions starts many runners (see onStore).
+		if !final {
+			o.c.b.beforeSubmit(KindCheckpoint, o.c.client)
+		}
 		var h *engine.Handle
 		o.c.b.onStore(func() { h, err = tx.Submit(ctx) })
 		if err != nil {
@@ -77,6 +89,7 @@ func (o *outbound) persist(ctx context.Context, final bool) error {
 			return err
 		}
 	}
+	unlock()
 	if final {
 		// Handles complete in submission order: the last one done means
 		// every one is.

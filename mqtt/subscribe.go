@@ -279,6 +279,8 @@ func (c *conn) persistSubsThen(then func()) (*engine.Handle, error) {
 	c.b.beforeSubmit(KindSession, c.client)
 	var h *engine.Handle
 	var err error
+	c.out.recordMu.Lock()
+	defer c.out.recordMu.Unlock()
 	c.b.onStore(func() {
 		var tx *table.Tx
 		if tx, err = c.out.sessionTx(); err != nil {
