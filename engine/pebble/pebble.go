@@ -307,25 +307,46 @@ func (d *db) checkLocked(checks []driver.Check) error {
 			continue
 		}
 		key = kvlog.DataKey(key, c.Key)
-		v, closer, err := d.pdb.Get(key)
+		v, found, err := d.pointGet(key)
 		switch {
-		case errors.Is(err, pebble.ErrNotFound):
+		case err != nil:
+			return fmt.Errorf("pebble: check %q: %w", c.Key, err)
+		case !found:
 			d.checks.learn(c.Key, false, nil)
 			if !c.Absent {
 				return fmt.Errorf("pebble: %w: key %q is absent", driver.ErrConflict, c.Key)
 			}
-		case err != nil:
-			return fmt.Errorf("pebble: check %q: %w", c.Key, err)
 		default:
 			d.checks.learn(c.Key, true, v)
-			ok := !c.Absent && bytes.Equal(v, c.Value)
-			closer.Close()
-			if !ok {
+			if c.Absent || !bytes.Equal(v, c.Value) {
 				return fmt.Errorf("pebble: %w: key %q holds another value", driver.ErrConflict, c.Key)
 			}
 		}
 	}
 	return nil
+}
+
+// checkIterOptions read the bottom level's bloom filters too, which Get
+// leaves out: a check is most often of a key that is absent (a free
+// staging slot), and while the store is small the bottom level holds
+// nearly every table, so without its filters such a check loaded an index
+// and a data block of a table for nothing.
+var checkIterOptions = pebble.IterOptions{UseL6Filters: true}
+
+// pointGet reads key's current value (a copy) through an iterator that
+// uses every level's filters.
+func (d *db) pointGet(key []byte) (value []byte, found bool, err error) {
+	it, err := d.pdb.NewIter(&checkIterOptions)
+	if err != nil {
+		return nil, false, err
+	}
+	if it.SeekPrefixGE(key) && bytes.Equal(it.Key(), key) {
+		var v []byte
+		if v, err = it.ValueAndErr(); err == nil {
+			value, found = bytes.Clone(v), true
+		}
+	}
+	return value, found, errors.Join(err, it.Close())
 }
 
 // complete waits for each applied commit's sync, in apply order. Syncs are
