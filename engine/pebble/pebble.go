@@ -61,6 +61,7 @@ type db struct {
 	mu      sync.Mutex
 	closed  bool
 	checks  checkCache         // under mu
+	recent  recentLog          // added to under mu
 	pending chan pendingCommit // SyncAlways only; completed in order
 	// gate picks the deferred commits (Batch.Defer) that wait for a
 	// later sync.
@@ -230,17 +231,26 @@ func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error
 		return driver.Completed(driver.Result{}, err), nil
 	}
 	var res driver.Result
+	var vals [][]byte
 	if n := len(b.Log); n > 0 {
 		k := d.hlc.Next()
 		res.Keys = make([]driver.LogKey, n)
+		vals = make([][]byte, n)
 		for i, entry := range b.Log {
 			res.Keys[i] = k
-			_ = pb.Set(kvlog.LogKey(k, uint32(i)), kvlog.LogValue(uint32(n), entry), nil)
+			vals[i] = kvlog.LogValue(uint32(n), entry)
+			_ = pb.Set(kvlog.LogKey(k, uint32(i)), vals[i], nil)
+		}
+	}
+	applied := func(err error) {
+		d.appliedLocked(b.Ops, err)
+		if err == nil && len(vals) > 0 {
+			d.recent.add(res.Keys[0], vals)
 		}
 	}
 	if d.opts.Sync != driver.SyncAlways {
 		err := d.guard("apply", func() error { return d.pdb.Apply(pb, pebble.NoSync) })
-		d.appliedLocked(b.Ops, err)
+		applied(err)
 		d.mu.Unlock()
 		_ = pb.Close()
 		if err != nil {
@@ -259,7 +269,7 @@ func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error
 		// In the WAL before any later commit, so that commit's sync
 		// makes it durable too (see complete).
 		err := d.guard("apply", func() error { return d.pdb.Apply(pb, pebble.NoSync) })
-		d.appliedLocked(b.Ops, err)
+		applied(err)
 		_ = pb.Close()
 		if err != nil {
 			d.mu.Unlock()
@@ -270,7 +280,7 @@ func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error
 		return h, nil
 	}
 	err := d.guard("apply", func() error { return d.pdb.ApplyNoSyncWait(pb, pebble.Sync) })
-	d.appliedLocked(b.Ops, err)
+	applied(err)
 	if err != nil {
 		d.mu.Unlock()
 		// A batch Pebble panicked on is left to the collector: its
@@ -288,6 +298,7 @@ func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error
 func (d *db) appliedLocked(ops []driver.Op, err error) {
 	if err != nil {
 		d.checks.reset() // applied or not: unknown
+		d.recent.reset()
 		return
 	}
 	d.checks.applied(ops)
@@ -484,13 +495,16 @@ func (d *db) readLogPage(seek []byte, start driver.LogKey, checkFloor bool) ([]d
 			return nil, nil, err
 		}
 	}
+	durable := driver.LogKey(d.durable.Load())
+	if page, next, ok := d.recent.page(seek, durable, scanPage); ok {
+		return page, next, nil
+	}
 	it, err := d.pdb.NewIter(&pebble.IterOptions{LowerBound: seek, UpperBound: kvlog.LogUpper})
 	if err != nil {
 		return nil, nil, fmt.Errorf("pebble: scan log: %w", err)
 	}
 	defer it.Close()
 	page := make([]driver.Entry, 0, 16)
-	durable := driver.LogKey(d.durable.Load())
 	for ok := it.First(); ok; ok = it.Next() {
 		if len(page) == scanPage {
 			return page, append([]byte(nil), it.Key()...), nil

@@ -68,6 +68,14 @@ func LogValue(count uint32, payload []byte) []byte {
 // DecodeEntry decodes a stored log key and value into an entry whose Value
 // is a copy.
 func DecodeEntry(key, value []byte) (driver.Entry, error) {
+	e, err := DecodeEntryNoCopy(key, value)
+	e.Value = append([]byte(nil), e.Value...)
+	return e, err
+}
+
+// DecodeEntryNoCopy is DecodeEntry with an entry whose Value is part of
+// value.
+func DecodeEntryNoCopy(key, value []byte) (driver.Entry, error) {
 	if len(key) != LogKeyLen || key[0] != LogPrefix {
 		return driver.Entry{}, fmt.Errorf("%w: log key %x", driver.ErrCorrupt, key)
 	}
@@ -79,7 +87,7 @@ func DecodeEntry(key, value []byte) (driver.Entry, error) {
 		Key:   driver.LogKey(binary.BigEndian.Uint64(key[1:])),
 		Index: binary.BigEndian.Uint32(key[9:]),
 		Count: uint32(count),
-		Value: append([]byte(nil), value[n:]...),
+		Value: value[n:],
 	}
 	if e.Index >= e.Count {
 		return driver.Entry{}, fmt.Errorf("%w: log entry index %d of %d at %x", driver.ErrCorrupt, e.Index, e.Count, key)
