@@ -99,7 +99,10 @@ type db struct {
 	// snapshots on Close (engine/internal/snapguard).
 	guard *snapguard.Guard[*snapshot]
 
-	notifier   driver.Notifier
+	notifier driver.Notifier
+	// recent holds the latest commits' log entries, added by the writer
+	// in log order once their transaction committed.
+	recent     kvlog.Recent
 	writerDone chan struct{}
 	deferGate  *deferral.Gate // picks the deferred commits that wait for company
 	bg         sync.WaitGroup

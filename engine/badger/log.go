@@ -64,6 +64,9 @@ func (d *db) readLogPage(seek []byte, start driver.LogKey, checkFloor bool) ([]d
 			return nil, nil, err
 		}
 	}
+	if page, next, ok := d.recent.Page(seek, ^driver.LogKey(0), scanPage); ok {
+		return page, next, nil
+	}
 	txn := d.newTxn(false)
 	defer d.endTxn(txn)
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: logPrefix})

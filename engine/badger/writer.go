@@ -197,8 +197,14 @@ func (d *db) commitSome(group []*pending) (n int, logged bool) {
 	d.txns.Add(1)
 	d.queue.Advance()
 	if err != nil {
+		d.recent.Reset() // a commit Badger failed may have been written all the same
 		d.fail(group[:n], fmt.Errorf("badger: commit: %w", err))
 		return d.completeFailed(n, failed), false
+	}
+	for _, p := range group[:n] {
+		if p.err == nil && len(p.logVals) > 0 {
+			d.recent.Add(p.res.Keys[0], p.logVals)
+		}
 	}
 	for _, p := range group[:n] {
 		if p.err != nil {

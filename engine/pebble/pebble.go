@@ -61,7 +61,7 @@ type db struct {
 	mu      sync.Mutex
 	closed  bool
 	checks  checkCache         // under mu
-	recent  recentLog          // added to under mu
+	recent  kvlog.Recent       // added to under mu
 	pending chan pendingCommit // SyncAlways only; completed in order
 	// gate picks the deferred commits (Batch.Defer) that wait for a
 	// later sync.
@@ -245,7 +245,7 @@ func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error
 	applied := func(err error) {
 		d.appliedLocked(b.Ops, err)
 		if err == nil && len(vals) > 0 {
-			d.recent.add(res.Keys[0], vals)
+			d.recent.Add(res.Keys[0], vals)
 		}
 	}
 	if d.opts.Sync != driver.SyncAlways {
@@ -298,7 +298,7 @@ func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error
 func (d *db) appliedLocked(ops []driver.Op, err error) {
 	if err != nil {
 		d.checks.reset() // applied or not: unknown
-		d.recent.reset()
+		d.recent.Reset()
 		return
 	}
 	d.checks.applied(ops)
@@ -496,7 +496,7 @@ func (d *db) readLogPage(seek []byte, start driver.LogKey, checkFloor bool) ([]d
 		}
 	}
 	durable := driver.LogKey(d.durable.Load())
-	if page, next, ok := d.recent.page(seek, durable, scanPage); ok {
+	if page, next, ok := d.recent.Page(seek, durable, scanPage); ok {
 		return page, next, nil
 	}
 	it, err := d.pdb.NewIter(&pebble.IterOptions{LowerBound: seek, UpperBound: kvlog.LogUpper})

@@ -68,14 +68,13 @@ func LogValue(count uint32, payload []byte) []byte {
 // DecodeEntry decodes a stored log key and value into an entry whose Value
 // is a copy.
 func DecodeEntry(key, value []byte) (driver.Entry, error) {
-	e, err := DecodeEntryNoCopy(key, value)
+	e, err := decodeEntry(key, value)
 	e.Value = append([]byte(nil), e.Value...)
 	return e, err
 }
 
-// DecodeEntryNoCopy is DecodeEntry with an entry whose Value is part of
-// value.
-func DecodeEntryNoCopy(key, value []byte) (driver.Entry, error) {
+// decodeEntry is DecodeEntry with an entry whose Value is part of value.
+func decodeEntry(key, value []byte) (driver.Entry, error) {
 	if len(key) != LogKeyLen || key[0] != LogPrefix {
 		return driver.Entry{}, fmt.Errorf("%w: log key %x", driver.ErrCorrupt, key)
 	}
