@@ -40,6 +40,9 @@ type conn struct {
 	// pushOwn) that its next wait for input must flush first. Read loop
 	// only.
 	unflushed bool
+	// pumpDue says the read loop committed messages that completed at
+	// once (see table.DB.Pump). Read loop only.
+	pumpDue bool
 	// rate paces the client's PUBLISHes (Options.MaxPublishRate); nil
 	// until its first. Read loop only.
 	rate *rate.Limiter
@@ -407,6 +410,13 @@ func (c *conn) readLoop() {
 				// read loop waits for more input.
 				c.unflushed = false
 				c.flush()
+			}
+			if c.pumpDue {
+				// Messages this connection committed without waiting
+				// reach the subscribers' senders from here, not after
+				// the table's follower goroutines are woken.
+				c.pumpDue = false
+				c.b.db.Pump()
 			}
 		}
 	}

@@ -162,6 +162,9 @@ func (c *conn) flushGroup() bool {
 	if err != nil {
 		return false
 	}
+	if g.tx.Logged() && done(h) {
+		c.pumpDue = true
+	}
 	if g.checked {
 		var r *redo
 		if len(g.parts) > 1 {
@@ -211,21 +214,23 @@ func (c *conn) pushOwn(e ackEntry) bool {
 	return ok
 }
 
+// done reports whether h's commit has completed.
+func done(h *engine.Handle) bool {
+	select {
+	case <-h.Done():
+		return true
+	default:
+		return false
+	}
+}
+
 // ackNow reports whether e can be finished without waiting: its commit
 // is done and no hook holds acknowledgements.
 func (c *conn) ackNow(e ackEntry) bool {
 	if HooksEnabled && c.b.opts.Hooks.Ack != nil {
 		return false
 	}
-	if e.h == nil {
-		return true
-	}
-	select {
-	case <-e.h.Done():
-		return true
-	default:
-		return false
-	}
+	return e.h == nil || done(e.h)
 }
 
 // ack queues an acknowledgement of the read loop behind the pending

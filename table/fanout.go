@@ -41,6 +41,14 @@ type Fanout struct {
 	// members counts the members joined and not closed.
 	members atomic.Int64
 
+	// stepMu is held by whoever moves rd, the follower's current reader,
+	// on: the follower's goroutine, or a goroutine that read new entries
+	// into the DB's tail and routes them at once (see step).
+	stepMu   sync.Mutex
+	rd       *reader
+	ctx      context.Context
+	unfollow func()
+
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -88,13 +96,30 @@ func (db *DB) NewFanout(ctx context.Context, o FanoutOptions) (*Fanout, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := &Fanout{db: db, table: o.Table, route: o.Route, max: o.MaxQueue, log: o.Logger, cur: o.Start, cancel: cancel, done: make(chan struct{})}
+	f := &Fanout{db: db, table: o.Table, route: o.Route, max: o.MaxQueue, log: o.Logger, cur: o.Start, cancel: cancel, done: make(chan struct{}), ctx: rctx}
+	f.unfollow = db.tail.follow(f.step)
 	go func() {
 		defer db.subs.Done()
 		defer close(f.done)
+		defer f.unfollow()
 		f.run(rctx)
 	}()
 	return f, nil
+}
+
+// step routes, in the calling goroutine, what the tail's window holds
+// past the follower, when the follower is live and its goroutine is not
+// routing: an entry a committer read into the window (DB.Pump) reaches
+// the members without waking the follower's goroutine first. Otherwise
+// that goroutine routes it, woken by the window.
+func (f *Fanout) step() {
+	if !f.stepMu.TryLock() {
+		return
+	}
+	defer f.stepMu.Unlock()
+	if f.rd != nil && f.ctx.Err() == nil {
+		f.rd.stepLive(f.ctx, f.routeOne)
+	}
 }
 
 func (f *Fanout) run(ctx context.Context) {
@@ -104,7 +129,14 @@ func (f *Fanout) run(ctx context.Context) {
 		start := f.cur
 		f.mu.Unlock()
 		r := newReader(f.db, SubscribeOptions{Table: f.table, Start: start, IncludeSuperseded: true, Composite: true, YieldEvery: 256})
+		r.step = &f.stepMu
+		f.stepMu.Lock()
+		f.rd = r
+		f.stepMu.Unlock()
 		err := r.run(ctx, f.routeOne)
+		f.stepMu.Lock()
+		f.rd = nil
+		f.stepMu.Unlock()
 		switch {
 		case ctx.Err() != nil || errors.Is(err, errStopped) || errors.Is(err, ErrClosed):
 			return

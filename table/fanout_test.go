@@ -42,6 +42,18 @@ func (fm *fanoutMember) wants(id string) bool {
 // each received exactly the entries after its start that it wants, in log
 // order (half of them woken by JoinFunc's notify instead of Ready), and that its checkpoint covers the whole log once all are acked.
 func TestFanoutDeliversEachEventOnce(t *testing.T) {
+	fanoutDeliversEachEventOnce(t, false)
+}
+
+// TestFanoutPumpedDeliversEachEventOnce is TestFanoutDeliversEachEventOnce
+// with the committer calling DB.Pump after each commit and another
+// goroutine calling it all along, so events are routed by the committing
+// goroutines, the pumping one and the follower's own, in turn.
+func TestFanoutPumpedDeliversEachEventOnce(t *testing.T) {
+	fanoutDeliversEachEventOnce(t, true)
+}
+
+func fanoutDeliversEachEventOnce(t *testing.T, pump bool) {
 	db, _ := openDB(t)
 	ctx := t.Context()
 	const tbl = "fan"
@@ -124,6 +136,23 @@ func TestFanoutDeliversEachEventOnce(t *testing.T) {
 		wg.Add(1)
 		go consume(fm, stop)
 	}
+	pumped := make(chan struct{})
+	if pump {
+		go func() {
+			defer close(pumped)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					db.Pump()
+					time.Sleep(50 * time.Microsecond)
+				}
+			}
+		}()
+	} else {
+		close(pumped)
+	}
 	for i := range commits {
 		tx := db.Begin()
 		for j := range 1 + i%3 {
@@ -133,6 +162,9 @@ func TestFanoutDeliversEachEventOnce(t *testing.T) {
 		}
 		if err := tx.Commit(ctx); err != nil {
 			t.Fatal(err)
+		}
+		if pump {
+			db.Pump()
 		}
 		if i == commits/2 {
 			mid, err := db.Head(ctx)
@@ -160,6 +192,7 @@ func TestFanoutDeliversEachEventOnce(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+	<-pumped
 
 	// The expected events per member: read the whole log once.
 	var log []table.Event

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"strings"
+	"sync"
 
 	"github.com/tidemark-io/tidemark/engine"
 )
@@ -154,6 +155,11 @@ type reader struct {
 	snap       engine.Snapshot
 
 	advanced func(Cursor) // called when cur moves, but past a delivered event: that carries the cursor (Event.handled)
+
+	// step, when set, is held while the reader takes a batch and handles
+	// it, and let go while it waits: a Fanout's inline routing (see
+	// Fanout.step) takes it to move the reader on in another goroutine.
+	step sync.Locker
 }
 
 func newReader(db *DB, o SubscribeOptions) *reader {
@@ -169,47 +175,83 @@ func newReader(db *DB, o SubscribeOptions) *reader {
 // ctx ended, deliver's error, or the error that made it stop.
 func (r *reader) run(ctx context.Context, deliver func(Event) error) error {
 	defer r.closeSnap()
+	if r.step == nil {
+		r.step = noLock{}
+	}
 	for {
 		if ctx.Err() != nil {
 			return errStopped
 		}
-		limit := r.o.YieldEvery - r.sinceYield
-		batch, covered, changed := r.db.tail.after(r.pos, limit)
-		if !covered || (len(batch) == 0 && !r.live) {
-			// Replaying, or about to go live: the engine's log is the
-			// truth, the tail may lag it. Once live, the tail's window
-			// is enough, so a thousand live readers cost no engine scans.
-			var err error
-			batch, err = scanFrom(ctx, r.db.e, r.pos, limit)
-			switch {
-			case ctx.Err() != nil:
-				return errStopped
-			case errors.Is(err, engine.ErrLogTruncated):
-				return fmt.Errorf("%w: resume from %s: %w", ErrHistoryUnavailable, r.pos.cursor(), err)
-			case err != nil:
-				return fmt.Errorf("table: read log after %s: %w", r.pos.cursor(), err)
-			}
-			if len(batch) == 0 && r.db.tail.isDead() {
-				return ErrClosed
-			}
-			r.live = false
+		wait, err := r.stepOnce(ctx, deliver)
+		if err != nil {
+			return err
 		}
-		if len(batch) == 0 {
-			if !r.live {
-				r.live = true
-				if h := r.o.Hooks.Live; h != nil && !h() {
-					return errHookStop
-				}
-			}
+		if wait != nil {
 			select {
-			case <-changed:
+			case <-wait:
 			case <-ctx.Done():
 				return errStopped
 			}
-			continue
 		}
-		if err := r.process(ctx, batch, deliver); err != nil {
-			return err
+	}
+}
+
+// noLock is the step lock of a reader no other goroutine moves on.
+type noLock struct{}
+
+func (noLock) Lock()   {}
+func (noLock) Unlock() {}
+
+// stepOnce takes one batch, from the tail's window or the engine, and
+// handles it, holding r.step. When there was nothing to read it returns
+// the channel to wait on instead.
+func (r *reader) stepOnce(ctx context.Context, deliver func(Event) error) (wait <-chan struct{}, err error) {
+	r.step.Lock()
+	defer r.step.Unlock()
+	limit := r.o.YieldEvery - r.sinceYield
+	batch, covered, changed := r.db.tail.after(r.pos, limit)
+	if !covered || (len(batch) == 0 && !r.live) {
+		// Replaying, or about to go live: the engine's log is the
+		// truth, the tail may lag it. Once live, the tail's window
+		// is enough, so a thousand live readers cost no engine scans.
+		var err error
+		batch, err = scanFrom(ctx, r.db.e, r.pos, limit)
+		switch {
+		case ctx.Err() != nil:
+			return nil, errStopped
+		case errors.Is(err, engine.ErrLogTruncated):
+			return nil, fmt.Errorf("%w: resume from %s: %w", ErrHistoryUnavailable, r.pos.cursor(), err)
+		case err != nil:
+			return nil, fmt.Errorf("table: read log after %s: %w", r.pos.cursor(), err)
+		}
+		if len(batch) == 0 && r.db.tail.isDead() {
+			return nil, ErrClosed
+		}
+		r.live = false
+	}
+	if len(batch) == 0 {
+		if !r.live {
+			r.live = true
+			if h := r.o.Hooks.Live; h != nil && !h() {
+				return nil, errHookStop
+			}
+		}
+		return changed, nil
+	}
+	return nil, r.process(ctx, batch, deliver)
+}
+
+// stepLive handles what the tail's window holds past a live reader, in
+// the calling goroutine, which holds r.step. Errors stay for run, which
+// meets them again.
+func (r *reader) stepLive(ctx context.Context, deliver func(Event) error) {
+	for {
+		if !r.live {
+			return
+		}
+		batch, covered, _ := r.db.tail.after(r.pos, r.o.YieldEvery-r.sinceYield)
+		if !covered || len(batch) == 0 || r.process(ctx, batch, deliver) != nil {
+			return
 		}
 	}
 }

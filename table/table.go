@@ -411,6 +411,17 @@ func rangeIn(ctx context.Context, snap engine.Snapshot, table, idPrefix string, 
 	return nil
 }
 
+// Pump reads the log entries committed so far into the DB's live window
+// and routes them to the members of its Fanouts, in the calling goroutine,
+// unless another goroutine is doing so already (it then reads once more).
+// A committer whose commit completed without waiting (SyncNone) calls it
+// so the commit reaches live readers without first waking the DB's own
+// follower goroutines; without the call they get there all the same. The
+// caller must hold no lock that a Fanout's Route function takes.
+func (db *DB) Pump() {
+	db.tail.pump(db.ctx)
+}
+
 // Head returns the cursor at the current end of the log: a subscription
 // started from it delivers exactly the entries committed after Head
 // returned (and any whose commit was not yet visible). A durable consumer

@@ -3,8 +3,10 @@ package table
 import (
 	"context"
 	"errors"
+	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
@@ -34,6 +36,16 @@ type tail struct {
 	head    pos // position of the last entry read
 	changed chan struct{}
 	dead    bool
+
+	// readMu is held by whoever reads the engine's log into the window:
+	// the tail's goroutine after a watch signal, or a committer pumping
+	// (see pump). pumpAsked is set by a pump that found it held, so the
+	// holder reads once more before it lets go.
+	readMu    sync.Mutex
+	pumpAsked atomic.Bool
+	// followers are called, in the reading goroutine, after each batch
+	// it published (see DB.Pump).
+	followers atomic.Pointer[[]*func()]
 
 	stopped chan struct{}
 }
@@ -185,10 +197,17 @@ func (t *tail) run(ctx context.Context) {
 	}
 }
 
-// readAll reads every entry after head and publishes it in batches. A
-// short batch ends it without a scan that would find nothing: a commit
-// that landed meanwhile has signalled the watch, so run scans again.
+// readAll reads every entry after head and publishes it in batches,
+// holding readMu. A short batch ends it without a scan that would find
+// nothing: a commit that landed meanwhile has signalled the watch, so run
+// scans again.
 func (t *tail) readAll(ctx context.Context) error {
+	t.readMu.Lock()
+	defer t.readMu.Unlock()
+	return t.readAllLocked(ctx)
+}
+
+func (t *tail) readAllLocked(ctx context.Context) error {
 	const page = 512
 	for {
 		batch, err := scanFrom(ctx, t.db.e, t.headPos(), page)
@@ -196,12 +215,61 @@ func (t *tail) readAll(ctx context.Context) error {
 			return err
 		}
 		t.publish(batch)
+		if len(batch) > 0 {
+			if fs := t.followers.Load(); fs != nil {
+				for _, f := range *fs {
+					(*f)()
+				}
+			}
+		}
 		if len(batch) < page {
 			return nil
 		}
 	}
 }
 
+// pump reads the log into the window in the calling goroutine, unless
+// another goroutine is reading it, which then reads once more before it
+// stops: either way what was committed before the call is read without
+// waiting for the tail's goroutine to be woken. Errors are left to that
+// goroutine, which the engine's watch wakes all the same.
+func (t *tail) pump(ctx context.Context) {
+	t.pumpAsked.Store(true)
+	for t.pumpAsked.Load() && t.readMu.TryLock() {
+		t.pumpAsked.Store(false)
+		err := t.readAllLocked(ctx)
+		t.readMu.Unlock()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// follow registers f to be called after each batch the tail publishes,
+// until the returned function is called.
+func (t *tail) follow(f func()) (unfollow func()) {
+	key := &f
+	t.editFollowers(func(fs []*func()) []*func() { return append(fs, key) })
+	return func() {
+		t.editFollowers(func(fs []*func()) []*func() {
+			return slices.DeleteFunc(fs, func(g *func()) bool { return g == key })
+		})
+	}
+}
+
+func (t *tail) editFollowers(edit func([]*func()) []*func()) {
+	for {
+		old := t.followers.Load()
+		var fs []*func()
+		if old != nil {
+			fs = slices.Clone(*old)
+		}
+		fs = edit(fs)
+		if t.followers.CompareAndSwap(old, &fs) {
+			return
+		}
+	}
+}
 // scanFrom reads up to max entries after p from the engine's log.
 func scanFrom(ctx context.Context, e engine.Engine, p pos, max int) ([]*logEntry, error) {
 	var out []*logEntry

@@ -197,6 +197,10 @@ func (tx *Tx) Defer() { tx.deferd = true }
 // Version is the version the Tx's writes carry; zero before Submit.
 func (tx *Tx) Version() Version { return tx.version }
 
+// Logged reports whether the submitted Tx appended entries to the log:
+// whether live readers have anything to read from its commit.
+func (tx *Tx) Logged() bool { return tx.done && len(tx.batch.Log) > 0 }
+
 // Submit starts the commit and returns at once; the handle completes when
 // the commit is durable, with the log keys of its entries (see Tx) or the
 // error (engine.ErrConflict when a precondition failed). Commits submitted
