@@ -270,6 +270,7 @@ func (t *tail) editFollowers(edit func([]*func()) []*func()) {
 		}
 	}
 }
+
 // scanFrom reads up to max entries after p from the engine's log.
 func scanFrom(ctx context.Context, e engine.Engine, p pos, max int) ([]*logEntry, error) {
 	var out []*logEntry
