@@ -34,6 +34,13 @@
 // listener being enabled: there is no listener) and no duplicate, and a
 // thousand live subscribers cost one log scan, not a thousand.
 //
+// The tail reads when the engine's watch signals new entries, or sooner
+// when a committer calls DB.Pump: the reading goroutine, whichever it is,
+// then has each live Fanout route the new entries at once if the Fanout's
+// own goroutine is idle. A commit that completed without waiting thus
+// reaches the Fanout's members in the committer's goroutine, with no
+// goroutine hand-off between.
+//
 // # Cursor and checkpoint
 //
 // A Subscription reports two resume positions. Cursor is the handled
