@@ -40,8 +40,8 @@ const (
 	recentMaxBytes   = 4 << 20
 )
 
-// add appends the entries of one commit, stored under key k with the
-// values vals (LogValue form, kept, not copied).
+// Add appends the entries of one commit, stored under key k with the
+// values vals (in LogValue form; kept, not copied).
 func (r *Recent) Add(k driver.LogKey, vals [][]byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
