@@ -5,10 +5,25 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"testing"
 
 	"github.com/tidemark-io/tidemark/engine/driver"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 )
+
+// RecentScans runs CheckRecentScans under SyncNone and SyncAlways on the
+// engine open returns for t's directory, with the buffer it keeps its
+// latest entries in and a reset of that buffer under the engine's commit
+// lock.
+func RecentScans(t *testing.T, open func(dir string, mode driver.SyncMode) (e driver.Engine, recent *kvlog.Recent, reset func())) {
+	for _, mode := range []driver.SyncMode{driver.SyncNone, driver.SyncAlways} {
+		t.Run(mode.String(), func(t *testing.T) {
+			e, recent, reset := open(t.TempDir(), mode)
+			defer e.Close()
+			CheckRecentScans(t, e, recent, reset)
+		})
+	}
+}
 
 // CheckRecentScans commits 5,000 transactions of one to three log entries
 // to e, an engine that gives a transaction's entries one shared key and
