@@ -8,9 +8,11 @@ import (
 	"time"
 )
 
+// The child writes to standard error before its first line, so a Stop
+// that follows the line cannot come before that write.
 func TestLinesStopAndLog(t *testing.T) {
 	lines := make(chan string, 4)
-	p, err := Start(Spec{Bin: "sh", Args: []string{"-c", `trap 'echo bye >&2; exit 0' TERM; echo ready; echo oops >&2; while :; do sleep 0.05; done`},
+	p, err := Start(Spec{Bin: "sh", Args: []string{"-c", `trap 'echo bye >&2; exit 0' TERM; echo oops >&2; echo ready; while :; do sleep 0.05; done`},
 		Lines: func(l string) { lines <- l }})
 	if err != nil {
 		t.Fatal(err)
