@@ -40,14 +40,7 @@ func (o *outbound) persist(ctx context.Context, final bool) error {
 		return nil
 	}
 	o.recordMu.Lock()
-	locked := true
-	unlock := func() {
-		if locked {
-			o.recordMu.Unlock()
-			locked = false
-		}
-	}
-	defer unlock()
+	defer o.recordMu.Unlock()
 	tx, more, err := o.sessionSweepTx()
 	if err != nil {
 		return err
@@ -89,7 +82,6 @@ func (o *outbound) persist(ctx context.Context, final bool) error {
 			return err
 		}
 	}
-	unlock()
 	if final {
 		// Handles complete in submission order: the last one done means
 		// every one is.

@@ -44,8 +44,8 @@ type tail struct {
 	readMu    sync.Mutex
 	pumpAsked atomic.Bool
 	// followers are called, in the reading goroutine, after each batch
-	// it published (see DB.Pump).
-	followers atomic.Pointer[[]*func()]
+	// it published (see DB.Pump); under readMu.
+	followers []*func()
 
 	stopped chan struct{}
 }
@@ -216,10 +216,8 @@ func (t *tail) readAllLocked(ctx context.Context) error {
 		}
 		t.publish(batch)
 		if len(batch) > 0 {
-			if fs := t.followers.Load(); fs != nil {
-				for _, f := range *fs {
-					(*f)()
-				}
+			for _, f := range t.followers {
+				(*f)()
 			}
 		}
 		if len(batch) < page {
@@ -246,28 +244,16 @@ func (t *tail) pump(ctx context.Context) {
 }
 
 // follow registers f to be called after each batch the tail publishes,
-// until the returned function is called.
+// until the returned function is called. Neither may be called from f.
 func (t *tail) follow(f func()) (unfollow func()) {
 	key := &f
-	t.editFollowers(func(fs []*func()) []*func() { return append(fs, key) })
+	t.readMu.Lock()
+	t.followers = append(t.followers, key)
+	t.readMu.Unlock()
 	return func() {
-		t.editFollowers(func(fs []*func()) []*func() {
-			return slices.DeleteFunc(fs, func(g *func()) bool { return g == key })
-		})
-	}
-}
-
-func (t *tail) editFollowers(edit func([]*func()) []*func()) {
-	for {
-		old := t.followers.Load()
-		var fs []*func()
-		if old != nil {
-			fs = slices.Clone(*old)
-		}
-		fs = edit(fs)
-		if t.followers.CompareAndSwap(old, &fs) {
-			return
-		}
+		t.readMu.Lock()
+		t.followers = slices.DeleteFunc(t.followers, func(g *func()) bool { return g == key })
+		t.readMu.Unlock()
 	}
 }
 
