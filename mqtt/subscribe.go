@@ -302,42 +302,60 @@ func wantsRetained(s topic.Subscription, existed bool) bool {
 		(s.RetainHandling != byte(packet.SendRetainedIfNew) || !existed)
 }
 
-// readRetained reads, from one view of the store, the retained messages
-// matching each subscription of added whose wants is set, as they are to
-// be offered. A store call (see onStore); a read that fails offers
-// nothing for its filter.
+// readRetained reads the retained messages matching each subscription of
+// added whose wants is set, as they are to be offered. A store call (see
+// onStore); a read that fails offers nothing for its filter.
 func (c *conn) readRetained(added []newSub, wants []bool) [][]direct {
 	out := make([][]direct, len(added))
+	offer := func(i int, r table.Record) {
+		s := added[i].s
+		if r.Deleted || !topic.Match(s.Filter, r.ID) {
+			return
+		}
+		var m Message
+		if m.UnmarshalBinary(r.Value) != nil || !c.b.mayRead(c.client, c.id.Username, r.ID) {
+			return
+		}
+		var ids []uint32
+		if s.ID != 0 {
+			ids = []uint32{s.ID}
+		}
+		out[i] = append(out[i], direct{msg: &m, qos: min(m.QoS, s.QoS), ids: ids, retain: true})
+	}
+	wild := false
+	for i, a := range added {
+		wild = wild || (wants[i] && strings.ContainsAny(a.s.Filter, "+#"))
+	}
+	// A filter without wildcards names one topic: one lookup, not a scan
+	// of every retained message. Lookups alone need no view, which would
+	// cost the engine a snapshot for each SUBSCRIBE of a fleet's setup:
+	// each is consistent by itself, and a filter's retained message owes
+	// nothing to another filter's.
+	if !wild {
+		for i, a := range added {
+			if wants[i] {
+				if r, err := c.b.db.Get(c.ctx, tableRetained, a.s.Filter); err == nil {
+					offer(i, r)
+				}
+			}
+		}
+		return out
+	}
 	_ = c.b.db.View(c.ctx, func(v *table.View) error {
 		for i, a := range added {
 			if !wants[i] {
 				continue
 			}
-			s := a.s
-			offer := func(r table.Record) bool {
-				if r.Deleted || !topic.Match(s.Filter, r.ID) {
-					return true
-				}
-				var m Message
-				if m.UnmarshalBinary(r.Value) != nil || !c.b.mayRead(c.client, c.id.Username, r.ID) {
-					return true
-				}
-				var ids []uint32
-				if s.ID != 0 {
-					ids = []uint32{s.ID}
-				}
-				out[i] = append(out[i], direct{msg: &m, qos: min(m.QoS, s.QoS), ids: ids, retain: true})
-				return true
-			}
-			// A filter without wildcards names one topic: one lookup,
-			// not a scan of every retained message.
-			if !strings.ContainsAny(s.Filter, "+#") {
-				if r, err := v.Get(tableRetained, s.Filter); err == nil {
-					offer(r)
+			if !strings.ContainsAny(a.s.Filter, "+#") {
+				if r, err := v.Get(tableRetained, a.s.Filter); err == nil {
+					offer(i, r)
 				}
 				continue
 			}
-			_ = v.Range(tableRetained, retainedPrefix(s.Filter), offer)
+			_ = v.Range(tableRetained, retainedPrefix(a.s.Filter), func(r table.Record) bool {
+				offer(i, r)
+				return true
+			})
 		}
 		return nil
 	})
