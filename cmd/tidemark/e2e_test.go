@@ -49,7 +49,8 @@ func TestServeEndToEnd(t *testing.T) {
 		{"--max-publish-rate", "-5", "--max-publish-rate -5: must be 0"}, {"--max-retained", "-1", "--max-retained -1: must be 0"},
 		{"--max-inflight-bytes", "-1", "--max-inflight-bytes -1: must be 0 (no limit) or positive"},
 		{"--max-queued-bytes", "-1", "--max-queued-bytes -1: must be 0 (no limit) or positive"},
-		{"--session-expiry", "500ms", "--session-expiry 500ms: must be 0 (never) or at least 1s"}} {
+		{"--session-expiry", "500ms", "--session-expiry 500ms: must be 0 (never) or at least 1s"},
+		{"--gc-percent", "5", "--gc-percent 5: must be at least 10"}, {"--gc-percent", "-1", "--gc-percent -1 turns the collector off until the memory budget"}} {
 		bad := exec.Command(bin, "serve", "--config", cfg, args[0], args[1])
 		if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(string(out), args[2]) {
 			t.Fatalf("bad %s accepted: %v\n%s", args[0], err, out)
@@ -75,8 +76,13 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
+	// serve's collector target, unless the environment sets its own.
+	gogc := "go_gc_gogc_percent 200"
+	if v := os.Getenv("GOGC"); v != "" {
+		gogc = "go_gc_gogc_percent " + v
+	}
 	for _, want := range []string{`tidemark_messages_in_total{qos="1"} 6`, "tidemark_commit_duration_seconds_count", `tidemark_sessions{state="offline"}`,
-		`tidemark_limit_hits_total{limit="inflight_bytes"} 0`, `tidemark_limit_hits_total{limit="queued_bytes"} 0`} {
+		`tidemark_limit_hits_total{limit="inflight_bytes"} 0`, `tidemark_limit_hits_total{limit="queued_bytes"} 0`, gogc} {
 		if !strings.Contains(string(body), want) {
 			t.Fatalf("/metrics lacks %q", want)
 		}
