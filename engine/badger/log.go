@@ -54,7 +54,7 @@ func (d *db) alive(what string) error {
 
 // readLogPage reads up to scanPage entries from seek and returns them with
 // the stored key to continue from (nil at the end of the log).
-func (d *db) readLogPage(seek []byte, start driver.LogKey, checkFloor bool) ([]driver.Entry, []byte, error) {
+func (d *db) readLogPage(dst []driver.Entry, seek []byte, start driver.LogKey, checkFloor bool) ([]driver.Entry, []byte, error) {
 	if !d.guard.Enter() {
 		return nil, nil, fmt.Errorf("badger: scan log: %w", driver.ErrClosed)
 	}
@@ -64,14 +64,14 @@ func (d *db) readLogPage(seek []byte, start driver.LogKey, checkFloor bool) ([]d
 			return nil, nil, err
 		}
 	}
-	if page, next, ok := d.recent.Page(seek, ^driver.LogKey(0), scanPage); ok {
+	if page, next, ok := d.recent.Page(dst, seek, ^driver.LogKey(0), scanPage); ok {
 		return page, next, nil
 	}
 	txn := d.newTxn(false)
 	defer d.endTxn(txn)
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: logPrefix})
 	defer it.Close()
-	page := make([]driver.Entry, 0, 16)
+	page := dst[:0]
 	for it.Seek(seek); it.Valid(); it.Next() {
 		item := it.Item()
 		if len(page) == scanPage {

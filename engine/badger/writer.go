@@ -24,6 +24,7 @@ type pending struct {
 	data     [][]byte // stored key of each op
 	checks   [][]byte // stored key of each check
 	logVals  [][]byte // stored value of each log entry
+	log      [][]byte // the batch's log entries (payloads)
 	size     int64    // Badger's size estimate of the commit's entries
 	bytes    int64    // keys and values, for the space guard (groupBytes)
 	count    int64    // number of Badger entries
@@ -57,6 +58,7 @@ func (d *db) prepare(b *driver.Batch) *pending {
 		p.checks[i] = kvlog.DataKey(nil, b.Checks[i].Key)
 	}
 	if n := len(b.Log); n > 0 {
+		p.log = b.Log
 		p.logVals = make([][]byte, n)
 		for i, e := range b.Log {
 			p.logVals[i] = kvlog.LogValue(uint32(n), e)
@@ -203,7 +205,7 @@ func (d *db) commitSome(group []*pending) (n int, logged bool) {
 	}
 	for _, p := range group[:n] {
 		if p.err == nil && len(p.logVals) > 0 {
-			d.recent.Add(p.res.Keys[0], p.logVals)
+			d.recent.Add(p.res.Keys[0], p.log)
 		}
 	}
 	for _, p := range group[:n] {

@@ -52,7 +52,8 @@ type Batch struct {
 	Ops    []Op
 	Checks []Check
 	// Log holds the change-log entries the commit appends, in order. The
-	// engine assigns their keys (see Granularity).
+	// engine assigns their keys (see Granularity). It may keep the entries'
+	// bytes to answer scans, so they must not be modified after Submit.
 	Log [][]byte
 	// Defer says nobody waits on this commit at once, so under SyncAlways
 	// the engine may hold its sync for up to Options.DeferWindow to share

@@ -47,7 +47,8 @@ type Entry struct {
 	// marks the last one: after it no entry with this key follows, so a
 	// cursor may move to Key.
 	Count uint32
-	// Value is the entry's payload; the caller owns it.
+	// Value is the entry's payload. The caller may keep it and must not
+	// modify it: a backend may hand the same bytes to other scans.
 	Value []byte
 }
 

@@ -257,21 +257,21 @@ func (d *db) ScanLog(ctx context.Context, from driver.LogKey, exclusive bool, fn
 	// Each page is its own short read transaction, released before fn
 	// runs, so fn may take as long as it likes and call back into the
 	// engine without pinning old pages or a reader slot.
-	return kvlog.ScanPages(ctx, "lmdb", from, exclusive, func(seek []byte, start driver.LogKey, first bool) ([]driver.Entry, []byte, error) {
-		return d.readLogPage(ctx, seek, start, first)
+	return kvlog.ScanPages(ctx, "lmdb", from, exclusive, func(dst []driver.Entry, seek []byte, start driver.LogKey, first bool) ([]driver.Entry, []byte, error) {
+		return d.readLogPage(ctx, dst, seek, start, first)
 	}, fn)
 }
 
 // readLogPage reads up to scanPage entries from seek and returns the seek
 // key of the next page (nil at the end of the log). The first page checks
 // the floor in the same transaction it reads from.
-func (d *db) readLogPage(ctx context.Context, seek []byte, start driver.LogKey, checkFloor bool) ([]driver.Entry, []byte, error) {
+func (d *db) readLogPage(ctx context.Context, dst []driver.Entry, seek []byte, start driver.LogKey, checkFloor bool) ([]driver.Entry, []byte, error) {
 	s, err := d.openSnapshot(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("lmdb: scan log: %w", err)
 	}
 	defer s.Close()
-	var page []driver.Entry
+	page := dst[:0]
 	var next []byte
 	err = s.do(func(txn *lmdb.Txn) error {
 		if checkFloor {

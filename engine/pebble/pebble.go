@@ -231,21 +231,21 @@ func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error
 		return driver.Completed(driver.Result{}, err), nil
 	}
 	var res driver.Result
-	var vals [][]byte
 	if n := len(b.Log); n > 0 {
 		k := d.hlc.Next()
 		res.Keys = make([]driver.LogKey, n)
-		vals = make([][]byte, n)
 		for i, entry := range b.Log {
 			res.Keys[i] = k
-			vals[i] = kvlog.LogValue(uint32(n), entry)
-			_ = pb.Set(kvlog.LogKey(k, uint32(i)), vals[i], nil)
+			dop := pb.SetDeferred(kvlog.LogKeyLen, kvlog.LogValueLen(uint32(n), entry))
+			kvlog.PutLogKey(dop.Key, k, uint32(i))
+			kvlog.PutLogValue(dop.Value, uint32(n), entry)
+			_ = dop.Finish()
 		}
 	}
 	applied := func(err error) {
 		d.appliedLocked(b.Ops, err)
-		if err == nil && len(vals) > 0 {
-			d.recent.Add(res.Keys[0], vals)
+		if err == nil && len(b.Log) > 0 {
+			d.recent.Add(res.Keys[0], b.Log)
 		}
 	}
 	if d.opts.Sync != driver.SyncAlways {
@@ -482,7 +482,7 @@ func (d *db) ScanLog(ctx context.Context, from driver.LogKey, exclusive bool, fn
 
 const scanPage = 256
 
-func (d *db) readLogPage(seek []byte, start driver.LogKey, checkFloor bool) ([]driver.Entry, []byte, error) {
+func (d *db) readLogPage(dst []driver.Entry, seek []byte, start driver.LogKey, checkFloor bool) ([]driver.Entry, []byte, error) {
 	if !d.readers.Enter() {
 		return nil, nil, fmt.Errorf("pebble: scan log: %w", driver.ErrClosed)
 	}
@@ -496,7 +496,7 @@ func (d *db) readLogPage(seek []byte, start driver.LogKey, checkFloor bool) ([]d
 		}
 	}
 	durable := driver.LogKey(d.durable.Load())
-	if page, next, ok := d.recent.Page(seek, durable, scanPage); ok {
+	if page, next, ok := d.recent.Page(dst, seek, durable, scanPage); ok {
 		return page, next, nil
 	}
 	it, err := d.pdb.NewIter(&pebble.IterOptions{LowerBound: seek, UpperBound: kvlog.LogUpper})
@@ -504,7 +504,7 @@ func (d *db) readLogPage(seek []byte, start driver.LogKey, checkFloor bool) ([]d
 		return nil, nil, fmt.Errorf("pebble: scan log: %w", err)
 	}
 	defer it.Close()
-	page := make([]driver.Entry, 0, 16)
+	page := dst[:0]
 	for ok := it.First(); ok; ok = it.Next() {
 		if len(page) == scanPage {
 			return page, append([]byte(nil), it.Key()...), nil

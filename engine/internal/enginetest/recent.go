@@ -88,7 +88,7 @@ func CheckRecentScans(t TB, e driver.Engine, recent *kvlog.Recent, reset func())
 		}
 	}
 	last := all[len(all)-1].Key
-	if _, _, covered := recent.Page(kvlog.LogSeek(last), last, 16); !covered {
+	if _, _, covered := recent.Page(nil, kvlog.LogSeek(last), last, 16); !covered {
 		t.Fatalf("a scan from the latest commit is not answered from memory")
 	}
 }

@@ -5,10 +5,12 @@
 package kvlog
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine/driver"
@@ -45,10 +47,15 @@ const LogKeyLen = 1 + 8 + 4
 // LogKey returns the stored key of entry index of log key k.
 func LogKey(k driver.LogKey, index uint32) []byte {
 	b := make([]byte, LogKeyLen)
+	PutLogKey(b, k, index)
+	return b
+}
+
+// PutLogKey writes LogKey(k, index) into b, which has LogKeyLen bytes.
+func PutLogKey(b []byte, k driver.LogKey, index uint32) {
 	b[0] = LogPrefix
 	binary.BigEndian.PutUint64(b[1:], uint64(k))
 	binary.BigEndian.PutUint32(b[9:], index)
-	return b
 }
 
 // LogSeek returns the first stored key at or after log key k.
@@ -65,6 +72,19 @@ func LogValue(count uint32, payload []byte) []byte {
 	return append(b, payload...)
 }
 
+// LogValueLen is len(LogValue(count, payload)).
+func LogValueLen(count uint32, payload []byte) int {
+	var hdr [binary.MaxVarintLen32]byte
+	return binary.PutUvarint(hdr[:], uint64(count)) + len(payload)
+}
+
+// PutLogValue writes LogValue(count, payload) into b, which has
+// LogValueLen bytes.
+func PutLogValue(b []byte, count uint32, payload []byte) {
+	n := binary.PutUvarint(b, uint64(count))
+	copy(b[n:], payload)
+}
+
 // DecodeEntry decodes a stored log key and value into an entry whose Value
 // is a copy.
 func DecodeEntry(key, value []byte) (driver.Entry, error) {
@@ -74,13 +94,15 @@ func DecodeEntry(key, value []byte) (driver.Entry, error) {
 }
 
 // decodeEntry is DecodeEntry with an entry whose Value is part of value.
+// key does not escape (errors quote a copy), so callers may decode from a
+// key on their stack.
 func decodeEntry(key, value []byte) (driver.Entry, error) {
 	if len(key) != LogKeyLen || key[0] != LogPrefix {
-		return driver.Entry{}, fmt.Errorf("%w: log key %x", driver.ErrCorrupt, key)
+		return driver.Entry{}, fmt.Errorf("%w: log key %x", driver.ErrCorrupt, bytes.Clone(key))
 	}
 	count, n := binary.Uvarint(value)
 	if n <= 0 || count == 0 || count > 1<<32-1 {
-		return driver.Entry{}, fmt.Errorf("%w: log entry header at %x", driver.ErrCorrupt, key)
+		return driver.Entry{}, fmt.Errorf("%w: log entry header at %x", driver.ErrCorrupt, bytes.Clone(key))
 	}
 	e := driver.Entry{
 		Key:   driver.LogKey(binary.BigEndian.Uint64(key[1:])),
@@ -89,7 +111,7 @@ func decodeEntry(key, value []byte) (driver.Entry, error) {
 		Value: value[n:],
 	}
 	if e.Index >= e.Count {
-		return driver.Entry{}, fmt.Errorf("%w: log entry index %d of %d at %x", driver.ErrCorrupt, e.Index, e.Count, key)
+		return driver.Entry{}, fmt.Errorf("%w: log entry index %d of %d at %x", driver.ErrCorrupt, e.Index, e.Count, bytes.Clone(key))
 	}
 	return e, nil
 }
@@ -122,25 +144,47 @@ func CheckFloor(start, floor driver.LogKey) error {
 	return nil
 }
 
-// PageReader reads the log page that starts at stored key seek and returns
-// its entries and the stored key the next page starts at (nil at the end).
-// On the first page it checks start against the truncation floor.
-type PageReader func(seek []byte, start driver.LogKey, first bool) ([]driver.Entry, []byte, error)
+// PageReader reads the log page that starts at stored key seek, appending
+// its entries to dst[:0], and returns them and the stored key the next
+// page starts at (nil at the end). On the first page it checks start
+// against the truncation floor.
+type PageReader func(dst []driver.Entry, seek []byte, start driver.LogKey, first bool) ([]driver.Entry, []byte, error)
+
+// scanScratch is what one ScanPages call reads pages into. The table
+// layer scans the log after every commit, usually for one entry: pooled,
+// such a scan allocates nothing of its own.
+type scanScratch struct {
+	page []driver.Entry
+	seek [LogKeyLen]byte
+}
+
+var scratchPool = sync.Pool{New: func() any { return new(scanScratch) }}
 
 // ScanPages runs a log scan from (from, exclusive) page by page, calling fn
 // between pages with no engine lock or read transaction held, so fn may
 // call back into the engine. eng names the engine in errors.
 func ScanPages(ctx context.Context, eng string, from driver.LogKey, exclusive bool, read PageReader, fn func(driver.Entry) bool) error {
+	sc := scratchPool.Get().(*scanScratch)
+	defer func() {
+		// No value outlives the scan in the pool.
+		clear(sc.page[:cap(sc.page)])
+		if cap(sc.page) <= 4*scanScratchKeep {
+			scratchPool.Put(sc)
+		}
+	}()
 	start := ScanStart(from, exclusive)
-	seek := LogSeek(start)
+	sc.seek[0] = LogPrefix
+	binary.BigEndian.PutUint64(sc.seek[1:], uint64(start))
+	seek := sc.seek[:9]
 	for first := true; ; first = false {
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("%s: scan log: %w", eng, err)
 		}
-		page, next, err := read(seek, start, first)
+		page, next, err := read(sc.page[:0], seek, start, first)
 		if err != nil {
 			return err
 		}
+		sc.page = page
 		for _, e := range page {
 			if !fn(e) {
 				return nil
@@ -152,6 +196,10 @@ func ScanPages(ctx context.Context, eng string, from driver.LogKey, exclusive bo
 		seek = next
 	}
 }
+
+// scanScratchKeep is the page capacity a pooled scratch keeps as is; one
+// that grew past four times it is left to the collector.
+const scanScratchKeep = 64
 
 // SyncEvery calls sync every period until stop is closed: the SyncInterval
 // mode of the backends whose own writes do not sync. Failures are logged;

@@ -2,7 +2,6 @@ package kvlog
 
 import (
 	"bytes"
-	"encoding/binary"
 	"sync"
 
 	"github.com/tidemark-io/tidemark/engine/driver"
@@ -40,30 +39,21 @@ const (
 	recentMaxBytes   = 4 << 20
 )
 
-// Add appends the entries of one commit, stored under key k with the
-// values vals (in LogValue form; kept, not copied).
-func (r *Recent) Add(k driver.LogKey, vals [][]byte) {
+// Add appends the entries of one commit, stored under key k: their
+// payloads, kept, not copied, so the caller must not modify them
+// afterwards (scans hand them out as they are).
+func (r *Recent) Add(k driver.LogKey, payloads [][]byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := uint32(len(vals))
-	for i, v := range vals {
-		var re heldEntry
-		re.key[0] = LogPrefix
-		binary.BigEndian.PutUint64(re.key[1:], uint64(k))
-		binary.BigEndian.PutUint32(re.key[9:], uint32(i))
-		e, err := decodeEntry(re.key[:], v)
-		if err != nil || e.Count != n {
-			// Cannot happen for values built by LogValue; a gap would,
-			// so cover nothing rather than skip it.
-			r.resetLocked()
-			return
-		}
-		re.entry = e
+	n := uint32(len(payloads))
+	for i, v := range payloads {
+		re := heldEntry{entry: driver.Entry{Key: k, Index: uint32(i), Count: n, Value: v}}
+		PutLogKey(re.key[:], k, uint32(i))
 		if r.entries == nil {
 			r.entries = make([]heldEntry, 0, recentMaxEntries+1)
 		}
 		r.entries = append(r.entries, re)
-		r.bytes += len(e.Value)
+		r.bytes += len(v)
 	}
 	if len(r.entries) > recentMaxEntries || r.bytes > recentMaxBytes {
 		drop := len(r.entries) / 2
@@ -95,12 +85,14 @@ func (r *Recent) resetLocked() {
 	r.entries, r.bytes = nil, 0
 }
 
-// Page returns, as copies, up to max held entries stored at or after seek
-// (a stored log key or a prefix of one) with keys up to durable, and the
-// seek of the next page when one may follow (nil when none does): a
-// PageReader's answer. covered is false when entries before the held ones
-// may be at or after seek: the caller reads the store instead.
-func (r *Recent) Page(seek []byte, durable driver.LogKey, max int) (page []driver.Entry, next []byte, covered bool) {
+// Page appends to dst[:0] up to max held entries stored at or after seek
+// (a stored log key or a prefix of one) with keys up to durable, and
+// returns them and the seek of the next page when one may follow (nil when
+// none does): a PageReader's answer. Their values are the held ones, which
+// nothing modifies (see driver.Entry). covered is false when entries
+// before the held ones may be at or after seek: the caller reads the store
+// instead.
+func (r *Recent) Page(dst []driver.Entry, seek []byte, durable driver.LogKey, max int) (page []driver.Entry, next []byte, covered bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if len(r.entries) == 0 || bytes.Compare(seek, r.entries[0].key[:]) < 0 {
@@ -115,6 +107,7 @@ func (r *Recent) Page(seek []byte, durable driver.LogKey, max int) (page []drive
 			hi = m
 		}
 	}
+	page = dst[:0]
 	for _, re := range r.entries[lo:] {
 		if re.entry.Key > durable {
 			return page, nil, true
@@ -122,9 +115,7 @@ func (r *Recent) Page(seek []byte, durable driver.LogKey, max int) (page []drive
 		if len(page) == max {
 			return page, bytes.Clone(re.key[:]), true
 		}
-		e := re.entry
-		e.Value = bytes.Clone(e.Value)
-		page = append(page, e)
+		page = append(page, re.entry)
 	}
 	return page, nil, true
 }
