@@ -230,42 +230,58 @@ type logEntry struct {
 func (e *logEntry) last() bool { return e.pos.idx+1 >= e.count }
 
 func decodeEntry(en engine.Entry) *logEntry {
-	e := &logEntry{pos: pos{key: en.Key, idx: en.Index}, count: en.Count}
+	e := &logEntry{}
+	decodeEntryInto(e, en, "")
+	return e
+}
+
+// decodeEntryInto decodes en into e. A table name equal to table is
+// table itself, not a copy: scans meet the same few names again and again.
+func decodeEntryInto(e *logEntry, en engine.Entry, table string) {
+	*e = logEntry{pos: pos{key: en.Key, idx: en.Index}, count: en.Count}
 	b := en.Value
-	bad := func(why string) *logEntry {
+	bad := func(why string) {
 		e.err = fmt.Errorf("table: log entry %d/%d: %w: %s", en.Key, en.Index, engine.ErrCorrupt, why)
-		return e
 	}
 	if len(b) < 2 || b[0] != entryFormat {
-		return bad("unknown format")
+		bad("unknown format")
+		return
 	}
 	e.op = Op(b[1])
 	if e.op < OpPut || e.op > OpMark {
-		return bad(fmt.Sprintf("unknown op %d", b[1]))
+		bad(fmt.Sprintf("unknown op %d", b[1]))
+		return
 	}
 	b = b[2:]
-	str := func() (string, bool) {
+	field := func() ([]byte, bool) {
 		n, k := binary.Uvarint(b)
 		if k <= 0 || n > uint64(len(b)-k) {
-			return "", false
+			return nil, false
 		}
-		s := string(b[k : k+int(n)])
+		f := b[k : k+int(n)]
 		b = b[k+int(n):]
-		return s, true
+		return f, true
 	}
-	var ok bool
-	if e.table, ok = str(); !ok || e.table == "" {
-		return bad("table name")
+	tb, ok := field()
+	if !ok || len(tb) == 0 {
+		bad("table name")
+		return
 	}
-	if e.id, ok = str(); !ok {
-		return bad("id")
+	if e.table = table; string(tb) != table {
+		e.table = string(tb)
 	}
+	id, ok := field()
+	if !ok {
+		bad("id")
+		return
+	}
+	e.id = string(id)
 	if len(b) < 8 {
-		return bad("version")
+		bad("version")
+		return
 	}
 	e.version = Version(binary.BigEndian.Uint64(b))
 	e.value = b[8:]
-	return e
 }
 
 // pos is a position in the log: entry idx of key. Positions are totally

@@ -37,6 +37,11 @@ type Fanout struct {
 	// routing is halfway past.
 	mu  sync.Mutex
 	cur Cursor // every entry it covers was routed
+	// routing is the event being routed, under mu, and deliver the route's
+	// deliver function for it: made once, so routing an event allocates
+	// no closure.
+	routing Event
+	deliver func(*Member)
 
 	// members counts the members joined and not closed.
 	members atomic.Int64
@@ -64,7 +69,8 @@ type FanoutOptions struct {
 	// Table, in log order; it calls deliver once for each member the
 	// event goes to (a second call for the same member and event is
 	// ignored). Members not on the route (catching up, closed) ignore it.
-	// Route must not block: it holds up every member.
+	// Route must not block: it holds up every member. deliver may be
+	// called only until Route returns.
 	Route func(ev Event, deliver func(*Member))
 	// MaxQueue is how many routed events a member may hold unreceived
 	// before it leaves the route and catches up from the log on its own
@@ -97,6 +103,7 @@ func (db *DB) NewFanout(ctx context.Context, o FanoutOptions) (*Fanout, error) {
 		return nil, err
 	}
 	f := &Fanout{db: db, table: o.Table, route: o.Route, max: o.MaxQueue, log: o.Logger, cur: o.Start, cancel: cancel, done: make(chan struct{}), ctx: rctx}
+	f.deliver = func(m *Member) { m.routed(f.routing, f.cur) }
 	f.unfollow = db.tail.follow(f.step)
 	go func() {
 		defer db.subs.Done()
@@ -175,7 +182,9 @@ func (f *Fanout) routeOne(ev Event) error {
 	ev.handled = Cursor{}
 	after := ev.Cursor()
 	f.mu.Lock()
-	f.route(ev, func(m *Member) { m.routed(ev, f.cur) })
+	f.routing = ev
+	f.route(ev, f.deliver)
+	f.routing = Event{} // holds no value past its routing
 	f.cur = after
 	f.mu.Unlock()
 	return nil

@@ -44,14 +44,15 @@ type tail struct {
 	readMu    sync.Mutex
 	pumpAsked atomic.Bool
 	// followers are called, in the reading goroutine, after each batch
-	// it published (see DB.Pump); under readMu.
+	// it published (see DB.Pump); under readMu, as is scan.
 	followers []*func()
+	scan      *logScan
 
 	stopped chan struct{}
 }
 
 func newTail(db *DB, head pos, window, maxBytes int) *tail {
-	return &tail{db: db, window: window, maxBytes: maxBytes, floor: head, head: head, changed: make(chan struct{}), stopped: make(chan struct{})}
+	return &tail{db: db, window: window, maxBytes: maxBytes, floor: head, head: head, changed: make(chan struct{}), stopped: make(chan struct{}), scan: newLogScan()}
 }
 
 func (t *tail) isDead() bool {
@@ -210,7 +211,7 @@ func (t *tail) readAll(ctx context.Context) error {
 func (t *tail) readAllLocked(ctx context.Context) error {
 	const page = 512
 	for {
-		batch, err := scanFrom(ctx, t.db.e, t.headPos(), page)
+		batch, err := t.scan.from(ctx, t.db.e, t.headPos(), page)
 		if err != nil {
 			return err
 		}
@@ -259,14 +260,54 @@ func (t *tail) follow(f func()) (unfollow func()) {
 
 // scanFrom reads up to max entries after p from the engine's log.
 func scanFrom(ctx context.Context, e engine.Engine, p pos, max int) ([]*logEntry, error) {
-	var out []*logEntry
-	exclusive := p.idx == wholeKey
-	err := e.ScanLog(ctx, p.key, exclusive, func(en engine.Entry) bool {
-		if !exclusive && en.Key == p.key && en.Index <= p.idx {
+	return newLogScan().from(ctx, e, p, max)
+}
+
+// logScan reads log entries for one goroutine at a time, reusing what a
+// scan needs: the tail scans the log after every commit, usually for one
+// entry, and should allocate for that entry alone. Entries come from a
+// slab of logSlab, and a table name equal to the last one decoded is
+// shared rather than copied.
+type logScan struct {
+	batch []*logEntry
+	slab  []logEntry
+	table string
+	// The current scan's bounds, read by add, which is made once.
+	p         pos
+	exclusive bool
+	max       int
+	add       func(engine.Entry) bool
+}
+
+// logSlab is how many entries one allocation holds. An entry kept (in the
+// window, by a slow reader) keeps its slab, so it stays small.
+const logSlab = 16
+
+func newLogScan() *logScan {
+	s := &logScan{}
+	s.add = func(en engine.Entry) bool {
+		if !s.exclusive && en.Key == s.p.key && en.Index <= s.p.idx {
 			return true
 		}
-		out = append(out, decodeEntry(en))
-		return len(out) < max
-	})
-	return out, err
+		if len(s.slab) == 0 {
+			s.slab = make([]logEntry, logSlab)
+		}
+		e := &s.slab[0]
+		s.slab = s.slab[1:]
+		decodeEntryInto(e, en, s.table)
+		s.table = e.table
+		s.batch = append(s.batch, e)
+		return len(s.batch) < s.max
+	}
+	return s
+}
+
+// from reads up to max entries after p. The batch it returns is valid
+// until the next call; the entries in it are the caller's.
+func (s *logScan) from(ctx context.Context, e engine.Engine, p pos, max int) ([]*logEntry, error) {
+	clear(s.batch)
+	s.batch = s.batch[:0]
+	s.p, s.exclusive, s.max = p, p.idx == wholeKey, max
+	err := e.ScanLog(ctx, p.key, s.exclusive, s.add)
+	return s.batch, err
 }
