@@ -146,7 +146,11 @@ const (
 // h (if any) completed, after after (if any) judged the outcome; then then
 // runs.
 type ackEntry struct {
-	pkt   packet.Packet
+	pkt packet.Packet
+	// ack, when pkt is nil, is the type of a success acknowledgement of
+	// packet id pi to write (see packet.Writer.WriteAck): no packet value
+	// is built for the common case.
+	ack   packet.Type
 	h     *engine.Handle
 	after func(error) error
 	then  func()
@@ -222,6 +226,21 @@ func (c *conn) writePacket(p packet.Packet, flush bool) error {
 		}
 	}
 	if err != nil && !errors.Is(err, packet.ErrPacketTooLarge) {
+		c.fail(fmt.Errorf("write: %w", err))
+	}
+	return err
+}
+
+// writeAck is writeBuffered of a success acknowledgement (see
+// packet.Writer.WriteAck).
+func (c *conn) writeAck(t packet.Type, id uint16) error {
+	c.nwriters.Add(1)
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	c.armWriteLocked()
+	err := c.w.WriteAck(t, id)
+	c.nwriters.Add(-1)
+	if err != nil {
 		c.fail(fmt.Errorf("write: %w", err))
 	}
 	return err
@@ -580,6 +599,10 @@ func (c *conn) finishAck(e ackEntry, timer *time.Timer) bool {
 				return false
 			}
 			e.tooLarge()
+		}
+	} else if e.ack != 0 {
+		if err := c.writeAck(e.ack, e.pi); err != nil {
+			return false
 		}
 	}
 	if e.atSent != "" && c.b.opts.Hooks.At != nil {

@@ -67,6 +67,9 @@ func (c *conn) handlePublish(p *packet.Publish) bool {
 	}
 	c.b.metrics.msgsIn[p.QoS].Add(1)
 	c.b.metrics.bytesIn.Add(uint64(len(p.Payload)))
+	if p.QoS == packet.QoS1 && !p.Retain && !c.b.inTables(name) {
+		return c.publishQoS1(p, name)
+	}
 	m := &Message{Topic: name, Payload: append([]byte{}, p.Payload...), QoS: byte(p.QoS), Retain: p.Retain, From: c.client}
 	setMessageProps(m, &p.Properties, time.Now())
 	switch p.QoS {
@@ -81,6 +84,20 @@ func (c *conn) handlePublish(p *packet.Publish) bool {
 	default:
 		return c.publishQoS2(p, m)
 	}
+}
+
+// publishQoS1 queues a QoS 1 message that is neither retained nor a table
+// write, with its PUBACK for when it is stored. It is encoded from the
+// packet at once, so its payload is copied once, into the stored form, and
+// no Message outlives the call.
+func (c *conn) publishQoS1(p *packet.Publish, name string) bool {
+	m := Message{Topic: name, Payload: p.Payload, QoS: byte(packet.QoS1), From: c.client}
+	setMessageProps(&m, &p.Properties, time.Now())
+	enc, _ := m.MarshalBinary() // the stored form cannot fail to encode
+	c.b.beforeSubmit(KindPublish, c.client)
+	c.inQoS1.Add(1)
+	return c.later(func(tx *table.Tx) error { return tx.Message(tableMsgs, name, enc) },
+		ackEntry{ack: packet.TypePuback, qos1: true, kind: KindPublish, pi: p.PacketID})
 }
 
 func (c *conn) pendingExchanges() int { return c.pendingQoS2 }
@@ -105,7 +122,7 @@ func (c *conn) publishQoS2(p *packet.Publish, m *Message) bool {
 		// A re-sent PUBLISH of a pending exchange: no second store, which
 		// could land after the release and leave a stray copy; still owed
 		// its PUBREC.
-		return c.ack(ackEntry{pkt: &packet.Pubrec{PacketID: pi}, pi: pi, atSent: PointPubrecSent})
+		return c.ack(ackEntry{ack: packet.TypePubrec, pi: pi, atSent: PointPubrecSent})
 	}
 	if ex != nil {
 		delete(c.exchanges, pi) // a new publication on a released id
@@ -122,7 +139,7 @@ func (c *conn) publishQoS2(p *packet.Publish, m *Message) bool {
 		}
 		return tx.PutState(tableStaged, id, enc)
 	}
-	entry := ackEntry{pkt: &packet.Pubrec{PacketID: pi}, after: func(err error) error {
+	entry := ackEntry{ack: packet.TypePubrec, after: func(err error) error {
 		if errors.Is(err, engine.ErrConflict) {
 			return nil // already staged: a duplicate, still owed its PUBREC
 		}
@@ -178,7 +195,7 @@ func (c *conn) handlePubrel(p *packet.Pubrel) bool {
 	ex := c.exchanges[pi]
 	if ex != nil && ex.released {
 		// Released already; never consult the store again for it.
-		return c.ack(ackEntry{pkt: &packet.Pubcomp{PacketID: pi}, pi: pi, atSent: PointPubcompSent})
+		return c.ack(ackEntry{ack: packet.TypePubcomp, pi: pi, atSent: PointPubcompSent})
 	}
 	if ex != nil {
 		// Staged by this connection: the read below must see the staging
@@ -256,7 +273,7 @@ func (c *conn) release(pi uint16, m *Message, version table.Version) bool {
 	}
 	c.forget(pi)
 	c.exchanges[pi] = &exchange{released: true}
-	return c.ack(ackEntry{pkt: &packet.Pubcomp{PacketID: pi}, h: h, after: func(err error) error {
+	return c.ack(ackEntry{ack: packet.TypePubcomp, h: h, after: func(err error) error {
 		if errors.Is(err, engine.ErrConflict) {
 			return nil // released by an earlier PUBREL: deliver nothing more
 		}

@@ -1,6 +1,9 @@
 package packet
 
-import "io"
+import (
+	"fmt"
+	"io"
+)
 
 // Writer encodes packets for one connection onto an io.Writer through a
 // reused buffer. Give it a *bufio.Writer to coalesce small packets, and
@@ -68,6 +71,23 @@ func (w *Writer) WritePacket(p Packet) error {
 		return newError(ErrPacketTooLarge, p.Type(), w.version, "packet exceeds the peer's maximum packet size")
 	}
 	_, err = w.w.Write(b)
+	return err
+}
+
+// WriteAck writes the PUBACK, PUBREC or PUBCOMP (t) of packet id with
+// reason Success and no properties, the same four bytes under 3.1.1 and
+// 5.0: every acknowledgement of a stored message, written without a
+// packet value to build.
+func (w *Writer) WriteAck(t Type, id uint16) error {
+	if t != TypePuback && t != TypePubrec && t != TypePubcomp {
+		return fmt.Errorf("packet: WriteAck of %v: only PUBACK, PUBREC and PUBCOMP", t)
+	}
+	b := appendU16(appendHeader(w.buf[:0], t, 0, 2), id)
+	w.keep(b)
+	if len(b) > w.maxSize {
+		return newError(ErrPacketTooLarge, t, w.version, "packet exceeds the peer's maximum packet size")
+	}
+	_, err := w.w.Write(b)
 	return err
 }
 
