@@ -102,6 +102,29 @@ func (m *Message) AppendBinary(b []byte) ([]byte, error) {
 
 // UnmarshalBinary decodes the stored form; the message does not alias b.
 func (m *Message) UnmarshalBinary(b []byte) error {
+	return m.decode(b, "", false)
+}
+
+// decodeEvent decodes the stored form of a message event of the log: its
+// payload and correlation data alias value, which no one modifies (see
+// table.Event), and its topic is id, the event's id, when they are equal,
+// so a delivery copies none of them.
+func (m *Message) decodeEvent(value []byte, id string) error {
+	return m.decode(value, id, true)
+}
+
+// decode is UnmarshalBinary, aliasing b when shared is set and taking
+// topic for the topic when they are equal.
+func (m *Message) decode(b []byte, topic string, shared bool) error {
+	clone := cloneOrNil
+	if shared {
+		clone = func(v []byte) []byte {
+			if len(v) == 0 {
+				return nil
+			}
+			return v[:len(v):len(v)] // an append must not write into b
+		}
+	}
 	d := decoder{b: b}
 	if v := d.byte(); v != messageVersion {
 		return fmt.Errorf("%w: version %d", ErrCorruptMessage, v)
@@ -114,11 +137,15 @@ func (m *Message) UnmarshalBinary(b []byte) error {
 	if exp := d.varint(); exp != 0 {
 		m.Expires = time.UnixMilli(exp)
 	}
-	m.Topic = string(d.bytes())
+	if tb := d.bytes(); string(tb) == topic {
+		m.Topic = topic
+	} else {
+		m.Topic = string(tb)
+	}
 	m.From = string(d.bytes())
 	m.ContentType = string(d.bytes())
 	m.ResponseTopic = string(d.bytes())
-	m.CorrelationData = cloneOrNil(d.bytes())
+	m.CorrelationData = clone(d.bytes())
 	n := d.uvarint()
 	if n > uint64(len(b)) {
 		return fmt.Errorf("%w: %d user properties", ErrCorruptMessage, n)
@@ -126,7 +153,7 @@ func (m *Message) UnmarshalBinary(b []byte) error {
 	for i := uint64(0); i < n; i++ {
 		m.UserProps = append(m.UserProps, UserProperty{Key: string(d.bytes()), Value: string(d.bytes())})
 	}
-	m.Payload = cloneOrNil(d.bytes())
+	m.Payload = clone(d.bytes())
 	if d.err != nil || len(d.b) != 0 || m.QoS > 2 {
 		return fmt.Errorf("%w: %d bytes", ErrCorruptMessage, len(b))
 	}

@@ -64,7 +64,7 @@ func (b *Broker) route(ev table.Event, deliver func(*table.Member)) {
 		return
 	}
 	var m Message
-	if m.UnmarshalBinary(ev.Value) != nil {
+	if m.decodeEvent(ev.Value, ev.ID) != nil {
 		return
 	}
 	b.mu.Lock()
