@@ -5,6 +5,8 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/tidemark-io/tidemark/mqtt/internal/netio"
 )
 
 // Why a socket was closed before its CONNECT was served (Stats.Refused).
@@ -206,9 +208,9 @@ const (
 func (b *Broker) acceptLoop(ln net.Listener) error {
 	var delay time.Duration
 	// Sockets accepted from a listening socket with TCP keep-alive on
-	// have it on already (see listenerKeepsAlive): connect need not turn
+	// have it on already (see netio.ListenerKeepsAlive): connect need not turn
 	// it on for each.
-	inherited := listenerKeepsAlive(ln)
+	inherited := netio.ListenerKeepsAlive(ln)
 	for {
 		nc, err := ln.Accept()
 		if err != nil {

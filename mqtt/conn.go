@@ -14,6 +14,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/internal/ackqueue"
+	"github.com/tidemark-io/tidemark/mqtt/internal/netio"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/internal/topicalias"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
@@ -31,7 +32,7 @@ type conn struct {
 	b   *Broker
 	nc  net.Conn
 	rd  *packet.Reader
-	br  *connReader // rd's buffer
+	br  *netio.Reader // rd's buffer
 	log connLog
 
 	wmu   sync.Mutex
@@ -47,7 +48,7 @@ type conn struct {
 	// until its first. Read loop only.
 	rate *rate.Limiter
 
-	bw       *connWriter
+	bw       *netio.Writer
 	w        *packet.Writer
 	nwriters atomic.Int32
 
@@ -96,7 +97,7 @@ type conn struct {
 	done       chan struct{}
 	registered bool
 	// tcpKeepAlive says the socket has TCP keep-alive on from the start
-	// (see listenerKeepsAlive).
+	// (see netio.ListenerKeepsAlive).
 	tcpKeepAlive bool
 	// connacked is set once the CONNACK is written, and connackSent
 	// closed: until then nothing but the acknowledgements queued behind
@@ -171,7 +172,7 @@ type ackEntry struct {
 // read buffer, an unbuffered writer for a refusing CONNACK, and none of the
 // connected state (see grow), so a flood of idle sockets costs little.
 func newConn(b *Broker, nc net.Conn) *conn {
-	br := newConnReader(nc)
+	br := netio.NewReader(nc)
 	c := &conn{
 		b: b, nc: nc,
 		rd: packet.NewReader(br, b.opts.MaxPacketSize), br: br,
@@ -184,9 +185,9 @@ func newConn(b *Broker, nc net.Conn) *conn {
 // grow allocates what a connection needs once its CONNECT was read: the
 // buffered writer, the context, the ack FIFO and the per-connection maps.
 // The reader and the writer take large buffers from a pool only while
-// there is traffic (see connReader and connWriter).
+// there is traffic (see netio.Reader and netio.Writer).
 func (c *conn) grow() {
-	c.bw = &connWriter{dst: c.nc}
+	c.bw = netio.NewWriter(c.nc)
 	c.w = packet.NewWriter(c.bw, packet.V311)
 	c.ctx, c.cancel = context.WithCancel(c.b.ctx)
 	// With the entry the ack loop waits for, the FIFO holds one receive

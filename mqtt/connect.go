@@ -110,7 +110,7 @@ func (c *conn) setKeepAlive(t *connectTerms) bool {
 		// listener that leaves TCP keep-alive off (as `tidemark serve`'s
 		// plain one does, to spare every connection its system calls)
 		// relies on this, unless its listening socket has it on, which
-		// accepted sockets inherit (see listenerKeepsAlive).
+		// accepted sockets inherit (see netio.ListenerKeepsAlive).
 		if tc, ok := c.nc.(*net.TCPConn); ok {
 			_ = tc.SetKeepAlive(true)
 		}

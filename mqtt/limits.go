@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tidemark-io/tidemark/mqtt/internal/netio"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 )
@@ -17,14 +18,6 @@ const (
 	// MaxTopicLength is the longest topic name or filter the protocol can
 	// carry, in bytes, and the default of Options.MaxTopicLength.
 	MaxTopicLength = 65535
-	// connectReadBuf is the read buffer every socket waits for input in
-	// (a CONNECT, or the next packet of an idle client); larger packets
-	// are read through it.
-	connectReadBuf = 512
-	// connReadBuf and connWriteBuf are the pooled buffers a connection
-	// borrows while it has traffic (see connReader and connWriter).
-	connReadBuf  = 32 << 10
-	connWriteBuf = 32 << 10
 	// DefaultSessionExpiry is the default of Options.SessionExpiry: a
 	// week. A device offline over a long weekend, a holiday or a repair
 	// comes back to its session and its queued messages; one that never
@@ -112,7 +105,7 @@ func (o *Options) normLimits() {
 // logs need (a tenth of the limit, at least 64), so a flood of sockets
 // meets the cap before the process runs out of descriptors.
 func DefaultMaxConnections() int {
-	n := openFileLimit()
+	n := netio.OpenFileLimit()
 	if n <= 0 {
 		return 10000
 	}

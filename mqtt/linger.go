@@ -45,5 +45,5 @@ func (c *conn) closeSocket() {
 		_, _ = io.Copy(io.Discard, c.br)
 	}
 	_ = c.nc.Close()
-	c.br.release()
+	c.br.Release()
 }

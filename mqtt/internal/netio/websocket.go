@@ -1,4 +1,4 @@
-package mqtt
+package netio
 
 import (
 	"crypto/tls"
@@ -23,7 +23,7 @@ const wsHandshakeTimeout = 10 * time.Second
 
 // ListenWebSocket serves MQTT over WebSocket (MQTT 5.0 section 6) on ln
 // at WebSocketPath and returns a net.Listener whose connections carry the
-// MQTT byte stream, for Broker.Serve: the broker treats them as it treats
+// MQTT byte stream, for the broker (mqtt.Broker.Serve): the broker treats them as it treats
 // TCP connections. A client must offer the subprotocol "mqtt" (or the
 // older "mqttv3.1"); any origin is accepted, as credentials are checked
 // by the broker. When ln is a TLS listener (wss), the connections report

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package mqtt
+package netio
 
 import (
 	"net"
@@ -13,6 +13,6 @@ import (
 // broker turns keep-alive on for each connection that needs it.
 func KeepAliveControl(_, _ string, _ syscall.RawConn) error { return nil }
 
-// listenerKeepsAlive reports false: whether accepted sockets inherit the
+// ListenerKeepsAlive reports false: whether accepted sockets inherit the
 // listener's keep-alive is not relied on here.
-func listenerKeepsAlive(net.Listener) bool { return false }
+func ListenerKeepsAlive(net.Listener) bool { return false }

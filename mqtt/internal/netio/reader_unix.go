@@ -1,6 +1,6 @@
 //go:build unix
 
-package mqtt
+package netio
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 	"syscall"
 )
 
-// rawSocket returns src's socket when it is one, for connReader to wait
+// rawSocket returns src's socket when it is one, for Reader to wait
 // on without a buffer.
 func rawSocket(src io.Reader) syscall.RawConn {
 	if sc, ok := src.(syscall.Conn); ok {
@@ -22,7 +22,7 @@ func rawSocket(src io.Reader) syscall.RawConn {
 
 // readSocket reads what the socket has into a buffer taken for it,
 // waiting with none while it has nothing.
-func (cr *connReader) readSocket() (int, error) {
+func (cr *Reader) readSocket() (int, error) {
 	if cr.readFn == nil {
 		// Made once: a closure made per read would be an allocation per
 		// packet.
@@ -47,7 +47,7 @@ func (cr *connReader) readSocket() (int, error) {
 
 // readOnce is readSocket's attempt at a read: it takes a buffer, reads
 // without blocking, and gives the buffer back when nothing was there.
-func (cr *connReader) readOnce(fd uintptr) bool {
+func (cr *Reader) readOnce(fd uintptr) bool {
 	cr.take()
 	for {
 		cr.n, cr.rerr = syscall.Read(int(fd), cr.buf)

@@ -1,4 +1,4 @@
-package mqtt
+package netio
 
 import (
 	"net"
@@ -22,9 +22,9 @@ func KeepAliveControl(_, _ string, rc syscall.RawConn) error {
 	return serr
 }
 
-// listenerKeepsAlive reports whether ln is a TCP listener whose socket has
+// ListenerKeepsAlive reports whether ln is a TCP listener whose socket has
 // keep-alive on: Linux copies the option to every socket it accepts.
-func listenerKeepsAlive(ln net.Listener) bool {
+func ListenerKeepsAlive(ln net.Listener) bool {
 	tl, ok := ln.(*net.TCPListener)
 	if !ok {
 		return false

@@ -1,7 +1,6 @@
-package mqtt
+package netio
 
 import (
-	"errors"
 	"io"
 	"sync"
 	"syscall"
@@ -11,22 +10,22 @@ import (
 // connection has nothing buffered, so a fleet of idle connections holds
 // no buffer at all, and a busy one reads and writes in large chunks.
 var (
-	smallBufs = sync.Pool{New: func() any { return new([connectReadBuf]byte) }}
-	readBufs  = sync.Pool{New: func() any { b := make([]byte, connReadBuf); return &b }}
-	writeBufs = sync.Pool{New: func() any { b := make([]byte, 0, connWriteBuf); return &b }}
+	smallBufs = sync.Pool{New: func() any { return new([ConnectReadBuf]byte) }}
+	readBufs  = sync.Pool{New: func() any { b := make([]byte, ReadBuf); return &b }}
+	writeBufs = sync.Pool{New: func() any { b := make([]byte, 0, WriteBuf); return &b }}
 )
 
-// connReader is a buffered reader for a connection that lends its buffer
+// Reader is a buffered reader for a connection that lends its buffer
 // out between bursts. Input comes into a small buffer; a read that fills
 // it means a burst, and the next reads go into a large one until the
 // socket has nothing more waiting. On a socket (a syscall.Conn) the
 // reader waits for input holding no buffer at all: it reads without
 // blocking and, when nothing is there, gives its buffer back before it
 // waits. Other connections (TLS, WebSocket) keep the small buffer.
-type connReader struct {
+type Reader struct {
 	src   io.Reader
 	rc    syscall.RawConn // the socket's, when src has one
-	small *[connectReadBuf]byte
+	small *[ConnectReadBuf]byte
 	big   *[]byte
 	buf   []byte // small[:], *big, or nil while waiting on rc
 	r, w  int
@@ -39,13 +38,14 @@ type connReader struct {
 	rerr   error
 }
 
-func newConnReader(src io.Reader) *connReader {
-	return &connReader{src: src, rc: rawSocket(src)}
+// NewReader returns a Reader of src.
+func NewReader(src io.Reader) *Reader {
+	return &Reader{src: src, rc: rawSocket(src)}
 }
 
 // take makes buf the buffer the next fill reads into: the large one
 // after a fill that filled its buffer, the small one otherwise.
-func (cr *connReader) take() {
+func (cr *Reader) take() {
 	if cr.full {
 		if cr.small != nil {
 			smallBufs.Put(cr.small)
@@ -62,13 +62,13 @@ func (cr *connReader) take() {
 		cr.big = nil
 	}
 	if cr.small == nil {
-		cr.small = smallBufs.Get().(*[connectReadBuf]byte)
+		cr.small = smallBufs.Get().(*[ConnectReadBuf]byte)
 	}
 	cr.buf = cr.small[:]
 }
 
 // drop gives every buffer back; nothing may be buffered.
-func (cr *connReader) drop() {
+func (cr *Reader) drop() {
 	if cr.small != nil {
 		smallBufs.Put(cr.small)
 		cr.small = nil
@@ -81,15 +81,15 @@ func (cr *connReader) drop() {
 }
 
 // size is how much the next fill may read at most.
-func (cr *connReader) size() int {
+func (cr *Reader) size() int {
 	if cr.full {
-		return connReadBuf
+		return ReadBuf
 	}
-	return connectReadBuf
+	return ConnectReadBuf
 }
 
-// fill reads into an empty buffer, choosing it first (see connReader).
-func (cr *connReader) fill() error {
+// fill reads into an empty buffer, choosing it first (see Reader).
+func (cr *Reader) fill() error {
 	if cr.err != nil {
 		return cr.err
 	}
@@ -115,7 +115,7 @@ func (cr *connReader) fill() error {
 
 // Read reads from the buffer, or straight into p when p is at least as
 // large as the buffer and nothing is buffered.
-func (cr *connReader) Read(p []byte) (int, error) {
+func (cr *Reader) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
@@ -138,7 +138,7 @@ func (cr *connReader) Read(p []byte) (int, error) {
 }
 
 // ReadByte reads one byte.
-func (cr *connReader) ReadByte() (byte, error) {
+func (cr *Reader) ReadByte() (byte, error) {
 	if cr.r == cr.w {
 		if err := cr.fill(); err != nil {
 			return 0, err
@@ -150,90 +150,15 @@ func (cr *connReader) ReadByte() (byte, error) {
 }
 
 // Buffered returns how many bytes can be read without a read from src.
-func (cr *connReader) Buffered() int { return cr.w - cr.r }
+func (cr *Reader) Buffered() int { return cr.w - cr.r }
 
 // Peek returns the next n buffered bytes without consuming them; it
 // never reads from src, and returns fewer when fewer are buffered.
-func (cr *connReader) Peek(n int) []byte {
+func (cr *Reader) Peek(n int) []byte {
 	return cr.buf[cr.r:min(cr.r+n, cr.w)]
 }
 
-// release gives the buffers back; the reader is not used after.
-func (cr *connReader) release() {
+// Release gives the buffers back; the reader is not used after.
+func (cr *Reader) Release() {
 	cr.drop()
-}
-
-// errShortWrite is a writer that took less than it was given.
-var errShortWrite = errors.New("mqtt: short write")
-
-// connWriter is a buffered writer whose buffer comes from a pool on the
-// first write and goes back at each Flush, so a connection holds a write
-// buffer only while it has something to send. It is not safe for
-// concurrent use (the connection's write lock guards it).
-type connWriter struct {
-	dst io.Writer
-	buf *[]byte
-	err error
-}
-
-// Write buffers p, sending the buffer first when p does not fit, and p
-// directly when it is larger than the buffer.
-func (cw *connWriter) Write(p []byte) (int, error) {
-	if cw.err != nil {
-		return 0, cw.err
-	}
-	if cw.buf == nil {
-		cw.buf = writeBufs.Get().(*[]byte)
-	}
-	b := *cw.buf
-	if len(b)+len(p) > cap(b) {
-		if err := cw.send(); err != nil {
-			return 0, err
-		}
-		b = (*cw.buf)[:0]
-		if len(p) >= cap(b) {
-			return cw.write(p)
-		}
-	}
-	*cw.buf = append(b, p...)
-	return len(p), nil
-}
-
-func (cw *connWriter) write(p []byte) (int, error) {
-	n, err := cw.dst.Write(p)
-	if err == nil && n < len(p) {
-		err = errShortWrite
-	}
-	if err != nil {
-		cw.err = err
-	}
-	return n, err
-}
-
-// send writes the buffer out and empties it.
-func (cw *connWriter) send() error {
-	if cw.buf == nil || len(*cw.buf) == 0 {
-		return cw.err
-	}
-	_, err := cw.write(*cw.buf)
-	*cw.buf = (*cw.buf)[:0]
-	return err
-}
-
-// Buffered returns how many bytes wait for Flush.
-func (cw *connWriter) Buffered() int {
-	if cw.buf == nil {
-		return 0
-	}
-	return len(*cw.buf)
-}
-
-// Flush sends what is buffered and gives the buffer back to the pool.
-func (cw *connWriter) Flush() error {
-	err := cw.send()
-	if cw.buf != nil {
-		writeBufs.Put(cw.buf)
-		cw.buf = nil
-	}
-	return err
 }

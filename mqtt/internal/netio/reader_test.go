@@ -1,4 +1,4 @@
-package mqtt
+package netio
 
 import (
 	"bytes"
@@ -50,7 +50,7 @@ func TestConnReaderReadsWhatWasSent(t *testing.T) {
 				src, dst = net.Pipe()
 				t.Cleanup(func() { src.Close(); dst.Close() })
 			}
-			cr := newConnReader(dst)
+			cr := NewReader(dst)
 			if (cr.rc != nil) != (kind == "socket") {
 				t.Fatalf("raw socket found: %v", cr.rc != nil)
 			}
@@ -58,7 +58,7 @@ func TestConnReaderReadsWhatWasSent(t *testing.T) {
 			var sent bytes.Buffer
 			bursts := make([][]byte, 40)
 			for i := range bursts {
-				b := make([]byte, 1+rng.IntN(3*connReadBuf))
+				b := make([]byte, 1+rng.IntN(3*ReadBuf))
 				for j := range b {
 					b[j] = byte(rng.Uint32())
 				}
@@ -103,7 +103,7 @@ func TestConnReaderReadsWhatWasSent(t *testing.T) {
 			if kind == "socket" && (cr.small != nil || cr.big != nil) {
 				t.Fatal("the reader holds a buffer after the socket ended")
 			}
-			cr.release()
+			cr.Release()
 		})
 	}
 }
@@ -113,7 +113,7 @@ func TestConnReaderReadsWhatWasSent(t *testing.T) {
 // with a timeout.
 func TestConnReaderWaitsWithoutBuffer(t *testing.T) {
 	src, dst := tcpPair(t)
-	cr := newConnReader(dst)
+	cr := NewReader(dst)
 	if _, err := src.Write([]byte("ab")); err != nil {
 		t.Fatal(err)
 	}
