@@ -43,6 +43,7 @@ import (
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/internal/retention"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
+	"github.com/tidemark-io/tidemark/mqtt/internal/workers"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -318,10 +319,10 @@ type Broker struct {
 	plain  []string
 	shared []topic.Subscription
 
-	// store hands store calls to the store goroutines (see onStore).
-	store chan storeJob
-	// runners run the connections' ack loops and senders.
-	runners *runners
+	// store runs store calls (see onStore); runners run the connections'
+	// ack loops and senders.
+	store   *workers.Calls
+	runners *workers.Pool
 
 	metrics metrics
 	// retained counts retained messages for Options.MaxRetained.
@@ -367,7 +368,7 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 	b := &Broker{
 		db: db, opts: opts, log: opts.Logger.With("component", "mqtt"), group: maxGroup,
 		conns: map[string]*conn{}, wills: map[string]*pendingWill{}, members: map[string]*table.Member{},
-		gate: newGate(opts.MaxConnections, opts.MaxConnRate), store: make(chan storeJob), runners: newRunners(ctx),
+		gate: newGate(opts.MaxConnections, opts.MaxConnRate), runners: workers.NewPool(ctx),
 		ctx: ctx, cancel: cancel, rules: retention.NewSet(tableMsgs, opts.Retention),
 	}
 	if err := b.startRouter(ctx); err != nil {
@@ -388,10 +389,7 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 		return nil, err
 	}
 	b.recoverWills()
-	b.wg.Add(storeGoroutines)
-	for range storeGoroutines {
-		go b.storeLoop()
-	}
+	b.store = workers.StartCalls(b.ctx, storeGoroutines, &b.wg)
 	b.wg.Add(2)
 	go b.expireSessions()
 	go b.retentionLoop()

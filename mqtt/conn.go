@@ -193,7 +193,7 @@ func (c *conn) grow() {
 	// With the entry the ack loop waits for, the FIFO holds one receive
 	// maximum of entries: past it the read loop stops reading the socket
 	// until the oldest commit completes.
-	c.acks = ackqueue.New[ackEntry](c.b.opts.ReceiveMaximum-1, c.ackLoop, c.b.runners.run)
+	c.acks = ackqueue.New[ackEntry](c.b.opts.ReceiveMaximum-1, c.ackLoop, c.b.runners.Go)
 	c.exchanges = map[uint16]*exchange{}
 	c.done = make(chan struct{})
 	c.connackSent = make(chan struct{})

@@ -48,7 +48,7 @@ func (o *outbound) wake() {
 		if s.run == nil {
 			s.run = o.run
 		}
-		o.c.b.runners.run(s.run)
+		o.c.b.runners.Go(s.run)
 	}
 	s.mu.Unlock()
 }
