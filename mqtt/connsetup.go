@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"bytes"
 	"context"
 	"strconv"
 
@@ -36,6 +37,7 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 		return sessionSetup{}, err
 	}
 	present := false
+	var rows sessionRows
 	// tx writes the session record; under a clean start it first deletes
 	// what the previous session left, in the same commit.
 	var tx *table.Tx
@@ -62,10 +64,10 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 			c.rec = rec
 		}
 		// A session's rows go before its record (see discardTx): with no
-		// record there are no staged ids to read.
+		// record there are none to read.
 		if ok {
-			if err := c.loadStagedIDs(ctx); err != nil {
-				return fail("load staged messages", err)
+			if rows, err = c.loadRows(ctx); err != nil {
+				return fail("load session state", err)
 			}
 		}
 	}
@@ -93,27 +95,60 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 			return fail("persist session", err)
 		}
 	}
-	out, err := newOutbound(c, window, present, head)
+	out, err := newOutbound(c, window, present, head, rows)
 	if err != nil {
 		return fail("restore session", err)
 	}
 	return sessionSetup{present: present, settled: settled, h: h, out: out, head: head}, nil
 }
 
-// loadStagedIDs reads the packet ids of inbound QoS 2 messages staged by
-// earlier connections of the session into c.stagedBefore: a first
-// transmission on one of them finds its slot taken, so its staging must
-// not share a commit with others (see group).
-func (c *conn) loadStagedIDs(ctx context.Context) error {
-	return c.b.db.Range(ctx, tableStaged, c.client+slotSep, func(r table.Record) bool {
-		if pi, perr := strconv.ParseUint(r.ID[len(c.client)+len(slotSep):], 10, 16); !r.Deleted && perr == nil {
-			if c.stagedBefore == nil {
-				c.stagedBefore = map[uint16]bool{}
+// sessionRows is what a present session keeps in the store beside its
+// record: the values of its outbound QoS 2 records and its completion
+// marks (see restoreRecords and restoreDone).
+type sessionRows struct {
+	out  [][]byte
+	done []table.Cursor
+}
+
+// loadRows reads a present session's rows from one view of the store, so
+// a reconnect pays one engine snapshot for them rather than one per
+// table. The packet ids of its staged inbound QoS 2 messages go to
+// c.stagedBefore: a first transmission on one of them finds its slot
+// taken, so its staging must not share a commit with others (see group).
+func (c *conn) loadRows(ctx context.Context) (sessionRows, error) {
+	var rows sessionRows
+	prefix := c.client + slotSep
+	err := c.b.db.View(ctx, func(v *table.View) error {
+		err := v.Range(tableStaged, prefix, func(r table.Record) bool {
+			if pi, perr := strconv.ParseUint(r.ID[len(prefix):], 10, 16); !r.Deleted && perr == nil {
+				if c.stagedBefore == nil {
+					c.stagedBefore = map[uint16]bool{}
+				}
+				c.stagedBefore[uint16(pi)] = true
 			}
-			c.stagedBefore[uint16(pi)] = true
+			return true
+		})
+		if err != nil {
+			return err
 		}
-		return true
+		err = v.Range(tableOut, prefix, func(r table.Record) bool {
+			if !r.Deleted {
+				rows.out = append(rows.out, bytes.Clone(r.Value))
+			}
+			return true
+		})
+		if err != nil {
+			return err
+		}
+		return v.Range(tableDone, prefix, func(r table.Record) bool {
+			var cur table.Cursor
+			if !r.Deleted && cur.UnmarshalText([]byte(r.ID[len(prefix):])) == nil {
+				rows.done = append(rows.done, cur)
+			}
+			return true
+		})
 	})
+	return rows, err
 }
 
 // stampRecord makes the session record this connection's, as the store

@@ -102,7 +102,7 @@ type outbound struct {
 // newOutbound restores the sending side of c's session; present says the
 // session existed (a new one has no delivery state to read), head is the
 // log head read once the connection was registered.
-func newOutbound(c *conn, window int, present bool, head table.Cursor) (*outbound, error) {
+func newOutbound(c *conn, window int, present bool, head table.Cursor, rows sessionRows) (*outbound, error) {
 	// The in-flight maps are made on first use: an idle session holds none.
 	o := &outbound{
 		c: c, window: window,
@@ -132,12 +132,8 @@ func newOutbound(c *conn, window int, present bool, head table.Cursor) (*outboun
 	if !present {
 		return o, nil
 	}
-	if err := o.restoreRecords(c.ctx); err != nil {
-		return nil, err
-	}
-	if err := o.restoreDone(c.ctx); err != nil {
-		return nil, err
-	}
+	o.restoreRecords(rows.out)
+	o.restoreDone(rows.done)
 	return o, nil
 }
 

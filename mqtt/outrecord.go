@@ -1,8 +1,6 @@
 package mqtt
 
 import (
-	"context"
-
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -26,19 +24,19 @@ func (o *outbound) addRecord(om *outMsg) error {
 	return o.grp.tx.PutStateUnchecked(tableOut, slotID(o.c.client, om.pi), v)
 }
 
-// restoreRecords reads the session's stored QoS 2 exchanges back into the
-// in-flight window, each awaiting its log event (resumed); undecodable
-// records are passed over. Run by newOutbound before the sender starts.
-func (o *outbound) restoreRecords(ctx context.Context) error {
-	c := o.c
-	return c.b.db.Range(ctx, tableOut, c.client+slotSep, func(r table.Record) bool {
+// restoreRecords puts the session's stored QoS 2 exchanges (the values
+// of its tableOut records, see loadRows) back into the in-flight window,
+// each awaiting its log event (resumed); undecodable records are passed
+// over. Run by newOutbound before the sender starts.
+func (o *outbound) restoreRecords(recs [][]byte) {
+	for _, v := range recs {
 		var or session.OutRecord
-		if r.Deleted || or.Decode(r.Value) != nil {
-			return true
+		if or.Decode(v) != nil {
+			continue
 		}
 		var m Message
 		if m.UnmarshalBinary(or.Msg) != nil {
-			return true
+			continue
 		}
 		om := &outMsg{pi: or.PI, qos: 2, pos: or.Pos, msg: &m, rec: true, state: or.State}
 		o.track(om)
@@ -46,6 +44,5 @@ func (o *outbound) restoreRecords(ctx context.Context) error {
 			o.resumed = map[table.Cursor]*outMsg{}
 		}
 		o.resumed[or.Pos] = om
-		return true
-	})
+	}
 }

@@ -1,10 +1,6 @@
 package mqtt
 
-import (
-	"context"
-
-	"github.com/tidemark-io/tidemark/table"
-)
+import "github.com/tidemark-io/tidemark/table"
 
 // A session's completion marks: a QoS 2 delivery that completed above the
 // checkpoint leaves a mark in tableDone (written with the delete of its
@@ -21,17 +17,12 @@ func (o *outbound) markDone(pos table.Cursor) {
 	o.done[pos] = true
 }
 
-// restoreDone reads the session's stored completion marks back. Run by
-// newOutbound before the sender starts.
-func (o *outbound) restoreDone(ctx context.Context) error {
-	c := o.c
-	return c.b.db.Range(ctx, tableDone, c.client+slotSep, func(r table.Record) bool {
-		var cur table.Cursor
-		if !r.Deleted && cur.UnmarshalText([]byte(r.ID[len(c.client)+1:])) == nil {
-			o.markDone(cur)
-		}
-		return true
-	})
+// restoreDone puts the session's stored completion marks (see loadRows)
+// back. Run by newOutbound before the sender starts.
+func (o *outbound) restoreDone(marks []table.Cursor) {
+	for _, cur := range marks {
+		o.markDone(cur)
+	}
 }
 
 // garbage reports whether completion marks at or below the persisted
