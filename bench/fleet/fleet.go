@@ -122,6 +122,9 @@ type Result struct {
 	// its own topic); P50 and P99 their latencies from publication.
 	Spread   float64
 	P50, P99 time.Duration
+	// Timeline is the spread's deliveries by when they were published, in
+	// windows of timelineStep: where in the load the slow ones were.
+	Timeline []Window
 	// Fanout is deliveries per second of messages every device receives.
 	Fanout float64
 	// Lost and Dup count deliveries missing or repeated over both loads.
@@ -246,10 +249,15 @@ func runOne(ctx context.Context, b Broker, n, fan int, dir string, say func(stri
 		r.Err = fmt.Errorf("spread: %w", err)
 		return r
 	}
-	lat, last := f.wait(ctx, 1, start)
+	samples, last := f.wait(ctx, 1, start)
 	r.CPU.Spread, r.ClientCPU.Spread = cpu.per(n)
 	r.Spread = float64(n) / last.Sub(start).Seconds()
+	lat := make([]time.Duration, len(samples))
+	for i, s := range samples {
+		lat[i] = s.lat
+	}
 	r.P50, r.P99 = percentile(lat, 0.50), percentile(lat, 0.99)
+	r.Timeline = timeline(samples, start, timelineStep)
 	say(fmt.Sprintf("  spread: %.0f deliveries/s, p50 %v, p99 %v", r.Spread, r.P50, r.P99))
 
 	// Fan-out: every device gets each message.
@@ -291,7 +299,7 @@ type device struct {
 	mu        sync.Mutex
 	nc        net.Conn
 	seen      map[uint64]int // message number -> deliveries
-	lat       []time.Duration
+	lat       []sample
 	last      time.Time
 	count     atomic.Int64 // distinct messages received
 }
@@ -404,7 +412,7 @@ func (d *device) read(nc net.Conn, rd *packet.Reader) {
 			d.seen[num]++
 			if d.seen[num] == 1 {
 				d.count.Add(1)
-				d.lat = append(d.lat, now.Sub(sent))
+				d.lat = append(d.lat, sample{sent: sent, lat: now.Sub(sent)})
 				d.last = now
 			}
 			d.mu.Unlock()
@@ -503,8 +511,9 @@ func publishFrom(ctx context.Context, addr, id string, first, step, m, window in
 }
 
 // wait waits until every device has want distinct messages (or 2 minutes
-// without progress) and returns the latencies of all and the last arrival.
-func (f *fleet) wait(ctx context.Context, want int, since time.Time) ([]time.Duration, time.Time) {
+// without progress) and returns the first deliveries of all (when each was
+// published, and its latency) and the last arrival.
+func (f *fleet) wait(ctx context.Context, want int, since time.Time) ([]sample, time.Time) {
 	lastProgress, lastTotal := time.Now(), int64(-1)
 	for ctx.Err() == nil {
 		total, done := int64(0), true
@@ -523,7 +532,7 @@ func (f *fleet) wait(ctx context.Context, want int, since time.Time) ([]time.Dur
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
-	var lat []time.Duration
+	var lat []sample
 	last := since
 	for _, d := range f.devs {
 		d.mu.Lock()

@@ -16,6 +16,7 @@ func fleetBenchCmd() *cobra.Command {
 	var engines, peers, sessions, offline []string
 	var syncMode, dir string
 	var fan, reconnects int
+	var showTimeline bool
 	cmd := &cobra.Command{
 		Use:   "fleet",
 		Short: "Measure a fleet of persistent sessions: memory per session, setup, spread and fan-out delivery, reconnect storm",
@@ -86,6 +87,9 @@ published to the session's topic while it was offline).`,
 			rs := fleet.Run(cmd.Context(), fleet.Config{Brokers: brokers, Sessions: ns, FanoutMessages: fan, Dir: dir,
 				Progress: func(s string) { fmt.Fprintln(cmd.ErrOrStderr(), s) }})
 			fmt.Fprint(out, fleet.Table(rs))
+			if showTimeline {
+				fmt.Fprint(out, fleet.TimelineTable(rs))
+			}
 			for _, r := range rs {
 				if r.Err != nil || r.Lost > 0 {
 					return fmt.Errorf("%s at %d sessions: lost %d, error %w", r.Broker, r.Sessions, r.Lost, r.Err)
@@ -98,6 +102,7 @@ published to the session's topic while it was offline).`,
 	fs.StringSliceVar(&engines, "engines", []string{"pebble"}, "Tidemark engines to run")
 	fs.StringSliceVar(&peers, "peers", []string{"mosquitto"}, "peers to run beside (mosquitto, or none)")
 	fs.StringSliceVar(&sessions, "sessions", []string{"1000"}, "fleet sizes")
+	fs.BoolVar(&showTimeline, "timeline", false, "also print the spread's deliveries in 100 ms windows of publication time (count, p50, p99, max, over 50 ms): where in the load the slow ones were")
 	fs.StringVar(&syncMode, "sync", "always", "Tidemark's sync mode: always, interval or none")
 	fs.IntVar(&fan, "fanout", 20, "messages sent to every session in the fan-out load")
 	fs.StringVar(&dir, "dir", "", "data directory for the brokers (default: a temporary one)")
