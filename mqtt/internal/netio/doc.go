@@ -20,4 +20,7 @@ const (
 	// while it has traffic (see Reader and Writer).
 	ReadBuf  = 32 << 10
 	WriteBuf = 32 << 10
+	// SmallWriteBuf is the buffer a Writer starts each burst in: a page,
+	// which holds a few dozen small PUBLISHes.
+	SmallWriteBuf = 4 << 10
 )

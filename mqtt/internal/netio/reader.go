@@ -13,6 +13,8 @@ var (
 	smallBufs = sync.Pool{New: func() any { return new([ConnectReadBuf]byte) }}
 	readBufs  = sync.Pool{New: func() any { b := make([]byte, ReadBuf); return &b }}
 	writeBufs = sync.Pool{New: func() any { b := make([]byte, 0, WriteBuf); return &b }}
+	// smallWriteBufs start every Writer's burst (see Writer).
+	smallWriteBufs = sync.Pool{New: func() any { b := make([]byte, 0, SmallWriteBuf); return &b }}
 )
 
 // Reader is a buffered reader for a connection that lends its buffer

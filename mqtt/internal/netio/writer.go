@@ -10,12 +10,24 @@ var errShortWrite = errors.New("netio: short write")
 
 // Writer is a buffered writer whose buffer comes from a pool on the
 // first write and goes back at each Flush, so a connection holds a write
-// buffer only while it has something to send. It is not safe for
-// concurrent use (the connection's write lock guards it).
+// buffer only while it has something to send.
+//
+// The buffer is sized to the burst: a small one (SmallWriteBuf) first,
+// which is all a device sent a few messages needs, and a large one
+// (WriteBuf) once a burst outgrows it. A writer whose last burst needed
+// the large buffer starts the next one in a large buffer too, so a busy
+// connection does not copy its way up at every flush; one whose burst fit
+// the small buffer goes back to small ones. A fleet receiving a message
+// each thus touches a page per connection, not eight.
+//
+// It is not safe for concurrent use (the connection's write lock guards
+// it).
 type Writer struct {
 	dst io.Writer
 	buf *[]byte
-	err error
+	// large says buf is (or the next one will be) a WriteBuf one.
+	large bool
+	err   error
 }
 
 // Write buffers p, sending the buffer first when p does not fit, and p
@@ -25,20 +37,45 @@ func (cw *Writer) Write(p []byte) (int, error) {
 		return 0, cw.err
 	}
 	if cw.buf == nil {
-		cw.buf = writeBufs.Get().(*[]byte)
+		cw.buf = cw.get()
 	}
 	b := *cw.buf
 	if len(b)+len(p) > cap(b) {
-		if err := cw.send(); err != nil {
-			return 0, err
-		}
-		b = (*cw.buf)[:0]
-		if len(p) >= cap(b) {
-			return cw.write(p)
+		if !cw.large && len(b)+len(p) <= WriteBuf {
+			// The burst outgrew the small buffer: move to a large one
+			// rather than send a small write.
+			cw.large = true
+			nb := writeBufs.Get().(*[]byte)
+			*nb = append((*nb)[:0], b...)
+			cw.putSmall()
+			cw.buf, b = nb, *nb
+		} else {
+			if err := cw.send(); err != nil {
+				return 0, err
+			}
+			b = (*cw.buf)[:0]
+			if len(p) >= cap(b) {
+				return cw.write(p)
+			}
 		}
 	}
 	*cw.buf = append(b, p...)
 	return len(p), nil
+}
+
+// get takes a buffer of the size the writer's last burst needed.
+func (cw *Writer) get() *[]byte {
+	if cw.large {
+		return writeBufs.Get().(*[]byte)
+	}
+	return smallWriteBufs.Get().(*[]byte)
+}
+
+// putSmall gives back a small buffer; the writer holds none after.
+func (cw *Writer) putSmall() {
+	*cw.buf = (*cw.buf)[:0]
+	smallWriteBufs.Put(cw.buf)
+	cw.buf = nil
 }
 
 func (cw *Writer) write(p []byte) (int, error) {
@@ -72,9 +109,17 @@ func (cw *Writer) Buffered() int {
 
 // Flush sends what is buffered and gives the buffer back to the pool.
 func (cw *Writer) Flush() error {
+	n := cw.Buffered()
 	err := cw.send()
 	if cw.buf != nil {
-		writeBufs.Put(cw.buf)
+		if cap(*cw.buf) == WriteBuf {
+			writeBufs.Put(cw.buf)
+			// A burst that would have fit the small buffer starts the
+			// next one small again.
+			cw.large = n > SmallWriteBuf
+		} else {
+			smallWriteBufs.Put(cw.buf)
+		}
 		cw.buf = nil
 	}
 	return err
