@@ -122,6 +122,8 @@ func caseUseAfterClose(t T, tg Target) {
 	wantErr(t, "submit after close", err, engine.ErrClosed)
 	_, err = e.Snapshot(ctx)
 	wantErr(t, "snapshot after close", err, engine.ErrClosed)
+	_, err = engine.Get(ctx, e, []byte("a"))
+	wantErr(t, "get after close", err, engine.ErrClosed)
 	wantErr(t, "scan after close", e.ScanLog(ctx, 0, false, func(engine.Entry) bool { return true }), engine.ErrClosed)
 	wantErr(t, "truncate after close", e.Truncate(ctx, 1), engine.ErrClosed)
 	_, err = e.LogStats(ctx)

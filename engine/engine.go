@@ -65,6 +65,9 @@ type (
 	// CommitLimit is implemented by engines that apply fewer entries in
 	// one commit than MaxBatchEntries.
 	CommitLimit = driver.CommitLimit
+	// PointReader is implemented by engines that read one key without
+	// a snapshot (see driver.PointReader); Get uses it when there.
+	PointReader = driver.PointReader
 	// Sharer is implemented by engines whose store another engine can
 	// open as another node (see driver.Sharer).
 	Sharer = driver.Sharer
@@ -194,8 +197,17 @@ func Commit(ctx context.Context, e Engine, b *Batch) (Result, error) {
 	return h.Wait(ctx)
 }
 
-// Get reads one key from a fresh snapshot.
+// Get reads one key as a fresh snapshot would: without one when e is a
+// PointReader.
 func Get(ctx context.Context, e Engine, key []byte) ([]byte, error) {
+	if p, ok := e.(PointReader); ok {
+		return p.Get(ctx, key)
+	}
+	return snapshotGet(ctx, e, key)
+}
+
+// snapshotGet reads one key from a fresh snapshot.
+func snapshotGet(ctx context.Context, e Engine, key []byte) ([]byte, error) {
 	s, err := e.Snapshot(ctx)
 	if err != nil {
 		return nil, err

@@ -71,6 +71,22 @@ func (f *front) Snapshot(ctx context.Context) (Snapshot, error) {
 	return &frontSnapshot{s: s, name: f.name}, nil
 }
 
+// Get reads key without a snapshot on a backend that can (a
+// driver.PointReader), and from a fresh snapshot on one that cannot.
+func (f *front) Get(ctx context.Context, key []byte) ([]byte, error) {
+	p, ok := f.e.(driver.PointReader)
+	if !ok {
+		return snapshotGet(ctx, f, key)
+	}
+	if err := ValidKey(key); err != nil {
+		return nil, f.errf("get", err)
+	}
+	if err := f.check(ctx, "get"); err != nil {
+		return nil, err
+	}
+	return p.Get(ctx, key)
+}
+
 func (f *front) ScanLog(ctx context.Context, from LogKey, exclusive bool, fn func(Entry) bool) error {
 	if err := f.check(ctx, "scan log"); err != nil {
 		return err

@@ -83,6 +83,11 @@ func (i *instrumented) MaxCommitEntries() int { return engine.MaxCommitEntries(i
 // PrefersSeparateCommits passes the wrapped engine's preference on.
 func (i *instrumented) PrefersSeparateCommits() bool { return engine.PrefersSeparateCommits(i.Engine) }
 
+// Get keeps the engine's point reads (engine.PointReader).
+func (i *instrumented) Get(ctx context.Context, key []byte) ([]byte, error) {
+	return engine.Get(ctx, i.Engine, key)
+}
+
 func (i *instrumented) Close() error {
 	err := i.Engine.Close()
 	i.once.Do(func() { close(i.pending) })

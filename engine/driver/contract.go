@@ -81,6 +81,16 @@ type CommitLimit interface {
 	MaxCommitEntries() int
 }
 
+// PointReader is implemented by engines that read one key more cheaply
+// than a snapshot can: Get returns what a snapshot opened at its call
+// would return for key (the value of the latest commit applied, or
+// ErrNotFound), and ErrClosed once the engine closed. A broker's session
+// setup reads single keys (a session record, a topic's retained message)
+// and has no use for the snapshot around them.
+type PointReader interface {
+	Get(ctx context.Context, key []byte) ([]byte, error)
+}
+
 // Sharer is implemented by engines whose store another engine instance
 // can open as another node (JetStream on a shared stream: commit=batch).
 type Sharer interface {
