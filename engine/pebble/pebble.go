@@ -28,11 +28,23 @@ func init() {
 	driver.Register(Name, driver.Driver{
 		Open: open,
 		Params: []driver.Param{
-			{Name: "cache_mb", Default: "64", Doc: "block cache size in MiB"},
+			{Name: "cache_mb", Default: "64", Doc: "block cache size in MiB, beside the memtables (Pebble counts them against its cache, so the cache is made this much larger than they can take)"},
 			{Name: "memtable_mb", Default: "64", Doc: "memtable size in MiB"},
 		},
 		Doc: "embedded LSM (cockroachdb/pebble v2); one log key per transaction; group commit through Pebble's commit pipeline",
 	})
+}
+
+// memtablesMax is the most memtables Pebble keeps (the one written and
+// those waiting to be flushed) before it stops writes: its default,
+// stated because the block cache is sized by it (see cacheBytes).
+const memtablesMax = 2
+
+// cacheBytes is the size of a block cache that keeps cacheMB MiB for
+// blocks beside memtablesMax memtables of memMB MiB, which Pebble
+// reserves in the same cache.
+func cacheBytes(cacheMB, memMB int) int64 {
+	return int64(cacheMB+memtablesMax*memMB) << 20
 }
 
 // pendingCommit is an applied commit waiting for its WAL sync.
@@ -107,7 +119,13 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("pebble: create %s: %w", opts.Dir, err)
 	}
-	cache := pebble.NewCache(int64(cacheMB) << 20)
+	// Pebble reserves every memtable's size in the block cache it is
+	// given. A cache no larger than the memtables (as 64 MiB of each
+	// were) caches no block once two memtables have filled: every check
+	// of a commit and every read then went to the file for its filter and
+	// index blocks. The cache is sized so that cacheMB stay for blocks
+	// when the memtables hold all Pebble lets them.
+	cache := pebble.NewCache(cacheBytes(cacheMB, memMB))
 	d := &db{
 		opts:    opts,
 		cache:   cache,
@@ -120,10 +138,11 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 		d.fail(fmt.Errorf("pebble: %w: %w", driver.ErrWriteFailed, err))
 	})
 	popts := &pebble.Options{
-		FS:           d.fs,
-		Cache:        cache,
-		MemTableSize: uint64(memMB) << 20,
-		Logger:       slogLogger{opts.Log().With("engine", Name)},
+		FS:                          d.fs,
+		Cache:                       cache,
+		MemTableSize:                uint64(memMB) << 20,
+		MemTableStopWritesThreshold: memtablesMax,
+		Logger:                      slogLogger{opts.Log().With("engine", Name)},
 	}
 	// Commit checks are point reads, often of keys that are absent (a free
 	// staging slot): without filters each one searches every level.
