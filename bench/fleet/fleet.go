@@ -8,7 +8,8 @@
 // Every broker runs as a process of its own (Tidemark as `tidemark
 // serve`, mosquitto from its Debian package), so its resident memory is
 // read from /proc alone, and the client side is one lean process: raw
-// MQTT packets, one goroutine per device, a small read buffer each.
+// MQTT packets on blocking sockets, read through epoll by two goroutines
+// on Linux (see client_linux.go).
 package fleet
 
 import (
@@ -284,6 +285,9 @@ func runOne(ctx context.Context, b Broker, n, fan int, dir string, say func(stri
 	time.Sleep(500 * time.Millisecond) // redeliveries of anything unacknowledged at the drop
 	r.Lost, r.Dup = f.check(1 + fan)
 	r.Retries = int(f.retries.Load())
+	if e := f.firstRetry.Load(); e != nil {
+		say(fmt.Sprintf("  %d connection attempts retried, the first after: %v", r.Retries, *e))
+	}
 	return r
 }
 
@@ -291,17 +295,10 @@ func runOne(ctx context.Context, b Broker, n, fan int, dir string, say func(stri
 type fleet struct {
 	addr    string
 	devs    []*device
+	readers pollers
 	retries atomic.Int64 // connection attempts that failed and were retried
-}
-
-type device struct {
-	id, topic string
-	mu        sync.Mutex
-	nc        net.Conn
-	seen      map[uint64]int // message number -> deliveries
-	lat       []sample
-	last      time.Time
-	count     atomic.Int64 // distinct messages received
+	// firstRetry is the error of the first attempt retried.
+	firstRetry atomic.Pointer[error]
 }
 
 func (f *fleet) connectAll(ctx context.Context, subscribe bool) error {
@@ -323,10 +320,13 @@ func (f *fleet) connectAll(ctx context.Context, subscribe bool) error {
 				// the fleet that dropped, up to its connection cap.
 				var err error
 				for try := range 8 {
-					if err = f.devs[i].connect(f.addr, subscribe); err == nil {
+					if err = f.devs[i].connect(&f.readers, f.addr, subscribe); err == nil {
 						break
 					}
-					f.retries.Add(1)
+					if f.retries.Add(1) == 1 {
+						first := err
+						f.firstRetry.Store(&first)
+					}
 					time.Sleep(100 * time.Millisecond << try)
 				}
 				if err != nil {
@@ -341,101 +341,6 @@ func (f *fleet) connectAll(ctx context.Context, subscribe bool) error {
 		return *p
 	}
 	return ctx.Err()
-}
-
-func (d *device) connect(addr string, subscribe bool) error {
-	nc, err := net.DialTimeout("tcp", addr, 10*time.Second)
-	if err != nil {
-		return err
-	}
-	_ = nc.SetDeadline(time.Now().Add(30 * time.Second))
-	out, _ := (&packet.Connect{Version: packet.V311, ClientID: d.id, KeepAlive: 0}).Append(nil, packet.V311)
-	if subscribe {
-		sub := &packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: d.topic, QoS: 1}, {Filter: "fleet/all", QoS: 1}}}
-		out, _ = sub.Append(out, packet.V311)
-	}
-	if _, err := nc.Write(out); err != nil {
-		nc.Close()
-		return err
-	}
-	br := bufio.NewReaderSize(nc, 512)
-	rd := packet.NewReader(br, 0)
-	rd.SetVersion(packet.V311)
-	p, err := rd.ReadPacket()
-	if err != nil {
-		nc.Close()
-		return fmt.Errorf("CONNACK: %w", err)
-	}
-	// A reconnect must find its session; a first connect may too, when
-	// an earlier attempt of it got as far as the CONNECT.
-	if ack, ok := p.(*packet.Connack); !ok || ack.ReasonCode != 0 || (!subscribe && !ack.SessionPresent) {
-		nc.Close()
-		return fmt.Errorf("CONNACK: got %v (session present expected %v)", p, !subscribe)
-	}
-	if subscribe {
-		if p, err = rd.ReadPacket(); err != nil {
-			nc.Close()
-			return fmt.Errorf("SUBACK: %w", err)
-		}
-		if _, ok := p.(*packet.Suback); !ok {
-			nc.Close()
-			return fmt.Errorf("got %v, want SUBACK", p)
-		}
-	}
-	_ = nc.SetDeadline(time.Time{})
-	d.mu.Lock()
-	d.nc = nc
-	if d.seen == nil {
-		d.seen = map[uint64]int{}
-	}
-	d.mu.Unlock()
-	go d.read(nc, rd)
-	return nil
-}
-
-func (d *device) read(nc net.Conn, rd *packet.Reader) {
-	var out []byte
-	for {
-		p, err := rd.ReadPacket()
-		if err != nil {
-			return
-		}
-		pub, ok := p.(*packet.Publish)
-		if !ok {
-			continue
-		}
-		now := time.Now()
-		if len(pub.Payload) >= 16 {
-			num := binary.BigEndian.Uint64(pub.Payload[8:])
-			sent := time.Unix(0, int64(binary.BigEndian.Uint64(pub.Payload)))
-			d.mu.Lock()
-			d.seen[num]++
-			if d.seen[num] == 1 {
-				d.count.Add(1)
-				d.lat = append(d.lat, sample{sent: sent, lat: now.Sub(sent)})
-				d.last = now
-			}
-			d.mu.Unlock()
-		}
-		if pub.QoS == 1 {
-			out, _ = (&packet.Puback{PacketID: pub.PacketID}).Append(out[:0], packet.V311)
-			if _, err := nc.Write(out); err != nil {
-				return
-			}
-		}
-		pub.Release()
-	}
-}
-
-func (f *fleet) closeAll() {
-	for _, d := range f.devs {
-		d.mu.Lock()
-		if d.nc != nil {
-			d.nc.Close()
-			d.nc = nil
-		}
-		d.mu.Unlock()
-	}
 }
 
 // msgNum numbers messages across a run, so spread and fan-out never share one.

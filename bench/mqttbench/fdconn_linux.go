@@ -2,7 +2,6 @@ package mqttbench
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net"
 	"os"
@@ -10,6 +9,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/tidemark-io/tidemark/bench/internal/rawconn"
 )
 
 // fdConn is a TCP connection on a blocking socket, read and written with
@@ -42,29 +43,17 @@ type fdConn struct {
 
 // dialBlocking connects to addr (host:port, IPv4) on a blocking socket.
 func dialBlocking(ctx context.Context, addr string) (net.Conn, error) {
-	ta, err := net.ResolveTCPAddr("tcp4", addr)
+	var timeout time.Duration
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = max(time.Until(dl), time.Microsecond)
+	}
+	fd, ta, err := rawconn.Dial(addr, timeout)
 	if err != nil {
 		return nil, err
 	}
-	var sa syscall.SockaddrInet4
-	copy(sa.Addr[:], ta.IP.To4())
-	sa.Port = ta.Port
-	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("socket: %w", err)
-	}
 	c := &fdConn{fd: fd, remote: ta}
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetDeadline(dl)
-	}
-	if err := syscall.Connect(fd, &sa); err != nil {
-		syscall.Close(fd)
-		return nil, fmt.Errorf("connect %s: %w", addr, err)
-	}
-	_ = c.SetDeadline(time.Time{})
-	if err := syscall.SetsockoptInt(fd, syscall.IPPROTO_TCP, syscall.TCP_NODELAY, 1); err != nil {
-		syscall.Close(fd)
-		return nil, fmt.Errorf("TCP_NODELAY: %w", err)
+	if timeout > 0 {
+		_ = c.SetDeadline(time.Time{})
 	}
 	if ls, err := syscall.Getsockname(fd); err == nil {
 		if l, ok := ls.(*syscall.SockaddrInet4); ok {
