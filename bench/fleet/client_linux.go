@@ -65,11 +65,14 @@ func (d *device) connect(ps *pollers, addr string, subscribe bool) error {
 	buf := make([]byte, 512)
 	for {
 		n, err := syscall.Read(fd, buf)
-		if err == syscall.EINTR {
+		if errors.Is(err, syscall.EINTR) {
 			continue
 		}
-		if err != nil || n == 0 {
-			return fmt.Errorf("reading CONNACK: %v (%d bytes in)", err, len(in))
+		if err != nil {
+			return fmt.Errorf("reading CONNACK (%d bytes in): %w", len(in), err)
+		}
+		if n == 0 {
+			return fmt.Errorf("reading CONNACK (%d bytes in): the broker closed the connection", len(in))
 		}
 		in = append(in, buf[:n]...)
 		rest, err := d.greeted(in, subscribe)
@@ -102,7 +105,7 @@ func (d *device) connect(ps *pollers, addr string, subscribe bool) error {
 func writeAll(fd int, b []byte) error {
 	for len(b) > 0 {
 		n, err := syscall.Write(fd, b)
-		if err == syscall.EINTR {
+		if errors.Is(err, syscall.EINTR) {
 			continue
 		}
 		if err != nil {
@@ -173,7 +176,7 @@ func (d *device) poll(fd, ep int, buf, acks []byte) []byte {
 	defer d.mu.Unlock()
 	in := append(buf[:0], d.rest...)
 	n, err := syscall.Read(fd, buf[len(in):])
-	if err == syscall.EINTR || err == syscall.EAGAIN {
+	if errors.Is(err, syscall.EINTR) || errors.Is(err, syscall.EAGAIN) {
 		return acks
 	}
 	if err != nil || n == 0 {

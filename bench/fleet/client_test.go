@@ -3,6 +3,7 @@ package fleet
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"testing"
 	"time"
 
@@ -60,7 +61,7 @@ func TestGreeted(t *testing.T) {
 	suback, _ := (&packet.Suback{PacketID: 1, ReasonCodes: []packet.ReasonCode{1, 1}}).Append(nil, packet.V311)
 	both := append(connack(false, 0), suback...)
 	for n := range len(both) {
-		if _, err := d.greeted(both[:n], true); err != errShort {
+		if _, err := d.greeted(both[:n], true); !errors.Is(err, errShort) {
 			t.Fatalf("%d of %d bytes: %v, want errShort", n, len(both), err)
 		}
 	}

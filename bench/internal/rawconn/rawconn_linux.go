@@ -1,6 +1,7 @@
 package rawconn
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"syscall"
@@ -64,12 +65,12 @@ func SetTimeout(fd int, d time.Duration) error {
 // and takes the outcome from SO_ERROR.
 func connect(fd int, sa syscall.Sockaddr) error {
 	err := syscall.Connect(fd, sa)
-	if err != syscall.EINTR {
+	if !errors.Is(err, syscall.EINTR) {
 		return err
 	}
 	for {
 		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
-		if _, err := unix.Poll(pfd, -1); err == syscall.EINTR {
+		if _, err := unix.Poll(pfd, -1); errors.Is(err, syscall.EINTR) {
 			continue
 		} else if err != nil {
 			return err
