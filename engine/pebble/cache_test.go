@@ -49,8 +49,8 @@ func TestBlockCacheBesideMemtables(t *testing.T) {
 		}
 	}
 	m := d.pdb.Metrics()
-	if m.Levels[0].TablesCount+m.Levels[6].TablesCount == 0 && m.Flush.Count == 0 {
-		t.Fatalf("no table was written: the reads did not reach the block cache\n%s", m)
+	if m.Flush.Count == 0 {
+		t.Fatalf("no memtable was flushed: the reads did not reach a table\n%s", m)
 	}
 	if m.BlockCache.Hits == 0 || m.BlockCache.Count == 0 {
 		t.Fatalf("block cache: %d hits, %d misses, %d blocks held after reading the same blocks three times; want them cached (memtables reserved in the cache left no room for blocks)",
