@@ -252,10 +252,6 @@ func (b *Broker) serveConn(nc net.Conn, tcpKeepAlive bool) {
 		_ = nc.Close()
 		return
 	}
-	b.wg.Add(1)
-	go func() {
-		defer b.wg.Done()
-		defer b.gate.release(c)
-		c.serve()
-	}()
+	b.wg.Add(1) // done as the connection ends (see conn.released)
+	go c.serve()
 }

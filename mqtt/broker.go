@@ -41,6 +41,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/netio"
 	"github.com/tidemark-io/tidemark/mqtt/internal/retention"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/internal/workers"
@@ -323,6 +324,9 @@ type Broker struct {
 	// ack loops and senders.
 	store   *workers.Calls
 	runners *workers.Pool
+	// poller holds the connections waiting for input (see parking); nil
+	// where there is none.
+	poller *netio.Poller
 
 	metrics metrics
 	// retained counts retained messages for Options.MaxRetained.
@@ -389,6 +393,10 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 		return nil, err
 	}
 	b.recoverWills()
+	if b.poller, err = netio.NewPoller(); err != nil {
+		b.log.Debug("no poller; idle connections wait on goroutines", "err", err)
+		b.poller = nil
+	}
 	b.store = workers.StartCalls(b.ctx, storeGoroutines, &b.wg)
 	b.wg.Add(2)
 	go b.expireSessions()
@@ -444,6 +452,9 @@ func (b *Broker) Close() error {
 	}
 	b.cancel()
 	b.wg.Wait()
+	if b.poller != nil {
+		_ = b.poller.Close()
+	}
 	return b.fan.Close()
 }
 

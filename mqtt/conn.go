@@ -90,6 +90,9 @@ type conn struct {
 	sendWill   bool
 
 	out *outbound
+	// pk parks the connection while it waits for input; nil where it
+	// cannot (see parking).
+	pk *parking
 
 	failOnce   sync.Once
 	failErr    error
@@ -350,12 +353,32 @@ func (c *conn) takeover() {
 	<-c.done
 }
 
+// serve reads the CONNECT and runs the connection. Its goroutine, or the
+// one a parked connection resumes on (see parking), ends the connection.
 func (c *conn) serve() {
-	defer c.closeSocket()
+	cp := c.readConnect()
+	if cp == nil {
+		c.closeSocket()
+		c.released()
+		return
+	}
+	c.grow()
+	if !c.connect(cp) {
+		c.failTold(errors.New("connect refused"))
+		c.end()
+		return
+	}
+	c.pk = newParking(c)
+	c.run(false)
+}
+
+// readConnect reads the connection's first packet: its CONNECT, or nil
+// when the connection ends without one.
+func (c *conn) readConnect() *packet.Connect {
 	_ = c.nc.SetReadDeadline(time.Now().Add(c.b.opts.ConnectTimeout))
 	p, err := c.rd.ReadPacket()
 	if !c.b.gate.connected(c) {
-		return // evicted to make room, or the broker is closing
+		return nil // evicted to make room, or the broker is closing
 	}
 	if err != nil {
 		var ne net.Error
@@ -363,21 +386,37 @@ func (c *conn) serve() {
 			c.b.metrics.refused(refusedTimeout)
 		}
 		c.rejectConnect(err)
+		return nil
+	}
+	cp, _ := p.(*packet.Connect)
+	return cp
+}
+
+// run runs the read loop until the connection parks or ends; resumed
+// says it resumes a parked one.
+func (c *conn) run(resumed bool) {
+	if c.readLoop(resumed) {
 		return
 	}
-	cp, ok := p.(*packet.Connect)
-	if !ok {
-		return
-	}
-	c.grow()
-	defer close(c.done)
-	defer c.cancel()
-	if !c.connect(cp) {
-		c.failTold(errors.New("connect refused"))
-		return
-	}
-	c.readLoop()
 	c.teardown()
+	c.end()
+}
+
+// end releases what the connection holds once its session is persisted.
+func (c *conn) end() {
+	if c.pk != nil {
+		c.pk.release()
+	}
+	c.cancel()
+	close(c.done)
+	c.closeSocket()
+	c.released()
+}
+
+// released gives the connection's place back to the gate and the broker.
+func (c *conn) released() {
+	c.b.gate.release(c)
+	c.b.wg.Done()
 }
 
 // rejectConnect answers a CONNECT that failed to decode, where the protocol
@@ -400,30 +439,41 @@ func (c *conn) rejectConnect(err error) {
 	}
 }
 
-func (c *conn) readLoop() {
+// readLoop reads and handles packets until the connection ends (false)
+// or parks (true; see parking). resumed enters it where a park left it.
+func (c *conn) readLoop(resumed bool) (parkedNow bool) {
 	for {
-		if c.keepAlive > 0 {
-			_ = c.nc.SetReadDeadline(time.Now().Add(time.Duration(float64(c.keepAlive) * c.b.opts.KeepAliveGrace)))
-		} else {
-			_ = c.nc.SetReadDeadline(time.Time{})
+		if !resumed {
+			var deadline time.Time
+			if c.keepAlive > 0 {
+				deadline = time.Now().Add(time.Duration(float64(c.keepAlive) * c.b.opts.KeepAliveGrace))
+			}
+			_ = c.nc.SetReadDeadline(deadline)
+			if c.ctx.Err() != nil {
+				return false // ended by another goroutine, which may have set a deadline before ours
+			}
+			if c.pk != nil && c.br.Buffered() == 0 && c.pk.park(deadline) {
+				return true
+			}
 		}
+		resumed = false
 		if c.ctx.Err() != nil {
-			return // ended by another goroutine, which may have set a deadline before ours
+			return false
 		}
 		p, err := c.rd.ReadPacket()
 		if err != nil {
 			c.readError(err)
-			return
+			return false
 		}
 		if !c.throttle(p) || !c.handle(p) {
-			return
+			return false
 		}
 		if c.ctx.Err() != nil {
-			return
+			return false
 		}
 		if !c.packetReady() {
 			if !c.flushGroup() {
-				return
+				return false
 			}
 			if c.unflushed {
 				// Acknowledgements sent from here go out before the

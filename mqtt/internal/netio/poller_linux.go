@@ -1,0 +1,147 @@
+package netio
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Poller reports input on many idle sockets from one goroutine, so a
+// connection that waits for its client's next packet needs no goroutine
+// (and no goroutine stack) of its own. A socket is armed for one report
+// at a time: Arm registers it, and the first input, hang-up or error
+// after that calls its Waiter's Ready once; arming it again asks for the
+// next. The poller's own wait is an epoll descriptor waited on through
+// the runtime's network poller, so it holds no thread while idle.
+//
+// A Poller is safe for concurrent use.
+type Poller struct {
+	ep *os.File // the epoll descriptor, pollable by the runtime
+	rc syscall.RawConn
+
+	mu      sync.Mutex
+	waiters map[uint64]Waiter
+	next    uint64
+
+	done chan struct{}
+}
+
+// A Waiter is told that its socket has something to read (or has ended).
+// Ready runs on the poller's goroutine: it must not block.
+type Waiter interface{ Ready() }
+
+// pollBatch is how many reports one wait takes.
+const pollBatch = 256
+
+// NewPoller starts a poller.
+func NewPoller() (*Poller, error) {
+	fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("epoll_create1", err)
+	}
+	if err := unix.SetNonblock(fd, true); err != nil {
+		_ = unix.Close(fd)
+		return nil, os.NewSyscallError("setnonblock", err)
+	}
+	ep := os.NewFile(uintptr(fd), "epoll")
+	rc, err := ep.SyscallConn()
+	if err != nil {
+		_ = ep.Close()
+		return nil, fmt.Errorf("netio: poller: %w", err)
+	}
+	p := &Poller{ep: ep, rc: rc, waiters: map[uint64]Waiter{}, done: make(chan struct{})}
+	go p.loop()
+	return p, nil
+}
+
+// Add registers w and returns the id to arm its socket with.
+func (p *Poller) Add(w Waiter) uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.next++
+	p.waiters[p.next] = w
+	return p.next
+}
+
+// Remove forgets id: no report reaches its Waiter after Remove returns,
+// except one already being delivered. Closing the socket takes it off
+// the poller; Remove frees the entry.
+func (p *Poller) Remove(id uint64) {
+	p.mu.Lock()
+	delete(p.waiters, id)
+	p.mu.Unlock()
+}
+
+// Arm asks for one report when the socket behind sc has input for id's
+// Waiter. It fails when the socket or the poller is closed.
+func (p *Poller) Arm(sc syscall.RawConn, id uint64) error {
+	ev := unix.EpollEvent{
+		Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT,
+		Fd:     int32(uint32(id)),       //nolint:gosec // the id's low half, stored bit for bit
+		Pad:    int32(uint32(id >> 32)), //nolint:gosec // and its high half
+	}
+	var cerr error
+	// Both descriptors are held open for the call, so neither number can
+	// name another file by the time epoll_ctl runs.
+	perr := p.rc.Control(func(epfd uintptr) {
+		serr := sc.Control(func(fd uintptr) {
+			cerr = unix.EpollCtl(int(epfd), unix.EPOLL_CTL_MOD, int(fd), &ev)
+			if errors.Is(cerr, unix.ENOENT) {
+				cerr = unix.EpollCtl(int(epfd), unix.EPOLL_CTL_ADD, int(fd), &ev)
+			}
+		})
+		if cerr == nil {
+			cerr = serr
+		}
+	})
+	if perr != nil {
+		return fmt.Errorf("netio: poller closed: %w", perr)
+	}
+	if cerr != nil {
+		return os.NewSyscallError("epoll_ctl", cerr)
+	}
+	return nil
+}
+
+// Close stops the poller and waits for its goroutine. Waiters still
+// armed get no report: close their sockets first.
+func (p *Poller) Close() error {
+	err := p.ep.Close()
+	<-p.done
+	return err
+}
+
+// loop waits for reports and hands them to their Waiters until Close.
+func (p *Poller) loop() {
+	defer close(p.done)
+	var evs [pollBatch]unix.EpollEvent
+	_ = p.rc.Read(func(epfd uintptr) bool {
+		for {
+			n, err := unix.EpollWait(int(epfd), evs[:], 0)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil {
+				return true
+			}
+			for i := range evs[:n] {
+				id := uint64(uint32(evs[i].Fd)) | uint64(uint32(evs[i].Pad))<<32
+				p.mu.Lock()
+				w := p.waiters[id]
+				p.mu.Unlock()
+				if w != nil {
+					w.Ready()
+				}
+			}
+			if n < len(evs) {
+				// Drained: wait in the runtime until the epoll descriptor
+				// has reports again.
+				return false
+			}
+		}
+	})
+}

@@ -1,0 +1,141 @@
+package netio
+
+import (
+	"net"
+	"syscall"
+	"testing"
+	"time"
+)
+
+type chanWaiter chan struct{}
+
+func (w chanWaiter) Ready() { w <- struct{}{} }
+
+// socketPair returns both ends of a loopback TCP connection.
+func socketPair(t *testing.T) (server, client net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err = net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if server, err = ln.Accept(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { server.Close(); client.Close() })
+	return server, client
+}
+
+func rawConn(t *testing.T, c net.Conn) syscall.RawConn {
+	t.Helper()
+	rc, err := c.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rc
+}
+
+func expect(t *testing.T, w chanWaiter, want bool, what string) {
+	t.Helper()
+	select {
+	case <-w:
+		if !want {
+			t.Fatalf("%s: a report came", what)
+		}
+	case <-time.After(200 * time.Millisecond):
+		if want {
+			t.Fatalf("%s: no report", what)
+		}
+	}
+}
+
+// TestPollerReportsOncePerArm checks the poller's contract: one report
+// per Arm, for input, for input already there, and for a hang-up; none
+// after Remove; Arm on a closed socket fails.
+func TestPollerReportsOncePerArm(t *testing.T) {
+	p, err := NewPoller()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	server, client := socketPair(t)
+	rc := rawConn(t, server)
+	w := make(chanWaiter, 4)
+	id := p.Add(w)
+
+	if err := p.Arm(rc, id); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, w, false, "armed, nothing sent")
+	if _, err := client.Write([]byte("a")); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, w, true, "input")
+	if _, err := client.Write([]byte("b")); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, w, false, "more input without arming again")
+	if err := p.Arm(rc, id); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, w, true, "armed with input unread")
+
+	var buf [8]byte
+	if _, err := server.Read(buf[:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Arm(rc, id); err != nil {
+		t.Fatal(err)
+	}
+	client.Close()
+	expect(t, w, true, "the client hung up")
+
+	p.Remove(id)
+	if err := p.Arm(rc, id); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, w, false, "removed")
+
+	server.Close()
+	if err := p.Arm(rc, id); err == nil {
+		t.Fatal("Arm on a closed socket succeeded")
+	}
+}
+
+// TestPollerManySockets arms more sockets than one wait takes and checks
+// that every one is reported, and that Close ends the poller.
+func TestPollerManySockets(t *testing.T) {
+	p, err := NewPoller()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 2*pollBatch + 7
+	w := make(chanWaiter, n)
+	clients := make([]net.Conn, n)
+	for i := range n {
+		server, client := socketPair(t)
+		clients[i] = client
+		if err := p.Arm(rawConn(t, server), p.Add(w)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range clients {
+		if _, err := c.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range n {
+		select {
+		case <-w:
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%d of %d sockets reported", i, n)
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
