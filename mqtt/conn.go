@@ -452,7 +452,7 @@ func (c *conn) readLoop(resumed bool) (parkedNow bool) {
 			if c.ctx.Err() != nil {
 				return false // ended by another goroutine, which may have set a deadline before ours
 			}
-			if c.pk != nil && c.br.Buffered() == 0 && c.pk.park(deadline) {
+			if c.pk != nil && c.br.Buffered() == 0 && !c.out.awaitingAcks() && c.pk.park(deadline) {
 				return true
 			}
 		}

@@ -52,6 +52,15 @@ func (o *outbound) track(om *outMsg) {
 	o.inflightBytes += int64(len(om.msg.Payload))
 }
 
+// awaitingAcks reports whether deliveries wait for the client's
+// acknowledgements: its connection then expects input soon, and waits
+// for it on its goroutine rather than parking (see parking).
+func (o *outbound) awaitingAcks() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.inflight) > 0
+}
+
 // puback completes the QoS 1 exchange pi; a PUBACK for no such exchange
 // is ignored.
 func (o *outbound) puback(pi uint16) {
