@@ -24,7 +24,7 @@ type Poller struct {
 	rc syscall.RawConn
 
 	mu      sync.Mutex
-	waiters map[uint64]Waiter
+	waiters map[uint64]*waiter
 	next    uint64
 
 	done chan struct{}
@@ -33,6 +33,14 @@ type Poller struct {
 // A Waiter is told that its socket has something to read (or has ended).
 // Ready runs on the poller's goroutine: it must not block.
 type Waiter interface{ Ready() }
+
+// waiter is a registered Waiter; added says its socket is in the epoll
+// set, so arming it again is a modification, not an addition (one system
+// call, not a failed one and a second).
+type waiter struct {
+	w     Waiter
+	added bool
+}
 
 // pollBatch is how many reports one wait takes.
 const pollBatch = 256
@@ -53,7 +61,7 @@ func NewPoller() (*Poller, error) {
 		_ = ep.Close()
 		return nil, fmt.Errorf("netio: poller: %w", err)
 	}
-	p := &Poller{ep: ep, rc: rc, waiters: map[uint64]Waiter{}, done: make(chan struct{})}
+	p := &Poller{ep: ep, rc: rc, waiters: map[uint64]*waiter{}, done: make(chan struct{})}
 	go p.loop()
 	return p, nil
 }
@@ -63,7 +71,7 @@ func (p *Poller) Add(w Waiter) uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.next++
-	p.waiters[p.next] = w
+	p.waiters[p.next] = &waiter{w: w}
 	return p.next
 }
 
@@ -84,13 +92,25 @@ func (p *Poller) Arm(sc syscall.RawConn, id uint64) error {
 		Fd:     int32(uint32(id)),       //nolint:gosec // the id's low half, stored bit for bit
 		Pad:    int32(uint32(id >> 32)), //nolint:gosec // and its high half
 	}
+	p.mu.Lock()
+	e := p.waiters[id]
+	op := unix.EPOLL_CTL_ADD
+	if e == nil || e.added {
+		op = unix.EPOLL_CTL_MOD
+	}
+	p.mu.Unlock()
 	var cerr error
 	// Both descriptors are held open for the call, so neither number can
 	// name another file by the time epoll_ctl runs.
 	perr := p.rc.Control(func(epfd uintptr) {
 		serr := sc.Control(func(fd uintptr) {
-			cerr = unix.EpollCtl(int(epfd), unix.EPOLL_CTL_MOD, int(fd), &ev)
-			if errors.Is(cerr, unix.ENOENT) {
+			cerr = unix.EpollCtl(int(epfd), op, int(fd), &ev)
+			// The set and the flag disagree only if the socket left the
+			// set (closed), or an Arm raced another: try the other way.
+			switch {
+			case op == unix.EPOLL_CTL_ADD && errors.Is(cerr, unix.EEXIST):
+				cerr = unix.EpollCtl(int(epfd), unix.EPOLL_CTL_MOD, int(fd), &ev)
+			case op == unix.EPOLL_CTL_MOD && errors.Is(cerr, unix.ENOENT):
 				cerr = unix.EpollCtl(int(epfd), unix.EPOLL_CTL_ADD, int(fd), &ev)
 			}
 		})
@@ -103,6 +123,11 @@ func (p *Poller) Arm(sc syscall.RawConn, id uint64) error {
 	}
 	if cerr != nil {
 		return os.NewSyscallError("epoll_ctl", cerr)
+	}
+	if e != nil && !e.added {
+		p.mu.Lock()
+		e.added = true
+		p.mu.Unlock()
 	}
 	return nil
 }
@@ -131,10 +156,10 @@ func (p *Poller) loop() {
 			for i := range evs[:n] {
 				id := uint64(uint32(evs[i].Fd)) | uint64(uint32(evs[i].Pad))<<32
 				p.mu.Lock()
-				w := p.waiters[id]
+				e := p.waiters[id]
 				p.mu.Unlock()
-				if w != nil {
-					w.Ready()
+				if e != nil {
+					e.w.Ready()
 				}
 			}
 			if n < len(evs) {
