@@ -452,8 +452,13 @@ func (c *conn) readLoop(resumed bool) (parkedNow bool) {
 			if c.ctx.Err() != nil {
 				return false // ended by another goroutine, which may have set a deadline before ours
 			}
-			if c.pk != nil && c.br.Buffered() == 0 && !c.out.awaitingAcks() && c.pk.park(deadline) {
-				return true
+			if c.pk != nil && c.br.Buffered() == 0 && !c.out.awaitingAcks() {
+				switch c.waitToPark(deadline) {
+				case waitParked:
+					return true
+				case waitFailed:
+					return false
+				}
 			}
 		}
 		resumed = false
@@ -490,6 +495,45 @@ func (c *conn) readLoop(resumed bool) (parkedNow bool) {
 			}
 		}
 	}
+}
+
+// parkGrace is how long a connection with nothing to read waits for input
+// on its goroutine before it parks. An active client's next packet
+// usually comes sooner (a window-1 publisher's, an acknowledgement), and
+// meets a goroutine already waiting instead of a poller report, a new
+// goroutine and a re-arm; an idle one parks a moment later.
+const parkGrace = 20 * time.Millisecond
+
+// What waitToPark did.
+const (
+	waitInput  = iota // input came, or the grace would pass the deadline: read on
+	waitParked        // the connection parked
+	waitFailed        // the connection ended
+)
+
+// waitToPark waits parkGrace for input, then parks the connection whose
+// keep-alive read deadline is deadline (zero: none). Read loop only.
+func (c *conn) waitToPark(deadline time.Time) int {
+	grace := time.Now().Add(parkGrace)
+	if !deadline.IsZero() && !grace.Before(deadline) {
+		return waitInput
+	}
+	_ = c.nc.SetReadDeadline(grace)
+	err := c.br.Wait()
+	_ = c.nc.SetReadDeadline(deadline)
+	var ne net.Error
+	switch {
+	case err == nil:
+		return waitInput
+	case !errors.As(err, &ne) || !ne.Timeout():
+		c.readError(err)
+		return waitFailed
+	case c.ctx.Err() != nil:
+		return waitFailed
+	case c.out.awaitingAcks() || !c.pk.park(deadline):
+		return waitInput
+	}
+	return waitParked
 }
 
 func (c *conn) readError(err error) {

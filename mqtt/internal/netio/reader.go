@@ -151,6 +151,17 @@ func (cr *Reader) ReadByte() (byte, error) {
 	return b, nil
 }
 
+// Wait waits until input is buffered, reading what the socket has into
+// a buffer. It fails as a read would: at the read deadline (after which
+// the Reader is as it was, and may wait again once the deadline moves),
+// at the end of the input, or on the socket's error.
+func (cr *Reader) Wait() error {
+	if cr.r < cr.w {
+		return nil
+	}
+	return cr.fill()
+}
+
 // Buffered returns how many bytes can be read without a read from src.
 func (cr *Reader) Buffered() int { return cr.w - cr.r }
 

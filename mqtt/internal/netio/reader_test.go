@@ -135,3 +135,40 @@ func TestConnReaderWaitsWithoutBuffer(t *testing.T) {
 		t.Fatal("the reader held a buffer while it waited")
 	}
 }
+
+// TestWaitTimesOutThenReads checks that Wait fails at the read deadline
+// holding no buffer and consuming nothing, and that once the deadline
+// moves it waits again and buffers what comes, which reads back whole.
+func TestWaitTimesOutThenReads(t *testing.T) {
+	src, dst := tcpPair(t)
+	cr := NewReader(dst)
+	if err := dst.SetReadDeadline(time.Now().Add(20 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if err := cr.Wait(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Wait with nothing sent: %v, want a deadline error", err)
+	}
+	if cr.buf != nil || cr.Buffered() != 0 {
+		t.Fatalf("after the deadline: buffer held %v, %d bytes buffered", cr.buf != nil, cr.Buffered())
+	}
+	if err := dst.SetReadDeadline(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	if err := cr.Wait(); err != nil {
+		t.Fatalf("Wait after a write: %v", err)
+	}
+	if err := cr.Wait(); err != nil || cr.Buffered() != 5 {
+		t.Fatalf("Wait with input buffered: %v, %d bytes buffered", err, cr.Buffered())
+	}
+	got, err := io.ReadAll(io.LimitReader(cr, 5))
+	if err != nil || string(got) != "hello" {
+		t.Fatalf("read %q, %v", got, err)
+	}
+	src.Close()
+	if err := cr.Wait(); !errors.Is(err, io.EOF) {
+		t.Fatalf("Wait after the peer closed: %v, want EOF", err)
+	}
+}
