@@ -93,6 +93,10 @@ type conn struct {
 	// pk parks the connection while it waits for input; nil where it
 	// cannot (see parking).
 	pk *parking
+	// waited is when the read loop last went to wait for input: input
+	// that comes sooner than parkGrace after the one before says the
+	// client is in the middle of an exchange (see waitToPark).
+	waited time.Time
 
 	failOnce   sync.Once
 	failErr    error
@@ -444,16 +448,17 @@ func (c *conn) rejectConnect(err error) {
 func (c *conn) readLoop(resumed bool) (parkedNow bool) {
 	for {
 		if !resumed {
+			now := time.Now()
 			var deadline time.Time
 			if c.keepAlive > 0 {
-				deadline = time.Now().Add(time.Duration(float64(c.keepAlive) * c.b.opts.KeepAliveGrace))
+				deadline = now.Add(time.Duration(float64(c.keepAlive) * c.b.opts.KeepAliveGrace))
 			}
 			_ = c.nc.SetReadDeadline(deadline)
 			if c.ctx.Err() != nil {
 				return false // ended by another goroutine, which may have set a deadline before ours
 			}
 			if c.pk != nil && c.br.Buffered() == 0 && !c.out.awaitingAcks() {
-				switch c.waitToPark(deadline) {
+				switch c.waitToPark(now, deadline) {
 				case waitParked:
 					return true
 				case waitFailed:
@@ -497,11 +502,14 @@ func (c *conn) readLoop(resumed bool) (parkedNow bool) {
 	}
 }
 
-// parkGrace is how long a connection with nothing to read waits for input
-// on its goroutine before it parks. An active client's next packet
-// usually comes sooner (a window-1 publisher's, an acknowledgement), and
-// meets a goroutine already waiting instead of a poller report, a new
-// goroutine and a re-arm; an idle one parks a moment later.
+// parkGrace is how long a connection in the middle of an exchange (its
+// last input came less than parkGrace after the input before) waits for
+// more on its goroutine before it parks. Such a client's next packet
+// usually comes sooner (a window-1 publisher's next PUBLISH), and meets a
+// goroutine already waiting instead of a poller report, a new goroutine
+// and a re-arm. A connection whose input came after a longer pause (a
+// device acknowledging the one message it was sent) parks at once: a
+// grace it would not use costs a timer and a wake-up per message.
 const parkGrace = 20 * time.Millisecond
 
 // What waitToPark did.
@@ -511,26 +519,35 @@ const (
 	waitFailed        // the connection ended
 )
 
-// waitToPark waits parkGrace for input, then parks the connection whose
-// keep-alive read deadline is deadline (zero: none). Read loop only.
-func (c *conn) waitToPark(deadline time.Time) int {
-	grace := time.Now().Add(parkGrace)
-	if !deadline.IsZero() && !grace.Before(deadline) {
-		return waitInput
+// waitToPark parks the connection whose keep-alive read deadline is
+// deadline (zero: none), after waiting parkGrace for input if it is in
+// the middle of an exchange; now is when the read loop came to wait.
+// Read loop only.
+func (c *conn) waitToPark(now, deadline time.Time) int {
+	hot := now.Sub(c.waited) < parkGrace
+	c.waited = now
+	if hot {
+		grace := now.Add(parkGrace)
+		if !deadline.IsZero() && !grace.Before(deadline) {
+			return waitInput
+		}
+		_ = c.nc.SetReadDeadline(grace)
+		err := c.br.Wait()
+		_ = c.nc.SetReadDeadline(deadline)
+		var ne net.Error
+		switch {
+		case err == nil:
+			return waitInput
+		case !errors.As(err, &ne) || !ne.Timeout():
+			c.readError(err)
+			return waitFailed
+		case c.ctx.Err() != nil:
+			return waitFailed
+		case c.out.awaitingAcks():
+			return waitInput
+		}
 	}
-	_ = c.nc.SetReadDeadline(grace)
-	err := c.br.Wait()
-	_ = c.nc.SetReadDeadline(deadline)
-	var ne net.Error
-	switch {
-	case err == nil:
-		return waitInput
-	case !errors.As(err, &ne) || !ne.Timeout():
-		c.readError(err)
-		return waitFailed
-	case c.ctx.Err() != nil:
-		return waitFailed
-	case c.out.awaitingAcks() || !c.pk.park(deadline):
+	if !c.pk.park(deadline) {
 		return waitInput
 	}
 	return waitParked
