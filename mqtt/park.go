@@ -36,6 +36,9 @@ type parking struct {
 	// stopCtx unregisters the resume on the end of the connection's
 	// context.
 	stopCtx func() bool
+	// resume runs the read loop of the resumed connection; made once, as
+	// a closure made per resume would be an allocation per wake-up.
+	resume func()
 }
 
 // newParking returns c's parking, or nil when c cannot park (no poller,
@@ -55,7 +58,7 @@ func newParking(c *conn) *parking {
 	if err != nil {
 		return nil
 	}
-	pk := &parking{c: c, rc: rc}
+	pk := &parking{c: c, rc: rc, resume: func() { c.run(true) }}
 	// Made stopped, before the first park publishes the state a Ready
 	// reads it under: armed only once parked, or its end could come
 	// before the park and be lost.
@@ -88,7 +91,10 @@ func (pk *parking) park(deadline time.Time) bool {
 	return false
 }
 
-// Ready resumes a parked connection's read loop on a new goroutine. It is
+// Ready resumes a parked connection's read loop on a goroutine of the
+// broker's runners, whose stack has most likely grown already to what
+// reading and handling a packet takes (a new goroutine's would grow,
+// copied, on every wake-up). It is
 // called by the poller, the keep-alive timer and the context's end; the
 // first wins, and a late one finding the loop running does nothing (or,
 // after the connection parked again, resumes it early: the loop then
@@ -98,7 +104,7 @@ func (pk *parking) Ready() {
 		return
 	}
 	pk.timer.Stop()
-	go pk.c.run(true)
+	pk.c.b.runners.Go(pk.resume)
 }
 
 // release frees the connection's registration as it ends.
