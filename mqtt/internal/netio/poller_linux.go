@@ -34,12 +34,53 @@ type Poller struct {
 // Ready runs on the poller's goroutine: it must not block.
 type Waiter interface{ Ready() }
 
-// waiter is a registered Waiter; added says its socket is in the epoll
-// set, so arming it again is a modification, not an addition (one system
-// call, not a failed one and a second).
+// waiter is a registered Waiter and the state of arming its socket. The
+// control functions handed to the two descriptors are made once, with the
+// waiter: closures made per Arm would be allocations per park.
 type waiter struct {
-	w     Waiter
-	added bool
+	w Waiter
+	p *Poller
+
+	// armMu is held through an Arm: a report may resume the connection,
+	// and the resumed read loop park again, before the Arm that armed it
+	// has returned.
+	armMu sync.Mutex
+	// added says the socket is in the epoll set, so arming it again is a
+	// modification, not an addition (one system call, not a failed one
+	// and a second).
+	added    bool
+	sc       syscall.RawConn
+	ev       unix.EpollEvent
+	epfd     uintptr
+	err      error
+	onEpoll  func(epfd uintptr)
+	onSocket func(fd uintptr)
+}
+
+// controlEpoll runs with the epoll descriptor held open.
+func (e *waiter) controlEpoll(epfd uintptr) {
+	e.epfd = epfd
+	if err := e.sc.Control(e.onSocket); e.err == nil {
+		e.err = err
+	}
+}
+
+// controlSocket runs with both descriptors held open, so neither number
+// can name another file by the time epoll_ctl runs.
+func (e *waiter) controlSocket(fd uintptr) {
+	op := unix.EPOLL_CTL_ADD
+	if e.added {
+		op = unix.EPOLL_CTL_MOD
+	}
+	e.err = unix.EpollCtl(int(e.epfd), op, int(fd), &e.ev)
+	// The set and the flag disagree only if the socket left the set
+	// (closed): try the other way, which fails as it should.
+	switch {
+	case op == unix.EPOLL_CTL_ADD && errors.Is(e.err, unix.EEXIST):
+		e.err = unix.EpollCtl(int(e.epfd), unix.EPOLL_CTL_MOD, int(fd), &e.ev)
+	case op == unix.EPOLL_CTL_MOD && errors.Is(e.err, unix.ENOENT):
+		e.err = unix.EpollCtl(int(e.epfd), unix.EPOLL_CTL_ADD, int(fd), &e.ev)
+	}
 }
 
 // pollBatch is how many reports one wait takes.
@@ -71,8 +112,15 @@ func (p *Poller) Add(w Waiter) uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.next++
-	p.waiters[p.next] = &waiter{w: w}
-	return p.next
+	id := p.next
+	e := &waiter{w: w, p: p, ev: unix.EpollEvent{
+		Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT,
+		Fd:     int32(uint32(id)),       //nolint:gosec // the id's low half, stored bit for bit
+		Pad:    int32(uint32(id >> 32)), //nolint:gosec // and its high half
+	}}
+	e.onEpoll, e.onSocket = e.controlEpoll, e.controlSocket
+	p.waiters[id] = e
+	return id
 }
 
 // Remove forgets id: no report reaches its Waiter after Remove returns,
@@ -84,51 +132,32 @@ func (p *Poller) Remove(id uint64) {
 	p.mu.Unlock()
 }
 
+// ErrUnknown is returned by Arm for an id that was never added or was
+// removed.
+var ErrUnknown = errors.New("netio: poller: unknown id")
+
 // Arm asks for one report when the socket behind sc has input for id's
-// Waiter. It fails when the socket or the poller is closed.
+// Waiter. It fails when the socket or the poller is closed, or id is not
+// registered.
 func (p *Poller) Arm(sc syscall.RawConn, id uint64) error {
-	ev := unix.EpollEvent{
-		Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT,
-		Fd:     int32(uint32(id)),       //nolint:gosec // the id's low half, stored bit for bit
-		Pad:    int32(uint32(id >> 32)), //nolint:gosec // and its high half
-	}
 	p.mu.Lock()
 	e := p.waiters[id]
-	op := unix.EPOLL_CTL_ADD
-	if e == nil || e.added {
-		op = unix.EPOLL_CTL_MOD
-	}
 	p.mu.Unlock()
-	var cerr error
-	// Both descriptors are held open for the call, so neither number can
-	// name another file by the time epoll_ctl runs.
-	perr := p.rc.Control(func(epfd uintptr) {
-		serr := sc.Control(func(fd uintptr) {
-			cerr = unix.EpollCtl(int(epfd), op, int(fd), &ev)
-			// The set and the flag disagree only if the socket left the
-			// set (closed), or an Arm raced another: try the other way.
-			switch {
-			case op == unix.EPOLL_CTL_ADD && errors.Is(cerr, unix.EEXIST):
-				cerr = unix.EpollCtl(int(epfd), unix.EPOLL_CTL_MOD, int(fd), &ev)
-			case op == unix.EPOLL_CTL_MOD && errors.Is(cerr, unix.ENOENT):
-				cerr = unix.EpollCtl(int(epfd), unix.EPOLL_CTL_ADD, int(fd), &ev)
-			}
-		})
-		if cerr == nil {
-			cerr = serr
-		}
-	})
+	if e == nil {
+		return ErrUnknown
+	}
+	e.armMu.Lock()
+	defer e.armMu.Unlock()
+	e.sc, e.err = sc, nil
+	perr := p.rc.Control(e.onEpoll)
+	e.sc = nil
 	if perr != nil {
 		return fmt.Errorf("netio: poller closed: %w", perr)
 	}
-	if cerr != nil {
-		return os.NewSyscallError("epoll_ctl", cerr)
+	if e.err != nil {
+		return os.NewSyscallError("epoll_ctl", e.err)
 	}
-	if e != nil && !e.added {
-		p.mu.Lock()
-		e.added = true
-		p.mu.Unlock()
-	}
+	e.added = true
 	return nil
 }
 

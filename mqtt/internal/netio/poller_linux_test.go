@@ -1,6 +1,7 @@
 package netio
 
 import (
+	"errors"
 	"net"
 	"syscall"
 	"testing"
@@ -95,14 +96,15 @@ func TestPollerReportsOncePerArm(t *testing.T) {
 	expect(t, w, true, "the client hung up")
 
 	p.Remove(id)
-	if err := p.Arm(rc, id); err != nil {
-		t.Fatal(err)
+	if err := p.Arm(rc, id); !errors.Is(err, ErrUnknown) {
+		t.Fatalf("Arm after Remove: %v, want ErrUnknown", err)
 	}
 	expect(t, w, false, "removed")
 
+	id = p.Add(w)
 	server.Close()
-	if err := p.Arm(rc, id); err == nil {
-		t.Fatal("Arm on a closed socket succeeded")
+	if err := p.Arm(rc, id); err == nil || errors.Is(err, ErrUnknown) {
+		t.Fatalf("Arm on a closed socket: %v, want the socket's error", err)
 	}
 }
 
