@@ -43,9 +43,9 @@ import (
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/internal/netio"
 	"github.com/tidemark-io/tidemark/mqtt/internal/retention"
+	"github.com/tidemark-io/tidemark/mqtt/internal/route"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/internal/workers"
-	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
 )
 
@@ -299,26 +299,16 @@ type Broker struct {
 	// or 1 on an engine that prefers separate commits.
 	group int
 
-	// index holds the subscriptions of online sessions, for QoS 0 fan-out
-	// and shared subscriptions.
-	index topic.Index
-
 	mu        sync.Mutex
 	conns     map[string]*conn // online client id -> connection
 	listeners []net.Listener
 	wills     map[string]*pendingWill // client id -> will waiting for its delay
 	closing   bool
 	wg        sync.WaitGroup
-	// members holds the router's view of each online session (b.mu).
-	members map[string]*table.Member
-	// sharedStarted is set once any shared subscription exists, so the
-	// router decodes messages for shared groups.
-	sharedStarted atomic.Bool
-	// fan is the router: the one follower of the message log.
-	fan *table.Fanout
-	// plain and shared are the router's scratch space.
-	plain  []string
-	shared []topic.Subscription
+	// router follows the message log and routes its messages to the
+	// online sessions; its index holds their subscriptions, for QoS 0
+	// fan-out and shared subscriptions too.
+	router *route.Router
 
 	// store runs store calls (see onStore); runners run the connections'
 	// ack loops and senders.
@@ -371,7 +361,7 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Broker{
 		db: db, opts: opts, log: opts.Logger.With("component", "mqtt"), group: maxGroup,
-		conns: map[string]*conn{}, wills: map[string]*pendingWill{}, members: map[string]*table.Member{},
+		conns: map[string]*conn{}, wills: map[string]*pendingWill{},
 		gate: newGate(opts.MaxConnections, opts.MaxConnRate), runners: workers.NewPool(ctx),
 		ctx: ctx, cancel: cancel, rules: retention.NewSet(tableMsgs, opts.Retention),
 	}
@@ -384,12 +374,12 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 	}
 	if err := b.indexSessions(ctx); err != nil {
 		cancel()
-		b.fan.Close()
+		b.router.Close()
 		return nil, err
 	}
 	if err := b.countRetained(ctx); err != nil {
 		cancel()
-		b.fan.Close()
+		b.router.Close()
 		return nil, err
 	}
 	b.recoverWills()
@@ -455,7 +445,7 @@ func (b *Broker) Close() error {
 	if b.poller != nil {
 		_ = b.poller.Close()
 	}
-	return b.fan.Close()
+	return b.router.Close()
 }
 
 // assignClientID returns a fresh client id for a client that sent none.

@@ -199,12 +199,9 @@ func (c *conn) restoreSession(ctx context.Context, t *connectTerms) (sessionSetu
 	for _, s := range c.rec.Subs {
 		sub := s.Subscription(c.client)
 		if sub.Group != "" {
-			if err := c.b.startSharedNow(c.ctx); err != nil {
-				c.log.Warn("connect: log head", "err", err)
-				return sessionSetup{}, false
-			}
+			c.b.router.StartShared()
 		}
-		c.b.index.Add(sub)
+		c.b.router.Index().Add(sub)
 	}
 	return st, true
 }

@@ -367,7 +367,7 @@ func (b *Broker) fanout(m *Message, sharedOnly bool) {
 		return // table subscriptions read the table, not these
 	}
 	targets := map[string]*target{}
-	b.index.Match(m.Topic, func(s topic.Subscription) {
+	b.router.Index().Match(m.Topic, func(s topic.Subscription) {
 		if (sharedOnly && s.Group == "") || (s.NoLocal && s.Client == m.From) {
 			return
 		}

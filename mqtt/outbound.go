@@ -185,11 +185,11 @@ func (o *outbound) start() {
 // from from, then joins the route.
 func (o *outbound) subscribe(from table.Cursor) error {
 	b := o.c.b
-	m := b.fan.JoinFunc(from, func(ev table.Event) bool { return o.wants(ev.ID) }, o.wake)
+	m := b.router.Member(from, func(ev table.Event) bool { return o.wants(ev.ID) }, o.wake)
 	o.mu.Lock()
 	o.sub = m
 	o.mu.Unlock()
-	b.join(o.c.client, m)
+	b.router.Join(o.c.client, m)
 	return nil
 }
 
@@ -233,6 +233,6 @@ func (o *outbound) unindex() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, s := range o.subs {
-		o.c.b.index.Remove(o.c.client, s.Group, s.Filter)
+		o.c.b.router.Index().Remove(o.c.client, s.Group, s.Filter)
 	}
 }

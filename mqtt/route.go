@@ -4,18 +4,15 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/tidemark-io/tidemark/mqtt/internal/route"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
 )
 
-// The router is the broker's one follower of the message log: it reads
-// each committed QoS 1/2 message once and hands it, through the
-// subscription index, to the online sessions it matches (their
-// table.Member) and to one member of each matching shared group. Routing
-// a message therefore costs what its matches cost, whatever the number
-// of sessions. A session behind the log (a reconnect, a slow subscriber)
-// reads the log itself from its checkpoint and joins the route once it has
-// caught up; table.Fanout keeps that switch free of gaps and duplicates.
+// The router (route.Router) is the broker's one follower of the message
+// log: it reads each committed QoS 1/2 message once and hands it, through
+// the subscription index, to the online sessions it matches and, here, to
+// one member of each matching shared group.
 
 // startRouter starts the router at the log's head.
 func (b *Broker) startRouter(ctx context.Context) error {
@@ -23,11 +20,14 @@ func (b *Broker) startRouter(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("mqtt: start the router: %w", err)
 	}
+	var observe func(table.Event)
 	if b.rules != nil {
 		b.rules.Start(head) // the router reads what follows
+		observe = b.rules.Observe
 	}
-	b.fan, err = b.db.NewFanout(b.ctx, table.FanoutOptions{
-		Table: tableMsgs, Start: head, Route: b.route, MaxQueue: b.opts.RouteQueue, Logger: b.log,
+	b.router, err = route.Start(b.ctx, b.db, route.Options{
+		Table: tableMsgs, Start: head, MaxQueue: b.opts.RouteQueue,
+		Observe: observe, Shared: b.routeShared, Logger: b.log,
 	})
 	if err != nil {
 		return fmt.Errorf("mqtt: start the router: %w", err)
@@ -35,46 +35,21 @@ func (b *Broker) startRouter(ctx context.Context) error {
 	return nil
 }
 
-// route hands one log message to the sessions it matches. Router only:
-// the scratch slices are its own.
-func (b *Broker) route(ev table.Event, deliver func(*table.Member)) {
-	b.rules.Observe(ev)
-	b.plain, b.shared = b.plain[:0], b.shared[:0]
-	sharedOn := b.sharedStarted.Load()
-	// The record id of a log message is its topic: plain routing needs
-	// no decoding.
-	b.index.Match(ev.ID, func(s topic.Subscription) {
-		switch {
-		case s.Group == "":
-			b.plain = append(b.plain, s.Client)
-		case sharedOn:
-			b.shared = append(b.shared, s)
-		}
-	})
-	if len(b.plain) > 0 {
-		b.mu.Lock()
-		for _, client := range b.plain {
-			if m := b.members[client]; m != nil {
-				deliver(m)
-			}
-		}
-		b.mu.Unlock()
-	}
-	if len(b.shared) == 0 {
-		return
-	}
+// routeShared offers a log message to the sessions the router chose for
+// its shared subscription groups. On the router's goroutine.
+func (b *Broker) routeShared(ev table.Event, subs []topic.Subscription) {
 	var m Message
 	if m.decodeEvent(ev.Value, ev.ID) != nil {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, s := range b.shared {
+	for _, s := range subs {
 		if s.NoLocal && s.Client == m.From {
 			continue
 		}
 		c := b.conns[s.Client]
-		if c == nil || b.members[s.Client] == nil || !b.allow(b.ctx, c.id, AccessRead, m.Topic) {
+		if c == nil || !b.router.Online(s.Client) || !b.allow(b.ctx, c.id, AccessRead, m.Topic) {
 			continue
 		}
 		var ids []uint32
@@ -83,21 +58,4 @@ func (b *Broker) route(ev table.Event, deliver func(*table.Member)) {
 		}
 		c.out.offer(direct{msg: &m, qos: min(s.QoS, m.QoS), ids: ids, retain: m.Retain && s.RetainAsPublished})
 	}
-}
-
-// join puts a session's member on the router's table of online sessions.
-func (b *Broker) join(client string, m *table.Member) {
-	b.mu.Lock()
-	b.members[client] = m
-	b.mu.Unlock()
-}
-
-// leave takes client's member off it, unless another connection of the
-// client replaced it already.
-func (b *Broker) leave(client string, m *table.Member) {
-	b.mu.Lock()
-	if b.members[client] == m {
-		delete(b.members, client)
-	}
-	b.mu.Unlock()
 }

@@ -246,7 +246,7 @@ func (o *outbound) stop() {
 	o.snd.end()
 	if sub := o.currentSub(); sub != nil {
 		sub.Close()
-		o.c.b.leave(o.c.client, sub)
+		o.c.b.router.Leave(o.c.client, sub)
 	}
 	o.snd.wg.Wait()
 	o.ungauge()

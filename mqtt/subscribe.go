@@ -102,7 +102,10 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 			started = append(started, rp)
 			replays[i] = nil
 		}
-		c.b.index.Add(s)
+		if s.Group != "" {
+			c.b.router.StartShared() // before the route can match it
+		}
+		c.b.router.Index().Add(s)
 		added = append(added, newSub{s, existed, rp != nil})
 		ack.ReasonCodes[i] = packet.ReasonCode(s.QoS)
 	}
@@ -122,10 +125,7 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 	// message, and the replay delivers until then.
 	var until table.Cursor
 	if len(started) > 0 {
-		until = c.b.fan.Frontier()
-	}
-	if anyShared {
-		c.b.startShared(head)
+		until = c.b.router.Frontier()
 	}
 	if len(tableWhy) > 0 && c.version == packet.V5 {
 		addReason(&ack.Properties, strings.Join(tableWhy, "; "))
@@ -388,7 +388,7 @@ func (c *conn) handleUnsubscribe(p *packet.Unsubscribe) bool {
 					o.dropReplayLocked(filter)
 					o.dropTableFeedLocked(filter)
 				}
-				c.b.index.Remove(c.client, group, filter)
+				c.b.router.Index().Remove(c.client, group, filter)
 				ack.ReasonCodes[i] = packet.Success
 				break
 			}

@@ -1,0 +1,166 @@
+// Package route is the broker's delivery path from the message log to the
+// online sessions: one follower of the log per node, which reads each
+// committed message once and hands it, through the subscription index, to
+// the sessions it matches. Routing a message costs what its matches cost,
+// whatever the number of sessions.
+//
+// A session on the route is a table.Member of the router's Fanout. A
+// session behind the log (it just reconnected, or it is too slow for the
+// route's queue) reads the log itself from its checkpoint and joins the
+// route once it has caught up; table.Fanout keeps that switch free of gaps
+// and duplicates. Messages for shared subscription groups are not
+// delivered through members: the router hands the matching subscriptions
+// (one per group, as the index picks them) to the broker, which offers the
+// message to the chosen session's queue.
+package route
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tidemark-io/tidemark/mqtt/topic"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// Options configures a Router.
+type Options struct {
+	// Table is the message log's table: a record id is its topic.
+	Table string
+	// Start is where the router starts reading (the log head, usually).
+	Start table.Cursor
+	// MaxQueue is how many routed messages a session may hold unreceived
+	// before it leaves the route to catch up on its own (see
+	// table.FanoutOptions).
+	MaxQueue int
+	// Observe, if set, sees every message first, on the router's
+	// goroutine; it must not block.
+	Observe func(table.Event)
+	// Shared receives a message's matching shared subscriptions, once
+	// Router.StartShared was called, on the router's goroutine and with no
+	// lock of the router held; it must not block. subs is reused after it
+	// returns.
+	Shared func(ev table.Event, subs []topic.Subscription)
+	// Logger receives the follower's warnings.
+	Logger *slog.Logger
+}
+
+// Router follows the message log and routes each message to the online
+// sessions whose subscriptions match it. Its index holds the subscriptions
+// of the online sessions; a session gets routed messages once it joined.
+//
+// A Router is safe for concurrent use.
+type Router struct {
+	index    topic.Index
+	fan      *table.Fanout
+	observe  func(table.Event)
+	onShared func(table.Event, []topic.Subscription)
+
+	mu      sync.Mutex
+	members map[string]*table.Member // online session -> its member
+
+	// sharedOn is set once any shared subscription exists: until then no
+	// message has a shared subscriber, and routing collects none.
+	sharedOn atomic.Bool
+
+	// plain and shared are the router goroutine's scratch space.
+	plain  []string
+	shared []topic.Subscription
+}
+
+// Start starts a router on db until ctx ends or Close.
+func Start(ctx context.Context, db *table.DB, o Options) (*Router, error) {
+	r := &Router{observe: o.Observe, onShared: o.Shared, members: map[string]*table.Member{}}
+	var err error
+	r.fan, err = db.NewFanout(ctx, table.FanoutOptions{
+		Table: o.Table, Start: o.Start, Route: r.route, MaxQueue: o.MaxQueue, Logger: o.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("route: start: %w", err)
+	}
+	return r, nil
+}
+
+// Close stops the router; members get nothing more from it.
+func (r *Router) Close() error { return r.fan.Close() }
+
+// Index is the subscription index the router matches messages against.
+// Sessions add their subscriptions as they come online or subscribe and
+// remove them as they unsubscribe or go.
+func (r *Router) Index() *topic.Index { return &r.index }
+
+// StartShared turns on the routing of messages to shared subscription
+// groups (see Options.Shared). Call it before adding the first shared
+// subscription to the index, or the messages routed in between miss it.
+func (r *Router) StartShared() { r.sharedOn.Store(true) }
+
+// Frontier is a cursor every message the router has routed is covered by.
+func (r *Router) Frontier() table.Cursor { return r.fan.Frontier() }
+
+// Member makes a member for a session that catches up from the log from
+// from, taking the messages wants accepts, and then receives them as the
+// router routes them; wake is called when it has something to receive.
+// It gets routed messages once Join put it on the route.
+func (r *Router) Member(from table.Cursor, wants func(table.Event) bool, wake func()) *table.Member {
+	return r.fan.JoinFunc(from, wants, wake)
+}
+
+// Join puts m, a member of client's session, on the route, in place of
+// the member of an earlier connection of client.
+func (r *Router) Join(client string, m *table.Member) {
+	r.mu.Lock()
+	r.members[client] = m
+	r.mu.Unlock()
+}
+
+// Leave takes m, client's member, off the route, unless another
+// connection of client replaced it already. The caller closes m.
+func (r *Router) Leave(client string, m *table.Member) {
+	r.mu.Lock()
+	if r.members[client] == m {
+		delete(r.members, client)
+	}
+	r.mu.Unlock()
+}
+
+// Online reports whether client has a member on the route.
+func (r *Router) Online(client string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.members[client] != nil
+}
+
+// route hands one log message to the members it matches and its shared
+// subscriptions to Options.Shared. Router goroutine only: the scratch
+// slices are its own.
+func (r *Router) route(ev table.Event, deliver func(*table.Member)) {
+	if r.observe != nil {
+		r.observe(ev)
+	}
+	r.plain, r.shared = r.plain[:0], r.shared[:0]
+	sharedOn := r.sharedOn.Load() && r.onShared != nil
+	// The record id of a log message is its topic: plain routing needs
+	// no decoding.
+	r.index.Match(ev.ID, func(s topic.Subscription) {
+		switch {
+		case s.Group == "":
+			r.plain = append(r.plain, s.Client)
+		case sharedOn:
+			r.shared = append(r.shared, s)
+		}
+	})
+	if len(r.plain) > 0 {
+		r.mu.Lock()
+		for _, client := range r.plain {
+			if m := r.members[client]; m != nil {
+				deliver(m)
+			}
+		}
+		r.mu.Unlock()
+	}
+	if len(r.shared) > 0 {
+		r.onShared(ev, r.shared)
+	}
+}
