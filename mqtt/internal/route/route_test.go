@@ -29,6 +29,24 @@ func openDB(t *testing.T) *table.DB {
 	return db
 }
 
+// startRouter starts a router on a fresh database at its log head, with
+// o's callbacks, and returns it with that head.
+func startRouter(t *testing.T, o Options) (*Router, *table.DB, table.Cursor) {
+	t.Helper()
+	db := openDB(t)
+	head, err := db.Head(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Table, o.Start = msgs, head
+	r, err := Start(context.Background(), db, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.Close() })
+	return r, db, head
+}
+
 func publish(t *testing.T, db *table.DB, topics ...string) {
 	t.Helper()
 	tx := db.Begin()
@@ -111,16 +129,9 @@ func (s *session) receive(t *testing.T, n int) []string {
 // the Shared callback, one per group, only once StartShared was called;
 // and that Observe sees every message.
 func TestRouterRoutesByIndex(t *testing.T) {
-	db := openDB(t)
-	ctx := context.Background()
-	head, err := db.Head(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var mu sync.Mutex
 	var observed, shared []string
-	r, err := Start(ctx, db, Options{
-		Table: msgs, Start: head,
+	r, db, head := startRouter(t, Options{
 		Observe: func(ev table.Event) { mu.Lock(); observed = append(observed, ev.ID); mu.Unlock() },
 		Shared: func(ev table.Event, subs []topic.Subscription) {
 			mu.Lock()
@@ -130,10 +141,6 @@ func TestRouterRoutesByIndex(t *testing.T) {
 			}
 		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
 
 	ix := r.Index()
 	ix.Add(topic.Subscription{Client: "a", Filter: "dev/a/#", QoS: 1})
@@ -181,17 +188,7 @@ func TestRouterRoutesByIndex(t *testing.T) {
 // the route from its earlier one, and that the earlier one's Leave does
 // not take the new one off.
 func TestJoinReplacesEarlierMember(t *testing.T) {
-	db := openDB(t)
-	ctx := context.Background()
-	head, err := db.Head(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := Start(ctx, db, Options{Table: msgs, Start: head})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r, db, head := startRouter(t, Options{})
 	r.Index().Add(topic.Subscription{Client: "c", Filter: "t", QoS: 1})
 	old := join(r, "c", head, matching("t"))
 	cur := join(r, "c", head, matching("t"))
