@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -540,11 +541,12 @@ func (c *conn) waitToPark(now, deadline time.Time) int {
 	_ = c.nc.SetReadDeadline(until)
 	err := c.br.Wait()
 	_ = c.nc.SetReadDeadline(deadline)
-	var ne net.Error
 	switch {
 	case err == nil:
 		return waitInput
-	case !errors.As(err, &ne) || !ne.Timeout():
+	case !errors.Is(err, os.ErrDeadlineExceeded):
+		// errors.Is, not errors.As into a net.Error: this runs on every
+		// park, and the target of As would be an allocation each time.
 		c.readError(err)
 		return waitFailed
 	case c.ctx.Err() != nil:

@@ -97,6 +97,10 @@ type outbound struct {
 	asked      atomic.Bool
 
 	snd sender
+	// pub is the sender's PUBLISH for a delivery written at once (see
+	// deliver): built in place, it costs no allocation per delivery.
+	// Sender only.
+	pub packet.Publish
 }
 
 // newOutbound restores the sending side of c's session; present says the

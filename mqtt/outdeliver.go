@@ -128,7 +128,7 @@ func (o *outbound) send(d delivery) {
 		case hasEv:
 			then = func() { _ = o.sub.Ack(ev) }
 		}
-		o.deliver(o.publishPacket(d, 0), 0, then)
+		o.deliver(d, 0, then)
 		return
 	}
 	o.mu.Lock()
@@ -137,12 +137,12 @@ func (o *outbound) send(d delivery) {
 	o.track(om)
 	o.mu.Unlock()
 	c.b.metrics.inflightOut.Add(1)
-	p := o.publishPacket(d, pi)
 	if qos == 1 {
 		// Too large for the client: dropped, as if acknowledged [MQTT-3.1.2-25].
-		o.deliver(p, pi, nil)
+		o.deliver(d, pi, nil)
 		return
 	}
+	p := o.publishPacket(d, pi)
 	// Durable before the PUBLISH: a reconnect or restart re-sends it with
 	// this id. In-memory deliveries too (shared subscriptions, retained
 	// messages): their exchange must also complete after a reconnect
@@ -167,8 +167,15 @@ func (o *outbound) send(d delivery) {
 // DUP only at QoS 1 and 2, the message's 5.0 properties, the
 // subscription identifiers and a topic alias when the client takes them.
 func (o *outbound) publishPacket(d delivery, pi uint16) *packet.Publish {
+	p := new(packet.Publish)
+	o.buildPublish(p, d, pi)
+	return p
+}
+
+// buildPublish builds the PUBLISH of publishPacket in p, a zero one.
+func (o *outbound) buildPublish(p *packet.Publish, d delivery, pi uint16) {
 	m := d.msg
-	p := &packet.Publish{Topic: m.Topic, PacketID: pi, QoS: packet.QoS(d.qos), Retain: d.retain, Dup: d.dup && d.qos > 0, Payload: m.Payload}
+	*p = packet.Publish{Topic: m.Topic, PacketID: pi, QoS: packet.QoS(d.qos), Retain: d.retain, Dup: d.dup && d.qos > 0, Payload: m.Payload}
 	if o.c.version == packet.V5 {
 		pp := &p.Properties
 		if m.HasFormat {
@@ -195,7 +202,6 @@ func (o *outbound) publishPacket(d delivery, pi uint16) *packet.Publish {
 		}
 		o.c.outAliases.Apply(p, o.c.aliasMax)
 	}
-	return p
 }
 
 // deliver writes a PUBLISH that needs no commit (QoS 0 and 1, packet id
@@ -207,11 +213,17 @@ func (o *outbound) publishPacket(d delivery, pi uint16) *packet.Publish {
 // next message and the records of many deliveries share one commit. While
 // any such PUBLISH waits, the others queue behind it: the client sees
 // them in the order the sender took them.
-func (o *outbound) deliver(p *packet.Publish, pi uint16, after func()) {
+func (o *outbound) deliver(d delivery, pi uint16, after func()) {
 	c := o.c
 	o.flushGroup()
 	if o.queued.Load() == 0 {
-		if err := c.writeBuffered(p); errors.Is(err, packet.ErrPacketTooLarge) {
+		// Written at once: built in the sender's own PUBLISH, which the
+		// write encodes and keeps nothing of.
+		p := &o.pub
+		o.buildPublish(p, d, pi)
+		err := c.writeBuffered(p)
+		*p = packet.Publish{} // holds no payload or topic while idle
+		if errors.Is(err, packet.ErrPacketTooLarge) {
 			o.tooLarge(pi)
 		} else if err != nil {
 			return
@@ -222,6 +234,7 @@ func (o *outbound) deliver(p *packet.Publish, pi uint16, after func()) {
 		}
 		return
 	}
+	p := o.publishPacket(d, pi)
 	o.queued.Add(1)
 	c.push(ackEntry{pkt: p, atSent: PointDelivered, pi: pi, tooLarge: func() { o.tooLarge(pi) }, then: func() {
 		o.queued.Add(-1)
