@@ -40,16 +40,7 @@ func (s *snapshot) Get(ctx context.Context, key []byte) ([]byte, error) {
 	if s.closed {
 		return nil, s.closedErr("get")
 	}
-	v, closer, err := s.snap.Get(kvlog.DataKey(nil, key))
-	if errors.Is(err, pebble.ErrNotFound) {
-		return nil, notFoundError(key)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("pebble: get %q: %w", key, err)
-	}
-	out := append([]byte(nil), v...)
-	closer.Close()
-	return out, nil
+	return getFrom(s.snap, key)
 }
 
 // Get reads key at the latest applied commit without a snapshot
@@ -64,7 +55,13 @@ func (d *db) Get(ctx context.Context, key []byte) ([]byte, error) {
 	if err := d.downLocked("get"); err != nil {
 		return nil, err
 	}
-	v, closer, err := d.pdb.Get(kvlog.DataKey(nil, key))
+	return getFrom(d.pdb, key)
+}
+
+// getFrom reads key's value from r (the database or a snapshot) as a
+// copy the caller owns.
+func getFrom(r pebble.Reader, key []byte) ([]byte, error) {
+	v, closer, err := r.Get(kvlog.DataKey(nil, key))
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, notFoundError(key)
 	}
@@ -72,7 +69,7 @@ func (d *db) Get(ctx context.Context, key []byte) ([]byte, error) {
 		return nil, fmt.Errorf("pebble: get %q: %w", key, err)
 	}
 	out := append([]byte(nil), v...)
-	closer.Close()
+	_ = closer.Close()
 	return out, nil
 }
 

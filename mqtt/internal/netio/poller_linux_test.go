@@ -12,25 +12,6 @@ type chanWaiter chan struct{}
 
 func (w chanWaiter) Ready() { w <- struct{}{} }
 
-// socketPair returns both ends of a loopback TCP connection.
-func socketPair(t *testing.T) (server, client net.Conn) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	client, err = net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if server, err = ln.Accept(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { server.Close(); client.Close() })
-	return server, client
-}
-
 func rawConn(t *testing.T, c net.Conn) syscall.RawConn {
 	t.Helper()
 	rc, err := c.(syscall.Conn).SyscallConn()
@@ -63,7 +44,7 @@ func TestPollerReportsOncePerArm(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	server, client := socketPair(t)
+	client, server := tcpPair(t)
 	rc := rawConn(t, server)
 	w := make(chanWaiter, 4)
 	id := p.Add(w)
@@ -119,7 +100,7 @@ func TestPollerManySockets(t *testing.T) {
 	w := make(chanWaiter, n)
 	clients := make([]net.Conn, n)
 	for i := range n {
-		server, client := socketPair(t)
+		client, server := tcpPair(t)
 		clients[i] = client
 		if err := p.Arm(rawConn(t, server), p.Add(w)); err != nil {
 			t.Fatal(err)
