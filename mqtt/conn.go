@@ -197,6 +197,9 @@ func newConn(b *Broker, nc net.Conn) *conn {
 func (c *conn) grow() {
 	c.bw = netio.NewWriter(c.nc)
 	c.w = packet.NewWriter(c.bw, packet.V311)
+	// The read loop is done with a packet before it reads the next, so
+	// acknowledgements from the client cost no allocation each.
+	c.rd.SetReuseAcks(true)
 	c.ctx, c.cancel = context.WithCancel(c.b.ctx)
 	// With the entry the ack loop waits for, the FIFO holds one receive
 	// maximum of entries: past it the read loop stops reading the socket
@@ -551,7 +554,11 @@ func (c *conn) waitToPark(now, deadline time.Time) int {
 		return waitFailed
 	case c.ctx.Err() != nil:
 		return waitFailed
-	case c.out.awaitingAcks() || !c.pk.park(deadline):
+	case c.out.awaitingAcks():
+		return waitInput
+	}
+	c.rd.ReleaseAcks() // an idle connection holds none
+	if !c.pk.park(deadline) {
 		return waitInput
 	}
 	return waitParked

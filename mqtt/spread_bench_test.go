@@ -29,6 +29,23 @@ const spreadSessions = 2000
 // clients) is mostly the broker's: a steadier figure than the rate on a
 // busy machine.
 func BenchmarkSpread(b *testing.B) {
+	fleetLoad(b, b.N, func(i int) string { return fmt.Sprintf("fleet/dev/%d", i%spreadSessions) }, b.N)
+}
+
+// BenchmarkFanout measures fan-out: the sessions of BenchmarkSpread, each
+// also subscribed at QoS 1 to fleet/all, and one publisher sending QoS 1
+// messages there, each delivered to every session. One op is one
+// delivery; run it a multiple of spreadSessions times (-benchtime
+// 40000x), as it publishes whole messages.
+func BenchmarkFanout(b *testing.B) {
+	msgs := (b.N + spreadSessions - 1) / spreadSessions
+	fleetLoad(b, msgs, func(int) string { return "fleet/all" }, msgs*spreadSessions)
+}
+
+// fleetLoad connects spreadSessions subscribers, publishes msgs QoS 1
+// messages to topic(0), topic(1), ... pipelined 256 deep, and measures
+// until the subscribers received and acknowledged deliveries of them.
+func fleetLoad(b *testing.B, msgs int, topic func(int) string, deliveries int) {
 	s := mqtttest.Start(b, testEngine, nil, mqtt.Options{MaxConnections: spreadSessions + 64})
 	sa := loopbackAddr(s.Addr)
 	subs := setupStorm(b, sa, 0, spreadSessions, true)
@@ -65,8 +82,8 @@ func BenchmarkSpread(b *testing.B) {
 	b.ResetTimer()
 	start, cpu := time.Now(), cpuTime()
 	sent := make(chan error, 1)
-	go func() { sent <- publishSpread(pub, b.N, credits) }()
-	delivered, err := receiveSpread(ep, b.N)
+	go func() { sent <- publishSpread(pub, msgs, topic, credits) }()
+	delivered, err := receiveSpread(ep, deliveries)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -75,11 +92,11 @@ func BenchmarkSpread(b *testing.B) {
 	if err := <-sent; err != nil {
 		b.Fatal(err)
 	}
-	if delivered != b.N {
-		b.Fatalf("%d of %d messages delivered", delivered, b.N)
+	if delivered != deliveries {
+		b.Fatalf("%d of %d deliveries", delivered, deliveries)
 	}
-	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "deliveries/s")
-	b.ReportMetric(float64(used.Microseconds())/float64(b.N), "cpu-µs/delivery")
+	b.ReportMetric(float64(deliveries)/elapsed.Seconds(), "deliveries/s")
+	b.ReportMetric(float64(used.Microseconds())/float64(deliveries), "cpu-µs/delivery")
 }
 
 // connectFd sends a clean-session CONNECT on fd and reads its CONNACK.
@@ -101,15 +118,15 @@ func connectFd(b *testing.B, fd int, client string) {
 	}
 }
 
-// publishSpread sends n QoS 1 PUBLISHes to fleet/dev/0, /1, ... in turn,
-// taking a credit for each; PUBACKs return them.
-func publishSpread(fd, n int, credits chan struct{}) error {
+// publishSpread sends n QoS 1 PUBLISHes to topic(0), topic(1), ... in
+// turn, taking a credit for each; PUBACKs return them.
+func publishSpread(fd, n int, topic func(int) string, credits chan struct{}) error {
 	payload := make([]byte, 64)
 	var out []byte
 	for i := range n {
 		<-credits
 		p := &packet.Publish{QoS: packet.QoS1, PacketID: uint16(i%65535 + 1),
-			Topic: fmt.Sprintf("fleet/dev/%d", i%spreadSessions), Payload: payload}
+			Topic: topic(i), Payload: payload}
 		out, _ = p.Append(out[:0], packet.V311)
 		if _, err := syscall.Write(fd, out); err != nil {
 			return err

@@ -27,6 +27,13 @@ type Reader struct {
 
 	mu   sync.Mutex
 	free []*Publish
+
+	// reuseAcks says ReadPacket decodes acknowledgements into ack (see
+	// SetReuseAcks). The four kinds share their fields, so one packet's
+	// room serves them all, converted; it is made at the first and let go
+	// by ReleaseAcks.
+	reuseAcks bool
+	ack       *Puback
 }
 
 const (
@@ -55,6 +62,50 @@ func NewReader(r io.Reader, maxPacketSize int) *Reader {
 	rd.br, _ = r.(io.ByteReader)
 	rd.SetMaxPacketSize(maxPacketSize)
 	return rd
+}
+
+// SetReuseAcks makes ReadPacket return PUBACK, PUBREC, PUBREL and PUBCOMP
+// packets that the Reader owns, with no allocation past the first: each is
+// valid only until the next ReadPacket, which overwrites it. For a caller
+// that is done with a packet before it reads the next, such as a
+// connection's read loop; one that keeps packets must leave it off.
+func (r *Reader) SetReuseAcks(on bool) {
+	r.reuseAcks = on
+	if !on {
+		r.ack = nil
+	}
+}
+
+// ReleaseAcks lets go of the Reader's own acknowledgement (see
+// SetReuseAcks), for a connection that goes idle; the next is made anew.
+func (r *Reader) ReleaseAcks() { r.ack = nil }
+
+// ownAck decodes an acknowledgement into the Reader's own packet (see
+// SetReuseAcks); nil for another type.
+func (r *Reader) ownAck(d *decoder) Packet {
+	codes := pubackCodes
+	switch d.t {
+	case TypePuback, TypePubrec:
+	case TypePubrel, TypePubcomp:
+		codes = pubrelCodes
+	default:
+		return nil
+	}
+	if r.ack == nil {
+		r.ack = new(Puback)
+	}
+	a := r.ack
+	*a = Puback{}
+	decodeAck(d, codes, &a.PacketID, &a.ReasonCode, &a.Properties)
+	switch d.t {
+	case TypePubrec:
+		return (*Pubrec)(a)
+	case TypePubrel:
+		return (*Pubrel)(a)
+	case TypePubcomp:
+		return (*Pubcomp)(a)
+	}
+	return a
 }
 
 // SetMaxPacketSize changes the size limit (see NewReader).
@@ -115,6 +166,14 @@ func (r *Reader) ReadPacket() (Packet, error) {
 		r.scratch = body[:0]
 	}
 	d := decoder{buf: body, t: t, v: v, in: r.in}
+	if r.reuseAcks {
+		if p := r.ownAck(&d); p != nil || d.err != nil {
+			if d.err != nil {
+				return nil, d.err
+			}
+			return p, nil
+		}
+	}
 	p := decodeBody(&d, flags, !r.noPayloadCheck)
 	if d.err != nil {
 		return nil, d.err

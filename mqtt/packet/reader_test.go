@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -390,4 +391,67 @@ func TestPublishClone(t *testing.T) {
 		t.Fatalf("clone changed:\n%#v\n%#v", canon(c), want)
 	}
 	c.Release() // a clone owns nothing of the Reader's
+}
+
+// TestReuseAcks checks that with SetReuseAcks a Reader decodes each kind
+// of acknowledgement exactly as without it, under 3.1.1 and 5.0, into one
+// packet of its own that every read overwrites, until ReleaseAcks.
+func TestReuseAcks(t *testing.T) {
+	for _, v := range []Version{V311, V5} {
+		withProps := func(p *Properties) Properties {
+			if v == V5 {
+				p.SetReasonString("why")
+				p.AddUser("k", "v")
+			}
+			return *p
+		}
+		acks := []Packet{
+			&Puback{PacketID: 1},
+			&Pubrec{PacketID: 2},
+			&Pubrel{PacketID: 3},
+			&Pubcomp{PacketID: 4},
+			&Puback{PacketID: 5, ReasonCode: NoMatchingSubscribers, Properties: withProps(&Properties{})},
+			&Pubrec{PacketID: 6, ReasonCode: QuotaExceeded, Properties: withProps(&Properties{})},
+			&Pubrel{PacketID: 7, ReasonCode: PacketIdentifierNotFound},
+			&Pubcomp{PacketID: 8, ReasonCode: PacketIdentifierNotFound},
+		}
+		if v == V311 {
+			acks = acks[:4]
+		}
+		var wire []byte
+		for _, p := range acks {
+			wire = append(wire, encode(t, p, v)...)
+		}
+		fresh, own := NewReader(bytes.NewReader(wire), 0), NewReader(bytes.NewReader(wire), 0)
+		fresh.SetVersion(v)
+		own.SetVersion(v)
+		own.SetReuseAcks(true)
+		var last uintptr
+		for i := range acks {
+			if i == 3 {
+				own.ReleaseAcks()
+			}
+			want, err := fresh.ReadPacket()
+			if err != nil {
+				t.Fatalf("%v #%d: %v", v, i, err)
+			}
+			got, err := own.ReadPacket()
+			if err != nil {
+				t.Fatalf("%v #%d reused: %v", v, i, err)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("%v #%d: reused %#v, want %#v", v, i, got, want)
+			}
+			addr := reflect.ValueOf(got).Pointer()
+			switch {
+			case i == 0 || i == 3:
+				if addr == last {
+					t.Fatalf("%v #%d: the released packet came back", v, i)
+				}
+			case addr != last:
+				t.Fatalf("%v #%d: a new %v, want the Reader's own packet", v, i, got.Type())
+			}
+			last = addr
+		}
+	}
 }
