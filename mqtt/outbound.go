@@ -98,9 +98,10 @@ type outbound struct {
 
 	snd sender
 	// pub is the sender's PUBLISH for a delivery written at once (see
-	// deliver): built in place, it costs no allocation per delivery.
-	// Sender only.
-	pub packet.Publish
+	// deliver): built in place, it costs no allocation per delivery. Made
+	// for a run of the sender and let go when the sender ends, so an idle
+	// session holds none. Sender only.
+	pub *packet.Publish
 }
 
 // newOutbound restores the sending side of c's session; present says the

@@ -219,7 +219,11 @@ func (o *outbound) deliver(d delivery, pi uint16, after func()) {
 	if o.queued.Load() == 0 {
 		// Written at once: built in the sender's own PUBLISH, which the
 		// write encodes and keeps nothing of.
-		p := &o.pub
+		p := o.pub
+		if p == nil {
+			p = new(packet.Publish)
+			o.pub = p
+		}
 		o.buildPublish(p, d, pi)
 		err := c.writeBuffered(p)
 		*p = packet.Publish{} // holds no payload or topic while idle

@@ -139,6 +139,9 @@ func (o *outbound) run() {
 			o.snd.end()
 			return
 		}
+		// Let go before idle: once it reports the sender ended, the next
+		// may start on another goroutine.
+		o.pub = nil
 		if o.snd.idle() {
 			return
 		}
