@@ -457,17 +457,19 @@ func (c *conn) readLoop(resumed bool) (parkedNow bool) {
 			if c.keepAlive > 0 {
 				deadline = now.Add(time.Duration(float64(c.keepAlive) * c.b.opts.KeepAliveGrace))
 			}
-			_ = c.nc.SetReadDeadline(deadline)
-			if c.ctx.Err() != nil {
-				return false // ended by another goroutine, which may have set a deadline before ours
-			}
 			if c.pk != nil && c.br.Buffered() == 0 && !c.out.awaitingAcks() {
+				// It leaves the read deadline at deadline when it returns.
 				switch c.waitToPark(now, deadline) {
 				case waitParked:
 					return true
 				case waitFailed:
 					return false
 				}
+			} else {
+				_ = c.nc.SetReadDeadline(deadline)
+			}
+			if c.ctx.Err() != nil {
+				return false // ended by another goroutine, which may have set a deadline before ours
 			}
 		}
 		resumed = false
@@ -530,7 +532,8 @@ const (
 
 // waitToPark parks the connection whose keep-alive read deadline is
 // deadline (zero: none) after it waited parkGrace or parkPause for input;
-// now is when the read loop came to wait. Read loop only.
+// now is when the read loop came to wait. Unless it parked, it leaves the
+// read deadline at deadline. Read loop only.
 func (c *conn) waitToPark(now, deadline time.Time) int {
 	wait := parkGrace
 	if now.Sub(c.waited) >= parkGrace {
@@ -539,7 +542,11 @@ func (c *conn) waitToPark(now, deadline time.Time) int {
 	c.waited = now
 	until := now.Add(wait)
 	if !deadline.IsZero() && !until.Before(deadline) {
+		_ = c.nc.SetReadDeadline(deadline)
 		return waitInput
+	}
+	if c.ctx.Err() != nil {
+		return waitFailed // ended by another goroutine: no wait
 	}
 	_ = c.nc.SetReadDeadline(until)
 	err := c.br.Wait()

@@ -39,7 +39,6 @@ type Waiter interface{ Ready() }
 // waiter: closures made per Arm would be allocations per park.
 type waiter struct {
 	w Waiter
-	p *Poller
 
 	// armMu is held through an Arm: a report may resume the connection,
 	// and the resumed read loop park again, before the Arm that armed it
@@ -113,7 +112,7 @@ func (p *Poller) Add(w Waiter) uint64 {
 	defer p.mu.Unlock()
 	p.next++
 	id := p.next
-	e := &waiter{w: w, p: p, ev: unix.EpollEvent{
+	e := &waiter{w: w, ev: unix.EpollEvent{
 		Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT,
 		Fd:     int32(uint32(id)),       //nolint:gosec // the id's low half, stored bit for bit
 		Pad:    int32(uint32(id >> 32)), //nolint:gosec // and its high half
