@@ -223,10 +223,14 @@ func (c *conn) writeBuffered(p packet.Packet) error {
 	return c.writePacket(p, false)
 }
 
+// writePacket writes p, and flushes when flush says so and no writer
+// waits behind. A failed write ends the connection, after the write lock
+// is let go: ending it may take that lock (failTold flushes what is
+// buffered), and another goroutine may be ending it already, holding the
+// connection's failOnce while it waits for the lock.
 func (c *conn) writePacket(p packet.Packet, flush bool) error {
 	c.nwriters.Add(1)
 	c.wmu.Lock()
-	defer c.wmu.Unlock()
 	c.armWriteLocked() // a large packet goes to the socket from WritePacket
 	err := c.w.WritePacket(p)
 	if pub, ok := p.(*packet.Publish); ok && err == nil && pub.Topic != "" && pub.Properties.Has(packet.PropTopicAlias) {
@@ -237,6 +241,7 @@ func (c *conn) writePacket(p packet.Packet, flush bool) error {
 			err = ferr
 		}
 	}
+	c.wmu.Unlock()
 	if err != nil && !errors.Is(err, packet.ErrPacketTooLarge) {
 		c.fail(fmt.Errorf("write: %w", err))
 	}
@@ -248,10 +253,10 @@ func (c *conn) writePacket(p packet.Packet, flush bool) error {
 func (c *conn) writeAck(t packet.Type, id uint16) error {
 	c.nwriters.Add(1)
 	c.wmu.Lock()
-	defer c.wmu.Unlock()
 	c.armWriteLocked()
 	err := c.w.WriteAck(t, id)
 	c.nwriters.Add(-1)
+	c.wmu.Unlock() // before fail, as in writePacket
 	if err != nil {
 		c.fail(fmt.Errorf("write: %w", err))
 	}
