@@ -21,14 +21,14 @@ import (
 // broker then share no Go runtime, so neither one's scheduling is charged
 // to the other, and the benchmark's own CPU per exchange can be read (see
 // Result.ClientMicros). bin must be a tidemark executable with the engine
-// compiled in.
-func TidemarkProcess(bin, name string, opts engine.Options) (Target, error) {
+// compiled in; extra flags, if any, follow the ones opts makes.
+func TidemarkProcess(bin, name string, opts engine.Options, extra ...string) (Target, error) {
 	if _, err := engine.Lookup(name); err != nil {
 		return Target{}, err
 	}
 	t := Target{Name: "tidemark/" + name, Kind: KindTidemark, Engine: name, Sync: opts.Sync.String(),
 		Durability: tidemarkDurability(name, opts)}
-	args := serveArgs(name, opts)
+	args := append(serveArgs(name, opts), extra...)
 	t.start = func(ctx context.Context, dir string, log *slog.Logger) (*instance, error) {
 		return startTidemarkProcess(ctx, bin, args, dir, log)
 	}

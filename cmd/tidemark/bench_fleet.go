@@ -13,7 +13,7 @@ import (
 )
 
 func fleetBenchCmd() *cobra.Command {
-	var engines, peers, sessions, offline []string
+	var engines, peers, sessions, offline, serveFlags []string
 	var syncMode, dir string
 	var fan, reconnects int
 	var showTimeline bool
@@ -51,7 +51,7 @@ published to the session's topic while it was offline).`,
 				if _, err := engine.Lookup(e); err != nil {
 					return fmt.Errorf("--engines: %w", err)
 				}
-				brokers = append(brokers, fleet.Tidemark(self, e, syncMode))
+				brokers = append(brokers, fleet.Tidemark(self, e, syncMode, serveFlags...))
 			}
 			for _, p := range peers {
 				switch p {
@@ -104,6 +104,7 @@ published to the session's topic while it was offline).`,
 	fs.StringSliceVar(&sessions, "sessions", []string{"1000"}, "fleet sizes")
 	fs.BoolVar(&showTimeline, "timeline", false, "also print the spread's deliveries in 100 ms windows of publication time (count, p50, p99, max, over 50 ms): where in the load the slow ones were")
 	fs.StringVar(&syncMode, "sync", "always", "Tidemark's sync mode: always, interval or none")
+	fs.StringArrayVar(&serveFlags, "serve-flag", nil, "a further flag for every Tidemark 'serve' (repeatable), e.g. --serve-flag=--metrics=127.0.0.1:9091 to read its profiles during the run")
 	fs.IntVar(&fan, "fanout", 20, "messages sent to every session in the fan-out load")
 	fs.StringVar(&dir, "dir", "", "data directory for the brokers (default: a temporary one)")
 	fs.StringSliceVar(&offline, "offline", nil, "measure this many offline sessions on disk instead of a connected fleet (Tidemark only), e.g. 10,1000000")

@@ -31,6 +31,7 @@ type mqttBenchFlags struct {
 	chart        string
 	dir          string
 	inProcess    bool
+	serveFlags   []string
 }
 
 // mqttBenchCmd is the MQTT benchmark under the name use ("bench" or "mqtt").
@@ -73,6 +74,7 @@ failed or lost, duplicated or reordered a message.`,
 	fs.StringVar(&f.jsonOut, "json", "", "write the results as JSON to this file (- for standard output, instead of the table)")
 	fs.StringVar(&f.chart, "chart", "", "draw msgs/s against the window per target and QoS to this .svg or .png file")
 	fs.StringVar(&f.dir, "dir", "", "directory for the brokers' data (default: a temporary directory)")
+	fs.StringArrayVar(&f.serveFlags, "serve-flag", nil, "a further flag for every 'tidemark serve' the benchmark starts (repeatable), e.g. --serve-flag=--metrics=127.0.0.1:9091 to read its profiles during the run")
 	fs.BoolVar(&f.inProcess, "in-process", false, "run Tidemark inside the benchmark's process instead of as `tidemark serve` in its own, as mosquitto runs")
 	return cmd
 }
@@ -128,6 +130,9 @@ func (f *mqttBenchFlags) targets() ([]mqttbench.Target, error) {
 	// Peers with a sync setting run once per mode, after the engines; the
 	// others once, at the end.
 	self := ""
+	if f.inProcess && len(f.serveFlags) > 0 {
+		return nil, fmt.Errorf("--serve-flag applies to 'tidemark serve' processes: leave out --in-process to use it")
+	}
 	if !f.inProcess {
 		exe, err := os.Executable()
 		if err != nil {
@@ -142,7 +147,7 @@ func (f *mqttBenchFlags) targets() ([]mqttbench.Target, error) {
 			var t mqttbench.Target
 			var err error
 			if self != "" {
-				t, err = mqttbench.TidemarkProcess(self, e, opts)
+				t, err = mqttbench.TidemarkProcess(self, e, opts, f.serveFlags...)
 			} else {
 				t, err = mqttbench.Tidemark(e, opts)
 			}
