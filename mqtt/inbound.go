@@ -1,6 +1,7 @@
 package mqtt
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"time"
@@ -406,7 +407,9 @@ func setMessageProps(m *Message, p *packet.Properties, now time.Time) {
 	}
 	m.ContentType = p.ContentType
 	m.ResponseTopic = p.ResponseTopic
-	m.CorrelationData = cloneOrNil(p.CorrelationData)
+	if len(p.CorrelationData) > 0 {
+		m.CorrelationData = bytes.Clone(p.CorrelationData) // the packet's buffer is reused
+	}
 	for _, u := range p.User {
 		m.UserProps = append(m.UserProps, UserProperty{Key: u.Key, Value: u.Value})
 	}

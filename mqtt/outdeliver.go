@@ -29,7 +29,7 @@ func (o *outbound) deliverEvent(ev table.Event) {
 		return
 	}
 	var m Message
-	if err := m.decodeEvent(ev.Value, ev.ID); err != nil {
+	if err := m.DecodeEvent(ev.Value, ev.ID); err != nil {
 		o.mu.Unlock()
 		o.c.log.Warn("undecodable message in the log skipped", "key", ev.Key, "err", err)
 		_ = o.sub.Ack(ev)

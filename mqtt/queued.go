@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/message"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
@@ -101,7 +102,7 @@ func (l queueLimits) size(ev table.Event) int64 {
 	if l.bytes == 0 {
 		return 0
 	}
-	return int64(payloadLen(ev.Value))
+	return int64(message.PayloadLen(ev.Value))
 }
 
 // queueCount is what a pass counted of one offline session, kept for the

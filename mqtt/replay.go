@@ -377,7 +377,7 @@ func (o *outbound) deliverReplayed(rp *replay, ev table.Event) {
 		return
 	}
 	var m Message
-	if err := m.decodeEvent(ev.Value, ev.ID); err != nil {
+	if err := m.DecodeEvent(ev.Value, ev.ID); err != nil {
 		_ = rp.sub.Ack(ev)
 		return
 	}

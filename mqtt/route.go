@@ -39,7 +39,7 @@ func (b *Broker) startRouter(ctx context.Context) error {
 // its shared subscription groups. On the router's goroutine.
 func (b *Broker) routeShared(ev table.Event, subs []topic.Subscription) {
 	var m Message
-	if m.decodeEvent(ev.Value, ev.ID) != nil {
+	if m.DecodeEvent(ev.Value, ev.ID) != nil {
 		return
 	}
 	b.mu.Lock()

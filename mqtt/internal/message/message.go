@@ -1,0 +1,257 @@
+// Package message is the broker's application message and its stored
+// form: what the log holds for every QoS 1 and 2 publication, the retained
+// store for every retained one, and a session record for its will. The
+// stored form is versioned; a decoder of this version rejects any other
+// rather than misread it.
+package message
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrCorrupt reports a stored message that cannot be decoded.
+var ErrCorrupt = errors.New("mqtt: corrupt stored message")
+
+// UserProperty is one 5.0 user property; order and repeats are kept.
+type UserProperty struct{ Key, Value string }
+
+// Message is an application message as the broker stores and routes it:
+// what a PUBLISH carried, plus who published it and when it expires.
+type Message struct {
+	Topic   string
+	Payload []byte
+	QoS     byte
+	Retain  bool
+	// From is the publishing client id (for no-local).
+	From string
+	// Expires is when the message expires (5.0 message expiry); zero means
+	// never.
+	Expires time.Time
+
+	PayloadFormat   byte // 0 unspecified bytes, 1 UTF-8
+	HasFormat       bool
+	ContentType     string
+	ResponseTopic   string
+	CorrelationData []byte
+	UserProps       []UserProperty
+}
+
+// Expired reports whether the message's expiry has passed at now.
+func (m *Message) Expired(now time.Time) bool {
+	return !m.Expires.IsZero() && !now.Before(m.Expires)
+}
+
+const messageVersion = 1
+
+// Flags of the stored form.
+const (
+	flagRetain = 1 << iota
+	flagHasFormat
+)
+
+// MarshalBinary encodes the message in the broker's stored form.
+func (m *Message) MarshalBinary() ([]byte, error) {
+	return m.AppendBinary(make([]byte, 0, m.binarySize()))
+}
+
+// binarySize bounds the length of m's stored form, so MarshalBinary
+// allocates once.
+func (m *Message) binarySize() int {
+	const field = binary.MaxVarintLen32 // a length prefix
+	n := 4 + 2*binary.MaxVarintLen64 +
+		len(m.Topic) + len(m.From) + len(m.ContentType) + len(m.ResponseTopic) + len(m.CorrelationData) + len(m.Payload) + 6*field
+	for _, p := range m.UserProps {
+		n += len(p.Key) + len(p.Value) + 2*field
+	}
+	return n
+}
+
+// AppendBinary appends the stored form of m to b.
+func (m *Message) AppendBinary(b []byte) ([]byte, error) {
+	b = append(b, messageVersion, m.QoS)
+	var flags byte
+	if m.Retain {
+		flags |= flagRetain
+	}
+	if m.HasFormat {
+		flags |= flagHasFormat
+	}
+	b = append(b, flags, m.PayloadFormat)
+	var exp int64
+	if !m.Expires.IsZero() {
+		exp = m.Expires.UnixMilli()
+	}
+	b = binary.AppendVarint(b, exp)
+	b = appendBytes(b, []byte(m.Topic))
+	b = appendBytes(b, []byte(m.From))
+	b = appendBytes(b, []byte(m.ContentType))
+	b = appendBytes(b, []byte(m.ResponseTopic))
+	b = appendBytes(b, m.CorrelationData)
+	b = binary.AppendUvarint(b, uint64(len(m.UserProps)))
+	for _, p := range m.UserProps {
+		b = appendBytes(b, []byte(p.Key))
+		b = appendBytes(b, []byte(p.Value))
+	}
+	return appendBytes(b, m.Payload), nil
+}
+
+// UnmarshalBinary decodes the stored form; the message does not alias b.
+func (m *Message) UnmarshalBinary(b []byte) error {
+	return m.decode(b, "", false)
+}
+
+// DecodeEvent decodes the stored form of a message event of the log: its
+// payload and correlation data alias value, which no one modifies (see
+// table.Event), and its topic is id, the event's id, when they are equal,
+// so a delivery copies none of them.
+func (m *Message) DecodeEvent(value []byte, id string) error {
+	return m.decode(value, id, true)
+}
+
+// decode is UnmarshalBinary, aliasing b when shared is set and taking
+// topic for the topic when they are equal.
+func (m *Message) decode(b []byte, topic string, shared bool) error {
+	clone := cloneOrNil
+	if shared {
+		clone = func(v []byte) []byte {
+			if len(v) == 0 {
+				return nil
+			}
+			return v[:len(v):len(v)] // an append must not write into b
+		}
+	}
+	d := decoder{b: b}
+	if v := d.byte(); v != messageVersion {
+		return fmt.Errorf("%w: version %d", ErrCorrupt, v)
+	}
+	*m = Message{QoS: d.byte()}
+	flags := d.byte()
+	m.Retain = flags&flagRetain != 0
+	m.HasFormat = flags&flagHasFormat != 0
+	m.PayloadFormat = d.byte()
+	if exp := d.varint(); exp != 0 {
+		m.Expires = time.UnixMilli(exp)
+	}
+	if tb := d.bytes(); string(tb) == topic {
+		m.Topic = topic
+	} else {
+		m.Topic = string(tb)
+	}
+	m.From = string(d.bytes())
+	m.ContentType = string(d.bytes())
+	m.ResponseTopic = string(d.bytes())
+	m.CorrelationData = clone(d.bytes())
+	n := d.uvarint()
+	if n > uint64(len(b)) {
+		return fmt.Errorf("%w: %d user properties", ErrCorrupt, n)
+	}
+	for i := uint64(0); i < n; i++ {
+		m.UserProps = append(m.UserProps, UserProperty{Key: string(d.bytes()), Value: string(d.bytes())})
+	}
+	m.Payload = clone(d.bytes())
+	if d.err != nil || len(d.b) != 0 || m.QoS > 2 {
+		return fmt.Errorf("%w: %d bytes", ErrCorrupt, len(b))
+	}
+	if m.Payload == nil {
+		m.Payload = []byte{}
+	}
+	return nil
+}
+
+// PayloadLen returns the length of the payload of a message in its
+// stored form without decoding the rest; 0 for one that does not decode
+// (delivery skips it too).
+func PayloadLen(b []byte) int {
+	d := decoder{b: b}
+	if d.byte() != messageVersion {
+		return 0
+	}
+	d.byte() // QoS
+	d.byte() // flags
+	d.byte() // payload format
+	d.varint()
+	for range 5 { // topic, from, content type, response topic, correlation data
+		d.bytes()
+	}
+	n := d.uvarint()
+	if n > uint64(len(b)) {
+		return 0
+	}
+	for i := uint64(0); i < 2*n; i++ {
+		d.bytes()
+	}
+	p := d.bytes()
+	if d.err != nil || len(d.b) != 0 {
+		return 0
+	}
+	return len(p)
+}
+
+func appendBytes(b, v []byte) []byte {
+	b = binary.AppendUvarint(b, uint64(len(v)))
+	return append(b, v...)
+}
+
+func cloneOrNil(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return append([]byte(nil), b...)
+}
+
+// decoder reads the stored forms; the first error sticks.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail() {
+	if d.err == nil {
+		d.err = ErrCorrupt
+	}
+	d.b = nil
+}
+
+func (d *decoder) byte() byte {
+	if len(d.b) < 1 {
+		d.fail()
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail()
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) bytes() []byte {
+	n := d.uvarint()
+	if n > uint64(len(d.b)) {
+		d.fail()
+		return nil
+	}
+	v := d.b[:n]
+	d.b = d.b[n:]
+	return v
+}
