@@ -43,6 +43,12 @@ type Fanout struct {
 	routing Event
 	deliver func(*Member)
 
+	// held are the members routed an event since the follower last
+	// signalled them, and heldEvents how many events it routed to them;
+	// under mu (see release).
+	held       []*Member
+	heldEvents int
+
 	// members counts the members joined and not closed.
 	members atomic.Int64
 
@@ -137,6 +143,7 @@ func (f *Fanout) run(ctx context.Context) {
 		f.mu.Unlock()
 		r := newReader(f.db, SubscribeOptions{Table: f.table, Start: start, IncludeSuperseded: true, Composite: true, YieldEvery: 256})
 		r.step = &f.stepMu
+		r.handled = f.release
 		f.stepMu.Lock()
 		f.rd = r
 		f.stepMu.Unlock()
@@ -186,8 +193,51 @@ func (f *Fanout) routeOne(ev Event) error {
 	f.route(ev, f.deliver)
 	f.routing = Event{} // holds no value past its routing
 	f.cur = after
+	over := f.heldEvents >= maxHeldEvents
 	f.mu.Unlock()
+	if over {
+		f.release()
+	}
 	return nil
+}
+
+// maxHeldEvents bounds the events the follower routes before it signals
+// their members, whatever its batch (see release): what members hold
+// queued and unsignalled, and how long the first of them waits.
+const maxHeldEvents = 1 << 16
+
+// release signals the members routed events since the last release.
+//
+// The follower signals a member once per batch of the log it routes (a
+// batch ends where the log's readable window ends, at YieldEvery entries
+// or at maxHeldEvents routed events), not once per event. A member's
+// receiver started by the first event of a batch would take that one
+// event alone and start again for the next, while one started after the
+// batch takes all its events in one go: with a message to each of 10,000
+// members, the receivers woken per event competed with the follower for
+// the processors, and the route fell behind them, every message reaching
+// a member on its own. The events are queued as they are routed: a
+// receiver still running takes them without a signal.
+func (f *Fanout) release() {
+	f.mu.Lock()
+	held := f.held
+	f.held, f.heldEvents = nil, 0
+	for _, m := range held {
+		m.held = false
+	}
+	f.mu.Unlock()
+	for _, m := range held {
+		m.signal()
+	}
+}
+
+// hold makes m one of the members the next release signals. f.mu held.
+func (f *Fanout) hold(m *Member) {
+	f.heldEvents++
+	if !m.held {
+		m.held = true
+		f.held = append(f.held, m)
+	}
 }
 
 // Close stops the follower and waits for it. Members stay readable; none
@@ -235,6 +285,8 @@ type Member struct {
 	front    uint64
 	closed   bool
 	detaches int
+	// held says the follower signals m at its next release; under f.mu.
+	held bool
 }
 
 // Join adds a member that receives, from start on (exclusive), the events
@@ -275,13 +327,13 @@ func (m *Member) routed(ev Event, prev Cursor) {
 		}
 		m.detaches++
 		m.mu.Unlock()
-		m.signal()
+		m.f.hold(m)
 		return
 	}
 	m.last = ev.Cursor()
 	m.pushLocked(ev, p)
 	m.mu.Unlock()
-	m.signal()
+	m.f.hold(m)
 }
 
 func (m *Member) pushLocked(ev Event, p pos) {

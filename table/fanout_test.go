@@ -315,3 +315,70 @@ func TestFanoutCheckpointHoldsUnacked(t *testing.T) {
 		t.Fatal("a member that read the whole log is not on the route")
 	}
 }
+
+// TestFanoutSignalsOncePerBatch commits 100 records in one transaction to
+// a member joined with JoinFunc and checks that the follower routed them
+// all before it signalled the member, once: a receiver woken per event
+// would take one event per wake-up.
+func TestFanoutSignalsOncePerBatch(t *testing.T) {
+	db, _ := openDB(t)
+	ctx := t.Context()
+	const tbl, n = "fan", 100
+	head, err := db.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m *table.Member
+	var ready sync.WaitGroup
+	ready.Add(1)
+	f, err := db.NewFanout(ctx, table.FanoutOptions{Table: tbl, Start: head,
+		Route: func(ev table.Event, deliver func(*table.Member)) {
+			ready.Wait()
+			deliver(m)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var mu sync.Mutex
+	var notified []int // how many events were queued at each notify
+	queued := 0
+	m = f.JoinFunc(head, nil, func() {
+		mu.Lock()
+		notified = append(notified, queued)
+		mu.Unlock()
+	})
+	ready.Done()
+	kv := make([]string, 0, 2*n)
+	for i := range n {
+		kv = append(kv, fmt.Sprintf("r%d", i), "v")
+	}
+	put(t, db, tbl, kv...)
+	var got int
+	deadline := time.Now().Add(10 * time.Second)
+	for got < n && time.Now().Before(deadline) {
+		ev, ok, err := m.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		if err := m.Ack(ev); err != nil {
+			t.Fatal(err)
+		}
+		got++
+		mu.Lock()
+		queued = got
+		mu.Unlock()
+	}
+	if got != n {
+		t.Fatalf("received %d of %d events", got, n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(notified) != 1 {
+		t.Fatalf("notified %d times for one committed batch of %d events (events received before each: %v), want once", len(notified), n, notified)
+	}
+}

@@ -160,6 +160,10 @@ type reader struct {
 	// it, and let go while it waits: a Fanout's inline routing (see
 	// Fanout.step) takes it to move the reader on in another goroutine.
 	step sync.Locker
+	// handled, when set, runs after each batch the reader handled (and
+	// before it yields the processor), whether or not it handled all of
+	// it: a Fanout signals its members there (see Fanout.release).
+	handled func()
 }
 
 func newReader(db *DB, o SubscribeOptions) *reader {
@@ -258,6 +262,9 @@ func (r *reader) stepLive(ctx context.Context, deliver func(Event) error) {
 
 func (r *reader) process(ctx context.Context, batch []*logEntry, deliver func(Event) error) error {
 	defer r.closeSnap()
+	if r.handled != nil {
+		defer r.handled()
+	}
 	for _, e := range batch {
 		if err := r.handle(ctx, e, deliver); err != nil {
 			return err
@@ -267,6 +274,9 @@ func (r *reader) process(ctx context.Context, batch []*logEntry, deliver func(Ev
 			r.sinceYield = 0
 			if h := r.o.Hooks.Yield; h != nil && !h(r.read) {
 				return errHookStop
+			}
+			if r.handled != nil {
+				r.handled()
 			}
 			runtime.Gosched()
 			if ctx.Err() != nil {
