@@ -1,0 +1,299 @@
+package mqttbench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tidemark-io/tidemark/engine/jetstream/jetstreamtest"
+	"github.com/tidemark-io/tidemark/internal/freeport"
+	"github.com/tidemark-io/tidemark/internal/proc"
+	"github.com/tidemark-io/tidemark/mqtt/packet"
+)
+
+// ClusterConfig is a run of ClusterRun: Tidemark nodes on the JetStream
+// engine sharing one stream of a NATS cluster on loopback.
+type ClusterConfig struct {
+	// Bin is the tidemark executable the nodes run (`serve`).
+	Bin string
+	// Nodes are the node counts to measure, e.g. 1, 2, 3; each gets a
+	// fresh NATS cluster.
+	Nodes []int
+	// Servers is the NATS cluster's size and Replicas the stream's.
+	Servers, Replicas int
+	// QoS are the levels to measure (1, 2).
+	QoS []int
+	// Conns publishers at Window each, spread over the nodes.
+	Conns, Window int
+	// Duration is the measured sending time of each point, after a
+	// warm-up of a fifth of it.
+	Duration time.Duration
+	// Sync is the nodes' --sync (empty: serve's default).
+	Sync string
+	// Dir holds the servers' and nodes' data.
+	Dir string
+	// Progress, when set, is told what runs next.
+	Progress func(string)
+}
+
+// ClusterResult is one point of ClusterRun.
+type ClusterResult struct {
+	Nodes, QoS int
+	// PerSecond is the publishers' acknowledged messages per second, all
+	// nodes together, over the measured time.
+	PerSecond        float64
+	P50Ms, P99Ms     float64
+	Messages         int
+	Lost, Duplicates int
+	// NodeMicros is the nodes' CPU time per message (all nodes), and
+	// LocalMicros this process's: the load generator and the NATS
+	// servers, which run in it.
+	NodeMicros, LocalMicros float64
+	Err                     error
+}
+
+// ClusterRun measures aggregate QoS 1 and QoS 2 throughput through 1, 2,
+// 3... Tidemark nodes on one NATS cluster. Publisher i connects to node
+// i mod n and publishes on a topic that a subscriber on the next node
+// (i+1 mod n) takes, so with more than one node every message crosses
+// from one node to another through the stream. Every acknowledged message
+// is checked: delivered, once, to its subscriber.
+func ClusterRun(ctx context.Context, cfg ClusterConfig) []ClusterResult {
+	var out []ClusterResult
+	for _, n := range cfg.Nodes {
+		for _, q := range cfg.QoS {
+			if cfg.Progress != nil {
+				cfg.Progress(fmt.Sprintf("%d node(s) on %d NATS servers (R%d), QoS %d, %d publishers at window %d",
+					n, cfg.Servers, cfg.Replicas, q, cfg.Conns, cfg.Window))
+			}
+			r := clusterPoint(ctx, cfg, n, q)
+			out = append(out, r)
+			if ctx.Err() != nil {
+				return out
+			}
+		}
+	}
+	return out
+}
+
+// runTB runs the NATS test cluster's helpers outside a test: Fatalf
+// stops the point, cleanups run when it ends.
+type runTB struct {
+	dir      string
+	cleanups []func()
+	dirs     int
+}
+
+type tbFatal struct{ err error }
+
+func (t *runTB) Helper() {}
+func (t *runTB) Fatalf(format string, args ...any) {
+	panic(tbFatal{fmt.Errorf(format, args...)})
+}
+func (t *runTB) Cleanup(f func()) { t.cleanups = append(t.cleanups, f) }
+func (t *runTB) TempDir() string {
+	t.dirs++
+	d := filepath.Join(t.dir, fmt.Sprintf("nats-%d", t.dirs))
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatalf("%v", err)
+	}
+	return d
+}
+func (t *runTB) close() {
+	for i := len(t.cleanups) - 1; i >= 0; i-- {
+		t.cleanups[i]()
+	}
+}
+
+func clusterPoint(ctx context.Context, cfg ClusterConfig, nodes, q int) (r ClusterResult) {
+	r = ClusterResult{Nodes: nodes, QoS: q}
+	dir, err := os.MkdirTemp(cfg.Dir, fmt.Sprintf("cluster-%d-qos%d-", nodes, q))
+	if err != nil {
+		r.Err = err
+		return r
+	}
+	defer os.RemoveAll(dir)
+	tb := &runTB{dir: dir}
+	defer tb.close()
+	defer func() {
+		if p := recover(); p != nil {
+			f, ok := p.(tbFatal)
+			if !ok {
+				panic(p)
+			}
+			r.Err = f.err
+		}
+	}()
+	cl := jetstreamtest.StartCluster(tb, cfg.Servers)
+	jetstreamtest.WaitMetaLeader(tb, cl.Servers)
+	urls := cl.URLs()
+
+	var addrs []string
+	var pids []int
+	for k := range nodes {
+		addr, err := freeport.Addr()
+		if err != nil {
+			r.Err = err
+			return r
+		}
+		ndir := filepath.Join(dir, fmt.Sprintf("node%d", k+1))
+		if err := os.MkdirAll(ndir, 0o755); err != nil {
+			r.Err = err
+			return r
+		}
+		args := []string{"serve", "--engine", "jetstream", "--nats-url", urls, "--replicas", strconv.Itoa(cfg.Replicas),
+			"--node-id", fmt.Sprintf("node%d", k+1), "--data", filepath.Join(ndir, "data"), "--mqtt", addr,
+			"--log-level", "warn", "--max-queued", "0", "--session-expiry", "0"}
+		if cfg.Sync != "" {
+			args = append(args, "--sync", cfg.Sync)
+		}
+		logf, err := os.Create(filepath.Join(ndir, "serve.log"))
+		if err != nil {
+			r.Err = err
+			return r
+		}
+		p, err := proc.Start(proc.Spec{Bin: cfg.Bin, Args: args, Dir: ndir, Log: logf})
+		if err != nil {
+			logf.Close()
+			r.Err = err
+			return r
+		}
+		tb.Cleanup(func() { _ = p.Stop(30 * time.Second); logf.Close() })
+		if err := p.WaitListen(ctx, addr, 60*time.Second, nil); err != nil {
+			r.Err = fmt.Errorf("node %d: %w: %s", k+1, err, p.LogTail(5))
+			return r
+		}
+		addrs, pids = append(addrs, addr), append(pids, p.Pid())
+	}
+	if err := loadCluster(ctx, cfg, addrs, q, &r, pids); err != nil {
+		r.Err = err
+	}
+	return r
+}
+
+// loadCluster runs the publishers and subscribers of one point.
+func loadCluster(ctx context.Context, cfg ClusterConfig, addrs []string, q int, r *ClusterResult, pids []int) error {
+	qos := packet.QoS(q)
+	n := len(addrs)
+	run := uint32(time.Now().UnixNano())
+	prefix := fmt.Sprintf("mqttbench/%08x", run)
+	subs := make([]*subscriber, n)
+	for j := range n {
+		s, err := subscribe(ctx, addrs[j], fmt.Sprintf("mqttbench-%08x-sub-%d", run, j), fmt.Sprintf("%s/%d/+", prefix, j), run, qos, cfg.Conns, false)
+		if err != nil {
+			return fmt.Errorf("subscriber on node %d: %w", j+1, err)
+		}
+		defer s.c.close()
+		subs[j] = s
+	}
+	pubs := make([]*publisher, cfg.Conns)
+	for i := range pubs {
+		c, err := dial(ctx, addrs[i%n], fmt.Sprintf("mqttbench-%08x-pub-%d", run, i), false)
+		if err != nil {
+			return fmt.Errorf("publisher %d: %w", i, err)
+		}
+		defer c.close()
+		pubs[i] = newPublisher(c, run, uint32(i), qos, cfg.Window, fmt.Sprintf("%s/%d/%d", prefix, (i+1)%n, i))
+	}
+	warmup := cfg.Duration / 5
+	stop := make(chan struct{})
+	start := time.Now().Add(warmup)
+	for _, p := range pubs {
+		p.from = start
+	}
+	timer := time.AfterFunc(warmup+cfg.Duration, func() { close(stop) })
+	defer timer.Stop()
+	nodeCPU := func() (d time.Duration) {
+		for _, pid := range pids {
+			d += proc.CPU(pid)
+		}
+		return d
+	}
+	cpu0, ncpu0 := proc.SelfCPU(), nodeCPU()
+	errs := make([]error, len(pubs))
+	var wg sync.WaitGroup
+	for i, p := range pubs {
+		wg.Go(func() {
+			if err := p.publish(ctx, stop, 30*time.Second); err != nil {
+				errs[i] = fmt.Errorf("publisher %d: %w", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	cpu, ncpu := proc.SelfCPU()-cpu0, nodeCPU()-ncpu0
+	var hist histogram
+	var last time.Time
+	measured := 0
+	acked := make([][]bitset, n) // per subscriber: its publishers' acknowledged messages
+	for j := range acked {
+		acked[j] = make([]bitset, len(pubs))
+	}
+	for i, p := range pubs {
+		p.mu.Lock()
+		acked[(i+1)%n][i] = append(bitset(nil), p.acked...)
+		r.Messages += p.done
+		measured += p.measured
+		hist.merge(&p.hist)
+		if p.last.After(last) {
+			last = p.last
+		}
+		p.mu.Unlock()
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	for j, s := range subs {
+		s.wait(ctx, acked[j], 10*time.Second)
+		r.Lost += s.missing(acked[j])
+		s.mu.Lock()
+		r.Duplicates += s.dups
+		serr := s.readErr
+		s.mu.Unlock()
+		if serr != nil {
+			return fmt.Errorf("subscriber on node %d: %w", j+1, serr)
+		}
+	}
+	if last.After(start) {
+		r.PerSecond = float64(measured) / last.Sub(start).Seconds()
+	}
+	r.P50Ms, r.P99Ms = ms(hist.quantile(0.50)), ms(hist.quantile(0.99))
+	if r.Messages > 0 {
+		r.NodeMicros = float64(ncpu.Microseconds()) / float64(r.Messages)
+		r.LocalMicros = float64(cpu.Microseconds()) / float64(r.Messages)
+	}
+	return ctx.Err()
+}
+
+// WriteClusterTable writes rs as a table, with each rate's ratio to the
+// one node rate of its QoS.
+func WriteClusterTable(w io.Writer, rs []ClusterResult) error {
+	one := map[int]float64{}
+	for _, r := range rs {
+		if r.Nodes == 1 && r.Err == nil {
+			one[r.QoS] = r.PerSecond
+		}
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "nodes\tQoS\tmsgs/s\tx 1 node\tp50 ms\tp99 ms\tmessages\tlost\tdup\tnodes µs/msg\tload+NATS µs/msg\t")
+	for _, r := range rs {
+		if r.Err != nil {
+			fmt.Fprintf(tw, "%d\t%d\terror: %s\t\t\t\t\t\t\t\t\t\n", r.Nodes, r.QoS, strings.ReplaceAll(r.Err.Error(), "\t", " "))
+			continue
+		}
+		x := "-"
+		if b := one[r.QoS]; b > 0 {
+			x = fmt.Sprintf("%.2f", r.PerSecond/b)
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%.0f\t%s\t%.2f\t%.2f\t%d\t%d\t%d\t%.1f\t%.1f\t\n", r.Nodes, r.QoS, r.PerSecond, x,
+			r.P50Ms, r.P99Ms, r.Messages, r.Lost, r.Duplicates, r.NodeMicros, r.LocalMicros)
+	}
+	return tw.Flush()
+}

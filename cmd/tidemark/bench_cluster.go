@@ -1,0 +1,110 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/tidemark-io/tidemark/bench/mqttbench"
+	"github.com/tidemark-io/tidemark/engine"
+)
+
+func clusterBenchCmd() *cobra.Command {
+	var nodes, qos []string
+	var servers, replicas, conns, window int
+	var dur time.Duration
+	var syncMode, dir string
+	cmd := &cobra.Command{
+		Use:   "cluster",
+		Short: "Measure aggregate QoS 1 and QoS 2 throughput through 1, 2, 3 Tidemark nodes on one NATS cluster",
+		Long: `Starts a NATS JetStream cluster on 127.0.0.1 inside this process (--servers servers, the
+stream at --replicas replicas) and, for each node count, that many 'tidemark serve --engine
+jetstream' processes on it, each with its own node id. Publisher i connects to node i mod n and
+publishes on a topic a subscriber on node i+1 mod n takes, so with two nodes or more every message
+crosses between nodes through the stream. Prints the publishers' acknowledged messages per second,
+all nodes together, the ratio to one node, acknowledgement latency, lost and duplicated messages,
+and CPU per message of the nodes and of this process (the load and the NATS servers). Every point
+starts on a fresh cluster and stops it after.`,
+		Example: `  tidemark bench cluster
+  tidemark bench cluster --nodes 1,2,3 --qos 1,2 --conns 24 --window 16 --duration 5s`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := engine.Lookup("jetstream"); err != nil {
+				return fmt.Errorf("the cluster benchmark runs the jetstream engine: %w", err)
+			}
+			self, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("find the tidemark binary: %w", err)
+			}
+			ns, err := positiveInts("--nodes", nodes)
+			if err != nil {
+				return err
+			}
+			qs, err := positiveInts("--qos", qos)
+			if err != nil {
+				return err
+			}
+			for _, q := range qs {
+				if q > 2 {
+					return fmt.Errorf("--qos %d: want 1 or 2", q)
+				}
+			}
+			if servers < 1 || replicas < 1 || replicas > servers {
+				return fmt.Errorf("--servers %d --replicas %d: want 1 or more servers and at most as many replicas", servers, replicas)
+			}
+			if conns < 1 || window < 1 || window > 65535 {
+				return fmt.Errorf("--conns %d --window %d: want 1 or more connections and a window of 1 to 65535", conns, window)
+			}
+			if dir == "" {
+				if dir, err = os.MkdirTemp("", "tidemark-cluster-"); err != nil {
+					return err
+				}
+				defer os.RemoveAll(dir)
+			}
+			rs := mqttbench.ClusterRun(cmd.Context(), mqttbench.ClusterConfig{Bin: self, Nodes: ns, Servers: servers,
+				Replicas: replicas, QoS: qs, Conns: conns, Window: window, Duration: dur, Sync: syncMode, Dir: dir,
+				Progress: func(s string) { fmt.Fprintln(cmd.ErrOrStderr(), s) }})
+			if err := mqttbench.WriteClusterTable(cmd.OutOrStdout(), rs); err != nil {
+				return err
+			}
+			var errs []error
+			for _, r := range rs {
+				switch {
+				case r.Err != nil:
+					errs = append(errs, fmt.Errorf("%d node(s), QoS %d: %w", r.Nodes, r.QoS, r.Err))
+				case r.Lost > 0 || (r.QoS == 2 && r.Duplicates > 0):
+					errs = append(errs, fmt.Errorf("%d node(s), QoS %d: %d lost, %d duplicated", r.Nodes, r.QoS, r.Lost, r.Duplicates))
+				}
+			}
+			return errors.Join(errs...)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringSliceVar(&nodes, "nodes", []string{"1", "2", "3"}, "Tidemark node counts to measure")
+	fs.StringSliceVar(&qos, "qos", []string{"1", "2"}, "QoS levels to measure")
+	fs.IntVar(&servers, "servers", 3, "NATS servers in the cluster")
+	fs.IntVar(&replicas, "replicas", 3, "stream replicas")
+	fs.IntVar(&conns, "conns", 12, "publishing connections, spread over the nodes")
+	fs.IntVar(&window, "window", 16, "PUBLISHes each publisher keeps unacknowledged")
+	fs.DurationVar(&dur, "duration", 3*time.Second, "measured sending time per point (after a warm-up of a fifth of it)")
+	fs.StringVar(&syncMode, "sync", "", "the nodes' --sync (default: serve's)")
+	fs.StringVar(&dir, "dir", "", "directory for the servers' and nodes' data (default: a temporary one)")
+	return cmd
+}
+
+// positiveInts parses a flag's comma-separated whole numbers.
+func positiveInts(flag string, vs []string) ([]int, error) {
+	var out []int
+	for _, s := range vs {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%s %q: want positive whole numbers, e.g. 1,2,3", flag, s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
