@@ -44,10 +44,11 @@ type Fanout struct {
 	deliver func(*Member)
 
 	// held are the members routed an event since the follower last
-	// signalled them, and heldEvents how many events it routed to them;
-	// under mu (see release).
-	held       []*Member
-	heldEvents int
+	// signalled them, and heldDeliveries how many events it queued for
+	// them in all (an event routed to ten members counts ten); under mu
+	// (see release).
+	held           []*Member
+	heldDeliveries int
 
 	// members counts the members joined and not closed.
 	members atomic.Int64
@@ -193,7 +194,7 @@ func (f *Fanout) routeOne(ev Event) error {
 	f.route(ev, f.deliver)
 	f.routing = Event{} // holds no value past its routing
 	f.cur = after
-	over := f.heldEvents >= maxHeldEvents
+	over := f.heldDeliveries >= maxHeldDeliveries
 	f.mu.Unlock()
 	if over {
 		f.release()
@@ -201,16 +202,16 @@ func (f *Fanout) routeOne(ev Event) error {
 	return nil
 }
 
-// maxHeldEvents bounds the events the follower routes before it signals
-// their members, whatever its batch (see release): what members hold
-// queued and unsignalled, and how long the first of them waits.
-const maxHeldEvents = 1 << 16
+// maxHeldDeliveries bounds the events the follower queues for members
+// before it signals them, whatever its batch (see release): what members
+// hold queued and unsignalled, and how long the first of them waits.
+const maxHeldDeliveries = 1 << 16
 
 // release signals the members routed events since the last release.
 //
 // The follower signals a member once per batch of the log it routes (a
 // batch ends where the log's readable window ends, at YieldEvery entries
-// or at maxHeldEvents routed events), not once per event. A member's
+// or at maxHeldDeliveries events queued for members), not once per event. A member's
 // receiver started by the first event of a batch would take that one
 // event alone and start again for the next, while one started after the
 // batch takes all its events in one go: with a message to each of 10,000
@@ -221,7 +222,7 @@ const maxHeldEvents = 1 << 16
 func (f *Fanout) release() {
 	f.mu.Lock()
 	held := f.held
-	f.held, f.heldEvents = nil, 0
+	f.held, f.heldDeliveries = nil, 0
 	for _, m := range held {
 		m.held = false
 	}
@@ -233,7 +234,7 @@ func (f *Fanout) release() {
 
 // hold makes m one of the members the next release signals. f.mu held.
 func (f *Fanout) hold(m *Member) {
-	f.heldEvents++
+	f.heldDeliveries++
 	if !m.held {
 		m.held = true
 		f.held = append(f.held, m)
