@@ -13,7 +13,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/tidemark-io/tidemark/engine/jetstream/jetstreamtest"
 	"github.com/tidemark-io/tidemark/internal/freeport"
 	"github.com/tidemark-io/tidemark/internal/proc"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
@@ -132,9 +131,11 @@ func clusterPoint(ctx context.Context, cfg ClusterConfig, nodes, q int) (r Clust
 			r.Err = f.err
 		}
 	}()
-	cl := jetstreamtest.StartCluster(tb, cfg.Servers)
-	jetstreamtest.WaitMetaLeader(tb, cl.Servers)
-	urls := cl.URLs()
+	urls, err := startNATSCluster(tb, cfg.Servers)
+	if err != nil {
+		r.Err = err
+		return r
+	}
 
 	var addrs []string
 	var pids []int
