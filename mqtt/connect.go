@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"time"
 
@@ -53,7 +54,9 @@ func (c *conn) connect(cp *packet.Connect) bool {
 		return c.refuseConnect(packet.ServerUnavailable)
 	}
 	ack := c.connack(&t, st.present)
-	c.log.Debug("connecting", "version", c.version.String(), "clean", cp.CleanStart, "present", st.present)
+	if c.log.Enabled(slog.LevelDebug) { // its arguments would be allocated at every CONNECT
+		c.log.Debug("connecting", "version", c.version.String(), "clean", cp.CleanStart, "present", st.present)
+	}
 	if st.h == nil {
 		// The record goes with the SUBSCRIBE read behind the CONNECT, and
 		// the CONNACK with its commit (see subscribeFollows).

@@ -11,6 +11,12 @@ import (
 // fleet of idle ones hundreds of bytes each, for lines most never log.
 type connLog struct{ c *conn }
 
+// Enabled reports whether a record at level would be written: a caller
+// whose arguments cost an allocation checks first.
+func (l connLog) Enabled(level slog.Level) bool {
+	return l.c.b.log.Enabled(context.Background(), level)
+}
+
 // Debug logs at slog.LevelDebug.
 func (l connLog) Debug(msg string, args ...any) { l.log(slog.LevelDebug, msg, args) }
 

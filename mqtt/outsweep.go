@@ -46,6 +46,9 @@ func (o *outbound) garbage() bool {
 // exchange whose ending is held back (o.ending) stays: it may not be
 // written yet.
 func (o *outbound) sweepDoneLocked(tx *table.Tx, cp table.Cursor) (more bool) {
+	if len(o.done) == 0 {
+		return false // most checkpoints: no QoS 2 delivery ended since the last
+	}
 	c := o.c
 	n, chunk := 0, c.b.maxStateDeletes()
 	held := map[table.Cursor]bool{}
