@@ -10,6 +10,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/tidemark-io/tidemark/mqtt/internal/wire"
 )
 
 // ErrCorrupt reports a stored message that cannot be decoded.
@@ -123,36 +125,36 @@ func (m *Message) decode(b []byte, topic string, shared bool) error {
 			return v[:len(v):len(v)] // an append must not write into b
 		}
 	}
-	d := decoder{b: b}
-	if v := d.byte(); v != messageVersion {
+	d := wire.Decoder{B: b, Corrupt: ErrCorrupt}
+	if v := d.Byte("version"); v != messageVersion {
 		return fmt.Errorf("%w: version %d", ErrCorrupt, v)
 	}
-	*m = Message{QoS: d.byte()}
-	flags := d.byte()
+	*m = Message{QoS: d.Byte("QoS")}
+	flags := d.Byte("flags")
 	m.Retain = flags&flagRetain != 0
 	m.HasFormat = flags&flagHasFormat != 0
-	m.PayloadFormat = d.byte()
-	if exp := d.varint(); exp != 0 {
+	m.PayloadFormat = d.Byte("payload format")
+	if exp := d.Varint("expiry"); exp != 0 {
 		m.Expires = time.UnixMilli(exp)
 	}
-	if tb := d.bytes(); string(tb) == topic {
+	if tb := d.Bytes("topic"); string(tb) == topic {
 		m.Topic = topic
 	} else {
 		m.Topic = string(tb)
 	}
-	m.From = string(d.bytes())
-	m.ContentType = string(d.bytes())
-	m.ResponseTopic = string(d.bytes())
-	m.CorrelationData = clone(d.bytes())
-	n := d.uvarint()
+	m.From = string(d.Bytes("sender"))
+	m.ContentType = string(d.Bytes("content type"))
+	m.ResponseTopic = string(d.Bytes("response topic"))
+	m.CorrelationData = clone(d.Bytes("correlation data"))
+	n := d.Uvarint(uint64(len(b)), "user property count")
 	if n > uint64(len(b)) {
 		return fmt.Errorf("%w: %d user properties", ErrCorrupt, n)
 	}
 	for i := uint64(0); i < n; i++ {
-		m.UserProps = append(m.UserProps, UserProperty{Key: string(d.bytes()), Value: string(d.bytes())})
+		m.UserProps = append(m.UserProps, UserProperty{Key: string(d.Bytes("user property")), Value: string(d.Bytes("user property"))})
 	}
-	m.Payload = clone(d.bytes())
-	if d.err != nil || len(d.b) != 0 || m.QoS > 2 {
+	m.Payload = clone(d.Bytes("payload"))
+	if d.Err != nil || len(d.B) != 0 || m.QoS > 2 {
 		return fmt.Errorf("%w: %d bytes", ErrCorrupt, len(b))
 	}
 	if m.Payload == nil {
@@ -165,26 +167,23 @@ func (m *Message) decode(b []byte, topic string, shared bool) error {
 // stored form without decoding the rest; 0 for one that does not decode
 // (delivery skips it too).
 func PayloadLen(b []byte) int {
-	d := decoder{b: b}
-	if d.byte() != messageVersion {
+	d := wire.Decoder{B: b, Corrupt: ErrCorrupt}
+	if d.Byte("version") != messageVersion {
 		return 0
 	}
-	d.byte() // QoS
-	d.byte() // flags
-	d.byte() // payload format
-	d.varint()
+	d.Byte("QoS")
+	d.Byte("flags")
+	d.Byte("payload format")
+	d.Varint("expiry")
 	for range 5 { // topic, from, content type, response topic, correlation data
-		d.bytes()
+		d.Bytes("field")
 	}
-	n := d.uvarint()
-	if n > uint64(len(b)) {
-		return 0
-	}
+	n := d.Uvarint(uint64(len(b)), "user property count")
 	for i := uint64(0); i < 2*n; i++ {
-		d.bytes()
+		d.Bytes("user property")
 	}
-	p := d.bytes()
-	if d.err != nil || len(d.b) != 0 {
+	p := d.Bytes("payload")
+	if d.Err != nil || len(d.B) != 0 {
 		return 0
 	}
 	return len(p)
@@ -200,58 +199,4 @@ func cloneOrNil(b []byte) []byte {
 		return nil
 	}
 	return append([]byte(nil), b...)
-}
-
-// decoder reads the stored forms; the first error sticks.
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) fail() {
-	if d.err == nil {
-		d.err = ErrCorrupt
-	}
-	d.b = nil
-}
-
-func (d *decoder) byte() byte {
-	if len(d.b) < 1 {
-		d.fail()
-		return 0
-	}
-	v := d.b[0]
-	d.b = d.b[1:]
-	return v
-}
-
-func (d *decoder) uvarint() uint64 {
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail()
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) varint() int64 {
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail()
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) bytes() []byte {
-	n := d.uvarint()
-	if n > uint64(len(d.b)) {
-		d.fail()
-		return nil
-	}
-	v := d.b[:n]
-	d.b = d.b[n:]
-	return v
 }

@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/wire"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -133,14 +134,14 @@ func Decode(v []byte, s *Record) error {
 	if len(v) > 0 && v[0] == '{' {
 		return json.Unmarshal(v, s)
 	}
-	d := decoder{b: v}
-	if d.byte() != sessionFormat1 {
+	d := decoder{wire.Decoder{B: v, Corrupt: errForm}}
+	if d.Byte("length") != sessionFormat1 {
 		return fmt.Errorf("%w: unknown format", errForm)
 	}
-	flags := d.byte()
-	s.Version = packet.Version(d.byte())
+	flags := d.Byte("length")
+	s.Version = packet.Version(d.Byte("length"))
 	s.Expiry = d.uint32()
-	s.DisconnectedAt = d.varint()
+	s.DisconnectedAt = d.Varint("time")
 	s.Online, s.Claimed = flags&sfOnline != 0, flags&sfClaimed != 0
 	s.Node = d.string()
 	s.Conn = d.string()
@@ -154,9 +155,9 @@ func Decode(v []byte, s *Record) error {
 			r := &s.Subs[i]
 			r.Filter = d.string()
 			r.Group = d.string()
-			r.QoS = d.byte()
-			sf := d.byte()
-			r.RH = d.byte()
+			r.QoS = d.Byte("length")
+			sf := d.Byte("length")
+			r.RH = d.Byte("length")
 			r.ID = d.uint32()
 			r.NL, r.RAP, r.Pos = sf&subNL != 0, sf&subRAP != 0, sf&subPos != 0
 			if sf&subSince != 0 {
@@ -178,86 +179,46 @@ func Decode(v []byte, s *Record) error {
 		}
 	}
 	switch {
-	case d.err != nil:
-		return d.err
-	case len(d.b) > 0:
-		return fmt.Errorf("%w: %d bytes after the last field", errForm, len(d.b))
+	case d.Err != nil:
+		return d.Err
+	case len(d.B) > 0:
+		return fmt.Errorf("%w: %d bytes after the last field", errForm, len(d.B))
 	}
 	return nil
 }
 
-// decoder reads the binary forms; the first error sticks, and every read
-// after it returns zero.
-type decoder struct {
-	b   []byte
-	err error
-}
+// decoder reads the binary forms (see wire.Decoder) with the session
+// record's own fields on top.
+type decoder struct{ wire.Decoder }
 
-func (d *decoder) fail(what string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: bad %s", errForm, what)
-	}
-	d.b = nil
-}
-
-func (d *decoder) byte() byte {
-	if len(d.b) == 0 {
-		d.fail("length")
-		return 0
-	}
-	c := d.b[0]
-	d.b = d.b[1:]
-	return c
-}
-
-func (d *decoder) uvarint(max uint64, what string) uint64 {
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 || v > max {
-		d.fail(what)
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) varint() int64 {
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail("time")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) uint32() uint32 { return uint32(d.uvarint(math.MaxUint32, "number")) }
-func (d *decoder) uint16() uint16 { return uint16(d.uvarint(math.MaxUint16, "packet id")) }
+func (d *decoder) uint32() uint32 { return uint32(d.Uvarint(math.MaxUint32, "number")) }
+func (d *decoder) uint16() uint16 { return uint16(d.Uvarint(math.MaxUint16, "packet id")) }
 
 // count reads a number of items each taking at least min bytes, so a
 // corrupt count cannot make the decoder allocate more than the record's
 // size warrants.
 func (d *decoder) count(min int) int {
-	n := d.uvarint(math.MaxInt32, "count")
-	if n > uint64(len(d.b)/min) {
-		d.fail("count")
+	n := d.Uvarint(math.MaxInt32, "count")
+	if n > uint64(len(d.B)/min) {
+		d.Fail("count")
 		return 0
 	}
 	return int(n)
 }
 
 func (d *decoder) string() string {
-	n := d.uvarint(math.MaxInt32, "string")
-	if d.err != nil || n > uint64(len(d.b)) {
-		d.fail("string")
+	n := d.Uvarint(math.MaxInt32, "string")
+	if d.Err != nil || n > uint64(len(d.B)) {
+		d.Fail("string")
 		return ""
 	}
-	s := string(d.b[:n])
-	d.b = d.b[n:]
+	s := string(d.B[:n])
+	d.B = d.B[n:]
 	return s
 }
 
 func (d *decoder) cursor() table.Cursor {
-	k := d.uvarint(math.MaxUint64, "cursor")
+	k := d.Uvarint(math.MaxUint64, "cursor")
 	n := d.uint32()
 	return table.Cursor{Key: engine.LogKey(k), Next: n}
 }
@@ -285,16 +246,16 @@ func (r *OutRecord) Decode(v []byte) error {
 	if len(v) > 0 && v[0] == '{' {
 		return json.Unmarshal(v, r)
 	}
-	d := decoder{b: v}
-	if d.byte() != outFormat1 {
+	d := decoder{wire.Decoder{B: v, Corrupt: errForm}}
+	if d.Byte("length") != outFormat1 {
 		return fmt.Errorf("%w: unknown outbound record format", errForm)
 	}
 	r.PI = d.uint16()
-	r.State = d.byte()
+	r.State = d.Byte("length")
 	r.Pos = d.cursor()
-	if d.err != nil {
-		return d.err
+	if d.Err != nil {
+		return d.Err
 	}
-	r.Msg = d.b
+	r.Msg = d.B
 	return nil
 }
