@@ -211,14 +211,14 @@ const maxHeldDeliveries = 1 << 16
 //
 // The follower signals a member once per batch of the log it routes (a
 // batch ends where the log's readable window ends, at YieldEvery entries
-// or at maxHeldDeliveries events queued for members), not once per event. A member's
-// receiver started by the first event of a batch would take that one
-// event alone and start again for the next, while one started after the
-// batch takes all its events in one go: with a message to each of 10,000
-// members, the receivers woken per event competed with the follower for
-// the processors, and the route fell behind them, every message reaching
-// a member on its own. The events are queued as they are routed: a
-// receiver still running takes them without a signal.
+// or at maxHeldDeliveries events queued for members), not once per
+// event. A member's receiver started by the first event of a batch would
+// take that one event alone and start again for the next, while one
+// started after the batch takes all its events in one go: with a message
+// to each of 10,000 members, the receivers woken per event competed with
+// the follower for the processors, and the route fell behind them, every
+// message reaching a member on its own. The events are queued as they
+// are routed: a receiver still running takes them without a signal.
 func (f *Fanout) release() {
 	f.mu.Lock()
 	held := f.held
