@@ -40,11 +40,11 @@ starts on a fresh cluster and stops it after.`,
 			if err != nil {
 				return fmt.Errorf("find the tidemark binary: %w", err)
 			}
-			ns, err := positiveInts("--nodes", nodes)
+			ns, err := positiveInts("--nodes", "1,2,3", nodes)
 			if err != nil {
 				return err
 			}
-			qs, err := positiveInts("--qos", qos)
+			qs, err := positiveInts("--qos", "1,2", qos)
 			if err != nil {
 				return err
 			}
@@ -58,6 +58,11 @@ starts on a fresh cluster and stops it after.`,
 			}
 			if conns < 1 || window < 1 || window > 65535 {
 				return fmt.Errorf("--conns %d --window %d: want 1 or more connections and a window of 1 to 65535", conns, window)
+			}
+			if syncMode != "" {
+				if _, err := engine.ParseSyncMode(syncMode); err != nil {
+					return fmt.Errorf("--sync: %w", err)
+				}
 			}
 			if dir == "" {
 				if dir, err = os.MkdirTemp("", "tidemark-cluster-"); err != nil {
@@ -96,13 +101,14 @@ starts on a fresh cluster and stops it after.`,
 	return cmd
 }
 
-// positiveInts parses a flag's comma-separated whole numbers.
-func positiveInts(flag string, vs []string) ([]int, error) {
+// positiveInts parses a flag's comma-separated whole numbers; example
+// shows a good value in the error.
+func positiveInts(flag, example string, vs []string) ([]int, error) {
 	var out []int
 	for _, s := range vs {
 		n, err := strconv.Atoi(strings.TrimSpace(s))
 		if err != nil || n <= 0 {
-			return nil, fmt.Errorf("%s %q: want positive whole numbers, e.g. 1,2,3", flag, s)
+			return nil, fmt.Errorf("%s %q: want positive whole numbers, e.g. %s", flag, s, example)
 		}
 		out = append(out, n)
 	}

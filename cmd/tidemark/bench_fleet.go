@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"strconv"
-	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/tidemark-io/tidemark/bench/fleet"
@@ -69,13 +67,9 @@ published to the session's topic while it was offline).`,
 					return fmt.Errorf("--peers %q: the fleet benchmark knows mosquitto (or none)", p)
 				}
 			}
-			var ns []int
-			for _, s := range sessions {
-				n, err := strconv.Atoi(strings.TrimSpace(s))
-				if err != nil || n <= 0 {
-					return fmt.Errorf("--sessions %q: want positive whole numbers, e.g. 1000,10000", s)
-				}
-				ns = append(ns, n)
+			ns, err := positiveInts("--sessions", "1000,10000", sessions)
+			if err != nil {
+				return err
 			}
 			if dir == "" {
 				if dir, err = os.MkdirTemp("", "tidemark-fleet-"); err != nil {
@@ -117,13 +111,9 @@ func runOfflineBench(cmd *cobra.Command, self string, engines []string, syncMode
 	if reconnects <= 0 {
 		return fmt.Errorf("--reconnects %d: want a positive number", reconnects)
 	}
-	var ns []int
-	for _, s := range offline {
-		n, err := strconv.Atoi(strings.TrimSpace(s))
-		if err != nil || n <= 0 {
-			return fmt.Errorf("--offline %q: want positive whole numbers, e.g. 10,1000000", s)
-		}
-		ns = append(ns, n)
+	ns, err := positiveInts("--offline", "10,1000000", offline)
+	if err != nil {
+		return err
 	}
 	var brokers []fleet.Broker
 	for _, e := range engines {
