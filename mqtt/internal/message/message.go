@@ -146,10 +146,8 @@ func (m *Message) decode(b []byte, topic string, shared bool) error {
 	m.ContentType = string(d.Bytes("content type"))
 	m.ResponseTopic = string(d.Bytes("response topic"))
 	m.CorrelationData = clone(d.Bytes("correlation data"))
+	// Bounded by the form's length: a corrupt count allocates nothing.
 	n := d.Uvarint(uint64(len(b)), "user property count")
-	if n > uint64(len(b)) {
-		return fmt.Errorf("%w: %d user properties", ErrCorrupt, n)
-	}
 	for i := uint64(0); i < n; i++ {
 		m.UserProps = append(m.UserProps, UserProperty{Key: string(d.Bytes("user property")), Value: string(d.Bytes("user property"))})
 	}
