@@ -39,6 +39,9 @@ type view struct {
 	isCaught bool
 	closed   bool
 	gen      uint64 // the generation of the consumer whose messages apply
+	// delivered counts the messages of the current generation's
+	// consumer, applied or skipped: the feed's measure of progress.
+	delivered uint64
 	// inflight is set while the committer awaits a batch of its own:
 	// the committer then signals Watch itself, after completing the
 	// handles, so a watcher never hears of a commit before its handle.
@@ -94,6 +97,14 @@ func (v *view) close() {
 	v.changed = make(chan struct{})
 }
 
+// progress returns how many messages consumers delivered so far, and
+// whether the view closed.
+func (v *view) progress() (uint64, bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.delivered, v.closed
+}
+
 // state returns the highest stream sequence the published index holds,
 // and whether the view closed.
 func (v *view) state() (uint64, bool) {
@@ -140,6 +151,7 @@ func (d *db) startConsumer(ctx context.Context) error {
 		return err
 	}
 	v := &d.view
+	defer d.feed.loading.Store(false)
 	if info.State.Msgs == 0 {
 		return nil
 	}
@@ -190,6 +202,7 @@ func (d *db) onMsg(gen uint64, m jetstream.Msg) {
 		v.mu.Unlock()
 		return
 	}
+	v.delivered++
 	if seq <= v.workSeq {
 		// Applied already: a group of this engine's own (applyOwn).
 		if md.NumPending == 0 {
@@ -434,6 +447,7 @@ func (d *db) catchUp(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: stream info: %w", err)
 	}
+	defer d.feed.loading.Store(false)
 	if info.State.Msgs == 0 {
 		return nil
 	}

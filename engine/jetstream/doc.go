@@ -39,9 +39,10 @@
 //     Each request sent while opening has a deadline of its own and is
 //     sent again while a starting cluster cannot answer it yet, with a
 //     log line saying what it waits for (see request.go).
-//   - stall_timeout: how long the index consumer may stand still while
-//     the stream holds messages it has not brought before it is
-//     recreated, with a warning; 15s by default, at least 1s (see feed.go).
+//   - stall_timeout: how long the index consumer may deliver nothing
+//     while the stream holds messages it has not brought before it is
+//     recreated, with a warning; 5s by default, at least 1s. While the
+//     engine opens, a third of it and at least 2s (see feed.go).
 //
 // # Single writer (commit=wal)
 //

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -28,6 +29,10 @@ type feed struct {
 	cc   jetstream.ConsumeContext
 	cons jetstream.Consumer
 
+	// loading is set while opening waits for the index to catch up with
+	// the stream: the watchdog then acts after loadStall, not stallAfter.
+	loading atomic.Bool
+
 	stop chan struct{}
 	done chan struct{}
 	once sync.Once
@@ -37,11 +42,27 @@ type feed struct {
 // consumer has messages to bring, before the consumer is recreated. It is
 // several heartbeat periods, so a consumer the client is already
 // recreating is left to finish.
-const defaultStallAfter = 15 * time.Second
+const defaultStallAfter = 5 * time.Second
+
+// minLoadStall bounds loadStall from below: the first messages of a new
+// consumer on a busy cluster can take a moment.
+const minLoadStall = 2 * time.Second
+
+// loadStall is how long the consumer may deliver nothing while opening
+// waits for the index. A consumer placed on a replica that is still
+// catching up with the stream (a server just restarted) delivers what that
+// replica holds and then nothing, with no error, until the replica has
+// caught up: tens of seconds on a large stream, all of which a node
+// taking over from a failed one would otherwise spend unable to serve.
+// A replacement is placed afresh, usually where the stream is current.
+func loadStall(stallAfter time.Duration) time.Duration {
+	return max(stallAfter/3, minLoadStall)
+}
 
 // startFeed creates the index consumer and its watchdog.
 func (d *db) startFeed(ctx context.Context) error {
 	f := &feed{d: d, stop: make(chan struct{}), done: make(chan struct{})}
+	f.loading.Store(true)
 	if err := f.create(ctx); err != nil {
 		return err
 	}
@@ -85,14 +106,17 @@ func (f *feed) create(ctx context.Context) error {
 	})
 }
 
-// watch recreates the consumer when the index stood still for stallAfter
-// while the consumer had messages to bring, or could not be found.
+// watch recreates the consumer when it delivered nothing for stallAfter
+// (loadStall while opening) while it had messages to bring, or could not
+// be found. Progress is any message of the current consumer, applied or
+// not: a replacement first brings again what the index holds, and must
+// not be taken for stalled while it does.
 func (f *feed) watch() {
 	defer close(f.done)
 	d := f.d
-	t := time.NewTicker(d.stallAfter / 3)
+	t := time.NewTicker(min(d.stallAfter, loadStall(d.stallAfter)) / 3)
 	defer t.Stop()
-	last, closed := d.view.state()
+	last, closed := d.view.progress()
 	moved := time.Now()
 	for !closed {
 		select {
@@ -100,21 +124,26 @@ func (f *feed) watch() {
 			return
 		case <-t.C:
 		}
-		var applied uint64
-		applied, closed = d.view.state()
-		if applied != last {
-			last, moved = applied, time.Now()
+		var now uint64
+		now, closed = d.view.progress()
+		if now != last {
+			last, moved = now, time.Now()
 			continue
 		}
-		if time.Since(moved) < d.stallAfter {
+		limit := d.stallAfter
+		if f.loading.Load() {
+			limit = loadStall(d.stallAfter)
+		}
+		if time.Since(moved) < limit {
 			continue
 		}
+		applied, _ := d.view.state()
 		behind, why := f.behind(applied)
 		if !behind {
 			moved = time.Now()
 			continue
 		}
-		d.log.Warn("the index consumer stands still; recreating it", "stream", d.name, "applied_seq", applied, "for", time.Since(moved).Round(time.Second), "why", why)
+		d.log.Warn("the index consumer stands still; recreating it", "stream", d.name, "applied_seq", applied, "for", time.Since(moved).Round(time.Second), "why", why, "opening", f.loading.Load())
 		f.replace()
 		moved = time.Now()
 	}

@@ -15,8 +15,21 @@ import (
 // second engine, and checks that the first one's watchdog notices,
 // recreates the consumer and brings the commit into its index.
 func TestJetStreamStalledConsumerRecreated(t *testing.T) {
+	testStalledConsumer(t, "1s", false, 15*time.Second)
+}
+
+// TestJetStreamStalledConsumerRecreatedWhileOpening does the same while
+// the engine counts as opening (waiting for its index, as a node taking
+// over from a failed one does), with a stall timeout that would take
+// longer than the wait allowed: the shorter limit of opening applies.
+func TestJetStreamStalledConsumerRecreatedWhileOpening(t *testing.T) {
+	stall := 4 * minLoadStall
+	testStalledConsumer(t, stall.String(), true, stall-minLoadStall/2)
+}
+
+func testStalledConsumer(t *testing.T, stall string, opening bool, within time.Duration) {
 	ctx := t.Context()
-	a := openEngine(t, map[string]string{"commit": "batch", "stall_timeout": "1s"})
+	a := openEngine(t, map[string]string{"commit": "batch", "stall_timeout": stall})
 	b := openEngine(t, map[string]string{"url": a.srv.ClientURL()})
 
 	if _, err := engine.Commit(ctx, b, new(engine.Batch).Put([]byte("k"), []byte("v1"))); err != nil {
@@ -29,6 +42,8 @@ func TestJetStreamStalledConsumerRecreated(t *testing.T) {
 
 	gen := a.view.nextGen() // the running consumer's messages stop applying
 	applied, _ := a.view.state()
+	a.feed.loading.Store(opening)
+	began := time.Now()
 	for i := range 20 {
 		if _, err := engine.Commit(ctx, b, new(engine.Batch).Put([]byte("k"), []byte{'w', byte('a' + i)}).Append([]byte("e"))); err != nil {
 			t.Fatalf("commit %d: %v", i, err)
@@ -40,11 +55,12 @@ func TestJetStreamStalledConsumerRecreated(t *testing.T) {
 		t.Fatalf("index moved from %d to %d with its consumer orphaned: the test does not stall it", applied, now)
 	}
 	// ...until the watchdog replaces it, well within a few stall periods.
-	waitFor(t, 15*time.Second, "the watchdog to recreate the consumer", func() bool {
+	waitFor(t, within, "the watchdog to recreate the consumer", func() bool {
 		a.view.mu.Lock()
 		defer a.view.mu.Unlock()
 		return a.view.gen > gen
 	})
+	t.Logf("recreated after %v", time.Since(began).Round(10*time.Millisecond))
 	waitFor(t, 10*time.Second, "the last commit in the index", func() bool {
 		v, err := engine.Get(ctx, a, []byte("k"))
 		return err == nil && string(v) == "wt"

@@ -25,6 +25,13 @@ const (
 	// context has no deadline (parameter start_timeout).
 	defaultStartTimeout = 2 * time.Minute
 	maxRetryWait        = 2 * time.Second
+	// firstAttempt bounds the first attempt of a request; each retry
+	// doubles it up to the request's own bound. A server that has just
+	// restarted answers JetStream requests only once it rejoined the
+	// cluster, a second or so later: a short first wait finds that out
+	// without spending the whole bound of a request that is slow for
+	// good reason (a stream whose replicas are still forming).
+	firstAttempt = time.Second
 )
 
 // JetStream API error codes a starting cluster answers for a while.
@@ -42,7 +49,7 @@ const (
 var errNotReady = errors.New("not ready yet")
 
 // request runs fn, one request to NATS, with a deadline of attempt
-// (within ctx), and runs it again while the answer is one a cluster that
+// (within ctx; firstAttempt, doubling, for the first tries), and runs it again while the answer is one a cluster that
 // is still starting gives: no answer, no responders, a lost connection,
 // JetStream temporarily unavailable, not enough servers for the stream's
 // replicas, or a stream another node created at the same moment. Each
@@ -53,7 +60,7 @@ func (d *db) request(ctx context.Context, what string, attempt time.Duration, fn
 	start := time.Now()
 	wait := 100 * time.Millisecond
 	for n := 1; ; n++ {
-		actx, cancel := context.WithTimeout(ctx, attempt)
+		actx, cancel := context.WithTimeout(ctx, min(attempt, firstAttempt<<min(n-1, 8)))
 		err := fn(actx)
 		cancel()
 		if err == nil {
