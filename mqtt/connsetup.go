@@ -3,6 +3,9 @@ package mqtt
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"log/slog"
 	"strconv"
 
 	"github.com/tidemark-io/tidemark/engine"
@@ -13,6 +16,11 @@ import (
 // The store side of a CONNECT: the previous session discarded or loaded,
 // the session record written, the sending side restored. It runs on a
 // store goroutine (see onStore), as one sequence of store calls.
+
+// maxLoadAttempts bounds the reads of a session record and its rows that
+// find the record rewritten in between: each one means another commit to
+// it landed, which a CONNECT does not race for long.
+const maxLoadAttempts = 5
 
 // sessionSetup is what the store calls of a CONNECT found and started.
 type sessionSetup struct {
@@ -55,20 +63,39 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 			tx, settled = dtx, false
 		}
 	} else {
-		rec, _, ok, err := c.b.loadSession(ctx, c.client)
-		if err != nil {
-			return fail("load session", err)
-		}
-		if ok {
+		// A session's rows go before its record (see discardTx): with no
+		// record there are none to read. The rows must be those of the
+		// record read: a commit landing between the two reads (a late
+		// one of a node that held the session and died) could have moved
+		// the checkpoint and swept the completion marks below it, and a
+		// resume from the older checkpoint without those marks would
+		// deliver again QoS 2 messages the subscriber completed.
+		for attempt := 1; ; attempt++ {
+			rec, ver, ok, err := c.b.loadSession(ctx, c.client)
+			if err != nil {
+				return fail("load session", err)
+			}
+			if !ok {
+				break
+			}
 			present, settled = true, false
 			c.rec = rec
-		}
-		// A session's rows go before its record (see discardTx): with no
-		// record there are none to read.
-		if ok {
-			if rows, err = c.loadRows(ctx); err != nil {
+			c.b.at(PointSessionRead, c.client, 0)
+			var same bool
+			if rows, same, err = c.loadRows(ctx, ver); err != nil {
 				return fail("load session state", err)
 			}
+			if same {
+				if c.log.Enabled(slog.LevelDebug) {
+					c.log.Debug("session loaded", "checkpoint", c.rec.Checkpoint.String(), "sent_high", c.rec.SentHigh.String(), "next_pi", c.rec.NextPI,
+						"held_by", c.rec.Node, "online", c.rec.Online, "qos2_in_flight", len(rows.out), "qos2_completed_above_checkpoint", len(rows.done))
+				}
+				break
+			}
+			if attempt == maxLoadAttempts {
+				return fail("load session state", fmt.Errorf("mqtt: session %q changed while it was read, %d times: %w", c.client, attempt, engine.ErrConflict))
+			}
+			c.stagedBefore = nil
 		}
 	}
 	// Whether a SUBSCRIBE waits behind the CONNECT is read before the
@@ -112,14 +139,23 @@ type sessionRows struct {
 
 // loadRows reads a present session's rows from one view of the store, so
 // a reconnect pays one engine snapshot for them rather than one per
-// table. The packet ids of its staged inbound QoS 2 messages go to
+// table, if that view still holds the session record at version ver
+// (same); otherwise it reads nothing. The packet ids of its staged inbound QoS 2 messages go to
 // c.stagedBefore: a first transmission on one of them finds its slot
 // taken, so its staging must not share a commit with others (see group).
-func (c *conn) loadRows(ctx context.Context) (sessionRows, error) {
-	var rows sessionRows
+func (c *conn) loadRows(ctx context.Context, ver table.Version) (rows sessionRows, same bool, err error) {
 	prefix := c.client + slotSep
-	err := c.b.db.View(ctx, func(v *table.View) error {
-		err := v.Range(tableStaged, prefix, func(r table.Record) bool {
+	err = c.b.db.View(ctx, func(v *table.View) error {
+		r, err := v.Get(session.Table, c.client)
+		if err != nil || r.Version != ver {
+			// Gone or rewritten since it was read: read both again.
+			if errors.Is(err, table.ErrNotFound) {
+				err = nil
+			}
+			return err
+		}
+		same = true
+		err = v.Range(tableStaged, prefix, func(r table.Record) bool {
 			if pi, perr := strconv.ParseUint(r.ID[len(prefix):], 10, 16); !r.Deleted && perr == nil {
 				if c.stagedBefore == nil {
 					c.stagedBefore = map[uint16]bool{}
@@ -148,7 +184,7 @@ func (c *conn) loadRows(ctx context.Context) (sessionRows, error) {
 			return true
 		})
 	})
-	return rows, err
+	return rows, same, err
 }
 
 // stampRecord makes the session record this connection's, as the store

@@ -46,6 +46,9 @@ const (
 	// PointDelivered: a PUBLISH to a subscriber was written (pi is 0 for
 	// QoS 0); client is the subscriber.
 	PointDelivered Point = "after-deliver"
+	// PointSessionRead: a CONNECT read its present session's record and
+	// not yet the rows beside it (pi is 0).
+	PointSessionRead Point = "after-session-read"
 )
 
 // Kind names a kind of commit for Hooks.Submit and Hooks.Ack.

@@ -120,6 +120,7 @@ func (b *Broker) recoverWills() {
 	type found struct {
 		id  string
 		rec session.Record
+		ver table.Version
 	}
 	var ids []string
 	_ = b.db.Range(b.ctx, session.RecoverTable, "", func(r table.Record) bool {
@@ -136,13 +137,18 @@ func (b *Broker) recoverWills() {
 		// A session online on another node sharing the store is live there.
 		if session.Decode(r.Value, &s) == nil && s.NeedsRecovery() && !(s.Online && b.onOtherNode(s)) {
 			s.Loaded()
-			recs = append(recs, found{id, s})
+			recs = append(recs, found{id, s, r.Version})
 		}
 	}
 	now := time.Now()
 	for _, r := range recs {
 		if r.rec.Online {
+			// Conditional on the record read: one that changed since was
+			// written by a connection that holds the session now (on
+			// another node, or on this one already), and writing back
+			// what was read would put its state back to an older one.
 			tx := b.db.Begin()
+			tx.ExpectVersion(session.Table, r.id, r.ver)
 			if r.rec.Expiry == 0 {
 				tx.DeleteState(session.Table, r.id)
 				session.Unindex(tx, r.id, &r.rec)
@@ -153,7 +159,10 @@ func (b *Broker) recoverWills() {
 					continue
 				}
 			}
-			if err := tx.Commit(b.ctx); err != nil {
+			if err := tx.Commit(b.ctx); errors.Is(err, engine.ErrConflict) {
+				b.log.Debug("recover session: it changed since it was read; left to its holder", "client", r.id)
+				continue
+			} else if err != nil {
 				b.log.Warn("recover session", "client", r.id, "err", err)
 				continue
 			}

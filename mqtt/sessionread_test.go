@@ -1,0 +1,108 @@
+package mqtt
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	paho3 "github.com/eclipse/paho.mqtt.golang"
+
+	"github.com/tidemark-io/tidemark/engine"
+	_ "github.com/tidemark-io/tidemark/engine/pebble"
+	"github.com/tidemark-io/tidemark/mqtt/internal/session"
+	"github.com/tidemark-io/tidemark/mqtt/packet"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// TestSessionRowsMatchRecord: a commit that rewrites a session's record
+// and sweeps its completion marks (the late checkpoint of a node that
+// held the session and died) lands after a CONNECT read the record and
+// before it read the rows. The CONNECT must read both again: the older
+// checkpoint with the marks gone would deliver completed QoS 2 messages
+// a second time.
+func TestSessionRowsMatchRecord(t *testing.T) {
+	if !HooksEnabled {
+		t.Skip("needs the fault hooks: go test -tags faults")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e, err := engine.Open(ctx, "pebble", engine.Options{Dir: t.TempDir(), Sync: engine.SyncNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	db, err := table.Open(ctx, e, table.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+
+	// An offline session with one QoS 2 delivery completed above its
+	// checkpoint.
+	head, err := db.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mtx := db.Begin()
+	_ = mtx.Message("other", "m", []byte("x"))
+	if err := mtx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mark, err := db.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := session.Record{Version: packet.V311, Expiry: session.NeverExpires, Checkpoint: head, SentHigh: mark}
+	tx := db.Begin()
+	_ = tx.PutStateUnchecked(tableDone, "s"+slotSep+mark.String(), nil)
+	if err := session.Put(tx, "s", &rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	var reads atomic.Int32
+	hooks := Hooks{At: func(p Point, client string, _ uint16) {
+		if p != PointSessionRead || client != "s" || reads.Add(1) != 1 {
+			return
+		}
+		moved := rec
+		moved.Checkpoint = mark
+		tx := db.Begin()
+		_ = tx.DeleteStateUnchecked(tableDone, "s"+slotSep+mark.String())
+		if err := session.Put(tx, "s", &moved); err != nil {
+			t.Error(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Error(err)
+		}
+	}}
+	b, err := New(db, Options{Hooks: hooks})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { defer close(served); _ = b.Serve(ln) }()
+	defer func() { _ = b.Close(); <-served }()
+
+	c := paho3.NewClient(paho3.NewClientOptions().AddBroker("tcp://" + ln.Addr().String()).SetClientID("s").
+		SetCleanSession(false).SetProtocolVersion(4).SetAutoReconnect(false))
+	tok := c.Connect()
+	if !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect: %v", tok.Error())
+	}
+	defer c.Disconnect(100)
+	if !tok.(*paho3.ConnectToken).SessionPresent() {
+		t.Fatal("CONNACK says no session present")
+	}
+	if n := reads.Load(); n != 2 {
+		t.Fatalf("the session record was read %d times; want 2: the rows read after a rewrite must be read again with the record", n)
+	}
+}
