@@ -238,7 +238,7 @@ func Torture(t T, o TortureOptions) TortureReport {
 				rep.QoS1Distinct++
 			case q == packet.QoS2 && c > 1:
 				rep.QoS2Duplicates += c - 1
-				t.Errorf("%s: QoS 2 message %s delivered %d times", s.name, p, c)
+				t.Errorf("%s: QoS 2 message %s delivered %d times: %s", s.name, p, c, deliveriesOf(got, p))
 			}
 		}
 		for _, w := range want {
@@ -420,4 +420,16 @@ func (p *torturePub) session(c *rawClient, stop <-chan struct{}) {
 			return
 		}
 	}
+}
+
+// deliveriesOf describes each delivery of payload p in got: on which
+// connection of the subscriber, under which packet id, with DUP or not.
+func deliveriesOf(got []delivery, p string) string {
+	var b strings.Builder
+	for i, d := range got {
+		if d.Payload == p {
+			fmt.Fprintf(&b, "[#%d conn %d pi %d dup %v] ", i, d.Conn, d.PI, d.Dup)
+		}
+	}
+	return b.String()
 }
