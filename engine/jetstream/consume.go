@@ -35,8 +35,8 @@ type view struct {
 	floorSeq uint64        // sequence of the latest floor message
 	logTop   uint64        // highest log entry sequence seen
 	changed  chan struct{} // closed and replaced at each publish
-	caught   chan struct{} // closed once the consumer reached the stream's end
-	isCaught bool
+	caught   chan struct{} // closed once the consumer reached the end of the stream on its server
+	isCaught bool          // (see startConsumer for why that may not be the stream's end)
 	closed   bool
 	gen      uint64 // the generation of the consumer whose messages apply
 	// delivered counts the messages of the current generation's
@@ -86,6 +86,11 @@ func (v *view) nextGen() uint64 {
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	v.gen++
+	// Caught up is the new consumer's to say.
+	if v.isCaught {
+		v.isCaught = false
+		v.caught = make(chan struct{})
+	}
 	return v.gen
 }
 
@@ -161,9 +166,22 @@ func (d *db) startConsumer(ctx context.Context) error {
 	defer progress.Stop()
 	for {
 		v.mu.Lock()
-		done := v.isCaught || v.applied >= info.State.LastSeq
-		applied, ch := v.applied, v.changed
+		applied, caught, ch := v.applied, v.isCaught, v.changed
 		v.mu.Unlock()
+		done := applied >= info.State.LastSeq
+		if !done && caught {
+			// The consumer found nothing more on its server, short of
+			// the stream's last sequence (which may be a message gone
+			// since, such as an expired delete marker). Its server may
+			// be a replica still catching up with the stream: then what
+			// it has is not all there is.
+			var why string
+			if done, why = d.feed.placedCurrent(ctx); !done {
+				d.log.Warn("the index consumer is on a server behind the stream; recreating it", "stream", d.name, "applied_seq", applied, "last_seq", info.State.LastSeq, "why", why)
+				d.feed.replace()
+				continue
+			}
+		}
 		if done {
 			d.log.Info("index loaded", "stream", d.name, "took", time.Since(start).Round(time.Millisecond))
 			return nil

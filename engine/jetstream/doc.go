@@ -161,6 +161,17 @@
 // entries of the group messages on "<stream>.x.l" up to the last group
 // the index applied.
 //
+// Open returns once the index holds the stream as its leader had it when
+// loading began. The consumer runs on one server of the stream, which
+// the server picks; a replica that has just restarted is still catching
+// up, and a consumer there reports nothing pending once it delivered
+// what that replica holds. Open takes such an end for the stream's only
+// when the consumer's server leads the stream or is a replica the leader
+// counts current with no lag, and otherwise recreates the consumer
+// elsewhere. Trusting it served a node a stale index: a broker starting
+// on it read session records older than what another node had written
+// since, and wrote one back.
+//
 // # Memory
 //
 // The index is a Pebble store on local disk (engine/pebble/localkv), not

@@ -5,6 +5,7 @@ package jetstream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -176,7 +177,51 @@ func (f *feed) behind(applied uint64) (bool, string) {
 	case info.Delivered.Stream > applied:
 		return true, "delivered but not applied"
 	}
+	// Nothing pending where the consumer is: that server may be one
+	// still catching up with the stream.
+	if ok, why := f.placedCurrent(context.Background()); !ok {
+		return true, why
+	}
 	return false, ""
+}
+
+// placedCurrent reports whether the consumer's server holds the whole
+// stream: it leads the stream, or it is a replica the leader counts as
+// current with no lag; why says what it found otherwise. A server that
+// has just restarted catches up with the stream for a while, and a
+// consumer placed there meanwhile sees only what it has, with no error.
+// Without cluster information (a single server) the answer is yes.
+func (f *feed) placedCurrent(ctx context.Context) (bool, string) {
+	f.mu.Lock()
+	cons := f.cons
+	f.mu.Unlock()
+	actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	defer cancel()
+	ci, err := cons.Info(actx)
+	if err != nil {
+		return false, "consumer info: " + err.Error()
+	}
+	if ci.Cluster == nil || ci.Cluster.Leader == "" {
+		return true, ""
+	}
+	si, err := f.d.st.Info(actx)
+	if err != nil {
+		return false, "stream info: " + err.Error()
+	}
+	at := ci.Cluster.Leader
+	if si.Cluster == nil || si.Cluster.Leader == at {
+		return true, ""
+	}
+	for _, p := range si.Cluster.Replicas {
+		if p.Name != at {
+			continue
+		}
+		if p.Current && !p.Offline && p.Lag == 0 {
+			return true, ""
+		}
+		return false, fmt.Sprintf("consumer on %s, which the stream leader %s counts %s, %d behind", at, si.Cluster.Leader, map[bool]string{true: "current", false: "not current"}[p.Current], p.Lag)
+	}
+	return false, fmt.Sprintf("consumer on %s, not among the stream's servers (leader %s)", at, si.Cluster.Leader)
 }
 
 // replace stops the current consumer and creates one of a new
