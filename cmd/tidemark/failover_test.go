@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -84,4 +85,7 @@ func TestServeClusterFailover(t *testing.T) {
 		MaxUptime:  time.Second,
 	})
 	t.Logf("failover: %v", rep)
+	all := logs.all()
+	t.Logf("index consumers recreated: %d found on a server behind the stream, %d standing still",
+		strings.Count(all, "the index consumer is on a server behind the stream"), strings.Count(all, "the index consumer stands still"))
 }

@@ -176,7 +176,7 @@ func (d *db) startConsumer(ctx context.Context) error {
 			// be a replica still catching up with the stream: then what
 			// it has is not all there is.
 			var why string
-			if done, why = d.feed.placedCurrent(ctx); !done {
+			if done, why = d.feed.placedCurrent(ctx, true); !done {
 				d.log.Warn("the index consumer is on a server behind the stream; recreating it", "stream", d.name, "applied_seq", applied, "last_seq", info.State.LastSeq, "why", why)
 				d.feed.replace()
 				continue
@@ -190,6 +190,13 @@ func (d *db) startConsumer(ctx context.Context) error {
 		case <-ch:
 		case <-progress.C:
 			d.log.Info("waiting for the index consumer", "stream", d.name, "applied_seq", applied, "last_seq", info.State.LastSeq)
+			// A replica catching up delivers, slowly, as it goes: the
+			// watchdog sees progress, and the load takes as long as the
+			// replica's catch-up. Another server has it all now.
+			if ok, why := d.feed.placedCurrent(ctx, false); !ok {
+				d.log.Warn("the index consumer is on a server behind the stream; recreating it", "stream", d.name, "applied_seq", applied, "last_seq", info.State.LastSeq, "why", why)
+				d.feed.replace()
+			}
 		case <-ctx.Done():
 			return fmt.Errorf("jetstream: loading index: at sequence %d of %d after %v: %w", applied, info.State.LastSeq, time.Since(start).Round(time.Second), ctx.Err())
 		}

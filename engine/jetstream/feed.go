@@ -179,7 +179,7 @@ func (f *feed) behind(applied uint64) (bool, string) {
 	}
 	// Nothing pending where the consumer is: that server may be one
 	// still catching up with the stream.
-	if ok, why := f.placedCurrent(context.Background()); !ok {
+	if ok, why := f.placedCurrent(context.Background(), true); !ok {
 		return true, why
 	}
 	return false, ""
@@ -187,11 +187,13 @@ func (f *feed) behind(applied uint64) (bool, string) {
 
 // placedCurrent reports whether the consumer's server holds the whole
 // stream: it leads the stream, or it is a replica the leader counts as
-// current with no lag; why says what it found otherwise. A server that
-// has just restarted catches up with the stream for a while, and a
-// consumer placed there meanwhile sees only what it has, with no error.
-// Without cluster information (a single server) the answer is yes.
-func (f *feed) placedCurrent(ctx context.Context) (bool, string) {
+// current (exact: with no lag either); why says what it found otherwise.
+// A server that has just restarted catches up with the stream for a
+// while, and a consumer placed there meanwhile sees only what it has,
+// with no error. Without cluster information (a single server) the
+// answer is yes. A healthy replica under load lags by the entries in
+// flight: only a consumer that found nothing pending asks for exact.
+func (f *feed) placedCurrent(ctx context.Context, exact bool) (bool, string) {
 	f.mu.Lock()
 	cons := f.cons
 	f.mu.Unlock()
@@ -216,7 +218,7 @@ func (f *feed) placedCurrent(ctx context.Context) (bool, string) {
 		if p.Name != at {
 			continue
 		}
-		if p.Current && !p.Offline && p.Lag == 0 {
+		if p.Current && !p.Offline && (p.Lag == 0 || !exact) {
 			return true, ""
 		}
 		return false, fmt.Sprintf("consumer on %s, which the stream leader %s counts %s, %d behind", at, si.Cluster.Leader, map[bool]string{true: "current", false: "not current"}[p.Current], p.Lag)
