@@ -21,25 +21,45 @@ func (b *Broker) loadSession(ctx context.Context, client string) (session.Record
 
 // loadSessionAt is loadSession with expiry judged at now.
 func (b *Broker) loadSessionAt(ctx context.Context, client string, now time.Time) (session.Record, table.Version, bool, error) {
-	rec, err := b.db.Get(ctx, session.Table, client)
-	if errors.Is(err, table.ErrNotFound) {
-		return session.Record{}, 0, false, nil
-	}
-	if err != nil {
-		return session.Record{}, 0, false, err
-	}
-	var s session.Record
-	if err := session.Decode(rec.Value, &s); err != nil {
-		return session.Record{}, 0, false, fmt.Errorf("mqtt: session %q: %w", client, err)
-	}
-	s.Loaded()
-	if s.Expired(now) {
-		if err := b.discardSession(ctx, client); err != nil {
+	for attempt := 1; ; attempt++ {
+		rec, err := b.db.Get(ctx, session.Table, client)
+		if errors.Is(err, table.ErrNotFound) {
+			return session.Record{}, 0, false, nil
+		}
+		if err != nil {
 			return session.Record{}, 0, false, err
 		}
-		return session.Record{}, 0, false, nil
+		var s session.Record
+		if err := session.Decode(rec.Value, &s); err != nil {
+			return session.Record{}, 0, false, fmt.Errorf("mqtt: session %q: %w", client, err)
+		}
+		s.Loaded()
+		if !s.Expired(now) {
+			return s, rec.Version, true, nil
+		}
+		// Discarded only as read: on a store shared by several nodes
+		// this node's view can be behind one where the session came
+		// back online elsewhere.
+		err = b.discardRead(ctx, client, rec.Version)
+		switch {
+		case err == nil:
+			return session.Record{}, 0, false, nil
+		case !errors.Is(err, engine.ErrConflict) || attempt == maxLoadAttempts:
+			return session.Record{}, 0, false, err
+		}
 	}
-	return s, rec.Version, true, nil
+}
+
+// discardRead is discardSession conditional on the session record still
+// being at version ver. The condition covers the last commit only: rows
+// beyond one commit's worth (see discardTx) go before it, unconditionally.
+func (b *Broker) discardRead(ctx context.Context, client string, ver table.Version) error {
+	tx, err := b.discardTx(ctx, client, false)
+	if err != nil || tx == nil {
+		return err
+	}
+	tx.ExpectVersion(session.Table, client, ver)
+	return tx.Commit(ctx)
 }
 
 // discardSession deletes every piece of state of client: the session
