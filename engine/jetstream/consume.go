@@ -174,12 +174,18 @@ func (d *db) startConsumer(ctx context.Context) error {
 			// the stream's last sequence (which may be a message gone
 			// since, such as an expired delete marker). Its server may
 			// be a replica still catching up with the stream: then what
-			// it has is not all there is.
+			// it has is not all there is. The leader says what is.
 			var why string
 			if done, why = d.feed.placedCurrent(ctx, true); !done {
 				d.log.Warn("the index consumer is on a server behind the stream; recreating it", "stream", d.name, "applied_seq", applied, "last_seq", info.State.LastSeq, "why", why)
 				d.feed.replace()
 				continue
+			}
+			last, found, err := d.feed.leaderLast(ctx)
+			if done = err == nil && (!found || applied >= last); !done {
+				// Left to the consumer, which brings it unless it is
+				// stuck, and then the watchdog replaces it.
+				d.log.Info("the index consumer found no more, the stream leader does", "stream", d.name, "applied_seq", applied, "leader_last_seq", last, "err", err)
 			}
 		}
 		if done {
@@ -472,7 +478,6 @@ func (d *db) catchUp(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("jetstream: stream info: %w", err)
 	}
-	defer d.feed.loading.Store(false)
 	if info.State.Msgs == 0 {
 		return nil
 	}

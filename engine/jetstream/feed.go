@@ -4,6 +4,7 @@ package jetstream
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -182,8 +183,21 @@ func (f *feed) behind(applied uint64) (bool, string) {
 	if ok, why := f.placedCurrent(context.Background(), true); !ok {
 		return true, why
 	}
+	// The leader has more than the index, for longer than a message
+	// just committed takes to arrive.
+	if last, found, err := f.leaderLast(context.Background()); err == nil && found && last > applied {
+		time.Sleep(leaderRecheck)
+		if now, _ := f.d.view.state(); now < last {
+			return true, fmt.Sprintf("the stream leader has sequence %d, the consumer brought none past %d", last, now)
+		}
+	}
 	return false, ""
 }
+
+// leaderRecheck is how long behind waits, having found the leader ahead
+// of the index, before it counts the consumer stuck: long enough for a
+// message committed at that moment to arrive.
+const leaderRecheck = 250 * time.Millisecond
 
 // placedCurrent reports whether the consumer's server holds the whole
 // stream: it leads the stream, or it is a replica the leader counts as
@@ -224,6 +238,42 @@ func (f *feed) placedCurrent(ctx context.Context, exact bool) (bool, string) {
 		return false, fmt.Sprintf("consumer on %s, which the stream leader %s counts %s, %d behind", at, si.Cluster.Leader, map[bool]string{true: "current", false: "not current"}[p.Current], p.Lag)
 	}
 	return false, fmt.Sprintf("consumer on %s, not among the stream's servers (leader %s)", at, si.Cluster.Leader)
+}
+
+// leaderLast returns the sequence of the stream's newest message, as its
+// leader has it (found false for an empty stream). It asks the stream
+// API, which the leader answers, not a direct get, which any replica
+// may answer from what it holds.
+func (f *feed) leaderLast(ctx context.Context) (seq uint64, found bool, err error) {
+	d := f.d
+	req, _ := json.Marshal(map[string]string{"last_by_subj": d.name + ".>"})
+	actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	defer cancel()
+	msg, err := d.nc.RequestWithContext(actx, "$JS.API.STREAM.MSG.GET."+d.name, req)
+	if err != nil {
+		return 0, false, err
+	}
+	var resp struct {
+		Message *struct {
+			Seq uint64 `json:"seq"`
+		} `json:"message"`
+		Error *struct {
+			Code        int    `json:"err_code"`
+			Description string `json:"description"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return 0, false, fmt.Errorf("jetstream: last message of %s: %w", d.name, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.Code == errCodeNoMessage:
+		return 0, false, nil
+	case resp.Error != nil:
+		return 0, false, fmt.Errorf("jetstream: last message of %s: %s (%d)", d.name, resp.Error.Description, resp.Error.Code)
+	case resp.Message == nil:
+		return 0, false, fmt.Errorf("jetstream: last message of %s: empty answer", d.name)
+	}
+	return resp.Message.Seq, true, nil
 }
 
 // replace stops the current consumer and creates one of a new

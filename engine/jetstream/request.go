@@ -41,6 +41,7 @@ const (
 	errCodeInsufficient    = 10023 // insufficient resources (peers still joining)
 	errCodeStreamNameExist = 10058 // another node created the stream at the same moment
 	errCodeStreamOffline   = 10118
+	errCodeNoMessage       = 10037 // no message found (stream message get)
 )
 
 // errNotReady marks an answer that means "not yet" where it is given:
