@@ -175,17 +175,17 @@ func (d *db) startConsumer(ctx context.Context) error {
 			// since, such as an expired delete marker). Its server may
 			// be a replica still catching up with the stream: then what
 			// it has is not all there is. The leader says what is.
-			var why string
-			if done, why = d.feed.placedCurrent(ctx, true); !done {
+			ok, why, err := d.feed.placedCurrent(ctx, true)
+			if err == nil && !ok {
 				d.log.Warn("the index consumer is on a server behind the stream; recreating it", "stream", d.name, "applied_seq", applied, "last_seq", info.State.LastSeq, "why", why)
 				d.feed.replace()
 				continue
 			}
-			last, found, err := d.feed.leaderLast(ctx)
-			if done = err == nil && (!found || applied >= last); !done {
+			last, found, lerr := d.feed.leaderLast(ctx)
+			if done = err == nil && ok && lerr == nil && (!found || applied >= last); !done {
 				// Left to the consumer, which brings it unless it is
 				// stuck, and then the watchdog replaces it.
-				d.log.Info("the index consumer found no more, the stream leader does", "stream", d.name, "applied_seq", applied, "leader_last_seq", last, "err", err)
+				d.log.Info("the index consumer found no more, the stream leader may have", "stream", d.name, "applied_seq", applied, "leader_last_seq", last, "err", errors.Join(err, lerr))
 			}
 		}
 		if done {
@@ -199,7 +199,7 @@ func (d *db) startConsumer(ctx context.Context) error {
 			// A replica catching up delivers, slowly, as it goes: the
 			// watchdog sees progress, and the load takes as long as the
 			// replica's catch-up. Another server has it all now.
-			if ok, why := d.feed.placedCurrent(ctx, false); !ok {
+			if ok, why, err := d.feed.placedCurrent(ctx, false); err == nil && !ok {
 				d.log.Warn("the index consumer is on a server behind the stream; recreating it", "stream", d.name, "applied_seq", applied, "last_seq", info.State.LastSeq, "why", why)
 				d.feed.replace()
 			}

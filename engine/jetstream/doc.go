@@ -167,10 +167,11 @@
 // up, and a consumer there reports nothing pending once it delivered
 // what that replica holds. Open takes such an end for the stream's only
 // when the consumer's server leads the stream or is a replica the leader
-// counts current with no lag, and otherwise recreates the consumer
-// elsewhere. Trusting it served a node a stale index: a broker starting
-// on it read session records older than what another node had written
-// since, and wrote one back.
+// counts current with no lag (otherwise it recreates the consumer
+// elsewhere), and when the index holds the newest message the leader
+// has. Trusting the consumer alone served a node a stale index: a broker
+// starting on it read session records older than what another node had
+// written since, and wrote one back.
 //
 // # Memory
 //

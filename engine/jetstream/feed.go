@@ -119,7 +119,7 @@ func (f *feed) watch() {
 	t := time.NewTicker(min(d.stallAfter, loadStall(d.stallAfter)) / 3)
 	defer t.Stop()
 	last, closed := d.view.progress()
-	moved := time.Now()
+	moved, placed := time.Now(), time.Now()
 	for !closed {
 		select {
 		case <-f.stop:
@@ -128,6 +128,20 @@ func (f *feed) watch() {
 		}
 		var now uint64
 		now, closed = d.view.progress()
+		if !f.loading.Load() && time.Since(placed) >= d.stallAfter {
+			// A consumer the client recreated after its server went
+			// away may sit on a replica still catching up: it moves,
+			// slowly, and the index lags the stream all that while.
+			// (Opening checks this itself.)
+			placed = time.Now()
+			if ok, why, err := f.placedCurrent(context.Background(), false); err == nil && !ok {
+				d.log.Warn("the index consumer is on a server behind the stream; recreating it", "stream", d.name, "why", why)
+				f.replace()
+				last, _ = d.view.progress()
+				moved = time.Now()
+				continue
+			}
+		}
 		if now != last {
 			last, moved = now, time.Now()
 			continue
@@ -180,7 +194,7 @@ func (f *feed) behind(applied uint64) (bool, string) {
 	}
 	// Nothing pending where the consumer is: that server may be one
 	// still catching up with the stream.
-	if ok, why := f.placedCurrent(context.Background(), true); !ok {
+	if ok, why, err := f.placedCurrent(context.Background(), true); err == nil && !ok {
 		return true, why
 	}
 	// The leader has more than the index, for longer than a message
@@ -206,8 +220,9 @@ const leaderRecheck = 250 * time.Millisecond
 // while, and a consumer placed there meanwhile sees only what it has,
 // with no error. Without cluster information (a single server) the
 // answer is yes. A healthy replica under load lags by the entries in
-// flight: only a consumer that found nothing pending asks for exact.
-func (f *feed) placedCurrent(ctx context.Context, exact bool) (bool, string) {
+// flight: only a consumer that found nothing pending asks for exact. An
+// error means the question could not be asked, not that the answer is no.
+func (f *feed) placedCurrent(ctx context.Context, exact bool) (bool, string, error) {
 	f.mu.Lock()
 	cons := f.cons
 	f.mu.Unlock()
@@ -215,29 +230,29 @@ func (f *feed) placedCurrent(ctx context.Context, exact bool) (bool, string) {
 	defer cancel()
 	ci, err := cons.Info(actx)
 	if err != nil {
-		return false, "consumer info: " + err.Error()
+		return false, "", fmt.Errorf("consumer info: %w", err)
 	}
 	if ci.Cluster == nil || ci.Cluster.Leader == "" {
-		return true, ""
+		return true, "", nil
 	}
 	si, err := f.d.st.Info(actx)
 	if err != nil {
-		return false, "stream info: " + err.Error()
+		return false, "", fmt.Errorf("stream info: %w", err)
 	}
 	at := ci.Cluster.Leader
 	if si.Cluster == nil || si.Cluster.Leader == at {
-		return true, ""
+		return true, "", nil
 	}
 	for _, p := range si.Cluster.Replicas {
 		if p.Name != at {
 			continue
 		}
 		if p.Current && !p.Offline && (p.Lag == 0 || !exact) {
-			return true, ""
+			return true, "", nil
 		}
-		return false, fmt.Sprintf("consumer on %s, which the stream leader %s counts %s, %d behind", at, si.Cluster.Leader, map[bool]string{true: "current", false: "not current"}[p.Current], p.Lag)
+		return false, fmt.Sprintf("consumer on %s, which the stream leader %s counts %s, %d behind", at, si.Cluster.Leader, map[bool]string{true: "current", false: "not current"}[p.Current], p.Lag), nil
 	}
-	return false, fmt.Sprintf("consumer on %s, not among the stream's servers (leader %s)", at, si.Cluster.Leader)
+	return false, fmt.Sprintf("consumer on %s, not among the stream's servers (leader %s)", at, si.Cluster.Leader), nil
 }
 
 // leaderLast returns the sequence of the stream's newest message, as its
