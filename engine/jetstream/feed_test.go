@@ -70,3 +70,25 @@ func testStalledConsumer(t *testing.T, stall string, opening bool, within time.D
 		t.Fatalf("log entries after the recreation = %v, want the one value e", got)
 	}
 }
+
+// TestJetStreamLeaderLast: the stream leader's newest message, asked
+// through the stream API, is the last sequence the index applied after a
+// commit, and an empty stream has none. Opening relies on it to tell a
+// consumer that found nothing more from an index that has everything.
+func TestJetStreamLeaderLast(t *testing.T) {
+	ctx := t.Context()
+	a := openEngine(t, map[string]string{"commit": "batch"})
+	if seq, found, err := a.feed.leaderLast(ctx); err != nil || found {
+		t.Fatalf("leaderLast of an empty stream = %d, %v, %v; want none", seq, found, err)
+	}
+	for i := range 3 {
+		if _, err := engine.Commit(ctx, a, new(engine.Batch).Put([]byte{'k', byte('0' + i)}, []byte("v")).Append([]byte("e"))); err != nil {
+			t.Fatalf("commit %d: %v", i, err)
+		}
+	}
+	applied, _ := a.view.state()
+	seq, found, err := a.feed.leaderLast(ctx)
+	if err != nil || !found || seq != applied || seq == 0 {
+		t.Fatalf("leaderLast after three commits = %d, %v, %v; want the applied sequence %d", seq, found, err, applied)
+	}
+}
