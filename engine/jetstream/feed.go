@@ -154,7 +154,14 @@ func (f *feed) watch() {
 			continue
 		}
 		applied, _ := d.view.state()
-		behind, why := f.behind(applied)
+		behind, why := true, "nothing delivered while opening, short of the stream's end"
+		if !f.loading.Load() {
+			// While opening, the index is short of the stream's end by
+			// definition, and the consumer's own account can be wrong:
+			// one on a replica still rebuilding its store reports
+			// nothing pending past what that replica holds.
+			behind, why = f.behind(applied)
+		}
 		if !behind {
 			moved = time.Now()
 			continue
@@ -199,7 +206,11 @@ func (f *feed) behind(applied uint64) (bool, string) {
 	}
 	// The leader has more than the index, for longer than a message
 	// just committed takes to arrive.
-	if last, found, err := f.leaderLast(context.Background()); err == nil && found && last > applied {
+	last, found, err := f.leaderLast(context.Background())
+	if err != nil {
+		f.d.log.Info("index consumer: no answer from the stream leader about its newest message", "stream", f.d.name, "err", err)
+	}
+	if err == nil && found && last > applied {
 		time.Sleep(leaderRecheck)
 		if now, _ := f.d.view.state(); now < last {
 			return true, fmt.Sprintf("the stream leader has sequence %d, the consumer brought none past %d", last, now)
@@ -230,6 +241,7 @@ func (f *feed) placedCurrent(ctx context.Context, exact bool) (bool, string, err
 	defer cancel()
 	ci, err := cons.Info(actx)
 	if err != nil {
+		f.d.log.Info("index consumer: no answer about its placement", "stream", f.d.name, "err", err)
 		return false, "", fmt.Errorf("consumer info: %w", err)
 	}
 	if ci.Cluster == nil || ci.Cluster.Leader == "" {
