@@ -161,6 +161,7 @@ func (d *db) startConsumer(ctx context.Context) error {
 		return nil
 	}
 	d.log.Info("loading the index", "stream", d.name, "messages", info.State.Msgs, "last_seq", info.State.LastSeq)
+	d.feed.placeOnLeader(ctx)
 	start := time.Now()
 	progress := time.NewTicker(5 * time.Second)
 	defer progress.Stop()

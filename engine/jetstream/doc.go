@@ -169,9 +169,12 @@
 // when the consumer's server leads the stream or is a replica the leader
 // counts current with no lag (otherwise it recreates the consumer
 // elsewhere), and when the index holds the newest message the leader
-// has. Trusting the consumer alone served a node a stale index: a broker
-// starting on it read session records older than what another node had
-// written since, and wrote one back.
+// has. A replica rebuilding its store can count as current and still
+// hold only part of the stream, so while opening a consumer that
+// delivers nothing for the opening limit (see stall_timeout) is
+// recreated whatever it reports. Trusting the consumer alone served a
+// node a stale index: a broker starting on it read session records older
+// than what another node had written since, and wrote one back.
 //
 // # Memory
 //

@@ -267,6 +267,36 @@ func (f *feed) placedCurrent(ctx context.Context, exact bool) (bool, string, err
 	return false, fmt.Sprintf("consumer on %s, not among the stream's servers (leader %s)", at, si.Cluster.Leader), nil
 }
 
+// maxPlacements bounds how often opening recreates the index consumer to
+// get it onto the stream's leader (see placeOnLeader).
+const maxPlacements = 6
+
+// placeOnLeader recreates the index consumer until it runs on the
+// stream's leader, at most maxPlacements times. The server picks where
+// a consumer runs, among the stream's servers; a replica that restarted
+// a moment ago can count as current while it still rebuilds its store,
+// and a consumer there brings the stream as slowly as the replica gets
+// it (a node opening took 17 s to 55 s so). The leader has it all.
+func (f *feed) placeOnLeader(ctx context.Context) {
+	for try := 1; try <= maxPlacements && ctx.Err() == nil; try++ {
+		f.mu.Lock()
+		cons := f.cons
+		f.mu.Unlock()
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		ci, err := cons.Info(actx)
+		var si *jetstream.StreamInfo
+		if err == nil {
+			si, err = f.d.st.Info(actx)
+		}
+		cancel()
+		if err != nil || ci.Cluster == nil || si.Cluster == nil || ci.Cluster.Leader == "" || ci.Cluster.Leader == si.Cluster.Leader {
+			return
+		}
+		f.d.log.Info("index consumer on a replica; recreating it for the stream leader while opening", "stream", f.d.name, "on", ci.Cluster.Leader, "leader", si.Cluster.Leader, "try", try)
+		f.replace()
+	}
+}
+
 // leaderLast returns the sequence of the stream's newest message, as its
 // leader has it (found false for an empty stream). It asks the stream
 // API, which the leader answers, not a direct get, which any replica
