@@ -30,6 +30,9 @@ type feed struct {
 	mu   sync.Mutex // guards cc and cons; held while replacing them
 	cc   jetstream.ConsumeContext
 	cons jetstream.Consumer
+	// replacing serializes replace: the watchdog and opening both call
+	// it, and two at once would leave one new consumer running unowned.
+	replacing sync.Mutex
 
 	// loading is set while opening waits for the index to catch up with
 	// the stream: the watchdog then acts after loadStall, not stallAfter.
@@ -337,11 +340,23 @@ func (f *feed) leaderLast(ctx context.Context) (seq uint64, found bool, err erro
 // generation, which starts over from the last message of every subject;
 // the view skips what it applied already.
 func (f *feed) replace() {
+	f.replacing.Lock()
+	defer f.replacing.Unlock()
 	f.mu.Lock()
-	old := f.cc
+	old, oldCons := f.cc, f.cons
 	f.mu.Unlock()
 	if old != nil {
 		old.Stop()
+	}
+	if oldCons != nil {
+		if info := oldCons.CachedInfo(); info != nil {
+			// Gone now rather than when the server expires it.
+			go func(name string) {
+				dctx, dcancel := context.WithTimeout(context.Background(), attemptTimeout)
+				defer dcancel()
+				_ = f.d.st.DeleteConsumer(dctx, name)
+			}(info.Name)
+		}
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
