@@ -3,17 +3,13 @@ package mqtt
 import (
 	"bytes"
 	"context"
-	"net"
 	"testing"
 	"time"
 
 	paho3 "github.com/eclipse/paho.mqtt.golang"
 
-	"github.com/tidemark-io/tidemark/engine"
-	_ "github.com/tidemark-io/tidemark/engine/pebble"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
-	"github.com/tidemark-io/tidemark/table"
 )
 
 // TestClaimFromSilentNode: a session left online by a node whose presence
@@ -22,16 +18,7 @@ import (
 func TestClaimFromSilentNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	e, err := engine.Open(ctx, "pebble", engine.Options{Dir: t.TempDir(), Sync: engine.SyncNone})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	db, err := table.Open(ctx, e, table.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openTestDB(t, ctx)
 
 	// A crashed node's leftovers: its last presence record and a session
 	// it held.
@@ -44,19 +31,9 @@ func TestClaimFromSilentNode(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	b, err := New(db, Options{NodeID: "A", TakeoverTimeout: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() { defer close(served); _ = b.Serve(ln) }()
-	defer func() { _ = b.Close(); <-served }()
+	addr := serveTestBroker(t, db, Options{NodeID: "A", TakeoverTimeout: time.Hour})
 
-	c := paho3.NewClient(paho3.NewClientOptions().AddBroker("tcp://" + ln.Addr().String()).SetClientID("held").
+	c := paho3.NewClient(paho3.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("held").
 		SetCleanSession(false).SetProtocolVersion(4).SetAutoReconnect(false).SetConnectTimeout(30 * time.Second))
 	tok := c.Connect()
 	if !tok.WaitTimeout(40*time.Second) || tok.Error() != nil {

@@ -2,18 +2,14 @@ package mqtt
 
 import (
 	"context"
-	"net"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	paho3 "github.com/eclipse/paho.mqtt.golang"
 
-	"github.com/tidemark-io/tidemark/engine"
-	_ "github.com/tidemark-io/tidemark/engine/pebble"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
-	"github.com/tidemark-io/tidemark/table"
 )
 
 // TestSessionRowsMatchRecord: a commit that rewrites a session's record
@@ -28,16 +24,7 @@ func TestSessionRowsMatchRecord(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	e, err := engine.Open(ctx, "pebble", engine.Options{Dir: t.TempDir(), Sync: engine.SyncNone})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	db, err := table.Open(ctx, e, table.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openTestDB(t, ctx)
 
 	// An offline session with one QoS 2 delivery completed above its
 	// checkpoint.
@@ -80,19 +67,9 @@ func TestSessionRowsMatchRecord(t *testing.T) {
 			t.Error(err)
 		}
 	}}
-	b, err := New(db, Options{Hooks: hooks})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() { defer close(served); _ = b.Serve(ln) }()
-	defer func() { _ = b.Close(); <-served }()
+	addr := serveTestBroker(t, db, Options{Hooks: hooks})
 
-	c := paho3.NewClient(paho3.NewClientOptions().AddBroker("tcp://" + ln.Addr().String()).SetClientID("s").
+	c := paho3.NewClient(paho3.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("s").
 		SetCleanSession(false).SetProtocolVersion(4).SetAutoReconnect(false))
 	tok := c.Connect()
 	if !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
