@@ -70,12 +70,15 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 		// the checkpoint and swept the completion marks below it, and a
 		// resume from the older checkpoint without those marks would
 		// deliver again QoS 2 messages the subscriber completed.
+		settledAbsent := settled
 		for attempt := 1; ; attempt++ {
 			rec, ver, ok, err := c.b.loadSession(ctx, c.client)
 			if err != nil {
 				return fail("load session", err)
 			}
 			if !ok {
+				// Absent, possibly only since an earlier attempt read it.
+				present, settled, c.rec = false, settledAbsent, session.Record{}
 				break
 			}
 			present, settled = true, false
