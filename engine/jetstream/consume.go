@@ -165,12 +165,17 @@ func (d *db) startConsumer(ctx context.Context) error {
 	start := time.Now()
 	progress := time.NewTicker(5 * time.Second)
 	defer progress.Stop()
+	var asked time.Time // when the leader was last asked (see below)
 	for {
 		v.mu.Lock()
 		applied, caught, ch := v.applied, v.isCaught, v.changed
 		v.mu.Unlock()
 		done := applied >= info.State.LastSeq
-		if !done && caught {
+		// Asked at most once a second: while other nodes write, the
+		// view changes at every batch, and the index soon passes the
+		// last sequence anyway.
+		if !done && caught && time.Since(asked) >= time.Second {
+			asked = time.Now()
 			// The consumer found nothing more on its server, short of
 			// the stream's last sequence (which may be a message gone
 			// since, such as an expired delete marker). Its server may
@@ -178,8 +183,7 @@ func (d *db) startConsumer(ctx context.Context) error {
 			// it has is not all there is. The leader says what is.
 			ok, why, err := d.feed.placedCurrent(ctx, true)
 			if err == nil && !ok {
-				d.log.Warn("the index consumer is on a server behind the stream; recreating it", "stream", d.name, "applied_seq", applied, "last_seq", info.State.LastSeq, "why", why)
-				d.feed.replace()
+				d.feed.replaceBehind(why)
 				continue
 			}
 			last, found, lerr := d.feed.leaderLast(ctx)
@@ -201,8 +205,7 @@ func (d *db) startConsumer(ctx context.Context) error {
 			// watchdog sees progress, and the load takes as long as the
 			// replica's catch-up. Another server has it all now.
 			if ok, why, err := d.feed.placedCurrent(ctx, false); err == nil && !ok {
-				d.log.Warn("the index consumer is on a server behind the stream; recreating it", "stream", d.name, "applied_seq", applied, "last_seq", info.State.LastSeq, "why", why)
-				d.feed.replace()
+				d.feed.replaceBehind(why)
 			}
 		case <-ctx.Done():
 			return fmt.Errorf("jetstream: loading index: at sequence %d of %d after %v: %w", applied, info.State.LastSeq, time.Since(start).Round(time.Second), ctx.Err())

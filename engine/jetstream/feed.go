@@ -138,8 +138,7 @@ func (f *feed) watch() {
 			// (Opening checks this itself.)
 			placed = time.Now()
 			if ok, why, err := f.placedCurrent(context.Background(), false); err == nil && !ok {
-				d.log.Warn("the index consumer is on a server behind the stream; recreating it", "stream", d.name, "why", why)
-				f.replace()
+				f.replaceBehind(why)
 				last, _ = d.view.progress()
 				moved = time.Now()
 				continue
@@ -238,25 +237,11 @@ const leaderRecheck = 250 * time.Millisecond
 // flight: only a consumer that found nothing pending asks for exact. An
 // error means the question could not be asked, not that the answer is no.
 func (f *feed) placedCurrent(ctx context.Context, exact bool) (bool, string, error) {
-	f.mu.Lock()
-	cons := f.cons
-	f.mu.Unlock()
-	actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-	defer cancel()
-	ci, err := cons.Info(actx)
+	at, si, err := f.placement(ctx)
 	if err != nil {
-		f.d.log.Info("index consumer: no answer about its placement", "stream", f.d.name, "err", err)
-		return false, "", fmt.Errorf("consumer info: %w", err)
+		return false, "", err
 	}
-	if ci.Cluster == nil || ci.Cluster.Leader == "" {
-		return true, "", nil
-	}
-	si, err := f.d.st.Info(actx)
-	if err != nil {
-		return false, "", fmt.Errorf("stream info: %w", err)
-	}
-	at := ci.Cluster.Leader
-	if si.Cluster == nil || si.Cluster.Leader == at {
+	if at == "" || si.Cluster == nil || si.Cluster.Leader == at {
 		return true, "", nil
 	}
 	for _, p := range si.Cluster.Replicas {
@@ -269,6 +254,35 @@ func (f *feed) placedCurrent(ctx context.Context, exact bool) (bool, string, err
 		return false, fmt.Sprintf("consumer on %s, which the stream leader %s counts %s, %d behind", at, si.Cluster.Leader, map[bool]string{true: "current", false: "not current"}[p.Current], p.Lag), nil
 	}
 	return false, fmt.Sprintf("consumer on %s, not among the stream's servers (leader %s)", at, si.Cluster.Leader), nil
+}
+
+// placement returns the server running the consumer ("" without cluster
+// information) and the stream's info, which its leader gives.
+func (f *feed) placement(ctx context.Context) (at string, si *jetstream.StreamInfo, err error) {
+	f.mu.Lock()
+	cons := f.cons
+	f.mu.Unlock()
+	actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	defer cancel()
+	ci, err := cons.Info(actx)
+	if err != nil {
+		f.d.log.Info("index consumer: no answer about its placement", "stream", f.d.name, "err", err)
+		return "", nil, fmt.Errorf("consumer info: %w", err)
+	}
+	if ci.Cluster == nil || ci.Cluster.Leader == "" {
+		return "", nil, nil
+	}
+	if si, err = f.d.st.Info(actx); err != nil {
+		return "", nil, fmt.Errorf("stream info: %w", err)
+	}
+	return ci.Cluster.Leader, si, nil
+}
+
+// replaceBehind recreates the consumer found on a server behind the
+// stream, saying why.
+func (f *feed) replaceBehind(why string) {
+	f.d.log.Warn("the index consumer is on a server behind the stream; recreating it", "stream", f.d.name, "why", why)
+	f.replace()
 }
 
 // laggingReplica is the lag, in the stream's log entries, at which a
@@ -290,20 +304,11 @@ const maxPlacements = 6
 // it (a node opening took 17 s to 55 s so). The leader has it all.
 func (f *feed) placeOnLeader(ctx context.Context) {
 	for try := 1; try <= maxPlacements && ctx.Err() == nil; try++ {
-		f.mu.Lock()
-		cons := f.cons
-		f.mu.Unlock()
-		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-		ci, err := cons.Info(actx)
-		var si *jetstream.StreamInfo
-		if err == nil {
-			si, err = f.d.st.Info(actx)
-		}
-		cancel()
-		if err != nil || ci.Cluster == nil || si.Cluster == nil || ci.Cluster.Leader == "" || ci.Cluster.Leader == si.Cluster.Leader {
+		at, si, err := f.placement(ctx)
+		if err != nil || at == "" || si.Cluster == nil || si.Cluster.Leader == at {
 			return
 		}
-		f.d.log.Info("index consumer on a replica; recreating it for the stream leader while opening", "stream", f.d.name, "on", ci.Cluster.Leader, "leader", si.Cluster.Leader, "try", try)
+		f.d.log.Info("index consumer on a replica; recreating it for the stream leader while opening", "stream", f.d.name, "on", at, "leader", si.Cluster.Leader, "try", try)
 		f.replace()
 	}
 }
