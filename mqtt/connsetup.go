@@ -55,7 +55,7 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 	// over.
 	settled := c.will == nil && c.b.opts.NodeID == ""
 	if cleanStart {
-		dtx, err := c.b.discardTx(ctx, c.client, true)
+		dtx, err := c.b.discardTx(ctx, c.client, discardOpts{overwrite: true})
 		if err != nil {
 			return fail("discard session", err)
 		}

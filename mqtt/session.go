@@ -51,14 +51,14 @@ func (b *Broker) loadSessionAt(ctx context.Context, client string, now time.Time
 }
 
 // discardRead is discardSession conditional on the session record still
-// being at version ver. The condition covers the last commit only: rows
-// beyond one commit's worth (see discardTx) go before it, unconditionally.
+// being at version ver: every commit of the discard, the chunks of a large
+// session's rows included (see discardTx), checks it, so a discard based on
+// a stale read deletes nothing of a session that changed since.
 func (b *Broker) discardRead(ctx context.Context, client string, ver table.Version) error {
-	tx, err := b.discardTx(ctx, client, false)
+	tx, err := b.discardTx(ctx, client, discardOpts{ifVersion: ver})
 	if err != nil || tx == nil {
 		return err
 	}
-	tx.ExpectVersion(session.Table, client, ver)
 	return tx.Commit(ctx)
 }
 
@@ -66,24 +66,43 @@ func (b *Broker) discardRead(ctx context.Context, client string, ver table.Versi
 // record, staged inbound QoS 2 messages, outbound QoS 2 state and completion
 // marks. Used for clean start and session expiry.
 func (b *Broker) discardSession(ctx context.Context, client string) error {
-	tx, err := b.discardTx(ctx, client, false)
+	tx, err := b.discardTx(ctx, client, discardOpts{})
 	if err != nil || tx == nil {
 		return err
 	}
 	return tx.Commit(ctx)
 }
 
+// discardOpts are the choices of a discardTx.
+type discardOpts struct {
+	// overwrite leaves the session record out of the deletes (it is still
+	// counted as state): the caller writes the new session's record in
+	// the same transaction.
+	overwrite bool
+	// ifVersion, when not zero, makes every commit of the discard, the
+	// returned transaction included, conditional on the session record
+	// being at this version.
+	ifVersion table.Version
+}
+
 // discardTx returns a transaction deleting every piece of state of
-// client, or nil when there is none. With overwrite the session record
-// is left out of the deletes (it is still counted as state): the caller
-// writes the new session's record in the same transaction.
+// client, or nil when there is none.
 //
 // A session with more rows than one transaction takes loses its
 // completion marks, then its outbound and staged rows, in commits of
 // Broker.maxStateDeletes before the returned transaction: the session record
 // goes last, so a crash part way leaves a session that is discarded
 // again, never rows that a new session of the same client id would adopt.
-func (b *Broker) discardTx(ctx context.Context, client string, overwrite bool) (*table.Tx, error) {
+// A chunk that fails opts.ifVersion ends the discard with an error
+// wrapping engine.ErrConflict.
+func (b *Broker) discardTx(ctx context.Context, client string, opts discardOpts) (*table.Tx, error) {
+	begin := func() *table.Tx {
+		tx := b.db.Begin()
+		if opts.ifVersion != 0 {
+			tx.ExpectVersion(session.Table, client, opts.ifVersion)
+		}
+		return tx
+	}
 	type row struct{ table, id string }
 	var rows []row
 	for _, t := range []string{tableDone, tableOut, tableStaged} {
@@ -99,7 +118,7 @@ func (b *Broker) discardTx(ctx context.Context, client string, overwrite bool) (
 	}
 	chunk := b.maxStateDeletes()
 	for len(rows) > chunk {
-		tx := b.db.Begin()
+		tx := begin()
 		for _, r := range rows[:chunk] {
 			tx.DeleteState(r.table, r.id)
 		}
@@ -108,13 +127,13 @@ func (b *Broker) discardTx(ctx context.Context, client string, overwrite bool) (
 		}
 		rows = rows[chunk:]
 	}
-	tx := b.db.Begin()
+	tx := begin()
 	for _, r := range rows {
 		tx.DeleteState(r.table, r.id)
 	}
 	n := len(rows)
 	if r, err := b.db.Get(ctx, session.Table, client); err == nil {
-		if !overwrite {
+		if !opts.overwrite {
 			tx.DeleteState(session.Table, client)
 		}
 		// The indexes go with the record; an overwrite puts new entries

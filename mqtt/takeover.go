@@ -215,7 +215,11 @@ func (c *conn) handOff(ctx context.Context, token string) error {
 		}
 		var tx *table.Tx
 		if c.expiry == 0 {
-			if tx, err = b.discardTx(ctx, c.client, false); err != nil {
+			tx, err = b.discardTx(ctx, c.client, discardOpts{ifVersion: ver})
+			if err == nil && tx == nil {
+				return nil // gone since the read above: nothing to hand over
+			}
+			if err != nil && !errors.Is(err, engine.ErrConflict) {
 				return err
 			}
 		} else {
@@ -224,9 +228,11 @@ func (c *conn) handOff(ctx context.Context, token string) error {
 			if tx, err = c.out.sessionTx(); err != nil {
 				return err
 			}
+			tx.ExpectVersion(session.Table, c.client, ver)
 		}
-		tx.ExpectVersion(session.Table, c.client, ver)
-		err = tx.Commit(ctx)
+		if err == nil {
+			err = tx.Commit(ctx)
+		}
 		if !errors.Is(err, engine.ErrConflict) {
 			if err == nil {
 				// The will goes now or never: a delayed one is cancelled
