@@ -33,6 +33,7 @@ func init() {
 		Case{Name: "exclusive_scan_skips_whole_key", Run: caseExclusiveScan},
 		Case{Name: "watch_after_durable", Run: caseWatch},
 		Case{Name: "truncation", Run: caseTruncation},
+		Case{Name: "log_stats_follow_appends_and_truncations", Run: caseLogStatsFollow},
 		Case{Name: "reopen_keeps_completed_commits", Run: caseReopen},
 		Case{Name: "second_open_refused", Run: caseSecondOpen},
 		Case{Name: "sigkill_loses_no_completed_commit", Run: caseSigkill},

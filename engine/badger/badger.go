@@ -20,6 +20,7 @@ import (
 	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
 	"github.com/tidemark-io/tidemark/engine/internal/group"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
+	"github.com/tidemark-io/tidemark/engine/internal/logstats"
 	"github.com/tidemark-io/tidemark/engine/internal/snapguard"
 	"github.com/tidemark-io/tidemark/engine/internal/space"
 	"github.com/tidemark-io/tidemark/internal/hlc"
@@ -94,6 +95,8 @@ type db struct {
 	txns       atomic.Uint64 // Badger transactions the writer committed
 	truncateMu sync.Mutex
 	floor      atomic.Uint64
+	// stats keeps the log's figures between LogStats calls.
+	stats logstats.Counter
 
 	// guard keeps Badger open under every read and ends the open
 	// snapshots on Close (engine/internal/snapguard).
@@ -257,7 +260,7 @@ func (d *db) recoverKeys() (top, floor driver.LogKey, err error) {
 	defer it.Close()
 	it.Seek(logSeekLast)
 	if it.Valid() {
-		k, err := logKeyOf(it.Item().Key())
+		k, err := kvlog.KeyOf(it.Item().Key())
 		if err != nil {
 			return 0, 0, err
 		}

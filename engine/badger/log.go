@@ -5,7 +5,6 @@ package badger
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"math"
 
@@ -26,14 +25,6 @@ const (
 )
 
 var logPrefix = []byte{kvlog.LogPrefix}
-
-// logKeyOf decodes the log key of a stored log key.
-func logKeyOf(stored []byte) (driver.LogKey, error) {
-	if len(stored) != kvlog.LogKeyLen || stored[0] != kvlog.LogPrefix {
-		return 0, fmt.Errorf("%w: log key %x", driver.ErrCorrupt, stored)
-	}
-	return driver.LogKey(binary.BigEndian.Uint64(stored[1:])), nil
-}
 
 func (d *db) ScanLog(ctx context.Context, from driver.LogKey, exclusive bool, fn func(driver.Entry) bool) error {
 	if exclusive && from == ^driver.LogKey(0) {
@@ -197,35 +188,48 @@ func (d *db) deleteLogBatch(upper []byte) (bool, error) {
 	return len(keys) < truncateBatch, nil
 }
 
-// LogStats counts the retained log from the floor up. Bytes is Badger's
+// LogStats returns the retained log's figures (engine/internal/logstats
+// counts only what changed since the last call). Bytes is Badger's
 // estimate of the stored keys and values, value-log values included.
 func (d *db) LogStats(ctx context.Context) (driver.LogStats, error) {
 	if !d.guard.Enter() {
 		return driver.LogStats{}, fmt.Errorf("badger: log stats: %w", driver.ErrClosed)
 	}
 	defer d.guard.RUnlock()
-	st := driver.LogStats{Floor: driver.LogKey(d.floor.Load())}
-	txn := d.newTxn(false)
-	defer d.endTxn(txn)
+	st, err := d.stats.Stats(ctx, statsSource{d})
+	if err != nil {
+		return st, fmt.Errorf("badger: log stats: %w", err)
+	}
+	return st, nil
+}
+
+// statsSource is the log as the stats counter reads it.
+type statsSource struct{ d *db }
+
+func (s statsSource) Floor(context.Context) (driver.LogKey, error) {
+	return driver.LogKey(s.d.floor.Load()), nil
+}
+
+func (s statsSource) Scan(ctx context.Context, from driver.LogKey, fn func(driver.LogKey, uint64) bool) error {
+	txn := s.d.newTxn(false)
+	defer s.d.endTxn(txn)
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: logPrefix})
 	defer it.Close()
-	for it.Seek(kvlog.LogSeek(st.Floor)); it.Valid(); it.Next() {
-		if st.Entries%4096 == 0 {
+	n := 0
+	for it.Seek(kvlog.LogSeek(from)); it.Valid(); it.Next() {
+		if n++; n%4096 == 0 {
 			if err := ctx.Err(); err != nil {
-				return st, fmt.Errorf("badger: log stats: %w", err)
+				return err
 			}
 		}
 		item := it.Item()
-		k, err := logKeyOf(item.Key())
+		k, err := kvlog.KeyOf(item.Key())
 		if err != nil {
-			return st, err
+			return err
 		}
-		if st.Entries == 0 {
-			st.First = k
+		if !fn(k, uint64(item.EstimatedSize())) {
+			return nil
 		}
-		st.Last = k
-		st.Entries++
-		st.Bytes += uint64(item.EstimatedSize())
 	}
-	return st, nil
+	return nil
 }

@@ -22,7 +22,7 @@ func storedLogKeys(t *testing.T, d *db) []engine.LogKey {
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: logPrefix})
 	defer it.Close()
 	for it.Rewind(); it.Valid(); it.Next() {
-		k, err := logKeyOf(it.Item().Key())
+		k, err := kvlog.KeyOf(it.Item().Key())
 		if err != nil {
 			t.Fatalf("stored log key: %v", err)
 		}

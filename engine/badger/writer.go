@@ -200,6 +200,7 @@ func (d *db) commitSome(group []*pending) (n int, logged bool) {
 	d.queue.Advance()
 	if err != nil {
 		d.recent.Reset() // a commit Badger failed may have been written all the same
+		d.stats.Reset()
 		d.fail(group[:n], fmt.Errorf("badger: commit: %w", err))
 		return d.completeFailed(n, failed), false
 	}

@@ -4,7 +4,6 @@ package lmdb
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +18,7 @@ import (
 	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
 	"github.com/tidemark-io/tidemark/engine/internal/group"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
+	"github.com/tidemark-io/tidemark/engine/internal/logstats"
 	"github.com/tidemark-io/tidemark/engine/internal/snapguard"
 	"github.com/tidemark-io/tidemark/internal/hlc"
 )
@@ -77,6 +77,9 @@ type db struct {
 	slots chan struct{} // one token per free reader slot
 
 	notifier driver.Notifier
+	// stats keeps the log's figures between LogStats calls.
+	statsMu sync.Mutex
+	stats   logstats.Counter
 
 	// failure, when set, is the write failure of the latest commit (see
 	// health.go).
@@ -215,7 +218,7 @@ func (d *db) recover(ctx context.Context) (top, floor driver.LogKey, stale bool,
 		if err != nil {
 			return fmt.Errorf("lmdb: recover log keys: %w", err)
 		}
-		if first, ok := logKeyOf(k); ok && first < floor {
+		if first, err := kvlog.KeyOf(k); err == nil && first < floor {
 			stale = true
 		}
 		return nil
@@ -224,14 +227,6 @@ func (d *db) recover(ctx context.Context) (top, floor driver.LogKey, stale bool,
 		err = ctx.Err()
 	}
 	return top, floor, stale, err
-}
-
-// logKeyOf returns the log key of a stored log key.
-func logKeyOf(k []byte) (driver.LogKey, bool) {
-	if len(k) != kvlog.LogKeyLen || k[0] != kvlog.LogPrefix {
-		return 0, false
-	}
-	return driver.LogKey(binary.BigEndian.Uint64(k[1:])), true
 }
 
 // readFloor reads the persisted truncation floor; zero when none was set.

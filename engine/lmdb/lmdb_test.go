@@ -39,6 +39,10 @@ func BenchmarkSlots(b *testing.B) {
 	benchtest.Slots(b, "lmdb")
 }
 
+func BenchmarkLogStats(b *testing.B) {
+	benchtest.LogStats(b, "lmdb")
+}
+
 func openLMDB(t *testing.T, dir string, params map[string]string) engine.Engine {
 	t.Helper()
 	e, err := engine.Open(t.Context(), "lmdb", engine.Options{Dir: dir, Params: params})

@@ -313,28 +313,48 @@ func (d *db) readLogPage(ctx context.Context, dst []driver.Entry, seek []byte, s
 	return page, next, nil
 }
 
+// LogStats returns the retained log's figures (engine/internal/logstats
+// counts only what changed since the last call), read in one read
+// transaction.
 func (d *db) LogStats(ctx context.Context) (driver.LogStats, error) {
+	// The counter must see each snapshot no older than the one before.
+	d.statsMu.Lock()
+	defer d.statsMu.Unlock()
 	s, err := d.openSnapshot(ctx)
 	if err != nil {
 		return driver.LogStats{}, fmt.Errorf("lmdb: log stats: %w", err)
 	}
 	defer s.Close()
-	var st driver.LogStats
-	// One read transaction gives consistent figures; it is used a page at
-	// a time so a long count never holds up a map resize.
-	err = s.do(func(txn *lmdb.Txn) error {
-		st.Floor, err = readFloor(txn, d.dbi)
+	st, err := d.stats.Stats(ctx, statsSource{s})
+	if err != nil {
+		return driver.LogStats{}, fmt.Errorf("lmdb: log stats: %w", err)
+	}
+	return st, nil
+}
+
+// statsSource is the log as the stats counter reads it, in one snapshot.
+type statsSource struct{ s *snapshot }
+
+func (src statsSource) Floor(context.Context) (floor driver.LogKey, err error) {
+	err = src.s.do(func(txn *lmdb.Txn) error {
+		floor, err = readFloor(txn, src.s.d.dbi)
 		return err
 	})
-	seek := kvlog.LogSeek(st.Floor)
-	for err == nil && seek != nil {
-		if err = ctx.Err(); err != nil {
-			break
+	return floor, err
+}
+
+// Scan reads a page at a time, so a long count never holds up a map
+// resize.
+func (src statsSource) Scan(ctx context.Context, from driver.LogKey, fn func(driver.LogKey, uint64) bool) error {
+	seek := kvlog.LogSeek(from)
+	for seek != nil {
+		if err := ctx.Err(); err != nil {
+			return err
 		}
-		err = s.do(func(txn *lmdb.Txn) error {
+		err := src.s.do(func(txn *lmdb.Txn) error {
 			txn.RawRead = true
 			defer func() { txn.RawRead = false }()
-			cur, err := txn.OpenCursor(d.dbi)
+			cur, err := txn.OpenCursor(src.s.d.dbi)
 			if err != nil {
 				return err
 			}
@@ -346,16 +366,13 @@ func (d *db) LogStats(ctx context.Context) (driver.LogStats, error) {
 					seek = bytes.Clone(k)
 					return nil
 				}
-				key, ok := logKeyOf(k)
-				if !ok {
-					return fmt.Errorf("%w: log key %x", driver.ErrCorrupt, k)
+				key, kerr := kvlog.KeyOf(k)
+				if kerr != nil {
+					return kerr
 				}
-				if st.Entries == 0 {
-					st.First = key
+				if !fn(key, uint64(len(k)+len(v))) {
+					return nil
 				}
-				st.Last = key
-				st.Entries++
-				st.Bytes += uint64(len(k) + len(v))
 				n++
 			}
 			if err != nil && !lmdb.IsNotFound(err) {
@@ -363,11 +380,11 @@ func (d *db) LogStats(ctx context.Context) (driver.LogStats, error) {
 			}
 			return nil
 		})
+		if err != nil {
+			return err
+		}
 	}
-	if err != nil {
-		return driver.LogStats{}, fmt.Errorf("lmdb: log stats: %w", err)
-	}
-	return st, nil
+	return nil
 }
 
 func (d *db) isClosed() bool { return d.guard.Closed() }

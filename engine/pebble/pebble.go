@@ -20,6 +20,7 @@ import (
 	"github.com/tidemark-io/tidemark/engine/internal/deferral"
 	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
+	"github.com/tidemark-io/tidemark/engine/internal/logstats"
 	"github.com/tidemark-io/tidemark/engine/internal/snapguard"
 	"github.com/tidemark-io/tidemark/internal/hlc"
 )
@@ -85,6 +86,8 @@ type db struct {
 	// and the snapshots' iterator sets.
 	readers *snapguard.Guard[*snapshot]
 	floor   driver.LogKey // under readers
+	// stats keeps the log's figures between LogStats calls.
+	stats logstats.Counter
 
 	// durable is the highest log key whose commit is durable; scans stop
 	// there, so no reader sees an entry a crash could still take back.
@@ -576,30 +579,40 @@ func (d *db) LogStats(ctx context.Context) (driver.LogStats, error) {
 	if err := d.downLocked("log stats"); err != nil {
 		return driver.LogStats{}, err
 	}
-	st := driver.LogStats{Floor: d.floor}
-	it, err := d.pdb.NewIter(&pebble.IterOptions{LowerBound: []byte{kvlog.LogPrefix}, UpperBound: kvlog.LogUpper, KeyTypes: pebble.IterKeyTypePointsOnly})
+	st, err := d.stats.Stats(ctx, statsSource{d})
 	if err != nil {
 		return st, fmt.Errorf("pebble: log stats: %w", err)
 	}
-	defer it.Close()
+	return st, nil
+}
+
+// statsSource is the log as the stats counter reads it; readers is held
+// (shared, so the floor stays: Truncate holds it exclusively).
+type statsSource struct{ d *db }
+
+func (s statsSource) Floor(context.Context) (driver.LogKey, error) { return s.d.floor, nil }
+
+func (s statsSource) Scan(ctx context.Context, from driver.LogKey, fn func(driver.LogKey, uint64) bool) error {
+	it, err := s.d.pdb.NewIter(&pebble.IterOptions{LowerBound: kvlog.LogSeek(from), UpperBound: kvlog.LogUpper, KeyTypes: pebble.IterKeyTypePointsOnly})
+	if err != nil {
+		return err
+	}
+	n := 0
 	for ok := it.First(); ok; ok = it.Next() {
-		if st.Entries%4096 == 0 {
+		if n++; n%4096 == 0 {
 			if err := ctx.Err(); err != nil {
-				return st, fmt.Errorf("pebble: log stats: %w", err)
+				return errors.Join(err, it.Close())
 			}
 		}
-		e, err := kvlog.DecodeEntry(it.Key(), it.Value())
+		k, err := kvlog.KeyOf(it.Key())
 		if err != nil {
-			return st, err
+			return errors.Join(err, it.Close())
 		}
-		if st.Entries == 0 {
-			st.First = e.Key
+		if !fn(k, uint64(len(it.Key())+len(it.Value()))) {
+			break
 		}
-		st.Last = e.Key
-		st.Entries++
-		st.Bytes += uint64(len(it.Key()) + len(it.Value()))
 	}
-	return st, it.Error()
+	return errors.Join(it.Error(), it.Close())
 }
 
 func (d *db) Snapshot(ctx context.Context) (driver.Snapshot, error) {

@@ -28,3 +28,7 @@ func BenchmarkCommits(b *testing.B) {
 func BenchmarkSlots(b *testing.B) {
 	benchtest.Slots(b, "pebble")
 }
+
+func BenchmarkLogStats(b *testing.B) {
+	benchtest.LogStats(b, "pebble")
+}

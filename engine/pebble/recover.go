@@ -175,6 +175,7 @@ func (d *db) reopen() (done bool, err error) {
 	}
 	d.checks.reset() // what the failed store applied may not have lasted
 	d.recent.Reset()
+	d.stats.Reset()
 	pdb, err := d.openPebble()
 	if err != nil {
 		return false, err

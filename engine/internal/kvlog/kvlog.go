@@ -64,6 +64,15 @@ func LogSeek(k driver.LogKey) []byte { return LogKey(k, 0)[:9] }
 // LogUpper is the exclusive upper bound of the log keyspace.
 var LogUpper = []byte{LogPrefix + 1}
 
+// KeyOf returns the log key of a stored log key, or an error wrapping
+// driver.ErrCorrupt when stored is not one.
+func KeyOf(stored []byte) (driver.LogKey, error) {
+	if len(stored) != LogKeyLen || stored[0] != LogPrefix {
+		return 0, fmt.Errorf("%w: log key %x", driver.ErrCorrupt, stored)
+	}
+	return driver.LogKey(binary.BigEndian.Uint64(stored[1:])), nil
+}
+
 // LogValue returns the stored value of an entry: the number of entries that
 // share its key (uvarint) followed by the payload.
 func LogValue(count uint32, payload []byte) []byte {

@@ -1,0 +1,153 @@
+package logstats
+
+import (
+	"context"
+	"testing"
+
+	"github.com/tidemark-io/tidemark/engine/driver"
+	"github.com/tidemark-io/tidemark/internal/prop"
+)
+
+// sliceLog is a log in memory with the rules of the backends' logs:
+// entries appended in key order (several may share a key), a floor
+// raised before the entries under it go.
+type sliceLog struct {
+	floor   driver.LogKey
+	entries []entry
+}
+
+type entry struct {
+	key  driver.LogKey
+	size uint64
+}
+
+func (l *sliceLog) Floor(context.Context) (driver.LogKey, error) { return l.floor, nil }
+
+func (l *sliceLog) Scan(_ context.Context, from driver.LogKey, fn func(driver.LogKey, uint64) bool) error {
+	for _, e := range l.entries {
+		if e.key >= from && e.key >= l.floor && !fn(e.key, e.size) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// want counts the retained log the slow way.
+func (l *sliceLog) want() driver.LogStats {
+	st := driver.LogStats{Floor: l.floor}
+	for _, e := range l.entries {
+		if e.key < l.floor {
+			continue
+		}
+		if st.Entries == 0 {
+			st.First = e.key
+		}
+		st.Last = e.key
+		st.Entries++
+		st.Bytes += e.size
+	}
+	return st
+}
+
+// TestCounterMatchesFullCount appends and truncates at random, deleting
+// truncated entries at once or later (as Badger and LMDB do in rounds),
+// and checks every figure against a count of the whole log.
+func TestCounterMatchesFullCount(t *testing.T) {
+	ctx := context.Background()
+	prop.Check(t, "counter", func(pt *prop.T) {
+		var l sliceLog
+		var c Counter
+		next := driver.LogKey(1)
+		steps := pt.IntRange(1, 60, "steps")
+		for step := range steps {
+			switch op := pt.IntRange(0, 9, "op"); {
+			case op < 6: // a commit of up to 3,000 entries under one key or one key each
+				n := pt.IntRange(1, 3000, "entries")
+				shared := pt.Bool("shared key")
+				for i := range n {
+					l.entries = append(l.entries, entry{key: next, size: uint64(1 + (i+step)%97)})
+					if !shared {
+						next++
+					}
+				}
+				if shared {
+					next++
+				}
+			case op < 9: // a truncation, possibly above the last key
+				below := driver.LogKey(pt.IntRange(int(l.floor), int(next)+10, "below"))
+				if below > l.floor {
+					l.floor = below
+					next = max(next, below)
+				}
+				if pt.Bool("delete now") {
+					kept := l.entries[:0]
+					for _, e := range l.entries {
+						if e.key >= l.floor {
+							kept = append(kept, e)
+						}
+					}
+					l.entries = kept
+				}
+			default:
+				c.Reset()
+			}
+			got, err := c.Stats(ctx, &l)
+			if err != nil {
+				pt.Fatalf("step %d: %v", step, err)
+			}
+			if want := l.want(); got != want {
+				pt.Fatalf("step %d: got %+v, want %+v", step, got, want)
+			}
+		}
+	})
+}
+
+// TestCounterReadsOnlyChanges checks the point of the counter: a call
+// after an append reads the new entries only, and one after a
+// truncation at most a mark's worth more.
+func TestCounterReadsOnlyChanges(t *testing.T) {
+	ctx := context.Background()
+	var l sliceLog
+	for k := range driver.LogKey(100_000) {
+		l.entries = append(l.entries, entry{key: k + 1, size: 10})
+	}
+	counted := &countingLog{sliceLog: &l}
+	var c Counter
+	if _, err := c.Stats(ctx, counted); err != nil {
+		t.Fatal(err)
+	}
+	if counted.read != 100_000 {
+		t.Fatalf("first call read %d entries, want 100000", counted.read)
+	}
+	counted.read = 0
+	l.entries = append(l.entries, entry{key: 100_001, size: 10})
+	if st, err := c.Stats(ctx, counted); err != nil || st.Entries != 100_001 {
+		t.Fatalf("after an append: %+v, %v", st, err)
+	}
+	if counted.read != 1 {
+		t.Fatalf("a call after one append read %d entries, want 1", counted.read)
+	}
+	counted.read = 0
+	l.floor = 50_000
+	l.entries = l.entries[49_999:]
+	st, err := c.Stats(ctx, counted)
+	if err != nil || st.Entries != 50_002 || st.First != 50_000 {
+		t.Fatalf("after a truncation: %+v, %v", st, err)
+	}
+	if counted.read > markEvery+1 {
+		t.Fatalf("a call after a truncation read %d entries, want at most %d", counted.read, markEvery+1)
+	}
+}
+
+// countingLog counts the entries a counter reads.
+type countingLog struct {
+	*sliceLog
+	read int
+}
+
+func (l *countingLog) Scan(ctx context.Context, from driver.LogKey, fn func(driver.LogKey, uint64) bool) error {
+	return l.sliceLog.Scan(ctx, from, func(k driver.LogKey, size uint64) bool {
+		l.read++
+		return fn(k, size)
+	})
+}
