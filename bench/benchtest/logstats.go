@@ -16,11 +16,7 @@ const retainedEntries = 200_000
 // broker's retention pass asks the engine while the log is long. One op
 // is one commit of one entry and one LogStats.
 func LogStats(b *testing.B, name string) {
-	e, err := engine.Open(b.Context(), name, engine.Options{Dir: b.TempDir(), Sync: engine.SyncNone})
-	if err != nil {
-		b.Fatalf("open: %v", err)
-	}
-	defer e.Close()
+	e := openNoSync(b, name)
 	ctx := b.Context()
 	for i := 0; i < retainedEntries; i += 1000 {
 		batch := new(engine.Batch)

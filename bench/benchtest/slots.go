@@ -13,11 +13,7 @@ import (
 // an LSM engine's check walk every version of the key not yet compacted.
 // One op is one put and one delete.
 func Slots(b *testing.B, name string) {
-	e, err := engine.Open(b.Context(), name, engine.Options{Dir: b.TempDir(), Sync: engine.SyncNone})
-	if err != nil {
-		b.Fatalf("open: %v", err)
-	}
-	defer e.Close()
+	e := openNoSync(b, name)
 	ctx := b.Context()
 	key, val := []byte("slot/client/1"), []byte("staged message")
 	b.ReportAllocs()
@@ -30,4 +26,15 @@ func Slots(b *testing.B, name string) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// openNoSync opens the registered engine name without syncs in a
+// temporary directory, closed when the benchmark ends.
+func openNoSync(b *testing.B, name string) engine.Engine {
+	e, err := engine.Open(b.Context(), name, engine.Options{Dir: b.TempDir(), Sync: engine.SyncNone})
+	if err != nil {
+		b.Fatalf("open: %v", err)
+	}
+	b.Cleanup(func() { _ = e.Close() })
+	return e
 }
