@@ -134,11 +134,13 @@ func (c *conn) publishQoS2(p *packet.Publish, m *Message) bool {
 		return false
 	}
 	id := slotID(c.client, pi)
+	// The slot is state no version entry tracks (one engine entry to
+	// write and one to delete): its checks read the record itself.
 	stage := func(tx *table.Tx) error {
-		if err := tx.ExpectAbsent(tableStaged, id); err != nil {
+		if err := tx.ExpectNoState(tableStaged, id); err != nil {
 			return err
 		}
-		return tx.PutState(tableStaged, id, enc)
+		return tx.PutStateUnchecked(tableStaged, id, enc)
 	}
 	entry := ackEntry{ack: packet.TypePubrec, after: func(err error) error {
 		if errors.Is(err, engine.ErrConflict) {
@@ -217,7 +219,12 @@ func (c *conn) handlePubrel(p *packet.Pubrel) bool {
 			}
 		}
 		if ex.msg != nil && ex.h.Err() == nil {
-			return c.release(pi, ex.msg, table.Version(ex.version))
+			enc, err := ex.msg.MarshalBinary() // the bytes staged: the encoding is deterministic
+			if err != nil {
+				c.disconnect(packet.UnspecifiedError, err.Error())
+				return false
+			}
+			return c.release(pi, ex.msg, staged{version: table.Version(ex.version), enc: enc})
 		}
 	}
 	// No copy here (a DUP PUBLISH, a new connection, past the copy caps,
@@ -251,19 +258,32 @@ func (c *conn) handlePubrel(p *packet.Pubrel) bool {
 		c.disconnect(packet.UnspecifiedError, "corrupt staged message")
 		return false
 	}
-	return c.release(pi, &m, rec.Version)
+	return c.release(pi, &m, staged{version: rec.Version, enc: rec.Value, read: true})
+}
+
+// staged is a staged copy as its commit wrote it.
+type staged struct {
+	version table.Version
+	enc     []byte // the stored form of the message
+	// read says it was read from the store: an earlier run of the broker
+	// may have staged it with a version entry beside the record.
+	read bool
 }
 
 // release appends the staged message to the log and deletes the staged
 // copy in one commit, conditional on the copy still being the one staged
-// at version: of two releases racing (a retried PUBREL here or on another
-// node), exactly one delivers.
-func (c *conn) release(pi uint16, m *Message, version table.Version) bool {
+// (its version and bytes): of two releases racing (a retried PUBREL here
+// or on another node), exactly one delivers.
+func (c *conn) release(pi uint16, m *Message, st staged) bool {
 	id := slotID(c.client, pi)
 	tx := c.b.db.Begin()
-	tx.ExpectVersion(tableStaged, id, version)
-	tx.DeleteState(tableStaged, id)
-	if err := c.b.addMessage(tx, m); err != nil {
+	tx.ExpectState(tableStaged, id, st.version, st.enc)
+	if st.read {
+		tx.DeleteState(tableStaged, id) // the version entry too, if there is one
+	} else {
+		tx.DeleteStateUnchecked(tableStaged, id)
+	}
+	if err := c.b.addMessageEnc(tx, m, st.enc); err != nil {
 		c.disconnect(packet.UnspecifiedError, err.Error())
 		return false
 	}
@@ -306,6 +326,15 @@ func (b *Broker) addMessage(tx *table.Tx, m *Message) error {
 	enc, err := m.MarshalBinary()
 	if err != nil {
 		return err
+	}
+	return b.addMessageEnc(tx, m, enc)
+}
+
+// addMessageEnc is addMessage of m stored as enc (m's stored form).
+func (b *Broker) addMessageEnc(tx *table.Tx, m *Message, enc []byte) error {
+	if b.inTables(m.Topic) {
+		b.metrics.tableWrites.Add(1)
+		return b.addTableWrite(tx, m)
 	}
 	if err := tx.Message(tableMsgs, m.Topic, enc); err != nil {
 		return err

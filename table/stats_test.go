@@ -120,3 +120,58 @@ func TestUncheckedStateWrites(t *testing.T) {
 		t.Fatalf("unchecked state writes: log %+v, %v; want no entries", st, err)
 	}
 }
+
+// TestStateChecks: ExpectNoState and ExpectState see what PutStateUnchecked
+// wrote, by the record alone: a slot staged once (first write wins), then
+// released only as staged, at the version and with the value staged.
+func TestStateChecks(t *testing.T) {
+	ctx := t.Context()
+	db, _ := openDB(t)
+	stage := func(value string) (table.Version, error) {
+		tx := db.Begin()
+		tx.ExpectNoState("staged", "c/1")
+		tx.PutStateUnchecked("staged", "c/1", []byte(value))
+		err := tx.Commit(ctx)
+		return tx.Version(), err
+	}
+	v, err := stage("first")
+	if err != nil {
+		t.Fatalf("stage a free slot: %v", err)
+	}
+	if _, err := stage("second"); !errors.Is(err, engine.ErrConflict) {
+		t.Fatalf("stage a taken slot: %v, want a conflict", err)
+	}
+	release := func(v table.Version, value string) error {
+		tx := db.Begin()
+		tx.ExpectState("staged", "c/1", v, []byte(value))
+		tx.DeleteStateUnchecked("staged", "c/1")
+		return tx.Commit(ctx)
+	}
+	if err := release(v, "second"); !errors.Is(err, engine.ErrConflict) {
+		t.Fatalf("release with another value: %v, want a conflict", err)
+	}
+	if err := release(v+1, "first"); !errors.Is(err, engine.ErrConflict) {
+		t.Fatalf("release at another version: %v, want a conflict", err)
+	}
+	if err := release(v, "first"); err != nil {
+		t.Fatalf("release as staged: %v", err)
+	}
+	if err := release(v, "first"); !errors.Is(err, engine.ErrConflict) {
+		t.Fatalf("second release: %v, want a conflict", err)
+	}
+	if _, err := stage("third"); err != nil {
+		t.Fatalf("stage the slot again after its release: %v", err)
+	}
+	// A record written by PutState passes the same checks.
+	tx := db.Begin()
+	tx.PutState("staged", "c/2", []byte("kept"))
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tx2 := db.Begin()
+	tx2.ExpectState("staged", "c/2", tx.Version(), []byte("kept"))
+	tx2.DeleteState("staged", "c/2")
+	if err := tx2.Commit(ctx); err != nil {
+		t.Fatalf("ExpectState on a PutState record: %v", err)
+	}
+}

@@ -189,6 +189,43 @@ func (tx *Tx) ExpectAbsent(table, id string) error {
 	return nil
 }
 
+// ExpectState makes the commit conditional on table/id holding exactly
+// value at version v, as a PutState or PutStateUnchecked of a commit at
+// version v wrote it; otherwise the commit fails with an error wrapping
+// engine.ErrConflict. It checks the record itself, so it serves state
+// written without the version entry that ExpectVersion reads.
+func (tx *Tx) ExpectState(table, id string, v Version, value []byte) error {
+	if tx.done {
+		return ErrTxDone
+	}
+	if err := validID(table, id); err != nil {
+		return tx.add(write{}, err)
+	}
+	// Key and record in one allocation.
+	kv := appendDataKey(make([]byte, 0, dataKeyLen(table, id)+recordLen(table, id, value)), kindRecord, table, id)
+	n := len(kv)
+	kv = appendRecord(kv, table, id, v, false, value)
+	tx.checks = append(tx.checks, engine.Check{Key: kv[:n:n], Value: kv[n:]})
+	return nil
+}
+
+// ExpectNoState makes the commit conditional on no state record at
+// table/id (none written, or removed by DeleteState or
+// DeleteStateUnchecked); otherwise it fails with an error wrapping
+// engine.ErrConflict. Unlike ExpectAbsent it sees records written by
+// PutStateUnchecked. Only for tables written with the state writes: a
+// Delete leaves a tombstone record, which this counts as present.
+func (tx *Tx) ExpectNoState(table, id string) error {
+	if tx.done {
+		return ErrTxDone
+	}
+	if err := validID(table, id); err != nil {
+		return tx.add(write{}, err)
+	}
+	tx.checks = append(tx.checks, engine.Check{Key: dataKey(kindRecord, table, id), Absent: true})
+	return nil
+}
+
 // Defer marks the Tx as one nobody waits on at once (see engine.Batch's
 // Defer): its durable completion may wait a little to share a later
 // commit's sync. For state behind a pipeline that keeps going meanwhile.
