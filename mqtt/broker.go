@@ -46,6 +46,7 @@ import (
 	"github.com/tidemark-io/tidemark/mqtt/internal/route"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/internal/workers"
+	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
 )
 
@@ -314,6 +315,9 @@ type Broker struct {
 	// ack loops and senders.
 	store   *workers.Calls
 	runners *workers.Pool
+	// publishes holds the PUBLISH packets of writes in passing (see
+	// sendNow), which no session keeps between messages.
+	publishes sync.Pool
 	// poller holds the connections waiting for input (see parking); nil
 	// where there is none.
 	poller *netio.Poller
@@ -363,7 +367,8 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 		db: db, opts: opts, log: opts.Logger.With("component", "mqtt"), group: maxGroup,
 		conns: map[string]*conn{}, wills: map[string]*pendingWill{},
 		gate: newGate(opts.MaxConnections, opts.MaxConnRate), runners: workers.NewPool(ctx),
-		ctx: ctx, cancel: cancel, rules: retention.NewSet(tableMsgs, opts.Retention),
+		publishes: sync.Pool{New: func() any { return new(packet.Publish) }},
+		ctx:       ctx, cancel: cancel, rules: retention.NewSet(tableMsgs, opts.Retention),
 	}
 	if err := b.startRouter(ctx); err != nil {
 		cancel()

@@ -232,10 +232,7 @@ func (c *conn) writePacket(p packet.Packet, flush bool) error {
 	c.nwriters.Add(1)
 	c.wmu.Lock()
 	c.armWriteLocked() // a large packet goes to the socket from WritePacket
-	err := c.w.WritePacket(p)
-	if pub, ok := p.(*packet.Publish); ok && err == nil && pub.Topic != "" && pub.Properties.Has(packet.PropTopicAlias) {
-		c.outAliases.Written(pub.Topic)
-	}
+	err := c.encodeLocked(p)
 	if c.nwriters.Add(-1) == 0 && flush {
 		if ferr := c.flushLocked(); err == nil {
 			err = ferr
@@ -244,6 +241,16 @@ func (c *conn) writePacket(p packet.Packet, flush bool) error {
 	c.wmu.Unlock()
 	if err != nil && !errors.Is(err, packet.ErrPacketTooLarge) {
 		c.fail(fmt.Errorf("write: %w", err))
+	}
+	return err
+}
+
+// encodeLocked adds p to the write buffer (a packet larger than the
+// buffer goes to the socket at once); wmu is held.
+func (c *conn) encodeLocked(p packet.Packet) error {
+	err := c.w.WritePacket(p)
+	if pub, ok := p.(*packet.Publish); ok && err == nil && pub.Topic != "" && pub.Properties.Has(packet.PropTopicAlias) {
+		c.outAliases.Written(pub.Topic)
 	}
 	return err
 }
@@ -376,12 +383,14 @@ func (c *conn) serve() {
 		return
 	}
 	c.grow()
+	// Before connect registers the connection: a publisher writing to it
+	// in passing (sendNow) reads pk.
+	c.pk = newParking(c)
 	if !c.connect(cp) {
 		c.failTold(errors.New("connect refused"))
 		c.end()
 		return
 	}
-	c.pk = newParking(c)
 	c.run(false)
 }
 

@@ -44,7 +44,7 @@ func (b *Broker) Publish(ctx context.Context, m Message) error {
 		return b.publishTable(ctx, &m)
 	}
 	if m.QoS == 0 {
-		b.publishQoS0(ctx, &m)
+		b.publishQoS0(ctx, &m, true)
 		return nil
 	}
 	tx := b.db.Begin()

@@ -75,7 +75,9 @@ func (c *conn) handlePublish(p *packet.Publish) bool {
 	setMessageProps(m, &p.Properties, time.Now())
 	switch p.QoS {
 	case packet.QoS0:
-		c.b.publishQoS0(c.ctx, m)
+		// With more input read, more messages are coming at once: the
+		// senders write them in bursts, not one system call each here.
+		c.b.publishQoS0(c.ctx, m, c.br.Buffered() == 0)
 		return true
 	case packet.QoS1:
 		c.b.beforeSubmit(KindPublish, c.client)
@@ -362,8 +364,9 @@ func (b *Broker) addRetained(tx *table.Tx, m *Message, enc []byte) error {
 }
 
 // publishQoS0 routes a QoS 0 message to online subscribers in memory; a
-// retained one also updates the retained store.
-func (b *Broker) publishQoS0(ctx context.Context, m *Message) {
+// retained one also updates the retained store. With now, the calling
+// goroutine may write it to a few subscribers itself (see sendNow).
+func (b *Broker) publishQoS0(ctx context.Context, m *Message, now bool) {
 	if b.inTables(m.Topic) {
 		b.metrics.tableWrites.Add(1)
 		b.submitTable(ctx, m)
@@ -381,13 +384,20 @@ func (b *Broker) publishQoS0(ctx context.Context, m *Message) {
 			b.log.Warn("retain failed", "topic", m.Topic, "err", err)
 		}
 	}
-	b.fanout(m, false)
+	b.fanout(m, fanoutOpts{now: now})
+}
+
+// fanoutOpts are the choices of a fanout.
+type fanoutOpts struct {
+	// now lets the calling goroutine write to a few sessions itself
+	// (see sendNow): a publisher with no more input waiting.
+	now bool
 }
 
 // fanout delivers m to the online sessions whose subscriptions match:
 // plain subscriptions only for QoS 0 messages (QoS 1/2 ones reach them
-// through the log), and one member of each shared group (sharedOnly).
-func (b *Broker) fanout(m *Message, sharedOnly bool) {
+// through the log), and one member of each shared group.
+func (b *Broker) fanout(m *Message, opts fanoutOpts) {
 	type target struct {
 		qos byte
 		ids []uint32
@@ -398,7 +408,7 @@ func (b *Broker) fanout(m *Message, sharedOnly bool) {
 	}
 	targets := map[string]*target{}
 	b.router.Index().Match(m.Topic, func(s topic.Subscription) {
-		if (sharedOnly && s.Group == "") || (s.NoLocal && s.Client == m.From) {
+		if s.NoLocal && s.Client == m.From {
 			return
 		}
 		t := targets[s.Client]
@@ -415,14 +425,28 @@ func (b *Broker) fanout(m *Message, sharedOnly bool) {
 	if len(targets) == 0 {
 		return
 	}
+	type delivery struct {
+		out *outbound
+		d   direct
+	}
+	var small [4]delivery
+	ds := small[:0]
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	for client, t := range targets {
 		c := b.conns[client]
 		if c == nil || c.out == nil || !b.mayRead(client, c.id.Username, m.Topic) {
 			continue
 		}
-		c.out.offer(direct{msg: m, qos: t.qos, ids: t.ids, retain: m.Retain && t.rap})
+		ds = append(ds, delivery{c.out, direct{msg: m, qos: t.qos, ids: t.ids, retain: m.Retain && t.rap}})
+	}
+	b.mu.Unlock()
+	// Written from here only to a few: each write is a system call on
+	// this goroutine, where a sender woken per subscriber runs beside it.
+	now := opts.now && len(ds) <= maxSendNowTargets
+	for _, x := range ds {
+		if !now || !x.out.sendNow(x.d) {
+			x.out.offer(x.d)
+		}
 	}
 }
 

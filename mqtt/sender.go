@@ -2,6 +2,7 @@ package mqtt
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -39,18 +40,101 @@ func (o *outbound) wake() {
 	case s.running || !s.started:
 		s.pending = true
 	default:
-		s.running, s.pending = true, false
-		s.wg.Add(1)
-		// On a runner: a sender runs for moments at a time, and a new
-		// goroutine each time would grow a fresh stack each time. The
-		// function is made once: a method value per wake-up would be an
-		// allocation per delivery.
-		if s.run == nil {
-			s.run = o.run
-		}
-		o.c.b.runners.Go(s.run)
+		o.startLocked()
 	}
 	s.mu.Unlock()
+}
+
+// startLocked starts the sending goroutine; snd.mu is held and none runs.
+func (o *outbound) startLocked() {
+	s := &o.snd
+	s.running, s.pending = true, false
+	s.wg.Add(1)
+	// On a runner: a sender runs for moments at a time, and a new
+	// goroutine each time would grow a fresh stack each time. The
+	// function is made once: a method value per wake-up would be an
+	// allocation per delivery.
+	if s.run == nil {
+		s.run = o.run
+	}
+	o.c.b.runners.Go(s.run)
+}
+
+// Writing in passing. A QoS 0 message routed in memory (fanout) is handed
+// to the subscriber's sender, and waking a goroutine for it was most of
+// what the delivery cost. When the sender is idle and nothing is queued
+// before the message, the routing goroutine writes it itself, without
+// ever waiting: the sender's lock, the connection's write lock and the
+// socket are only tried, and what the socket does not take at once stays
+// buffered for the sender, which it starts to finish the write.
+
+// maxSendNow bounds the topic and payload of a message written in
+// passing: its PUBLISH fits the connection's write buffer, so encoding it
+// sends nothing to the socket.
+const maxSendNow = 2 << 10
+
+// maxSendNowTargets bounds the sessions a routing goroutine writes to in
+// passing; past it, each sender writes its own, beside the others.
+const maxSendNowTargets = 4
+
+// sendNow writes d, an in-memory QoS 0 delivery, from the calling
+// goroutine (see above), or reports false and leaves d to the caller,
+// who queues it for the sender.
+func (o *outbound) sendNow(d direct) bool {
+	c := o.c
+	if d.qos != 0 || c.pk == nil || len(d.msg.Topic)+len(d.msg.Payload) > maxSendNow {
+		return false
+	}
+	s := &o.snd
+	if !s.mu.TryLock() {
+		return false
+	}
+	// Holding mu, no sender starts: this goroutine is the session's sender
+	// until it lets go.
+	if s.ended || s.running || !s.started || s.pending || o.direct.len() > 0 || o.queued.Load() != 0 || o.grp.tx != nil {
+		s.mu.Unlock()
+		return false
+	}
+	if !c.wmu.TryLock() {
+		s.mu.Unlock()
+		return false
+	}
+	if c.bw.Buffered() > 0 || c.nwriters.Load() > 0 {
+		// Another writer's packets wait for its flush: after them.
+		c.wmu.Unlock()
+		s.mu.Unlock()
+		return false
+	}
+	if d.msg.Expired(time.Now()) {
+		c.wmu.Unlock()
+		s.mu.Unlock()
+		return true
+	}
+	p := c.b.publishes.Get().(*packet.Publish)
+	o.buildPublish(p, delivery{msg: d.msg, ids: d.ids, retain: d.retain}, 0)
+	err := c.encodeLocked(p)
+	*p = packet.Publish{}
+	c.b.publishes.Put(p)
+	flushed := false
+	if err == nil {
+		flushed, err = c.bw.FlushNoWait(c.pk.rc)
+	}
+	c.wmu.Unlock()
+	if err == nil && !flushed {
+		o.startLocked() // to send the rest, waiting as senders do
+	}
+	s.mu.Unlock()
+	switch {
+	case errors.Is(err, packet.ErrPacketTooLarge):
+		o.tooLarge(0)
+	case err != nil:
+		c.fail(fmt.Errorf("write: %w", err))
+	default:
+		c.b.metrics.msgsOut[0].Add(1)
+		c.b.metrics.bytesOut.Add(uint64(len(d.msg.Payload)))
+		c.b.at(PointDelivered, c.client, 0)
+	}
+	return true
 }
 
 // begin starts sending once the session's member of the route exists:

@@ -273,7 +273,7 @@ func (c *conn) publishWillNow(ctx context.Context) error {
 		}
 	}
 	if m.QoS == 0 {
-		c.b.fanout(m, false)
+		c.b.fanout(m, fanoutOpts{})
 	}
 	return nil
 }

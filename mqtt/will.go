@@ -106,7 +106,7 @@ func (b *Broker) publishWill(ctx context.Context, client string, m *Message) err
 		}
 	}
 	if live && m.QoS == 0 {
-		b.fanout(m, false)
+		b.fanout(m, fanoutOpts{})
 	}
 	return nil
 }

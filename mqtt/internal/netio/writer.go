@@ -28,6 +28,13 @@ type Writer struct {
 	// large says buf is (or the next one will be) a WriteBuf one.
 	large bool
 	err   error
+
+	// State of a FlushNoWait, with the function it hands the socket,
+	// made once: a closure made per flush would be an allocation per
+	// delivery.
+	writeFn   func(fd uintptr) bool
+	nbWritten int
+	nbErr     error
 }
 
 // Write buffers p, sending the buffer first when p does not fit, and p
@@ -111,18 +118,25 @@ func (cw *Writer) Buffered() int {
 func (cw *Writer) Flush() error {
 	n := cw.Buffered()
 	err := cw.send()
-	if cw.buf != nil {
-		if cap(*cw.buf) == WriteBuf {
-			writeBufs.Put(cw.buf)
-			// A burst that would have fit the small buffer starts the
-			// next one small again.
-			cw.large = n > SmallWriteBuf
-		} else {
-			smallWriteBufs.Put(cw.buf)
-		}
-		cw.buf = nil
-	}
+	cw.release(n)
 	return err
+}
+
+// release gives the buffer back to the pool after a burst of n bytes.
+func (cw *Writer) release(n int) {
+	if cw.buf == nil {
+		return
+	}
+	*cw.buf = (*cw.buf)[:0]
+	if cap(*cw.buf) == WriteBuf {
+		writeBufs.Put(cw.buf)
+		// A burst that would have fit the small buffer starts the next
+		// one small again.
+		cw.large = n > SmallWriteBuf
+	} else {
+		smallWriteBufs.Put(cw.buf)
+	}
+	cw.buf = nil
 }
 
 // NewWriter returns a Writer to dst.
