@@ -95,7 +95,7 @@ func (c *Counter) Stats(ctx context.Context, src Source) (driver.LogStats, error
 			err = c.tail(ctx, src, floor)
 			c.valid = err == nil
 		case floor != c.floor:
-			if err = c.head(ctx, src, floor); err == errRecount {
+			if err = c.head(ctx, src, floor); errors.Is(err, errRecount) {
 				c.valid = false
 				continue
 			}
