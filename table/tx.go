@@ -158,15 +158,25 @@ func (tx *Tx) Mark(table string, payload []byte) error {
 	return tx.add(write{op: OpMark, table: table, value: payload}, validTable(table))
 }
 
-// ExpectVersion makes the commit conditional on table/id being a live
-// record at version v; otherwise the commit fails with an error wrapping
-// engine.ErrConflict and applies nothing.
-func (tx *Tx) ExpectVersion(table, id string, v Version) error {
+// checkable returns nil when a precondition on table/id may be added, or
+// the error to return: ErrTxDone, or an invalid id's error, which also
+// sticks to the Tx like an invalid write's.
+func (tx *Tx) checkable(table, id string) error {
 	if tx.done {
 		return ErrTxDone
 	}
 	if err := validID(table, id); err != nil {
 		return tx.add(write{}, err)
+	}
+	return nil
+}
+
+// ExpectVersion makes the commit conditional on table/id being a live
+// record at version v; otherwise the commit fails with an error wrapping
+// engine.ErrConflict and applies nothing.
+func (tx *Tx) ExpectVersion(table, id string, v Version) error {
+	if err := tx.checkable(table, id); err != nil {
+		return err
 	}
 	// Key and value in one allocation.
 	kv := appendDataKey(make([]byte, 0, dataKeyLen(table, id)+8), kindVersion, table, id)
@@ -178,14 +188,15 @@ func (tx *Tx) ExpectVersion(table, id string, v Version) error {
 
 // ExpectAbsent makes the commit conditional on table/id being absent or
 // deleted; otherwise it fails with an error wrapping engine.ErrConflict.
-func (tx *Tx) ExpectAbsent(table, id string) error {
-	if tx.done {
-		return ErrTxDone
+func (tx *Tx) ExpectAbsent(table, id string) error { return tx.expectNoKey(kindVersion, table, id) }
+
+// expectNoKey makes the commit conditional on no key of kind for
+// table/id.
+func (tx *Tx) expectNoKey(kind byte, table, id string) error {
+	if err := tx.checkable(table, id); err != nil {
+		return err
 	}
-	if err := validID(table, id); err != nil {
-		return tx.add(write{}, err)
-	}
-	tx.checks = append(tx.checks, engine.Check{Key: dataKey(kindVersion, table, id), Absent: true})
+	tx.checks = append(tx.checks, engine.Check{Key: dataKey(kind, table, id), Absent: true})
 	return nil
 }
 
@@ -195,11 +206,8 @@ func (tx *Tx) ExpectAbsent(table, id string) error {
 // engine.ErrConflict. It checks the record itself, so it serves state
 // written without the version entry that ExpectVersion reads.
 func (tx *Tx) ExpectState(table, id string, v Version, value []byte) error {
-	if tx.done {
-		return ErrTxDone
-	}
-	if err := validID(table, id); err != nil {
-		return tx.add(write{}, err)
+	if err := tx.checkable(table, id); err != nil {
+		return err
 	}
 	// Key and record in one allocation.
 	kv := appendDataKey(make([]byte, 0, dataKeyLen(table, id)+recordLen(table, id, value)), kindRecord, table, id)
@@ -215,16 +223,7 @@ func (tx *Tx) ExpectState(table, id string, v Version, value []byte) error {
 // engine.ErrConflict. Unlike ExpectAbsent it sees records written by
 // PutStateUnchecked. Only for tables written with the state writes: a
 // Delete leaves a tombstone record, which this counts as present.
-func (tx *Tx) ExpectNoState(table, id string) error {
-	if tx.done {
-		return ErrTxDone
-	}
-	if err := validID(table, id); err != nil {
-		return tx.add(write{}, err)
-	}
-	tx.checks = append(tx.checks, engine.Check{Key: dataKey(kindRecord, table, id), Absent: true})
-	return nil
-}
+func (tx *Tx) ExpectNoState(table, id string) error { return tx.expectNoKey(kindRecord, table, id) }
 
 // Defer marks the Tx as one nobody waits on at once (see engine.Batch's
 // Defer): its durable completion may wait a little to share a later
