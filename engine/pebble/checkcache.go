@@ -11,6 +11,12 @@ import (
 // over empty.
 const maxCheckCache = 1 << 16
 
+// maxCachedValue bounds the value a checkCache keeps for a key: a key
+// holding a longer one is not cached (its checks read the store), so
+// the cache holds at most maxCheckCache*maxCachedValue bytes of values
+// however large the checked records (a staged QoS 2 message) are.
+const maxCachedValue = 256
+
 // checkCache holds the latest applied state of the keys commits' checks
 // read. Pebble answers a Get of a key from the newest of its versions
 // still in the memtable, walking past every older one when the newest is
@@ -23,9 +29,14 @@ const maxCheckCache = 1 << 16
 // The cache is exact: its owner holds db.mu across every check and every
 // apply, every applied op on a cached key updates its entry, and an apply
 // whose outcome is unknown (it failed, or the store was reopened) empties
-// it. A key enters when a check reads it from the store.
+// it. A key enters when a check reads it from the store, and only while
+// its value is at most maxCachedValue long.
 type checkCache struct {
-	m map[string]cachedState
+	// Entries are pointers so that an apply updates them in place: a map
+	// assignment would copy the key into a new string, and a new value
+	// each time, at every write of a cached key (twice per QoS 2
+	// exchange).
+	m map[string]*cachedState
 }
 
 // cachedState is a key's latest applied state.
@@ -37,8 +48,8 @@ type cachedState struct {
 // eval evaluates check c from the cache; cached is false when the key is
 // not cached (and err nil).
 func (cc *checkCache) eval(c *driver.Check) (cached bool, err error) {
-	st, ok := cc.m[string(c.Key)]
-	if !ok {
+	st := cc.m[string(c.Key)]
+	if st == nil {
 		return false, nil
 	}
 	switch {
@@ -52,10 +63,13 @@ func (cc *checkCache) eval(c *driver.Check) (cached bool, err error) {
 
 // learn records what a check read from the store for key.
 func (cc *checkCache) learn(key []byte, present bool, value []byte) {
-	if cc.m == nil || len(cc.m) >= maxCheckCache {
-		cc.m = make(map[string]cachedState)
+	if len(value) > maxCachedValue {
+		return
 	}
-	cc.m[string(key)] = cachedState{present: present, value: bytes.Clone(value)}
+	if cc.m == nil || len(cc.m) >= maxCheckCache {
+		cc.m = make(map[string]*cachedState)
+	}
+	cc.m[string(key)] = &cachedState{present: present, value: bytes.Clone(value)}
 }
 
 // applied updates the cached keys that ops, just applied, wrote.
@@ -65,12 +79,15 @@ func (cc *checkCache) applied(ops []driver.Op) {
 	}
 	for i := range ops {
 		op := &ops[i]
-		if _, ok := cc.m[string(op.Key)]; ok {
-			if op.Kind == driver.OpPut {
-				cc.m[string(op.Key)] = cachedState{present: true, value: bytes.Clone(op.Value)}
-			} else {
-				cc.m[string(op.Key)] = cachedState{}
-			}
+		st := cc.m[string(op.Key)]
+		switch {
+		case st == nil:
+		case op.Kind == driver.OpPut && len(op.Value) > maxCachedValue:
+			delete(cc.m, string(op.Key))
+		case op.Kind == driver.OpPut:
+			st.present, st.value = true, append(st.value[:0], op.Value...)
+		default:
+			st.present, st.value = false, st.value[:0]
 		}
 	}
 }
