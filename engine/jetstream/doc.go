@@ -39,6 +39,8 @@
 //     Each request sent while opening has a deadline of its own and is
 //     sent again while a starting cluster cannot answer it yet, with a
 //     log line saying what it waits for (see request.go).
+//   - index_cache_mb: the block cache of the local index (see Reads);
+//     64 by default.
 //   - stall_timeout: how long the index consumer may deliver nothing
 //     while the stream holds messages it has not brought before it is
 //     recreated, with a warning; 5s by default, at least 1s. While the
@@ -188,8 +190,9 @@
 // for a deleted key on a shared stream, until tombstone_ttl, a delete
 // marker), so the disk holds the live data once more than the stream.
 // Being rebuilt at every open, it has no write-ahead log and never syncs.
-// In memory it takes its block cache (8 MiB) and its memtables (4 MiB
-// each, two or three while one flushes), whatever the number of keys.
+// In memory it takes its block cache (index_cache_mb, 64 MiB by default)
+// and its memtables (16 MiB each, two or three while one flushes),
+// whatever the number of keys.
 // Reads (Get, Iter, the checks of a commit) come from the memtables, the
 // cache or the page cache; a value is copied out once per read.
 //

@@ -37,7 +37,8 @@ func init() {
 			{Name: "max_batch", Default: "16384 embedded, 1000 with url", Doc: "most messages per atomic batch (commit=batch); lowered when the server reports a smaller limit"},
 			{Name: "tombstone_ttl", Default: "60s", Doc: "how long a deleted key's delete marker stays in the stream (at least 1s)"},
 			{Name: "start_timeout", Default: "2m", Doc: "how long opening waits for the NATS servers, a JetStream leader and the stream when the caller sets no deadline"},
-			{Name: "stall_timeout", Default: "15s", Doc: "how long the index consumer may stand still while the stream holds messages it has not brought before it is recreated"},
+			{Name: "stall_timeout", Default: "5s", Doc: "how long the index consumer may stand still while the stream holds messages it has not brought before it is recreated"},
+			{Name: "index_cache_mb", Default: strconv.Itoa(defaultIndexCacheMB), Doc: "block cache in MiB of the local index the engine reads from (beside its memtables, 16 MiB each, at most a few)"},
 			{Name: "reserve_mb", Default: strconv.Itoa(defaultReserveMB), Doc: "with the embedded server: free space in MiB commits leave on the data directory's file system (0 to 1048576); commits that would use it are refused with driver.ErrWriteFailed"},
 			{Name: "commit", Default: "wal embedded, batch with url", Doc: "wal: this engine is the stream's only writer, one message per group of commits (embedded server only); batch: any number of nodes share the stream, atomic batch publish"},
 		}, secureParams...),
@@ -208,6 +209,10 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	indexCacheMB, err := driver.IntParam(opts, "jetstream", "index_cache_mb", defaultIndexCacheMB, 1, 1<<20)
+	if err != nil {
+		return nil, err
+	}
 	secure, err := secureOptions(opts.Params, url)
 	if err != nil {
 		return nil, err
@@ -247,7 +252,7 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 			return nil, err
 		}
 	}
-	if d.idx, err = openStore(opts.Dir, d.log); err != nil {
+	if d.idx, err = openStore(opts.Dir, int64(indexCacheMB)<<20, d.log); err != nil {
 		d.dirLock.Release()
 		return nil, err
 	}
