@@ -147,6 +147,51 @@ type brokerCollector struct {
 	mu      sync.Mutex
 	logAt   time.Time
 	logStat engine.LogStats
+
+	// Counting stored sessions reads every session record: with a million
+	// offline sessions, seconds of work. A scrape reports the count last
+	// taken, and starts a new one, in the background, when it is older
+	// than sessionsEvery; only the first scrape counts at once.
+	sessMu       sync.Mutex
+	sessAt       time.Time
+	sessCounting bool
+	sessOn       int
+	sessOff      int
+	sessKnown    bool
+}
+
+// sessionsEvery is how often the stored sessions are counted at most.
+const sessionsEvery = 30 * time.Second
+
+// sessions returns the last count of stored sessions (ok false before the
+// first completed) and starts the next when it is due.
+func (c *brokerCollector) sessions(ctx context.Context) (online, offline int, ok bool) {
+	c.sessMu.Lock()
+	defer c.sessMu.Unlock()
+	if !c.sessKnown && !c.sessCounting {
+		on, off, err := c.b.SessionCounts(ctx)
+		c.sessAt = time.Now()
+		if err != nil {
+			return 0, 0, false
+		}
+		c.sessOn, c.sessOff, c.sessKnown = on, off, true
+		return on, off, true
+	}
+	if !c.sessCounting && time.Since(c.sessAt) > sessionsEvery {
+		c.sessCounting = true
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			on, off, err := c.b.SessionCounts(ctx)
+			cancel()
+			c.sessMu.Lock()
+			defer c.sessMu.Unlock()
+			c.sessCounting, c.sessAt = false, time.Now()
+			if err == nil {
+				c.sessOn, c.sessOff, c.sessKnown = on, off, true
+			}
+		}()
+	}
+	return c.sessOn, c.sessOff, c.sessKnown
 }
 
 var (
@@ -234,7 +279,7 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if on, off, err := c.b.SessionCounts(ctx); err == nil {
+	if on, off, ok := c.sessions(ctx); ok {
 		ch <- prometheus.MustNewConstMetric(descSessions, prometheus.GaugeValue, float64(on), "online")
 		ch <- prometheus.MustNewConstMetric(descSessions, prometheus.GaugeValue, float64(off), "offline")
 	}
