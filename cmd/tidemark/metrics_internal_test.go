@@ -10,8 +10,8 @@ import (
 	"github.com/tidemark-io/tidemark/engine"
 	_ "github.com/tidemark-io/tidemark/engine/pebble"
 	"github.com/tidemark-io/tidemark/mqtt"
+	"github.com/tidemark-io/tidemark/mqtt/mqtttest"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
-	"github.com/tidemark-io/tidemark/table"
 )
 
 // TestSessionCountsCachedBetweenScrapes: the stored sessions are counted
@@ -19,33 +19,14 @@ import (
 // scrape (a count reads every session record).
 func TestSessionCountsCachedBetweenScrapes(t *testing.T) {
 	ctx := t.Context()
-	e, err := engine.Open(ctx, "pebble", engine.Options{Dir: t.TempDir(), Sync: engine.SyncNone})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
-	db, err := table.Open(ctx, e, table.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	b, err := mqtt.New(db, mqtt.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() { defer close(served); _ = b.Serve(ln) }()
-	defer func() { _ = b.Close(); <-served }()
+	srv := mqtttest.StartSync(t, "pebble", engine.SyncNone, mqtt.Options{})
+	b, addr := srv.Broker(), srv.Addr
 
 	// leave stores a persistent session: CONNECT with clean session
 	// off, then DISCONNECT, and waits until the broker counts it offline.
 	leave := func(id string, offline int) {
 		t.Helper()
-		nc, err := net.Dial("tcp", ln.Addr().String())
+		nc, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,7 +53,7 @@ func TestSessionCountsCachedBetweenScrapes(t *testing.T) {
 		}
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(&brokerCollector{b: b, db: db, engine: "pebble"})
+	reg.MustRegister(&brokerCollector{b: b, db: srv.DB(), engine: "pebble"})
 	scrapeOffline := func() float64 {
 		t.Helper()
 		mfs, err := reg.Gather()
