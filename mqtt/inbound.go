@@ -322,8 +322,7 @@ func (c *conn) forget(pi uint16) {
 // topic under the tables prefix writes its table instead (tables.go).
 func (b *Broker) addMessage(tx *table.Tx, m *Message) error {
 	if b.inTables(m.Topic) {
-		b.metrics.tableWrites.Add(1)
-		return b.addTableWrite(tx, m)
+		return b.addMessageEnc(tx, m, nil) // a table write stores no message
 	}
 	enc, err := m.MarshalBinary()
 	if err != nil {

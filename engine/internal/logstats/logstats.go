@@ -132,15 +132,13 @@ func (c *Counter) stats() driver.LogStats {
 // tail counts the entries from key from on.
 func (c *Counter) tail(ctx context.Context, src Source, from driver.LogKey) error {
 	return src.Scan(ctx, from, func(key driver.LogKey, size uint64) bool {
-		if key != c.scanned || c.entries == c.headEntries {
-			// The first entry of a key: a mark may go here.
-			if c.sinceMark >= markEvery {
-				c.marks = append(c.marks, mark{key: key, entries: c.entries, bytes: c.bytes})
-				c.sinceMark = 0
-			}
-			if c.entries == c.headEntries {
-				c.first = key
-			}
+		if key != c.scanned && c.sinceMark >= markEvery {
+			// The first entry of a key: the totals before it are whole.
+			c.marks = append(c.marks, mark{key: key, entries: c.entries, bytes: c.bytes})
+			c.sinceMark = 0
+		}
+		if c.entries == c.headEntries {
+			c.first = key
 		}
 		c.entries++
 		c.bytes += size
@@ -159,15 +157,16 @@ func (c *Counter) head(ctx context.Context, src Source, floor driver.LogKey) err
 		i++
 	}
 	c.marks = c.marks[i:]
-	// Entries from the floor up to the mark (or to the last counted).
-	var n, b uint64
-	first := driver.LogKey(0)
-	limit, atEnd := c.scanned, len(c.marks) == 0
-	if !atEnd {
-		limit = c.marks[0].key
+	// The entries from the floor up to the nearest mark, or to the last
+	// counted, whose totals before them are known.
+	stop := mark{key: c.scanned + 1, entries: c.entries, bytes: c.bytes}
+	if len(c.marks) > 0 {
+		stop = c.marks[0]
 	}
+	var n, b uint64
+	first := stop.key
 	err := src.Scan(ctx, floor, func(key driver.LogKey, size uint64) bool {
-		if key > c.scanned || !atEnd && key >= limit {
+		if key >= stop.key {
 			return false
 		}
 		if n == 0 {
@@ -180,19 +179,12 @@ func (c *Counter) head(ctx context.Context, src Source, floor driver.LogKey) err
 	if err != nil {
 		return err
 	}
-	if atEnd && n > c.entries || !atEnd && n > c.marks[0].entries {
+	if n > stop.entries {
 		// Entries the totals never held: a source older than the one
 		// counted before (Source promises newer each time).
 		return errRecount
 	}
-	if atEnd {
-		c.headEntries, c.headBytes = c.entries-n, c.bytes-b
-	} else {
-		c.headEntries, c.headBytes = c.marks[0].entries-n, c.marks[0].bytes-b
-		if n == 0 {
-			first = c.marks[0].key
-		}
-	}
+	c.headEntries, c.headBytes = stop.entries-n, stop.bytes-b
 	c.first, c.floor = first, floor
 	if c.entries == c.headEntries {
 		c.first = 0
