@@ -2,7 +2,7 @@
 // persistent MQTT 3.1.1 session with a topic of its own: what a connected
 // session costs in resident memory, how fast sessions are set up and
 // re-established after a mass disconnect, and how fast messages spread
-// over the fleet (one per device) and fan out to all of it, checking
+// over the fleet (each to one device) and fan out to all of it, checking
 // every delivery for loss and duplicates.
 //
 // Every broker runs as a process of its own (Tidemark as `tidemark
@@ -119,10 +119,12 @@ type Result struct {
 	// RSS is the broker's resident memory with the fleet connected and
 	// idle; PerSession is its growth over the empty broker per session.
 	RSS, PerSession int64
-	// Spread is deliveries per second of one message per device (each to
-	// its own topic); P50 and P99 their latencies from publication.
-	Spread   float64
-	P50, P99 time.Duration
+	// Spread is deliveries per second of messages each to one device's
+	// own topic, SpreadRounds per device (see minSpread); P50 and P99
+	// their latencies from publication.
+	Spread       float64
+	SpreadRounds int
+	P50, P99     time.Duration
 	// Timeline is the spread's deliveries by when they were published, in
 	// windows of timelineStep: where in the load the slow ones were.
 	Timeline []Window
@@ -244,15 +246,18 @@ func runOne(ctx context.Context, b Broker, n, fan int, dir string, say func(stri
 	r.RSS = rss(pid)
 	r.PerSession = (r.RSS - base) / int64(n)
 
-	// Spread: one message per device, from 4 pipelined publishers.
+	// Spread: a message per device in each round, from 4 pipelined
+	// publishers.
+	rounds := spreadRounds(n)
+	r.SpreadRounds = rounds
 	start, cpu = time.Now(), startMeter(pid)
-	if err := f.publish(ctx, n, func(k int) string { return f.devs[k].topic }); err != nil {
+	if err := f.publish(ctx, n*rounds, func(k int) string { return f.devs[k%n].topic }); err != nil {
 		r.Err = fmt.Errorf("spread: %w", err)
 		return r
 	}
-	samples, last := f.wait(ctx, 1, start)
-	r.CPU.Spread, r.ClientCPU.Spread = cpu.per(n)
-	r.Spread = float64(n) / last.Sub(start).Seconds()
+	samples, last := f.wait(ctx, rounds, start)
+	r.CPU.Spread, r.ClientCPU.Spread = cpu.per(n * rounds)
+	r.Spread = float64(n*rounds) / last.Sub(start).Seconds()
 	lat := make([]time.Duration, len(samples))
 	for i, s := range samples {
 		lat[i] = s.lat
@@ -267,7 +272,7 @@ func runOne(ctx context.Context, b Broker, n, fan int, dir string, say func(stri
 		r.Err = fmt.Errorf("fan-out: %w", err)
 		return r
 	}
-	_, last = f.wait(ctx, 1+fan, start)
+	_, last = f.wait(ctx, rounds+fan, start)
 	r.CPU.Fanout, r.ClientCPU.Fanout = cpu.per(n * fan)
 	r.Fanout = float64(n*fan) / last.Sub(start).Seconds()
 	say(fmt.Sprintf("  fan-out: %.0f deliveries/s", r.Fanout))
@@ -283,13 +288,24 @@ func runOne(ctx context.Context, b Broker, n, fan int, dir string, say func(stri
 	r.ReconnectRate = float64(n) / time.Since(start).Seconds()
 	r.CPU.Reconnect, r.ClientCPU.Reconnect = cpu.per(n)
 	time.Sleep(500 * time.Millisecond) // redeliveries of anything unacknowledged at the drop
-	r.Lost, r.Dup = f.check(1 + fan)
+	r.Lost, r.Dup = f.check(rounds + fan)
 	r.Retries = int(f.retries.Load())
 	if e := f.firstRetry.Load(); e != nil {
 		say(fmt.Sprintf("  %d connection attempts retried, the first after: %v", r.Retries, *e))
 	}
 	return r
 }
+
+// minSpread is the fewest messages the spread load sends: a fleet
+// smaller than that gets several rounds of one message per device, so
+// that every fleet size is measured over a load of about the same length
+// rather than a small fleet's over a burst the publishers' start and the
+// last stragglers take most of.
+const minSpread = 10000
+
+// spreadRounds is how many messages each of n devices gets in the spread
+// load.
+func spreadRounds(n int) int { return max(1, (minSpread+n-1)/n) }
 
 // fleet is the client side: one connection per device.
 type fleet struct {

@@ -21,8 +21,9 @@ func fleetBenchCmd() *cobra.Command {
 		Long: `Connects a fleet of persistent MQTT 3.1.1 sessions (each subscribed to a topic of its own and
 to one shared by all) to Tidemark on each selected engine, run as a 'tidemark serve' process, and to
 mosquitto (persistence on) in the same run, one broker at a time, and measures: sessions set up per
-second, resident memory per connected session, deliveries per second of one message per device and
-of messages to all, and the rate of reconnecting every session after all dropped. Every delivery
+second, resident memory per connected session, deliveries per second of messages each to one
+device's own topic (a message per device, in as many rounds as make at least 10,000) and of
+messages to all, and the rate of reconnecting every session after all dropped. Every delivery
 is checked for loss and duplicates. A process may hold at most as many sockets as its open-file
 limit, and the client side holds one per session.
 
