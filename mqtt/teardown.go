@@ -26,15 +26,16 @@ func (c *conn) teardown() {
 	// client id waits for this connection to finish, so it always loads
 	// the session this connection leaves behind.
 	handoff := c.handoff.Load()
-	if handoff != nil {
+	switch {
+	case handoff != nil:
 		if err := c.handOff(ctx, *handoff); err != nil {
 			c.log.Warn("hand session over", "err", err)
 		}
-	} else if c.expiry == 0 {
+	case c.expiry == 0:
 		if err := b.discardSession(ctx, c.client); err != nil {
 			c.log.Warn("discard session", "err", err)
 		}
-	} else {
+	default:
 		c.rec.Online = false
 		c.rec.DisconnectedAt = time.Now().UnixMilli()
 		c.rec.Expiry = c.expiry

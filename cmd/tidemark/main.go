@@ -19,6 +19,12 @@ import (
 func main() {
 	// A conformance kill-9 case re-executes this binary as its child.
 	conformance.MaybeRunChild()
+	os.Exit(run())
+}
+
+// run runs the command line and returns the process's exit code, after
+// its deferred calls.
+func run() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// After the first signal starts a graceful shutdown, restore the
@@ -36,8 +42,9 @@ func main() {
 	root.AddCommand(serveCmd(), passwdCmd(), conformanceCmd(), benchCmd(), inspectCmd(), versionCmd())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "tidemark:", err)
-		os.Exit(1)
+		return 1
 	}
+	return 0
 }
 
 func versionCmd() *cobra.Command {

@@ -35,21 +35,29 @@ func main() {
 	dir := flag.String("data", "embed-data", "data directory")
 	addr := flag.String("mqtt", "127.0.0.1:1883", "MQTT listen address")
 	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	a, err := start(ctx, *dir, *addr)
-	if err != nil {
+	if err := run(*dir, *addr); err != nil {
 		fmt.Fprintln(os.Stderr, "embed:", err)
 		os.Exit(1)
+	}
+}
+
+// run serves until interrupted; the application closes before it
+// returns, an error included.
+func run(dir, addr string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	a, err := start(ctx, dir, addr)
+	if err != nil {
+		return err
 	}
 	defer a.close()
 	// The application's own write: it reaches MQTT subscribers.
 	if err := a.setSetting(ctx, "interval", "10s"); err != nil {
-		fmt.Fprintln(os.Stderr, "embed:", err)
-		os.Exit(1)
+		return err
 	}
 	slog.Info("running", "mqtt", a.ln.Addr().String())
 	<-ctx.Done()
+	return nil
 }
 
 // app is the application: its tables and the broker beside them.

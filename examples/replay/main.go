@@ -33,8 +33,9 @@ func main() {
 	flag.IntVar(&o.max, "n", 0, "stop after this many messages (0: run until interrupted)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, o, os.Stdout); err != nil && !errors.Is(err, context.Canceled) {
+	err := run(ctx, o, os.Stdout)
+	stop()
+	if err != nil && !errors.Is(err, context.Canceled) {
 		fmt.Fprintln(os.Stderr, "replay:", err)
 		os.Exit(1)
 	}

@@ -40,7 +40,7 @@ func TestGuardRefusesUntilSpaceReturns(t *testing.T) {
 		t.Skipf("%d bytes free in %s: too little to probe", free, dir)
 	}
 	var reserve atomic.Int64
-	g := NewGuard("test", dir, func() int64 { return reserve.Load() }, slog.New(slog.DiscardHandler))
+	g := NewGuard("test", dir, reserve.Load, slog.New(slog.DiscardHandler))
 	defer g.Close()
 
 	if err := g.Admit(1 << 10); err != nil {
