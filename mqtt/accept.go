@@ -6,16 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tidemark-io/tidemark/mqtt/internal/counters"
 	"github.com/tidemark-io/tidemark/mqtt/internal/netio"
-)
-
-// Why a socket was closed before its CONNECT was served (Stats.Refused).
-const (
-	refusedCap     = "max_connections" // at the cap with every socket connected
-	refusedEvicted = "evicted"         // the oldest socket without CONNECT, closed to make room
-	refusedRate    = "rate"            // its source address opened sockets faster than the rate limit
-	refusedTimeout = "connect_timeout" // no CONNECT within the timeout
-	refusedClosing = "closing"         // the broker was stopping
 )
 
 // gate admits sockets. It counts every open socket against
@@ -68,14 +60,14 @@ func (g *gate) admit(c *conn, now time.Time) (refused string, evict *conn) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
-		return refusedClosing, nil
+		return counters.RefusedClosing, nil
 	}
 	if g.rate > 0 && !g.takeLocked(sourceOf(c.nc.RemoteAddr()), now) {
-		return refusedRate, nil
+		return counters.RefusedRate, nil
 	}
 	if g.open >= g.max {
 		if g.head == nil {
-			return refusedCap, nil
+			return counters.RefusedCap, nil
 		}
 		// The evicted socket stays counted until its serve returns, which
 		// closing it makes immediate: the cap is exceeded by at most the
@@ -221,7 +213,7 @@ func (b *Broker) acceptLoop(ln net.Listener) error {
 				return err
 			}
 			delay = min(max(2*delay, acceptBackoffMin), acceptBackoffMax)
-			b.metrics.acceptErrors.Add(1)
+			b.metrics.AcceptErrors.Add(1)
 			b.log.Warn("accept failed; retrying", "addr", ln.Addr().String(), "err", err, "retry_in", delay)
 			t := time.NewTimer(delay)
 			select {
@@ -244,11 +236,11 @@ func (b *Broker) serveConn(nc net.Conn, tcpKeepAlive bool) {
 	c.tcpKeepAlive = tcpKeepAlive
 	refused, evict := b.gate.admit(c, time.Now())
 	if evict != nil {
-		b.metrics.refused(refusedEvicted)
+		b.metrics.Refused(counters.RefusedEvicted)
 		_ = evict.nc.Close()
 	}
 	if refused != "" {
-		b.metrics.refused(refused)
+		b.metrics.Refused(refused)
 		_ = nc.Close()
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tidemark-io/tidemark/mqtt/internal/counters"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 )
 
@@ -34,17 +35,6 @@ func (b *Broker) authSem() chan struct{} {
 // authWait bounds how long a CONNECT waits for a hashing slot before it
 // is refused as "server busy".
 const authWait = 5 * time.Second
-
-// Reasons an authentication is refused, as counted in Stats.AuthRefused.
-const (
-	refusedCredentials   = iota // bad user name or password
-	refusedNotAuthorized        // anonymous, client id or will not allowed
-	refusedBusy                 // no hashing slot in time
-	refusedError                // the authenticator failed
-	nRefused
-)
-
-var refusedNames = [nRefused]string{"bad_credentials", "not_authorized", "busy", "error"}
 
 // tlsStater is a connection that carries a TLS session: *tls.Conn, and
 // the WebSocket connections of a secure listener.
@@ -73,17 +63,17 @@ func (c *conn) authenticate(cp *packet.Connect, assigned bool) (packet.ReasonCod
 		c.id = id
 		return packet.Success, true
 	}
-	reason, rc := refusedError, packet.ServerUnavailable
+	reason, rc := counters.AuthError, packet.ServerUnavailable
 	switch {
 	case errors.Is(err, ErrBadCredentials):
-		reason, rc = refusedCredentials, packet.BadUserNameOrPassword
+		reason, rc = counters.AuthBadCredentials, packet.BadUserNameOrPassword
 	case errors.Is(err, ErrNotAuthorized):
-		reason, rc = refusedNotAuthorized, packet.NotAuthorized
+		reason, rc = counters.AuthNotAuthorized, packet.NotAuthorized
 	case errors.Is(err, errAuthBusy):
-		reason, rc = refusedBusy, packet.ServerBusy
+		reason, rc = counters.AuthBusy, packet.ServerBusy
 	}
-	c.b.metrics.authRefused[reason].Add(1)
-	c.log.Warn("connection refused", "user", cp.Username, "reason", refusedNames[reason], "err", err)
+	c.b.metrics.AuthRefused[reason].Add(1)
+	c.log.Warn("connection refused", "user", cp.Username, "reason", counters.AuthReasonNames[reason], "err", err)
 	if d := c.b.opts.AuthFailureDelay; d > 0 {
 		t := time.NewTimer(time.Until(start.Add(d)))
 		select {
@@ -144,11 +134,11 @@ func (b *Broker) allow(ctx context.Context, id Identity, a Access, name string) 
 	}
 	switch a {
 	case AccessRead:
-		b.metrics.denied[0].Add(1)
+		b.metrics.Denied[0].Add(1)
 	case AccessWrite:
-		b.metrics.denied[1].Add(1)
+		b.metrics.Denied[1].Add(1)
 	default:
-		b.metrics.denied[2].Add(1)
+		b.metrics.Denied[2].Add(1)
 	}
 	return false
 }

@@ -41,6 +41,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/counters"
 	"github.com/tidemark-io/tidemark/mqtt/internal/netio"
 	"github.com/tidemark-io/tidemark/mqtt/internal/retention"
 	"github.com/tidemark-io/tidemark/mqtt/internal/route"
@@ -322,7 +323,7 @@ type Broker struct {
 	// where there is none.
 	poller *netio.Poller
 
-	metrics metrics
+	metrics counters.Counters
 	// retained counts retained messages for Options.MaxRetained.
 	retained retainedCount
 	history  historyIndex

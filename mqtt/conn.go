@@ -15,6 +15,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/internal/ackqueue"
+	"github.com/tidemark-io/tidemark/mqtt/internal/counters"
 	"github.com/tidemark-io/tidemark/mqtt/internal/netio"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/internal/topicalias"
@@ -405,7 +406,7 @@ func (c *conn) readConnect() *packet.Connect {
 	if err != nil {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() {
-			c.b.metrics.refused(refusedTimeout)
+			c.b.metrics.Refused(counters.RefusedTimeout)
 		}
 		c.rejectConnect(err)
 		return nil
@@ -668,7 +669,7 @@ func (c *conn) push(e ackEntry) bool {
 	if !c.acks.Push(c.ctx, e) {
 		return false
 	}
-	c.b.metrics.pipelineDepth.Add(1)
+	c.b.metrics.PipelineDepth.Add(1)
 	return true
 }
 
@@ -695,7 +696,7 @@ func (c *conn) ackLoop() {
 				return
 			}
 		}
-		c.b.metrics.pipelineDepth.Add(-1)
+		c.b.metrics.PipelineDepth.Add(-1)
 		if !c.finishAck(e, timer) {
 			return
 		}
@@ -721,7 +722,7 @@ func (c *conn) finishAck(e ackEntry, timer *time.Timer) bool {
 	if err != nil {
 		c.log.Warn("store failed; closing the connection", "client", c.client, "err", err)
 		c.flush() // what was acknowledged before the failure still goes out
-		if c.b.metrics.storeFailed(err) {
+		if c.b.metrics.StoreFailed(err) {
 			// The store cannot write (a full disk): a 5.0 client
 			// learns why, and re-sends what went unacknowledged
 			// after reconnecting.

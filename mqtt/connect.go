@@ -190,7 +190,7 @@ func (c *conn) restoreSession(ctx context.Context, t *connectTerms) (sessionSetu
 	var err error
 	c.b.onStore(func() { st, err = c.setupSession(ctx, t.cp.CleanStart, t.window) })
 	if err != nil {
-		c.b.metrics.storeFailed(err)
+		c.b.metrics.StoreFailed(err)
 		return sessionSetup{}, false
 	}
 	c.b.mu.Lock() // fanout and retention read c.out through b.conns
@@ -318,7 +318,7 @@ func (c *conn) connackFailed(err error) error {
 func (c *conn) connected() {
 	c.connacked.Store(true)
 	close(c.connackSent)
-	c.b.metrics.connects.Add(1)
+	c.b.metrics.Connects.Add(1)
 	c.out.start()
 }
 

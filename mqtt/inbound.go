@@ -66,8 +66,8 @@ func (c *conn) handlePublish(p *packet.Publish) bool {
 	if c.b.overBudget.Load() {
 		return c.refuseOverBudget(p)
 	}
-	c.b.metrics.msgsIn[p.QoS].Add(1)
-	c.b.metrics.bytesIn.Add(uint64(len(p.Payload)))
+	c.b.metrics.MsgsIn[p.QoS].Add(1)
+	c.b.metrics.BytesIn.Add(uint64(len(p.Payload)))
 	if p.QoS == packet.QoS1 && !p.Retain && !c.b.inTables(name) {
 		return c.publishQoS1(p, name)
 	}
@@ -334,7 +334,7 @@ func (b *Broker) addMessage(tx *table.Tx, m *Message) error {
 // addMessageEnc is addMessage of m stored as enc (m's stored form).
 func (b *Broker) addMessageEnc(tx *table.Tx, m *Message, enc []byte) error {
 	if b.inTables(m.Topic) {
-		b.metrics.tableWrites.Add(1)
+		b.metrics.TableWrites.Add(1)
 		return b.addTableWrite(tx, m)
 	}
 	if err := tx.Message(tableMsgs, m.Topic, enc); err != nil {
@@ -350,7 +350,7 @@ func (b *Broker) addRetained(tx *table.Tx, m *Message, enc []byte) error {
 		return nil
 	}
 	if b.inTables(m.Topic) {
-		b.metrics.tableWrites.Add(1)
+		b.metrics.TableWrites.Add(1)
 		return b.addTableWrite(tx, m)
 	}
 	if !b.admitRetained(m) {
@@ -367,7 +367,7 @@ func (b *Broker) addRetained(tx *table.Tx, m *Message, enc []byte) error {
 // goroutine may write it to a few subscribers itself (see sendNow).
 func (b *Broker) publishQoS0(ctx context.Context, m *Message, now bool) {
 	if b.inTables(m.Topic) {
-		b.metrics.tableWrites.Add(1)
+		b.metrics.TableWrites.Add(1)
 		b.submitTable(ctx, m)
 		return
 	}

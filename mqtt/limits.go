@@ -119,11 +119,11 @@ var ErrTopicLimit = fmt.Errorf("mqtt: topic over a configured limit")
 // and level limits, counting a refusal. It reports which limit was hit.
 func (b *Broker) checkTopic(name string) error {
 	if len(name) > b.opts.MaxTopicLength {
-		b.metrics.limitTopicLength.Add(1)
+		b.metrics.LimitTopicLength.Add(1)
 		return fmt.Errorf("%w: %d bytes, the limit is %d", ErrTopicLimit, len(name), b.opts.MaxTopicLength)
 	}
 	if m := b.opts.MaxTopicLevels; m > 0 && strings.Count(name, "/")+1 > m {
-		b.metrics.limitTopicLevels.Add(1)
+		b.metrics.LimitTopicLevels.Add(1)
 		return fmt.Errorf("%w: %d levels, the limit is %d", ErrTopicLimit, strings.Count(name, "/")+1, m)
 	}
 	return nil
@@ -155,7 +155,7 @@ func (c *conn) refuseTopic(p *packet.Publish, err error) bool {
 // may add one more, counting a refusal.
 func (b *Broker) subscriptionAllowed(have int) bool {
 	if m := b.opts.MaxSubscriptions; m > 0 && have >= m {
-		b.metrics.limitSubscriptions.Add(1)
+		b.metrics.LimitSubscriptions.Add(1)
 		return false
 	}
 	return true

@@ -55,10 +55,10 @@ func (b *Broker) sampleMemory() {
 // refuseOverBudget answers a PUBLISH that arrived over the memory budget;
 // false means the connection is ending.
 func (c *conn) refuseOverBudget(p *packet.Publish) bool {
-	c.b.metrics.limitMemory.Add(1)
+	c.b.metrics.LimitMemory.Add(1)
 	switch {
 	case p.QoS == packet.QoS0:
-		c.b.metrics.droppedMemory.Add(1)
+		c.b.metrics.DroppedMemory.Add(1)
 		return true
 	case c.version != packet.V5:
 		c.disconnect(packet.QuotaExceeded, "over the broker's memory budget")

@@ -2,65 +2,12 @@ package mqtt
 
 import (
 	"context"
-	"errors"
-	"sync/atomic"
 	"time"
 
-	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/counters"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/table"
 )
-
-// metrics are the broker's counters; Stats reads them.
-type metrics struct {
-	connects         atomic.Uint64
-	msgsIn           [3]atomic.Uint64
-	msgsOut          [3]atomic.Uint64
-	bytesIn          atomic.Uint64
-	bytesOut         atomic.Uint64
-	droppedRetention atomic.Uint64
-	droppedSlow      atomic.Uint64
-	droppedTooLarge  atomic.Uint64
-	droppedExpired   atomic.Uint64
-	truncations      atomic.Uint64
-	replaysStarted   atomic.Uint64
-	replaysRefused   atomic.Uint64
-	msgsReplayed     atomic.Uint64
-	tableWrites      atomic.Uint64
-	tableDelivered   atomic.Uint64
-	tableRefused     atomic.Uint64
-	pipelineDepth    atomic.Int64
-	inflightOut      atomic.Int64
-
-	// Sockets closed before their CONNECT was served, by reason (see
-	// accept.go), and failed Accepts.
-	refusedCap, refusedEvicted, refusedRate, refusedTimeout, refusedClosing atomic.Uint64
-	acceptErrors                                                            atomic.Uint64
-	// Commits the store refused with engine.ErrWriteFailed.
-	storeFailures atomic.Uint64
-	// Packets or subscriptions refused by a configured limit.
-	limitTopicLength, limitTopicLevels, limitSubscriptions atomic.Uint64
-	limitMemory, droppedMemory                             atomic.Uint64
-	limitPublishRate, limitRetained                        atomic.Uint64
-	limitInflightBytes, limitQueuedBytes                   atomic.Uint64
-	authRefused                                            [nRefused]atomic.Uint64
-	denied                                                 [3]atomic.Uint64 // read, write, subscribe
-}
-
-func (m *metrics) refused(reason string) {
-	switch reason {
-	case refusedCap:
-		m.refusedCap.Add(1)
-	case refusedEvicted:
-		m.refusedEvicted.Add(1)
-	case refusedRate:
-		m.refusedRate.Add(1)
-	case refusedTimeout:
-		m.refusedTimeout.Add(1)
-	case refusedClosing:
-		m.refusedClosing.Add(1)
-	}
-}
 
 // Stats is a snapshot of the broker's counters and gauges.
 type Stats struct {
@@ -145,51 +92,42 @@ func (b *Broker) Stats() Stats {
 	online := len(b.conns)
 	b.mu.Unlock()
 	s := Stats{
-		ConnectionsOnline: online, Connects: m.connects.Load(),
-		BytesIn: m.bytesIn.Load(), BytesOut: m.bytesOut.Load(),
-		PipelineDepth: m.pipelineDepth.Load(), InflightOut: m.inflightOut.Load(),
-		Truncations:      m.truncations.Load(),
-		Replays:          map[string]uint64{"started": m.replaysStarted.Load(), "refused": m.replaysRefused.Load()},
-		MessagesReplayed: m.msgsReplayed.Load(),
-		TableWrites:      m.tableWrites.Load(), TableDeliveries: m.tableDelivered.Load(), TableRefused: m.tableRefused.Load(),
+		ConnectionsOnline: online, Connects: m.Connects.Load(),
+		BytesIn: m.BytesIn.Load(), BytesOut: m.BytesOut.Load(),
+		PipelineDepth: m.PipelineDepth.Load(), InflightOut: m.InflightOut.Load(),
+		Truncations:      m.Truncations.Load(),
+		Replays:          map[string]uint64{"started": m.ReplaysStarted.Load(), "refused": m.ReplaysRefused.Load()},
+		MessagesReplayed: m.MsgsReplayed.Load(),
+		TableWrites:      m.TableWrites.Load(), TableDeliveries: m.TableDelivered.Load(), TableRefused: m.TableRefused.Load(),
 		Retention: b.rules.Stats(time.Now()),
 		Dropped: map[string]uint64{
-			"retention": m.droppedRetention.Load(), "slow": m.droppedSlow.Load(),
-			"too_large": m.droppedTooLarge.Load(), "expired": m.droppedExpired.Load(),
-			"memory": m.droppedMemory.Load(),
+			"retention": m.DroppedRetention.Load(), "slow": m.DroppedSlow.Load(),
+			"too_large": m.DroppedTooLarge.Load(), "expired": m.DroppedExpired.Load(),
+			"memory": m.DroppedMemory.Load(),
 		},
 	}
 	s.Sockets, s.AwaitingConnect = b.gate.counts()
 	s.Refused = map[string]uint64{
-		refusedCap: m.refusedCap.Load(), refusedEvicted: m.refusedEvicted.Load(), refusedRate: m.refusedRate.Load(),
-		refusedTimeout: m.refusedTimeout.Load(), refusedClosing: m.refusedClosing.Load(),
+		counters.RefusedCap: m.RefusedCap.Load(), counters.RefusedEvicted: m.RefusedEvicted.Load(), counters.RefusedRate: m.RefusedRate.Load(),
+		counters.RefusedTimeout: m.RefusedTimeout.Load(), counters.RefusedClosing: m.RefusedClosing.Load(),
 	}
-	s.AcceptErrors = m.acceptErrors.Load()
-	s.StoreFailures = m.storeFailures.Load()
+	s.AcceptErrors = m.AcceptErrors.Load()
+	s.StoreFailures = m.StoreFailures.Load()
 	s.LimitHits = map[string]uint64{
-		limitTopicLength: m.limitTopicLength.Load(), limitTopicLevels: m.limitTopicLevels.Load(),
-		limitSubscriptions: m.limitSubscriptions.Load(), limitMemory: m.limitMemory.Load(),
-		limitPublishRate: m.limitPublishRate.Load(), limitRetained: m.limitRetained.Load(),
-		limitInflightBytes: m.limitInflightBytes.Load(), limitQueuedBytes: m.limitQueuedBytes.Load(),
+		limitTopicLength: m.LimitTopicLength.Load(), limitTopicLevels: m.LimitTopicLevels.Load(),
+		limitSubscriptions: m.LimitSubscriptions.Load(), limitMemory: m.LimitMemory.Load(),
+		limitPublishRate: m.LimitPublishRate.Load(), limitRetained: m.LimitRetained.Load(),
+		limitInflightBytes: m.LimitInflightBytes.Load(), limitQueuedBytes: m.LimitQueuedBytes.Load(),
 	}
 	for i := range 3 {
-		s.MessagesIn[i], s.MessagesOut[i] = m.msgsIn[i].Load(), m.msgsOut[i].Load()
+		s.MessagesIn[i], s.MessagesOut[i] = m.MsgsIn[i].Load(), m.MsgsOut[i].Load()
 	}
-	s.AuthRefused = make(map[string]uint64, nRefused)
-	for i, name := range refusedNames {
-		s.AuthRefused[name] = m.authRefused[i].Load()
+	s.AuthRefused = make(map[string]uint64, counters.NAuthReasons)
+	for i, name := range counters.AuthReasonNames {
+		s.AuthRefused[name] = m.AuthRefused[i].Load()
 	}
-	s.Denied = map[string]uint64{"read": m.denied[0].Load(), "write": m.denied[1].Load(), "subscribe": m.denied[2].Load()}
+	s.Denied = map[string]uint64{"read": m.Denied[0].Load(), "write": m.Denied[1].Load(), "subscribe": m.Denied[2].Load()}
 	return s
-}
-
-// storeFailed counts err if it is the store refusing writes, and says so.
-func (m *metrics) storeFailed(err error) bool {
-	if errors.Is(err, engine.ErrWriteFailed) {
-		m.storeFailures.Add(1)
-		return true
-	}
-	return false
 }
 
 // SessionCounts returns the number of stored sessions with and without a

@@ -207,7 +207,7 @@ func (o *outbound) skipTruncated(cause error) bool {
 		return false
 	}
 	c.log.Warn("retention removed queued messages before the session received them", "err", cause)
-	c.b.metrics.droppedRetention.Add(1)
+	c.b.metrics.DroppedRetention.Add(1)
 	o.sub.Restart(table.Cursor{Key: st.Floor - 1})
 	return true
 }

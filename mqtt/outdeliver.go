@@ -53,7 +53,7 @@ func (o *outbound) deliverEvent(ev table.Event) {
 	}
 	if !ok || m.Expired(time.Now()) {
 		if ok {
-			o.c.b.metrics.droppedExpired.Add(1)
+			o.c.b.metrics.DroppedExpired.Add(1)
 		}
 		_ = o.sub.Ack(ev)
 		return
@@ -81,7 +81,7 @@ func (o *outbound) deliverDirect(d direct) {
 // subscriber is too slow for at-most-once traffic).
 func (o *outbound) offer(d direct) {
 	if !o.direct.offer(d) {
-		o.c.b.metrics.droppedSlow.Add(1)
+		o.c.b.metrics.DroppedSlow.Add(1)
 		o.c.log.Debug("slow subscriber: in-memory delivery dropped", "topic", d.msg.Topic)
 		return
 	}
@@ -118,8 +118,8 @@ type delivery struct {
 func (o *outbound) send(d delivery) {
 	c := o.c
 	m, qos, ev, hasEv, rp := d.msg, d.qos, d.ev, d.hasEv, d.rp
-	c.b.metrics.msgsOut[qos].Add(1)
-	c.b.metrics.bytesOut.Add(uint64(len(m.Payload)))
+	c.b.metrics.MsgsOut[qos].Add(1)
+	c.b.metrics.BytesOut.Add(uint64(len(m.Payload)))
 	if qos == 0 {
 		var then func()
 		switch {
@@ -136,7 +136,7 @@ func (o *outbound) send(d delivery) {
 	om := &outMsg{pi: pi, qos: qos, ev: ev, hasEv: hasEv, pos: ev.Cursor(), msg: m, state: outSent, rp: rp, gauged: true}
 	o.track(om)
 	o.mu.Unlock()
-	c.b.metrics.inflightOut.Add(1)
+	c.b.metrics.InflightOut.Add(1)
 	if qos == 1 {
 		// Too large for the client: dropped, as if acknowledged [MQTT-3.1.2-25].
 		o.deliver(d, pi, nil)
@@ -156,7 +156,7 @@ func (o *outbound) send(d delivery) {
 	// the commit of the record.
 	o.queued.Add(1)
 	o.grp.entries = append(o.grp.entries, ackEntry{pkt: p, atSent: PointDelivered, pi: pi,
-		tooLarge: func() { c.b.metrics.droppedTooLarge.Add(1); o.finishQoS2(om, true) },
+		tooLarge: func() { c.b.metrics.DroppedTooLarge.Add(1); o.finishQoS2(om, true) },
 		then:     func() { o.queued.Add(-1) }})
 	if len(o.grp.entries) >= o.c.b.group {
 		o.flushGroup()
@@ -279,7 +279,7 @@ func (o *outbound) flushGroup() {
 // over the client's maximum packet size, as if acknowledged
 // [MQTT-3.1.2-25].
 func (o *outbound) tooLarge(pi uint16) {
-	o.c.b.metrics.droppedTooLarge.Add(1)
+	o.c.b.metrics.DroppedTooLarge.Add(1)
 	if pi != 0 {
 		o.complete(pi)
 	}

@@ -27,7 +27,7 @@ type outMsg struct {
 	// rp is the replay the event came from (its reader takes the ack),
 	// nil for the session's member.
 	rp *replay
-	// gauged: counted in the in-flight gauge (metrics.inflightOut) until
+	// gauged: counted in the in-flight gauge (metrics.InflightOut) until
 	// it completes or the connection ends; under o.mu.
 	gauged bool
 }
@@ -186,7 +186,7 @@ func (o *outbound) complete(pi uint16) {
 	}
 	o.mu.Unlock()
 	if gauged {
-		o.c.b.metrics.inflightOut.Add(-1)
+		o.c.b.metrics.InflightOut.Add(-1)
 	}
 	switch {
 	case om != nil && om.rp != nil:

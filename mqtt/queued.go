@@ -635,8 +635,8 @@ func (b *Broker) moveCheckpoint(ctx context.Context, client, key string, cp tabl
 		}
 		return "", err
 	}
-	b.metrics.droppedRetention.Add(uint64(dropped))
-	b.metrics.limitQueuedBytes.Add(uint64(byBytes))
+	b.metrics.DroppedRetention.Add(uint64(dropped))
+	b.metrics.LimitQueuedBytes.Add(uint64(byBytes))
 	return queueKey(&s), nil
 }
 

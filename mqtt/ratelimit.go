@@ -33,7 +33,7 @@ func (c *conn) throttle(p packet.Packet) bool {
 	if wait <= 0 {
 		return true
 	}
-	c.b.metrics.limitPublishRate.Add(1)
+	c.b.metrics.LimitPublishRate.Add(1)
 	if !c.flushGroup() {
 		return false
 	}

@@ -408,7 +408,7 @@ func (o *outbound) deliverReplayed(rp *replay, ev table.Event) {
 		ids = []uint32{sub.ID}
 	}
 	m.UserProps = append(m.UserProps, UserProperty{Key: PropPosition, Value: ev.Cursor().String()})
-	c.b.metrics.msgsReplayed.Add(1)
+	c.b.metrics.MsgsReplayed.Add(1)
 	qos := min(sub.QoS, m.QoS, 1)
 	if qos > 0 {
 		o.mu.Lock()

@@ -71,7 +71,7 @@ func (b *Broker) admitRetained(m *Message) bool {
 		r.n++
 		return true
 	}
-	b.metrics.limitRetained.Add(1)
+	b.metrics.LimitRetained.Add(1)
 	if now := time.Now(); now.Sub(r.warned) >= time.Minute {
 		r.warned = now
 		b.log.Warn("retained message limit reached: new retained topics are published but not retained", "limit", max, "topic", m.Topic)

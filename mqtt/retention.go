@@ -91,7 +91,7 @@ func (b *Broker) Retain(ctx context.Context) error {
 	if err := b.db.TruncateBelow(ctx, low.Coarse()); err != nil {
 		return err
 	}
-	b.metrics.truncations.Add(1)
+	b.metrics.Truncations.Add(1)
 	return nil
 }
 

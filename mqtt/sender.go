@@ -130,8 +130,8 @@ func (o *outbound) sendNow(d direct) bool {
 	case err != nil:
 		c.fail(fmt.Errorf("write: %w", err))
 	default:
-		c.b.metrics.msgsOut[0].Add(1)
-		c.b.metrics.bytesOut.Add(uint64(len(d.msg.Payload)))
+		c.b.metrics.MsgsOut[0].Add(1)
+		c.b.metrics.BytesOut.Add(uint64(len(d.msg.Payload)))
 		c.b.at(PointDelivered, c.client, 0)
 	}
 	return true
@@ -312,7 +312,7 @@ func (o *outbound) waitWindow() bool {
 		}
 		if overBytes && !counted {
 			counted = true
-			o.c.b.metrics.limitInflightBytes.Add(1)
+			o.c.b.metrics.LimitInflightBytes.Add(1)
 		}
 		o.flushGroup()
 		o.c.flush()
@@ -352,5 +352,5 @@ func (o *outbound) ungauge() {
 		}
 	}
 	o.mu.Unlock()
-	o.c.b.metrics.inflightOut.Add(int64(-n))
+	o.c.b.metrics.InflightOut.Add(int64(-n))
 }

@@ -98,7 +98,7 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 			// Live deliveries for the filter are held back from here on,
 			// before the route can match it.
 			o.addReplayLocked(rp)
-			c.b.metrics.replaysStarted.Add(1)
+			c.b.metrics.ReplaysStarted.Add(1)
 			started = append(started, rp)
 			replays[i] = nil
 		}
@@ -251,7 +251,7 @@ func (c *conn) replayRequests(p *packet.Subscribe, ack *packet.Suback) ([]*repla
 			rp, err = c.out.startReplay(filter, rs)
 		}
 		if err != nil {
-			c.b.metrics.replaysRefused.Add(1)
+			c.b.metrics.ReplaysRefused.Add(1)
 			c.log.Info("replay refused", "filter", filter, "from", from, "err", err)
 			refuse(i, packet.ImplementationSpecificError, err)
 			continue

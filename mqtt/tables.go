@@ -210,7 +210,7 @@ func (b *Broker) tableMessage(op table.Op, tbl, id string, value []byte, v table
 // message is dropped, as for a publish its ACL refuses.
 func (c *conn) refuseTableTopic(p *packet.Publish, err error) bool {
 	c.log.Info("publish refused", "topic", p.Topic, "err", err)
-	c.b.metrics.tableRefused.Add(1)
+	c.b.metrics.TableRefused.Add(1)
 	if c.version != packet.V5 {
 		return c.refusePublish(p)
 	}
@@ -466,7 +466,7 @@ func (o *outbound) deliverTable(it tableItem) {
 	if s.ID != 0 {
 		ids = []uint32{s.ID}
 	}
-	c.b.metrics.tableDelivered.Add(1)
+	c.b.metrics.TableDelivered.Add(1)
 	retain := it.snapshot || (it.m.Retain && s.RetainAsPublished)
 	o.send(delivery{msg: it.m, qos: min(s.QoS, 1), ids: ids, retain: retain})
 }
@@ -497,11 +497,11 @@ func (b *Broker) publishTable(ctx context.Context, m *Message) error {
 	tx := b.db.Begin()
 	if err := b.addTableWrite(tx, m); err != nil {
 		if errors.Is(err, ErrTableTopic) {
-			b.metrics.tableRefused.Add(1)
+			b.metrics.TableRefused.Add(1)
 		}
 		return fmt.Errorf("mqtt: publish %q: %w", m.Topic, err)
 	}
-	b.metrics.tableWrites.Add(1)
+	b.metrics.TableWrites.Add(1)
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("mqtt: publish %q: %w", m.Topic, err)
 	}
@@ -539,7 +539,7 @@ func (c *conn) checkTableFilter(filter string, sh topic.Shared, shared bool) (pa
 		rc = packet.TopicFilterInvalid
 	}
 	if err != nil {
-		c.b.metrics.tableRefused.Add(1)
+		c.b.metrics.TableRefused.Add(1)
 		c.log.Info("subscription refused", "filter", filter, "err", err)
 	}
 	return rc, err
