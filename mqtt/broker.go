@@ -46,6 +46,7 @@ import (
 	"github.com/tidemark-io/tidemark/mqtt/internal/retention"
 	"github.com/tidemark-io/tidemark/mqtt/internal/route"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
+	"github.com/tidemark-io/tidemark/mqtt/internal/tabletopic"
 	"github.com/tidemark-io/tidemark/mqtt/internal/workers"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
@@ -338,7 +339,9 @@ type Broker struct {
 	overBudget atomic.Bool
 	// gate admits sockets (see accept.go).
 	gate *gate
-	auth authState
+	// tables is the table namespace under Options.TablesPrefix.
+	tables tabletopic.Space
+	auth   authState
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -369,6 +372,7 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 		conns: map[string]*conn{}, wills: map[string]*pendingWill{},
 		gate: newGate(opts.MaxConnections, opts.MaxConnRate), runners: workers.NewPool(ctx),
 		publishes: sync.Pool{New: func() any { return new(packet.Publish) }},
+		tables:    tabletopic.Space{Prefix: opts.TablesPrefix},
 		ctx:       ctx, cancel: cancel, rules: retention.NewSet(tableMsgs, opts.Retention),
 	}
 	if err := b.startRouter(ctx); err != nil {

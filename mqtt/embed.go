@@ -40,7 +40,7 @@ func (b *Broker) Publish(ctx context.Context, m Message) error {
 	if m.Expired(time.Now()) {
 		return nil
 	}
-	if b.inTables(m.Topic) {
+	if b.tables.Contains(m.Topic) {
 		return b.publishTable(ctx, &m)
 	}
 	if m.QoS == 0 {
@@ -92,7 +92,7 @@ func (b *Broker) Subscribe(ctx context.Context, filter string, o SubscribeOption
 	if !topic.ValidFilter(filter) || filter == "" {
 		return nil, fmt.Errorf("%w: filter %q", ErrInvalidTopic, filter)
 	}
-	if b.inTables(filter) {
+	if b.tables.Contains(filter) {
 		return nil, fmt.Errorf("%w: filter %q is under the tables prefix %q: subscribe to the table with table.DB.Subscribe", ErrTableTopic, filter, b.opts.TablesPrefix)
 	}
 	if handler == nil {

@@ -51,8 +51,8 @@ func (c *conn) handlePublish(p *packet.Publish) bool {
 		c.disconnect(packet.ProtocolError, "subscription identifier in a PUBLISH from a client") // [MQTT-3.3.4-6]
 		return false
 	}
-	if c.b.inTables(name) {
-		if _, _, err := c.b.tableTopic(name); err != nil {
+	if c.b.tables.Contains(name) {
+		if _, _, err := c.b.tables.Split(name); err != nil {
 			return c.refuseTableTopic(p, err)
 		}
 	}
@@ -68,7 +68,7 @@ func (c *conn) handlePublish(p *packet.Publish) bool {
 	}
 	c.b.metrics.MsgsIn[p.QoS].Add(1)
 	c.b.metrics.BytesIn.Add(uint64(len(p.Payload)))
-	if p.QoS == packet.QoS1 && !p.Retain && !c.b.inTables(name) {
+	if p.QoS == packet.QoS1 && !p.Retain && !c.b.tables.Contains(name) {
 		return c.publishQoS1(p, name)
 	}
 	m := &Message{Topic: name, Payload: append([]byte{}, p.Payload...), QoS: byte(p.QoS), Retain: p.Retain, From: c.client}
@@ -321,7 +321,7 @@ func (c *conn) forget(pi uint16) {
 // retained store when the message is retained, in tx. A message on a
 // topic under the tables prefix writes its table instead (tables.go).
 func (b *Broker) addMessage(tx *table.Tx, m *Message) error {
-	if b.inTables(m.Topic) {
+	if b.tables.Contains(m.Topic) {
 		return b.addMessageEnc(tx, m, nil) // a table write stores no message
 	}
 	enc, err := m.MarshalBinary()
@@ -333,9 +333,9 @@ func (b *Broker) addMessage(tx *table.Tx, m *Message) error {
 
 // addMessageEnc is addMessage of m stored as enc (m's stored form).
 func (b *Broker) addMessageEnc(tx *table.Tx, m *Message, enc []byte) error {
-	if b.inTables(m.Topic) {
+	if b.tables.Contains(m.Topic) {
 		b.metrics.TableWrites.Add(1)
-		return b.addTableWrite(tx, m)
+		return b.tables.AddWrite(tx, m)
 	}
 	if err := tx.Message(tableMsgs, m.Topic, enc); err != nil {
 		return err
@@ -349,9 +349,9 @@ func (b *Broker) addRetained(tx *table.Tx, m *Message, enc []byte) error {
 	if !m.Retain {
 		return nil
 	}
-	if b.inTables(m.Topic) {
+	if b.tables.Contains(m.Topic) {
 		b.metrics.TableWrites.Add(1)
-		return b.addTableWrite(tx, m)
+		return b.tables.AddWrite(tx, m)
 	}
 	if !b.admitRetained(m) {
 		return nil
@@ -366,7 +366,7 @@ func (b *Broker) addRetained(tx *table.Tx, m *Message, enc []byte) error {
 // retained one also updates the retained store. With now, the calling
 // goroutine may write it to a few subscribers itself (see sendNow).
 func (b *Broker) publishQoS0(ctx context.Context, m *Message, now bool) {
-	if b.inTables(m.Topic) {
+	if b.tables.Contains(m.Topic) {
 		b.metrics.TableWrites.Add(1)
 		b.submitTable(ctx, m)
 		return
@@ -402,7 +402,7 @@ func (b *Broker) fanout(m *Message, opts fanoutOpts) {
 		ids []uint32
 		rap bool
 	}
-	if b.inTables(m.Topic) {
+	if b.tables.Contains(m.Topic) {
 		return // table subscriptions read the table, not these
 	}
 	targets := map[string]*target{}

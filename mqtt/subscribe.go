@@ -145,7 +145,7 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 	wants := make([]bool, len(added))
 	anyRetained := false
 	for i, a := range added {
-		wants[i] = !a.replay && !(c.b.inTables(a.s.Filter) && a.s.Group == "") && wantsRetained(a.s, a.existed)
+		wants[i] = !a.replay && !(c.b.tables.Contains(a.s.Filter) && a.s.Group == "") && wantsRetained(a.s, a.existed)
 		anyRetained = anyRetained || wants[i]
 	}
 	var retained [][]direct
@@ -173,7 +173,7 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 		}
 		for i, a := range added {
 			switch {
-			case c.b.inTables(a.s.Filter) && a.s.Group == "":
+			case c.b.tables.Contains(a.s.Filter) && a.s.Group == "":
 				c.out.subscribeTable(a.s, a.existed)
 			case retained != nil: // a replay's history comes from the log
 				for _, d := range retained[i] {
@@ -238,7 +238,7 @@ func (c *conn) replayRequests(p *packet.Subscribe, ack *packet.Suback) ([]*repla
 		if !topic.ValidFilter(filter) {
 			continue // refused as an invalid filter
 		}
-		if c.b.inTables(filter) {
+		if c.b.tables.Contains(filter) {
 			refuse(i, packet.ImplementationSpecificError, fmt.Errorf("replay is not available under the tables prefix %q: a table subscription starts with the current records", c.b.opts.TablesPrefix))
 			continue
 		}

@@ -6,48 +6,20 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/tidemark-io/tidemark/mqtt/internal/tabletopic"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
 )
 
-// Tables as topics (see docs/tables.md). With Options.TablesPrefix set,
-// the topics under it name records of the table layer: <prefix><table>/<id>
-// is the record <id> of table <table>, in the same table.DB as the broker.
-//
-// A PUBLISH on such a topic writes the table instead of the message log:
-// a retained one puts the record (an empty payload deletes it), one that
-// is not retained appends a message under the id (table.Tx.Message),
-// which changes no record. A subscription to <prefix><table>/<id filter>
-// is served by a table.Subscription of its own: it sends the current
-// records first (read from one consistent view, with the RETAIN flag as
-// retained messages have it) and then every change, in log order, with
-// no gap and no duplicate between the two. Writes made by an application
-// through package table reach MQTT subscribers the same way, since both
-// read the table's change log.
-//
-// The table layer stores a record's value as bytes, nothing else. The
-// 5.0 properties of the PUBLISH that wrote it (content type, payload
-// format, response topic, correlation data, user properties) and its
-// publisher are kept beside it in tableTopicMeta, stamped with the
-// version of the transaction that wrote the record: a subscriber gets
-// them only with the write they came with, never with a later write an
-// application made through package table.
-
-// tableTopicMeta holds, per record or message id written from MQTT, the
-// properties of that PUBLISH (unchecked state, no change-log entry):
-// id = kind ('r' record, 'm' message), table, NUL, record id.
-const tableTopicMeta = "mqtt.tablemeta"
-
-// reservedTablePrefix starts the names of the broker's own tables, which
-// the namespace never reaches.
-const reservedTablePrefix = "mqtt."
-
 // ErrTableTopic reports a topic or filter under Options.TablesPrefix that
 // names no record or table the broker may use: no table or id level, a
 // wildcard in the table level, a reserved or over-long table name, an
 // over-long id.
-var ErrTableTopic = errors.New("mqtt: invalid table topic")
+var ErrTableTopic = tabletopic.ErrTopic
+
+// tableTopicMeta holds the properties of the PUBLISHes written to tables.
+const tableTopicMeta = tabletopic.MetaTable
 
 // tableFeedBuffer is how many deliveries a table subscription's reader
 // may hand the session's sender before it waits for it.
@@ -66,141 +38,6 @@ func normTablesPrefix(p string) (string, error) {
 		return "", fmt.Errorf("%w: tables prefix %q: use a topic name without wildcards, such as tables/", ErrTableTopic, p)
 	}
 	return p, nil
-}
-
-// inTables reports whether the topic name or filter name is under the
-// tables prefix.
-func (b *Broker) inTables(name string) bool {
-	p := b.opts.TablesPrefix
-	return p != "" && strings.HasPrefix(name, p)
-}
-
-// tableTopic splits a topic name under the tables prefix into its table
-// and record id, checking both.
-func (b *Broker) tableTopic(name string) (tbl, id string, err error) {
-	rest := strings.TrimPrefix(name, b.opts.TablesPrefix)
-	tbl, id, found := strings.Cut(rest, "/")
-	if !found || id == "" {
-		return "", "", fmt.Errorf("%w: %q: use %s<table>/<id>, with a table name and a record id", ErrTableTopic, name, b.opts.TablesPrefix)
-	}
-	if err := checkTableName(name, tbl); err != nil {
-		return "", "", err
-	}
-	if len(id) > table.MaxID {
-		return "", "", fmt.Errorf("%w: %q: a record id of %d bytes, the limit is %d", ErrTableTopic, name, len(id), table.MaxID)
-	}
-	return tbl, id, nil
-}
-
-// checkTableName checks the table level tbl of name.
-func checkTableName(name, tbl string) error {
-	switch {
-	case tbl == "":
-		return fmt.Errorf("%w: %q: the table level is empty", ErrTableTopic, name)
-	case tbl == "+" || tbl == "#":
-		return fmt.Errorf("%w: %q: a table subscription names one table; wildcards may follow it, in the record id", ErrTableTopic, name)
-	case strings.HasPrefix(tbl, reservedTablePrefix):
-		return fmt.Errorf("%w: %q: table names starting with %q are the broker's own", ErrTableTopic, name, reservedTablePrefix)
-	case len(tbl) > table.MaxTableName:
-		return fmt.Errorf("%w: %q: a table name of %d bytes, the limit is %d", ErrTableTopic, name, len(tbl), table.MaxTableName)
-	}
-	return nil
-}
-
-// tableFilter is a subscription filter under the tables prefix: one
-// table, and a filter over its record ids.
-type tableFilter struct {
-	filter string // the whole topic filter
-	table  string
-	prefix string // the ids the filter can match start with it
-}
-
-// parseTableFilter checks a subscription filter under the tables prefix.
-func (b *Broker) parseTableFilter(filter string) (tableFilter, error) {
-	rest := strings.TrimPrefix(filter, b.opts.TablesPrefix)
-	tbl, idf, found := strings.Cut(rest, "/")
-	if err := checkTableName(filter, tbl); err != nil {
-		return tableFilter{}, err
-	}
-	if !found || idf == "" {
-		return tableFilter{}, fmt.Errorf("%w: %q: use %s<table>/# or %s<table>/<id filter>", ErrTableTopic, filter, b.opts.TablesPrefix, b.opts.TablesPrefix)
-	}
-	var lit []string
-	for _, l := range strings.Split(idf, "/") {
-		if l == "+" || l == "#" {
-			break
-		}
-		lit = append(lit, l)
-	}
-	return tableFilter{filter: filter, table: tbl, prefix: strings.Join(lit, "/")}, nil
-}
-
-// topicOf returns the topic name of record id of the filter's table.
-func (f tableFilter) topicOf(prefix, id string) string { return prefix + f.table + "/" + id }
-
-func metaID(kind byte, tbl, id string) string {
-	return string(kind) + tbl + "\x00" + id
-}
-
-// addTableWrite writes the PUBLISH m, on a topic under the tables prefix,
-// to its table in tx: a retained one puts or deletes the record, another
-// appends a message. Its properties go to tableTopicMeta.
-func (b *Broker) addTableWrite(tx *table.Tx, m *Message) error {
-	tbl, id, err := b.tableTopic(m.Topic)
-	if err != nil {
-		return err
-	}
-	kind := byte('m')
-	switch {
-	case !m.Retain:
-		err = tx.Message(tbl, id, m.Payload)
-	case len(m.Payload) == 0:
-		if err = tx.Delete(tbl, id); err == nil {
-			return tx.DeleteStateUnchecked(tableTopicMeta, metaID('r', tbl, id))
-		}
-	default:
-		kind = 'r'
-		err = tx.Put(tbl, id, m.Payload)
-	}
-	if err != nil {
-		return err
-	}
-	meta := Message{From: m.From, PayloadFormat: m.PayloadFormat, HasFormat: m.HasFormat, ContentType: m.ContentType,
-		ResponseTopic: m.ResponseTopic, CorrelationData: m.CorrelationData, UserProps: m.UserProps}
-	enc, err := meta.MarshalBinary()
-	if err != nil {
-		return err
-	}
-	return tx.PutStateUnchecked(tableTopicMeta, metaID(kind, tbl, id), enc)
-}
-
-// tableMessage builds the message a table subscriber receives for a
-// write of tbl/id at version v: the payload as stored, and the
-// properties of the PUBLISH that wrote it when get finds them stamped
-// with v (nil get: none looked up).
-func (b *Broker) tableMessage(op table.Op, tbl, id string, value []byte, v table.Version, get func(string) (table.Record, error)) *Message {
-	m := &Message{Topic: b.opts.TablesPrefix + tbl + "/" + id, Payload: value, QoS: 1, Retain: op != table.OpMessage}
-	if m.Payload == nil {
-		m.Payload = []byte{}
-	}
-	if get == nil || op == table.OpDelete {
-		return m
-	}
-	kind := byte('r')
-	if op == table.OpMessage {
-		kind = 'm'
-	}
-	r, err := get(metaID(kind, tbl, id))
-	if err != nil || r.Version != v {
-		return m
-	}
-	var meta Message
-	if meta.UnmarshalBinary(r.Value) != nil {
-		return m
-	}
-	m.From, m.PayloadFormat, m.HasFormat, m.ContentType = meta.From, meta.PayloadFormat, meta.HasFormat, meta.ContentType
-	m.ResponseTopic, m.CorrelationData, m.UserProps = meta.ResponseTopic, meta.CorrelationData, meta.UserProps
-	return m
 }
 
 // refuseTableTopic answers a PUBLISH on an invalid topic under the
@@ -231,7 +68,7 @@ func (c *conn) refuseTableTopic(p *packet.Publish, err error) bool {
 // tableFeed is one session subscription under the tables prefix: its
 // reader of the table, handing deliveries to the session's sender.
 type tableFeed struct {
-	tableFilter
+	tabletopic.Filter
 	cancel context.CancelFunc
 	done   chan struct{}
 }
@@ -247,12 +84,12 @@ type tableItem struct {
 // subscription s; with snapshot it sends the current records first.
 func (o *outbound) startTableFeed(s topic.Subscription, snapshot bool) {
 	c := o.c
-	tf, err := c.b.parseTableFilter(s.Filter)
+	tf, err := c.b.tables.ParseFilter(s.Filter)
 	if err != nil {
 		return // refused at SUBSCRIBE; a stored one from another prefix
 	}
 	ctx, cancel := context.WithCancel(c.ctx)
-	f := &tableFeed{tableFilter: tf, cancel: cancel, done: make(chan struct{})}
+	f := &tableFeed{Filter: tf, cancel: cancel, done: make(chan struct{})}
 	o.mu.Lock()
 	if old := o.tables[s.Filter]; old != nil {
 		old.cancel()
@@ -320,11 +157,11 @@ func (f *tableFeed) run(ctx context.Context, o *outbound, ch chan<- tableItem, s
 			return
 		}
 		if !errors.Is(err, table.ErrHistoryUnavailable) {
-			o.c.log.Warn("table subscription ended", "filter", f.filter, "err", err)
-			o.c.disconnect(packet.UnspecifiedError, "table subscription "+f.filter+" failed")
+			o.c.log.Warn("table subscription ended", "filter", f.Filter.Filter, "err", err)
+			o.c.disconnect(packet.UnspecifiedError, "table subscription "+f.Filter.Filter+" failed")
 			return
 		}
-		o.c.log.Info("table subscription behind the retained log: sending the current records again", "filter", f.filter)
+		o.c.log.Info("table subscription behind the retained log: sending the current records again", "filter", f.Filter.Filter)
 		snapshot = true
 	}
 }
@@ -348,8 +185,8 @@ func (f *tableFeed) read(ctx context.Context, o *outbound, ch chan<- tableItem, 
 		return err
 	}
 	sub, err := b.db.Subscribe(ctx, table.SubscribeOptions{
-		Table: f.table, Prefix: f.prefix, Start: from, IncludeSuperseded: true, Buffer: 64,
-		Filter: func(ev table.Event) bool { return topic.Match(f.filter, f.topicOf(prefix, ev.ID)) },
+		Table: f.Table, Prefix: f.IDs, Start: from, IncludeSuperseded: true, Buffer: 64,
+		Filter: func(ev table.Event) bool { return topic.Match(f.Filter.Filter, f.TopicOf(prefix, ev.ID)) },
 	})
 	if err != nil {
 		return err
@@ -376,13 +213,13 @@ func (f *tableFeed) read(ctx context.Context, o *outbound, ch chan<- tableItem, 
 			if v5 {
 				get = func(id string) (table.Record, error) { return v.Get(tableTopicMeta, id) }
 			}
-			return v.Range(f.table, f.prefix, func(r table.Record) bool {
-				if !topic.Match(f.filter, f.topicOf(prefix, r.ID)) {
+			return v.Range(f.Table, f.IDs, func(r table.Record) bool {
+				if !topic.Match(f.Filter.Filter, f.TopicOf(prefix, r.ID)) {
 					return true
 				}
 				seen[r.ID] = r.Version
 				newest = max(newest, r.Version)
-				return send(tableItem{f: f, m: b.tableMessage(table.OpPut, r.Table, r.ID, r.Value, r.Version, get), snapshot: true})
+				return send(tableItem{f: f, m: b.tables.Message(table.OpPut, r.Table, r.ID, r.Value, r.Version, get), snapshot: true})
 			})
 		})
 		if err != nil {
@@ -405,7 +242,7 @@ func (f *tableFeed) read(ctx context.Context, o *outbound, ch chan<- tableItem, 
 				continue // the view had it, or a later write of the record
 			}
 		}
-		if !send(tableItem{f: f, m: b.tableMessage(ev.Op, ev.Table, ev.ID, ev.Value, ev.Version, get)}) {
+		if !send(tableItem{f: f, m: b.tables.Message(ev.Op, ev.Table, ev.ID, ev.Value, ev.Version, get)}) {
 			break
 		}
 	}
@@ -447,9 +284,9 @@ func (o *outbound) deliverTable(it tableItem) {
 	c := o.c
 	o.mu.Lock()
 	var sub *topic.Subscription
-	if o.tables[it.f.filter] == it.f {
+	if o.tables[it.f.Filter.Filter] == it.f {
 		for i := range o.subs {
-			if o.subs[i].Group == "" && o.subs[i].Filter == it.f.filter {
+			if o.subs[i].Group == "" && o.subs[i].Filter == it.f.Filter.Filter {
 				sub = &o.subs[i]
 			}
 		}
@@ -481,7 +318,7 @@ func (o *outbound) startTableFeeds() {
 	o.mu.Lock()
 	var subs []topic.Subscription
 	for _, s := range o.subs {
-		if s.Group == "" && o.c.b.inTables(s.Filter) {
+		if s.Group == "" && o.c.b.tables.Contains(s.Filter) {
 			subs = append(subs, s)
 		}
 	}
@@ -495,7 +332,7 @@ func (o *outbound) startTableFeeds() {
 // tables prefix, whatever its QoS, and waits for the commit.
 func (b *Broker) publishTable(ctx context.Context, m *Message) error {
 	tx := b.db.Begin()
-	if err := b.addTableWrite(tx, m); err != nil {
+	if err := b.tables.AddWrite(tx, m); err != nil {
 		if errors.Is(err, ErrTableTopic) {
 			b.metrics.TableRefused.Add(1)
 		}
@@ -512,7 +349,7 @@ func (b *Broker) publishTable(ctx context.Context, m *Message) error {
 // without waiting for the commit (at most once, as QoS 0 is).
 func (b *Broker) submitTable(ctx context.Context, m *Message) {
 	tx := b.db.Begin()
-	err := b.addTableWrite(tx, m)
+	err := b.tables.AddWrite(tx, m)
 	if err == nil {
 		_, err = tx.Submit(ctx)
 	}
@@ -529,13 +366,13 @@ func (c *conn) checkTableFilter(filter string, sh topic.Shared, shared bool) (pa
 	if shared {
 		inner = sh.Filter
 	}
-	if !c.b.inTables(inner) {
+	if !c.b.tables.Contains(inner) {
 		return 0, nil
 	}
 	rc, err := packet.ReasonCode(0), error(nil)
 	if shared {
 		rc, err = packet.SharedSubscriptionsNotSupported, fmt.Errorf("%w: %q: a table subscription cannot be shared", ErrTableTopic, filter)
-	} else if _, err = c.b.parseTableFilter(inner); err != nil {
+	} else if _, err = c.b.tables.ParseFilter(inner); err != nil {
 		rc = packet.TopicFilterInvalid
 	}
 	if err != nil {
