@@ -42,6 +42,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/internal/counters"
+	"github.com/tidemark-io/tidemark/mqtt/internal/message"
 	"github.com/tidemark-io/tidemark/mqtt/internal/netio"
 	"github.com/tidemark-io/tidemark/mqtt/internal/retention"
 	"github.com/tidemark-io/tidemark/mqtt/internal/route"
@@ -55,11 +56,11 @@ import (
 // Table names the broker stores its state in, beside the session tables
 // of package mqtt/internal/session (session.Table and its indexes).
 const (
-	tableMsgs     = "mqtt.msgs"     // the message log: one Message entry per QoS 1/2 publication
-	tableRetained = "mqtt.retained" // id = topic
-	tableStaged   = "mqtt.qos2in"   // id = client id, NUL, packet id: staged inbound QoS 2
-	tableOut      = "mqtt.out"      // id = client id, NUL, packet id: outbound QoS 2 in flight (unchecked state)
-	tableDone     = "mqtt.q2done"   // id = client id, NUL, cursor: outbound QoS 2 completed above the checkpoint (unchecked state)
+	tableMsgs     = message.LogTable // one Message entry per QoS 1/2 publication
+	tableRetained = "mqtt.retained"  // id = topic
+	tableStaged   = "mqtt.qos2in"    // id = client id, NUL, packet id: staged inbound QoS 2
+	tableOut      = session.OutTable
+	tableDone     = session.DoneTable
 )
 
 // Options configures a Broker. Zero values take the documented defaults.
@@ -469,13 +470,4 @@ func assignClientID() string {
 // in the broker's tables as in the session tables.
 const slotSep = session.Sep
 
-func slotID(client string, pi uint16) string {
-	b := make([]byte, 0, len(client)+len(slotSep)+5)
-	b = append(append(b, client...), slotSep...)
-	var digits [5]byte
-	for i := 4; i >= 0; i-- {
-		digits[i] = byte('0' + pi%10)
-		pi /= 10
-	}
-	return string(append(b, digits[:]...))
-}
+func slotID(client string, pi uint16) string { return session.SlotID(client, pi) }

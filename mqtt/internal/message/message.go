@@ -14,6 +14,10 @@ import (
 	"github.com/tidemark-io/tidemark/mqtt/internal/wire"
 )
 
+// LogTable is the table of the message log: one entry per QoS 1 and 2
+// publication, under its topic, in the order of the log.
+const LogTable = "mqtt.msgs"
+
 // ErrCorrupt reports a stored message that cannot be decoded.
 var ErrCorrupt = errors.New("mqtt: corrupt stored message")
 

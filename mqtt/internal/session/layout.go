@@ -48,6 +48,31 @@ const (
 // prefix with another's.
 const Sep = "\x00"
 
+// The tables of a session's delivery state outside its record: outbound
+// QoS 2 exchanges in flight (OutTable, one record each, written before
+// the PUBLISH and again after the PUBREC) and the QoS 2 deliveries that
+// completed above the persisted checkpoint (DoneTable), which a resume
+// from the checkpoint must not send again. Both hold unchecked state,
+// under ids that start with the client id and Sep.
+const (
+	OutTable  = "mqtt.out"    // id = SlotID(client id, packet id)
+	DoneTable = "mqtt.q2done" // id = client id, Sep, log position
+)
+
+// SlotID is the id of client's record for packet id pi, in OutTable and
+// the staging table of inbound QoS 2: the client id, Sep, and pi in five
+// decimal digits, so one client's slots sort by packet id.
+func SlotID(client string, pi uint16) string {
+	b := make([]byte, 0, len(client)+len(Sep)+5)
+	b = append(append(b, client...), Sep...)
+	var digits [5]byte
+	for i := 4; i >= 0; i-- {
+		digits[i] = byte('0' + pi%10)
+		pi /= 10
+	}
+	return string(append(b, digits[:]...))
+}
+
 // CheckpointsIndexed, in CheckpointTable, marks a store whose checkpoint
 // and recovery indexes are complete; ExpiryIndexed, in ExpiryTable, one
 // whose expiry index is. Both sort after every entry of their index.
