@@ -42,6 +42,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/internal/counters"
+	"github.com/tidemark-io/tidemark/mqtt/internal/delivery"
 	"github.com/tidemark-io/tidemark/mqtt/internal/message"
 	"github.com/tidemark-io/tidemark/mqtt/internal/netio"
 	"github.com/tidemark-io/tidemark/mqtt/internal/retention"
@@ -49,7 +50,6 @@ import (
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/internal/tabletopic"
 	"github.com/tidemark-io/tidemark/mqtt/internal/workers"
-	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
 )
 
@@ -318,9 +318,6 @@ type Broker struct {
 	// ack loops and senders.
 	store   *workers.Calls
 	runners *workers.Pool
-	// publishes holds the PUBLISH packets of writes in passing (see
-	// sendNow), which no session keeps between messages.
-	publishes sync.Pool
 	// poller holds the connections waiting for input (see parking); nil
 	// where there is none.
 	poller *netio.Poller
@@ -338,6 +335,8 @@ type Broker struct {
 	rules *retention.Set
 	// overBudget is set while the heap exceeds Options.MaxMemory.
 	overBudget atomic.Bool
+	// deliv is what the sessions' sending sides share.
+	deliv *delivery.Env
 	// gate admits sockets (see accept.go).
 	gate *gate
 	// tables is the table namespace under Options.TablesPrefix.
@@ -372,9 +371,8 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 		db: db, opts: opts, log: opts.Logger.With("component", "mqtt"), group: maxGroup,
 		conns: map[string]*conn{}, wills: map[string]*pendingWill{},
 		gate: newGate(opts.MaxConnections, opts.MaxConnRate), runners: workers.NewPool(ctx),
-		publishes: sync.Pool{New: func() any { return new(packet.Publish) }},
-		tables:    tabletopic.Space{Prefix: opts.TablesPrefix},
-		ctx:       ctx, cancel: cancel, rules: retention.NewSet(tableMsgs, opts.Retention),
+		tables: tabletopic.Space{Prefix: opts.TablesPrefix},
+		ctx:    ctx, cancel: cancel, rules: retention.NewSet(tableMsgs, opts.Retention),
 	}
 	if err := b.startRouter(ctx); err != nil {
 		cancel()
@@ -382,6 +380,12 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 	}
 	if engine.PrefersSeparateCommits(db.Engine()) {
 		b.group = 1
+	}
+	b.deliv = &delivery.Env{
+		DB: db, Router: b.router, Runners: b.runners, Counters: &b.metrics, Tables: b.tables, Group: b.group,
+		CheckpointEvery: opts.CheckpointEvery, RetentionEvery: opts.RetentionEvery, MaxInflightBytes: opts.MaxInflightBytes,
+		MaxLazy: b.maxLazy(), MaxStateDeletes: b.maxStateDeletes(),
+		OnStore: b.onStore, BeforeCheckpoint: func(client string) { b.beforeSubmit(KindCheckpoint, client) },
 	}
 	if err := b.indexSessions(ctx); err != nil {
 		cancel()

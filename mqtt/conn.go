@@ -16,6 +16,7 @@ import (
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/internal/ackqueue"
 	"github.com/tidemark-io/tidemark/mqtt/internal/counters"
+	"github.com/tidemark-io/tidemark/mqtt/internal/delivery"
 	"github.com/tidemark-io/tidemark/mqtt/internal/netio"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/internal/topicalias"
@@ -75,7 +76,6 @@ type conn struct {
 	// connection began (by an earlier connection of the session).
 	stagedBefore map[uint16]bool
 	grp          group // writes of the packets read so far, not yet submitted
-	lazy         lazyEnds
 	aliases      map[uint16]string
 	// aliasMax is the 5.0 client's Topic Alias Maximum: how many topic
 	// aliases the broker may use towards it (see topicalias.Out).
@@ -91,7 +91,7 @@ type conn struct {
 	willExpiry uint32
 	sendWill   bool
 
-	out *outbound
+	out *delivery.Session
 	// pk parks the connection while it waits for input; nil where it
 	// cannot (see parking).
 	pk *parking
@@ -472,7 +472,7 @@ func (c *conn) readLoop(resumed bool) (parkedNow bool) {
 			if c.keepAlive > 0 {
 				deadline = now.Add(time.Duration(float64(c.keepAlive) * c.b.opts.KeepAliveGrace))
 			}
-			if c.pk != nil && c.br.Buffered() == 0 && !c.out.awaitingAcks() {
+			if c.pk != nil && c.br.Buffered() == 0 && !c.out.AwaitingAcks() {
 				// It leaves the read deadline at deadline when it returns.
 				switch c.waitToPark(now, deadline) {
 				case waitParked:
@@ -576,7 +576,7 @@ func (c *conn) waitToPark(now, deadline time.Time) int {
 		return waitFailed
 	case c.ctx.Err() != nil:
 		return waitFailed
-	case c.out.awaitingAcks():
+	case c.out.AwaitingAcks():
 		return waitInput
 	}
 	c.rd.ReleaseAcks() // an idle connection holds none
@@ -617,11 +617,11 @@ func (c *conn) handle(p packet.Packet) bool {
 	case *packet.Pubrel:
 		return c.handlePubrel(p)
 	case *packet.Puback:
-		c.out.puback(p.PacketID)
+		c.out.Puback(p.PacketID)
 	case *packet.Pubrec:
-		return c.out.pubrec(p)
+		return c.out.Pubrec(p)
 	case *packet.Pubcomp:
-		c.out.pubcomp(p.PacketID)
+		c.out.Pubcomp(p.PacketID)
 	case *packet.Subscribe:
 		return c.handleSubscribe(p)
 	case *packet.Unsubscribe:

@@ -319,7 +319,7 @@ func (c *conn) connected() {
 	c.connacked.Store(true)
 	close(c.connackSent)
 	c.b.metrics.Connects.Add(1)
-	c.out.start()
+	c.out.Start()
 }
 
 func (c *conn) capExpiry(v uint32) uint32 {

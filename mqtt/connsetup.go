@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/delivery"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -30,7 +31,7 @@ type sessionSetup struct {
 	// h is the commit of the session record; nil when the SUBSCRIBE
 	// behind the CONNECT writes it (see subscribeFollows).
 	h   *engine.Handle
-	out *outbound
+	out *delivery.Session
 	// head is the log head read for the CONNECT.
 	head table.Cursor
 }
@@ -45,7 +46,7 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 		return sessionSetup{}, err
 	}
 	present := false
-	var rows sessionRows
+	var rows delivery.Restored
 	// tx writes the session record; under a clean start it first deletes
 	// what the previous session left, in the same commit.
 	var tx *table.Tx
@@ -91,7 +92,7 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 			if same {
 				if c.log.Enabled(slog.LevelDebug) {
 					c.log.Debug("session loaded", "checkpoint", c.rec.Checkpoint.String(), "sent_high", c.rec.SentHigh.String(), "next_pi", c.rec.NextPI,
-						"held_by", c.rec.Node, "online", c.rec.Online, "qos2_in_flight", len(rows.out), "qos2_completed_above_checkpoint", len(rows.done))
+						"held_by", c.rec.Node, "online", c.rec.Online, "qos2_in_flight", len(rows.Out), "qos2_completed_above_checkpoint", len(rows.Done))
 				}
 				break
 			}
@@ -125,19 +126,12 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 			return fail("persist session", err)
 		}
 	}
-	out, err := newOutbound(c, window, present, head, rows)
-	if err != nil {
-		return fail("restore session", err)
+	var restored *delivery.Restored
+	if present {
+		restored = &rows
 	}
+	out := delivery.New(c.b.deliv, (*sessionConn)(c), c.client, &c.rec, window, head, restored)
 	return sessionSetup{present: present, settled: settled, h: h, out: out, head: head}, nil
-}
-
-// sessionRows is what a present session keeps in the store beside its
-// record: the values of its outbound QoS 2 records and its completion
-// marks (see restoreRecords and restoreDone).
-type sessionRows struct {
-	out  [][]byte
-	done []table.Cursor
 }
 
 // loadRows reads a present session's rows from one view of the store, so
@@ -146,7 +140,7 @@ type sessionRows struct {
 // (same); otherwise it reads nothing. The packet ids of its staged inbound QoS 2 messages go to
 // c.stagedBefore: a first transmission on one of them finds its slot
 // taken, so its staging must not share a commit with others (see group).
-func (c *conn) loadRows(ctx context.Context, ver table.Version) (rows sessionRows, same bool, err error) {
+func (c *conn) loadRows(ctx context.Context, ver table.Version) (rows delivery.Restored, same bool, err error) {
 	prefix := c.client + slotSep
 	err = c.b.db.View(ctx, func(v *table.View) error {
 		r, err := v.Get(session.Table, c.client)
@@ -172,7 +166,7 @@ func (c *conn) loadRows(ctx context.Context, ver table.Version) (rows sessionRow
 		}
 		err = v.Range(tableOut, prefix, func(r table.Record) bool {
 			if !r.Deleted {
-				rows.out = append(rows.out, bytes.Clone(r.Value))
+				rows.Out = append(rows.Out, bytes.Clone(r.Value))
 			}
 			return true
 		})
@@ -182,7 +176,7 @@ func (c *conn) loadRows(ctx context.Context, ver table.Version) (rows sessionRow
 		return v.Range(tableDone, prefix, func(r table.Record) bool {
 			var cur table.Cursor
 			if !r.Deleted && cur.UnmarshalText([]byte(r.ID[len(prefix):])) == nil {
-				rows.done = append(rows.done, cur)
+				rows.Done = append(rows.Done, cur)
 			}
 			return true
 		})

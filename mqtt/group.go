@@ -143,15 +143,16 @@ func (c *conn) flushGroup() bool {
 	if c.grp.tx == nil {
 		return true
 	}
-	if !c.grp.checked && c.lazy.pending() {
-		// Held-back exchange endings ride along (see lazyEnds).
-		ends, err := c.writeLazy(c.grp.tx)
+	if !c.grp.checked && c.out != nil && c.out.LazyPending() {
+		// Held-back exchange endings ride along (see delivery's lazyEnds).
+		then, err := c.out.WriteLazy(c.grp.tx)
 		if err != nil {
 			c.disconnect(packet.UnspecifiedError, err.Error())
 			return false
 		}
-		o := c.out
-		c.grp.entries = append(c.grp.entries, ackEntry{then: func() { o.ended(ends) }})
+		if then != nil {
+			c.grp.entries = append(c.grp.entries, ackEntry{then: then})
+		}
 	}
 	g := c.grp
 	c.grp = group{entries: c.grp.entries[:0]}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/delivery"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
@@ -364,7 +365,7 @@ func (b *Broker) addRetained(tx *table.Tx, m *Message, enc []byte) error {
 
 // publishQoS0 routes a QoS 0 message to online subscribers in memory; a
 // retained one also updates the retained store. With now, the calling
-// goroutine may write it to a few subscribers itself (see sendNow).
+// goroutine may write it to a few subscribers itself (see delivery.Session.SendNow).
 func (b *Broker) publishQoS0(ctx context.Context, m *Message, now bool) {
 	if b.tables.Contains(m.Topic) {
 		b.metrics.TableWrites.Add(1)
@@ -389,7 +390,7 @@ func (b *Broker) publishQoS0(ctx context.Context, m *Message, now bool) {
 // fanoutOpts are the choices of a fanout.
 type fanoutOpts struct {
 	// now lets the calling goroutine write to a few sessions itself
-	// (see sendNow): a publisher with no more input waiting.
+	// (see delivery.Session.SendNow): a publisher with no more input waiting.
 	now bool
 }
 
@@ -424,11 +425,11 @@ func (b *Broker) fanout(m *Message, opts fanoutOpts) {
 	if len(targets) == 0 {
 		return
 	}
-	type delivery struct {
-		out *outbound
-		d   direct
+	type handoff struct {
+		out *delivery.Session
+		d   delivery.Direct
 	}
-	var small [4]delivery
+	var small [4]handoff
 	ds := small[:0]
 	b.mu.Lock()
 	for client, t := range targets {
@@ -436,15 +437,15 @@ func (b *Broker) fanout(m *Message, opts fanoutOpts) {
 		if c == nil || c.out == nil || !b.mayRead(client, c.id.Username, m.Topic) {
 			continue
 		}
-		ds = append(ds, delivery{c.out, direct{msg: m, qos: t.qos, ids: t.ids, retain: m.Retain && t.rap}})
+		ds = append(ds, handoff{c.out, delivery.Direct{Msg: m, QoS: t.qos, IDs: t.ids, Retain: m.Retain && t.rap}})
 	}
 	b.mu.Unlock()
 	// Written from here only to a few: each write is a system call on
 	// this goroutine, where a sender woken per subscriber runs beside it.
-	now := opts.now && len(ds) <= maxSendNowTargets
+	now := opts.now && len(ds) <= delivery.MaxSendNowTargets
 	for _, x := range ds {
-		if !now || !x.out.sendNow(x.d) {
-			x.out.offer(x.d)
+		if !now || !x.out.SendNow(x.d) {
+			x.out.Offer(x.d)
 		}
 	}
 }

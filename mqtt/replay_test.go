@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+
 	"github.com/tidemark-io/tidemark/mqtt"
 )
 

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tidemark-io/tidemark/mqtt/internal/delivery"
 	"github.com/tidemark-io/tidemark/table"
 )
 
@@ -99,7 +100,7 @@ func (b *Broker) Retain(ctx context.Context) error {
 // is newer than the persisted one: what lies between them the client has
 // acknowledged, so a resume after a crash may skip it without loss.
 func (b *Broker) liveCheckpoint(client string, persisted table.Cursor) table.Cursor {
-	var out *outbound
+	var out *delivery.Session
 	b.mu.Lock()
 	if c := b.conns[client]; c != nil {
 		out = c.out // set under b.mu by connect
@@ -108,7 +109,7 @@ func (b *Broker) liveCheckpoint(client string, persisted table.Cursor) table.Cur
 	if out == nil {
 		return persisted
 	}
-	if cp, ok := out.checkpointNow(); ok {
+	if cp, ok := out.CheckpointNow(); ok {
 		if persisted.Less(cp) {
 			// An idle session writes its checkpoint only when asked, so
 			// its index entry moves up out of the way of the next passes
@@ -118,9 +119,8 @@ func (b *Broker) liveCheckpoint(client string, persisted table.Cursor) table.Cur
 			// per online session and pass. A resume below the
 			// truncation skips the gap, which holds nothing the session
 			// has not acknowledged.
-			if out.persistedBefore(time.Now().Add(-askAfterPasses * b.opts.RetentionEvery)) {
-				out.asked.Store(true)
-				out.requestPersist()
+			if out.PersistedBefore(time.Now().Add(-askAfterPasses * b.opts.RetentionEvery)) {
+				out.AskPersist()
 			}
 			return cp
 		}

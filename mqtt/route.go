@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/tidemark-io/tidemark/mqtt/internal/delivery"
 	"github.com/tidemark-io/tidemark/mqtt/internal/route"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
@@ -56,6 +57,6 @@ func (b *Broker) routeShared(ev table.Event, subs []topic.Subscription) {
 		if s.ID != 0 {
 			ids = []uint32{s.ID}
 		}
-		c.out.offer(direct{msg: &m, qos: min(s.QoS, m.QoS), ids: ids, retain: m.Retain && s.RetainAsPublished})
+		c.out.Offer(delivery.Direct{Msg: &m, QoS: min(s.QoS, m.QoS), IDs: ids, Retain: m.Retain && s.RetainAsPublished})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/delivery"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -164,9 +165,9 @@ func (b *Broker) maxStateDeletes() int {
 }
 
 // maxLazy bounds the exchange endings a connection holds back (see
-// lazyEnds): maxLazyEnds, or an eighth of a smaller engine commit limit.
+// delivery.MaxLazyEnds): that, or an eighth of a smaller engine commit limit.
 func (b *Broker) maxLazy() int {
-	return max(1, min(maxLazyEnds, engine.MaxCommitEntries(b.db.Engine())/8))
+	return max(1, min(delivery.MaxLazyEnds, engine.MaxCommitEntries(b.db.Engine())/8))
 }
 
 // expireSessions deletes offline sessions whose expiry interval passed.

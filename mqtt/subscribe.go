@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/delivery"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
@@ -44,10 +45,9 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 	// Replays are resolved and their readers opened before the session's
 	// lock: they read the store.
 	replays, filters := c.replayRequests(p, ack)
-	var started []*replay
+	var started []*delivery.Replay
 	var tableWhy []string
 	anyShared := false
-	o.mu.Lock()
 	for i, req := range p.Subscriptions {
 		if ack.ReasonCodes[i] != 0 {
 			continue // a refused replay
@@ -65,7 +65,6 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 			ack.ReasonCodes[i] = packet.TopicFilterInvalid
 			continue
 		case shared && req.NoLocal && c.version == packet.V5:
-			o.mu.Unlock()
 			c.flushConnack()
 			c.disconnect(packet.ProtocolError, "no local on a shared subscription") // [MQTT-3.8.3-4]
 			return false
@@ -77,42 +76,23 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 			continue
 		}
 		anyShared = anyShared || shared
-		existed := false
-		for j := range o.subs {
-			if o.subs[j].Filter == s.Filter && o.subs[j].Group == s.Group {
-				o.subs[j], existed = s, true
-			}
-		}
-		if !existed && !c.b.subscriptionAllowed(len(o.subs)) {
+		rp := replays[i]
+		existed, ok := o.AddSubscription(s, head, rp, c.b.subscriptionAllowed)
+		if !ok {
 			ack.ReasonCodes[i] = packet.QuotaExceeded
 			continue
 		}
-		if !existed {
-			o.subs = append(o.subs, s)
-			if s.Group == "" {
-				o.since.set(s.Filter, head)
-			}
-		}
-		rp := replays[i]
 		if rp != nil {
-			// Live deliveries for the filter are held back from here on,
-			// before the route can match it.
-			o.addReplayLocked(rp)
 			c.b.metrics.ReplaysStarted.Add(1)
 			started = append(started, rp)
 			replays[i] = nil
 		}
-		if s.Group != "" {
-			c.b.router.StartShared() // before the route can match it
-		}
-		c.b.router.Index().Add(s)
 		added = append(added, newSub{s, existed, rp != nil})
 		ack.ReasonCodes[i] = packet.ReasonCode(s.QoS)
 	}
-	o.mu.Unlock()
 	for _, rp := range replays {
 		if rp != nil {
-			rp.end() // its subscription was refused
+			rp.End() // its subscription was refused
 		}
 	}
 	// The replays read at least up to the router's frontier once the
@@ -148,7 +128,7 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 		wants[i] = !a.replay && !(c.b.tables.Contains(a.s.Filter) && a.s.Group == "") && wantsRetained(a.s, a.existed)
 		anyRetained = anyRetained || wants[i]
 	}
-	var retained [][]direct
+	var retained [][]delivery.Direct
 	h, err := c.persistSubsThen(func() {
 		if anyRetained {
 			retained = c.readRetained(added, wants)
@@ -169,15 +149,15 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 		// Replayed messages follow the SUBACK; meanwhile the live ones
 		// for their filters are held back.
 		for _, rp := range started {
-			o.runReplay(rp, until)
+			o.RunReplay(rp, until)
 		}
 		for i, a := range added {
 			switch {
 			case c.b.tables.Contains(a.s.Filter) && a.s.Group == "":
-				c.out.subscribeTable(a.s, a.existed)
+				c.out.SubscribeTable(a.s, a.existed)
 			case retained != nil: // a replay's history comes from the log
 				for _, d := range retained[i] {
-					c.out.offer(d)
+					c.out.Offer(d)
 				}
 			}
 		}
@@ -196,7 +176,7 @@ type newSub struct {
 // it against retention and opens its reader. It returns the readers and
 // the filters without their prefix; a refused replay gets its reason code
 // (and reason string, and PropOldestPosition) in ack.
-func (c *conn) replayRequests(p *packet.Subscribe, ack *packet.Suback) ([]*replay, []string) {
+func (c *conn) replayRequests(p *packet.Subscribe, ack *packet.Suback) ([]*delivery.Replay, []string) {
 	var prop string
 	hasProp := false
 	if c.version == packet.V5 {
@@ -207,7 +187,7 @@ func (c *conn) replayRequests(p *packet.Subscribe, ack *packet.Suback) ([]*repla
 		}
 	}
 	now := time.Now()
-	replays := make([]*replay, len(p.Subscriptions))
+	replays := make([]*delivery.Replay, len(p.Subscriptions))
 	filters := make([]string, len(p.Subscriptions))
 	var why []string
 	refuse := func(i int, rc packet.ReasonCode, err error) {
@@ -246,9 +226,9 @@ func (c *conn) replayRequests(p *packet.Subscribe, ack *packet.Suback) ([]*repla
 		if err == nil {
 			err = c.b.resolveReplay(c.ctx, from, rs)
 		}
-		var rp *replay
+		var rp *delivery.Replay
 		if err == nil {
-			rp, err = c.out.startReplay(filter, rs)
+			rp, err = c.out.StartReplay(filter, rs.after, rs.since)
 		}
 		if err != nil {
 			c.b.metrics.ReplaysRefused.Add(1)
@@ -279,11 +259,11 @@ func (c *conn) persistSubsThen(then func()) (*engine.Handle, error) {
 	c.b.beforeSubmit(KindSession, c.client)
 	var h *engine.Handle
 	var err error
-	c.out.recordMu.Lock()
-	defer c.out.recordMu.Unlock()
+	c.out.LockRecord()
+	defer c.out.UnlockRecord()
 	c.b.onStore(func() {
 		var tx *table.Tx
-		if tx, err = c.out.sessionTx(); err != nil {
+		if tx, err = c.out.SessionTx(); err != nil {
 			c.fail(err)
 			return
 		}
@@ -305,8 +285,8 @@ func wantsRetained(s topic.Subscription, existed bool) bool {
 // readRetained reads the retained messages matching each subscription of
 // added whose wants is set, as they are to be offered. A store call (see
 // onStore); a read that fails offers nothing for its filter.
-func (c *conn) readRetained(added []newSub, wants []bool) [][]direct {
-	out := make([][]direct, len(added))
+func (c *conn) readRetained(added []newSub, wants []bool) [][]delivery.Direct {
+	out := make([][]delivery.Direct, len(added))
 	offer := func(i int, r table.Record) {
 		s := added[i].s
 		if r.Deleted || !topic.Match(s.Filter, r.ID) {
@@ -320,7 +300,7 @@ func (c *conn) readRetained(added []newSub, wants []bool) [][]direct {
 		if s.ID != 0 {
 			ids = []uint32{s.ID}
 		}
-		out[i] = append(out[i], direct{msg: &m, qos: min(m.QoS, s.QoS), ids: ids, retain: true})
+		out[i] = append(out[i], delivery.Direct{Msg: &m, QoS: min(m.QoS, s.QoS), IDs: ids, Retain: true})
 	}
 	wild := false
 	for i, a := range added {
@@ -371,30 +351,17 @@ func retainedPrefix(f string) string {
 }
 
 func (c *conn) handleUnsubscribe(p *packet.Unsubscribe) bool {
-	o := c.out
 	ack := &packet.Unsuback{PacketID: p.PacketID, ReasonCodes: make([]packet.ReasonCode, len(p.Filters))}
-	o.mu.Lock()
 	for i, f := range p.Filters {
 		group, filter := "", f
 		if sh, shared, err := topic.ParseShared(f); shared && err == nil {
 			group, filter = sh.Group, sh.Filter
 		}
 		ack.ReasonCodes[i] = packet.NoSubscriptionExisted
-		for j := range o.subs {
-			if o.subs[j].Filter == filter && o.subs[j].Group == group {
-				o.subs = append(o.subs[:j], o.subs[j+1:]...)
-				if group == "" {
-					o.since.del(filter)
-					o.dropReplayLocked(filter)
-					o.dropTableFeedLocked(filter)
-				}
-				c.b.router.Index().Remove(c.client, group, filter)
-				ack.ReasonCodes[i] = packet.Success
-				break
-			}
+		if c.out.RemoveSubscription(group, filter) {
+			ack.ReasonCodes[i] = packet.Success
 		}
 	}
-	o.mu.Unlock()
 	h, err := c.persistSubs()
 	if err != nil {
 		return false

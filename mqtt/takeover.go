@@ -225,7 +225,7 @@ func (c *conn) handOff(ctx context.Context, token string) error {
 		} else {
 			c.rec.Online, c.rec.Node, c.rec.Conn, c.rec.Claimed = true, rec.Node, token, false
 			c.rec.Will, c.rec.DisconnectedAt, c.rec.Expiry = nil, 0, c.expiry
-			if tx, err = c.out.sessionTx(); err != nil {
+			if tx, err = c.out.SessionTx(); err != nil {
 				return err
 			}
 			tx.ExpectVersion(session.Table, c.client, ver)

@@ -12,7 +12,7 @@ import (
 func (c *conn) teardown() {
 	c.fail(errClosedConn)
 	c.acks.Stop()
-	c.out.stop()
+	c.out.Stop()
 	ctx := c.b.ctx
 	if ctx.Err() != nil {
 		// The broker is closing: persist with a fresh context.
@@ -42,7 +42,7 @@ func (c *conn) teardown() {
 		if !c.willDue() {
 			c.rec.Will = nil // a due will stays until published (see publishWill)
 		}
-		if err := c.out.persist(ctx, true); err != nil {
+		if err := c.out.Persist(ctx, true); err != nil {
 			c.log.Warn("persist session", "err", err)
 		}
 	}
@@ -53,7 +53,7 @@ func (c *conn) teardown() {
 	}
 	b.mu.Unlock()
 	if current {
-		c.out.unindex()
+		c.out.Unindex()
 	}
 	// A takeover ends this connection like any other close: the will goes
 	// when its delay is 0, and a delayed one is cancelled by the new

@@ -2,6 +2,7 @@ package session_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -177,4 +178,18 @@ func TestPutKeepsIndexes(t *testing.T) {
 	}
 	commit(t, tx)
 	check("indexed on upgrade", []string{session.CheckpointID(cp1, client)}, []string{client}, []string{session.ExpiryID(deadline, client)})
+}
+
+// TestSlotIDFormat pins the stored form of per-exchange record ids: the
+// staged and outbound records of sessions written by earlier versions
+// must still be found.
+func TestSlotIDFormat(t *testing.T) {
+	for _, pi := range []uint16{0, 1, 9, 10, 999, 12345, 65535} {
+		for _, client := range []string{"", "c", "client/with/slashes"} {
+			want := fmt.Sprintf("%s\x00%05d", client, pi)
+			if got := session.SlotID(client, pi); got != want {
+				t.Errorf("SlotID(%q, %d) = %q, want %q", client, pi, got, want)
+			}
+		}
+	}
 }

@@ -1,17 +1,24 @@
-package mqtt
+package delivery
 
-import "sync"
+import (
+	"sync"
+
+	"github.com/tidemark-io/tidemark/mqtt/internal/message"
+)
 
 // maxDirect bounds a session's queue of in-memory deliveries; past it
 // they are dropped (at most once, or a shared group's other members).
 const maxDirect = 1024
 
-// direct is an in-memory delivery.
-type direct struct {
-	msg    *Message
-	qos    byte
-	ids    []uint32
-	retain bool
+// Direct is an in-memory delivery: a message routed to the session
+// without the log (QoS 0, a shared subscription's pick, a retained
+// message), at QoS, with the matching subscriptions' identifiers and the
+// RETAIN flag as sent.
+type Direct struct {
+	Msg    *message.Message
+	QoS    byte
+	IDs    []uint32
+	Retain bool
 }
 
 // directQueue is a session's in-memory deliveries waiting for its sender.
@@ -19,12 +26,12 @@ type direct struct {
 // so an idle session costs a few words for it.
 type directQueue struct {
 	mu   sync.Mutex
-	q    []direct
+	q    []Direct
 	head int
 }
 
-// offer adds d, reporting false when the queue is full.
-func (dq *directQueue) offer(d direct) bool {
+// Offer adds d, reporting false when the queue is full.
+func (dq *directQueue) offer(d Direct) bool {
 	dq.mu.Lock()
 	if len(dq.q)-dq.head >= maxDirect {
 		dq.mu.Unlock()
@@ -36,14 +43,14 @@ func (dq *directQueue) offer(d direct) bool {
 }
 
 // take removes the oldest delivery.
-func (dq *directQueue) take() (direct, bool) {
+func (dq *directQueue) take() (Direct, bool) {
 	dq.mu.Lock()
 	defer dq.mu.Unlock()
 	if dq.head == len(dq.q) {
-		return direct{}, false
+		return Direct{}, false
 	}
 	d := dq.q[dq.head]
-	dq.q[dq.head] = direct{}
+	dq.q[dq.head] = Direct{}
 	dq.head++
 	if dq.head == len(dq.q) {
 		dq.head = 0

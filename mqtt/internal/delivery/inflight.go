@@ -1,6 +1,7 @@
-package mqtt
+package delivery
 
 import (
+	"github.com/tidemark-io/tidemark/mqtt/internal/message"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
@@ -21,12 +22,12 @@ type outMsg struct {
 	ev    table.Event
 	hasEv bool
 	pos   table.Cursor
-	msg   *Message
-	rec   bool // a tableOut record exists
+	msg   *message.Message
+	rec   bool // a session.OutTable record exists
 	state byte // outSent or outPubrec
 	// rp is the replay the event came from (its reader takes the ack),
 	// nil for the session's member.
-	rp *replay
+	rp *Replay
 	// gauged: counted in the in-flight gauge (metrics.InflightOut) until
 	// it completes or the connection ends; under o.mu.
 	gauged bool
@@ -41,7 +42,7 @@ const (
 )
 
 // track enters om in the in-flight window; o.mu held.
-func (o *outbound) track(om *outMsg) {
+func (o *Session) track(om *outMsg) {
 	if o.inflight == nil {
 		o.inflight = map[uint16]*outMsg{}
 	}
@@ -52,18 +53,18 @@ func (o *outbound) track(om *outMsg) {
 	o.inflightBytes += int64(len(om.msg.Payload))
 }
 
-// awaitingAcks reports whether deliveries wait for the client's
+// AwaitingAcks reports whether deliveries wait for the client's
 // acknowledgements: its connection then expects input soon, and waits
-// for it on its goroutine rather than parking (see parking).
-func (o *outbound) awaitingAcks() bool {
+// for it on its goroutine rather than parking.
+func (o *Session) AwaitingAcks() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return len(o.inflight) > 0
 }
 
-// puback completes the QoS 1 exchange pi; a PUBACK for no such exchange
+// Puback completes the QoS 1 exchange pi; a PUBACK for no such exchange
 // is ignored.
-func (o *outbound) puback(pi uint16) {
+func (o *Session) Puback(pi uint16) {
 	o.mu.Lock()
 	om := o.inflight[pi]
 	if om == nil || om.qos != 1 {
@@ -74,36 +75,37 @@ func (o *outbound) puback(pi uint16) {
 	o.complete(pi)
 }
 
-// pubrec records the PUBREC durably, then sends PUBREL through the
+// Pubrec records the PUBREC durably, then sends PUBREL through the
 // connection's ack FIFO.
-func (o *outbound) pubrec(p *packet.Pubrec) bool {
-	c := o.c
+func (o *Session) Pubrec(p *packet.Pubrec) bool {
 	o.mu.Lock()
 	om := o.inflight[p.PacketID]
 	o.mu.Unlock()
 	if om == nil || om.qos != 2 {
 		rel := &packet.Pubrel{PacketID: p.PacketID}
-		if c.version == packet.V5 {
+		if o.v5 {
 			rel.ReasonCode = packet.PacketIdentifierNotFound
 		}
-		return c.ack(ackEntry{pkt: rel})
+		return o.conn.Ack(rel)
 	}
 	if p.ReasonCode.IsError() {
 		return o.finishQoS2(om, false) // the client refused it: the exchange ends [MQTT-4.3.3-4 in 5.0]
 	}
 	om.state = outPubrec
 	if !om.rec {
-		return c.ack(ackEntry{pkt: &packet.Pubrel{PacketID: p.PacketID}})
+		return o.conn.Ack(&packet.Pubrel{PacketID: p.PacketID})
 	}
 	enc, _ := om.msg.MarshalBinary()
 	v := (&session.OutRecord{PI: om.pi, State: outPubrec, Pos: om.pos, Msg: enc}).Encode()
-	return c.laterDelivery(func(tx *table.Tx) error { return tx.PutStateUnchecked(tableOut, slotID(c.client, om.pi), v) },
-		ackEntry{pkt: &packet.Pubrel{PacketID: p.PacketID}})
+	return o.conn.LaterDelivery(func(tx *table.Tx) error {
+		return tx.PutStateUnchecked(session.OutTable, session.SlotID(o.client, om.pi), v)
+	},
+		Pending{Pkt: &packet.Pubrel{PacketID: p.PacketID}})
 }
 
-// pubcomp ends the QoS 2 exchange pi once its PUBREL was sent; a PUBCOMP
+// Pubcomp ends the QoS 2 exchange pi once its PUBREL was sent; a PUBCOMP
 // for no such exchange, or before the PUBREC, is ignored.
-func (o *outbound) pubcomp(pi uint16) {
+func (o *Session) Pubcomp(pi uint16) {
 	o.mu.Lock()
 	om := o.inflight[pi]
 	o.mu.Unlock()
@@ -116,11 +118,10 @@ func (o *outbound) pubcomp(pi uint16) {
 // finishQoS2 deletes the outbound record and marks the message done above
 // the checkpoint in one commit, and completes the exchange. From the read
 // loop the writes are held back for a commit that comes anyway (see
-// lazyEnds) and the exchange completes at once; past Broker.maxLazy they go in
+// lazyEnds) and the exchange completes at once; past Env.MaxLazy they go in
 // the pending group and it completes after. From the ack loop itself
 // (inLoop), which must not wait on its own FIFO, they commit on their own.
-func (o *outbound) finishQoS2(om *outMsg, inLoop bool) bool {
-	c := o.c
+func (o *Session) finishQoS2(om *outMsg, inLoop bool) bool {
 	if !om.rec {
 		o.complete(om.pi)
 		return true
@@ -128,7 +129,7 @@ func (o *outbound) finishQoS2(om *outMsg, inLoop bool) bool {
 	o.mu.Lock()
 	o.markDone(om.pos)
 	o.mu.Unlock()
-	write := func(tx *table.Tx) error { return c.endWrite(tx, om.pi, om.pos) }
+	write := func(tx *table.Tx) error { return o.endWrite(tx, om.pi, om.pos) }
 	if !inLoop {
 		o.mu.Lock()
 		if o.ending == nil {
@@ -136,30 +137,30 @@ func (o *outbound) finishQoS2(om *outMsg, inLoop bool) bool {
 		}
 		o.ending[om.pi] = om.pos
 		o.mu.Unlock()
-		if c.lazy.add(om.pi, om.pos, c.b.maxLazy()) {
+		if o.lazy.add(om.pi, om.pos, o.env.MaxLazy) {
 			o.complete(om.pi)
 			return true
 		}
 		o.ended([]lazyEnd{{pi: om.pi}})
-		return c.laterDelivery(write, ackEntry{then: func() { o.complete(om.pi) }})
+		return o.conn.LaterDelivery(write, Pending{Then: func() { o.complete(om.pi) }})
 	}
-	tx := c.b.db.Begin()
+	tx := o.env.DB.Begin()
 	if err := write(tx); err != nil {
-		c.fail(err)
+		o.conn.Fail(err)
 		return false
 	}
-	h, err := tx.Submit(c.ctx)
+	h, err := tx.Submit(o.ctx)
 	if err != nil {
-		c.fail(err)
+		o.conn.Fail(err)
 		return false
 	}
 	go func() {
-		if _, err := h.Wait(c.ctx); err != nil {
+		if _, err := h.Wait(o.ctx); err != nil {
 			// The exchange stays open: end the connection, as a failed
 			// commit in the ack loop does, rather than hold its window
 			// slot for as long as the connection lasts.
-			c.warn("end QoS 2 delivery", err)
-			c.fail(err)
+			o.conn.Warn("end QoS 2 delivery", err)
+			o.conn.Fail(err)
 			return
 		}
 		o.complete(om.pi)
@@ -168,7 +169,7 @@ func (o *outbound) finishQoS2(om *outMsg, inLoop bool) bool {
 }
 
 // complete ends an exchange and acknowledges its log event.
-func (o *outbound) complete(pi uint16) {
+func (o *Session) complete(pi uint16) {
 	o.mu.Lock()
 	om := o.inflight[pi]
 	delete(o.inflight, pi)
@@ -186,7 +187,7 @@ func (o *outbound) complete(pi uint16) {
 	}
 	o.mu.Unlock()
 	if gauged {
-		o.c.b.metrics.InflightOut.Add(-1)
+		o.env.Counters.InflightOut.Add(-1)
 	}
 	switch {
 	case om != nil && om.rp != nil:

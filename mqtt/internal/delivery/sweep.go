@@ -1,25 +1,28 @@
-package mqtt
+package delivery
 
-import "github.com/tidemark-io/tidemark/table"
+import (
+	"github.com/tidemark-io/tidemark/mqtt/internal/session"
+	"github.com/tidemark-io/tidemark/table"
+)
 
 // A session's completion marks: a QoS 2 delivery that completed above the
-// checkpoint leaves a mark in tableDone (written with the delete of its
+// checkpoint leaves a mark in session.DoneTable (written with the delete of its
 // record), so a resume from the checkpoint does not send it again. Once
 // the persisted checkpoint passes a mark it is garbage, and the
 // checkpoint writes sweep it.
 
 // markDone records that the QoS 2 delivery at pos completed above the
 // checkpoint; o.mu held.
-func (o *outbound) markDone(pos table.Cursor) {
+func (o *Session) markDone(pos table.Cursor) {
 	if o.done == nil {
 		o.done = map[table.Cursor]bool{}
 	}
 	o.done[pos] = true
 }
 
-// restoreDone puts the session's stored completion marks (see loadRows)
-// back. Run by newOutbound before the sender starts.
-func (o *outbound) restoreDone(marks []table.Cursor) {
+// restoreDone puts the session's stored completion marks (see Restored)
+// back. Run by New before the sender starts.
+func (o *Session) restoreDone(marks []table.Cursor) {
 	for _, cur := range marks {
 		o.markDone(cur)
 	}
@@ -27,7 +30,7 @@ func (o *outbound) restoreDone(marks []table.Cursor) {
 
 // garbage reports whether completion marks at or below the persisted
 // checkpoint are still waiting to be deleted.
-func (o *outbound) garbage() bool {
+func (o *Session) garbage() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for pos := range o.done {
@@ -41,16 +44,15 @@ func (o *outbound) garbage() bool {
 // sweepDoneLocked adds to tx the deletes of the completion marks at or
 // below cp, the checkpoint tx writes, and reports whether more are left
 // for another commit; o.mu held. Marks at or below the checkpoint are
-// garbage: they are dropped at most Broker.maxStateDeletes per commit so
+// garbage: they are dropped at most Env.MaxStateDeletes per commit so
 // the transaction stays within the engine's batch limit. The mark of an
 // exchange whose ending is held back (o.ending) stays: it may not be
 // written yet.
-func (o *outbound) sweepDoneLocked(tx *table.Tx, cp table.Cursor) (more bool) {
+func (o *Session) sweepDoneLocked(tx *table.Tx, cp table.Cursor) (more bool) {
 	if len(o.done) == 0 {
 		return false // most checkpoints: no QoS 2 delivery ended since the last
 	}
-	c := o.c
-	n, chunk := 0, c.b.maxStateDeletes()
+	n, chunk := 0, o.env.MaxStateDeletes
 	held := map[table.Cursor]bool{}
 	for _, pos := range o.ending {
 		held[pos] = true // its mark may not be written yet
@@ -63,7 +65,7 @@ func (o *outbound) sweepDoneLocked(tx *table.Tx, cp table.Cursor) (more bool) {
 			more = true
 			break
 		}
-		tx.DeleteStateUnchecked(tableDone, c.client+slotSep+pos.String())
+		tx.DeleteStateUnchecked(session.DoneTable, o.client+session.Sep+pos.String())
 		delete(o.done, pos)
 		n++
 	}

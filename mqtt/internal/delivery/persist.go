@@ -1,4 +1,4 @@
-package mqtt
+package delivery
 
 import (
 	"context"
@@ -20,23 +20,23 @@ import (
 // deliveries.
 const persistEvery = 256
 
-// persist writes the session record with the acknowledged checkpoint and
+// Persist writes the session record with the acknowledged checkpoint and
 // drops completion marks it covers. final waits for the commits.
 //
-// One commit drops at most Broker.maxStateDeletes marks. A subscriber taking more
+// One commit drops at most Env.MaxStateDeletes marks. A subscriber taking more
 // QoS 2 messages than that between two persists leaves more behind, so
-// persist goes on with further commits until none is left: otherwise the
+// Persist goes on with further commits until none is left: otherwise the
 // marks (in memory and in the store) would grow for as long as the load
 // lasts. Each of those commits carries the session record too, so no
 // commit deletes a mark without the checkpoint that covers it.
-func (o *outbound) persist(ctx context.Context, final bool) error {
+func (o *Session) Persist(ctx context.Context, final bool) error {
 	sub := o.currentSub()
 	if sub == nil && !final {
 		return nil
 	}
 	// Without a sender (the connection ended before its CONNACK went
 	// out) the final write keeps the record's checkpoint.
-	if !final && !o.due(sub.Checkpoint()) && !o.garbage() && !o.c.lazy.pending() {
+	if !final && !o.due(sub.Checkpoint()) && !o.garbage() && !o.lazy.pending() {
 		return nil
 	}
 	o.recordMu.Lock()
@@ -46,7 +46,7 @@ func (o *outbound) persist(ctx context.Context, final bool) error {
 		return err
 	}
 	// The exchange endings held back go with the checkpoint.
-	ends, err := o.c.writeLazy(tx)
+	ends, err := o.writeLazy(tx)
 	if err != nil {
 		return err
 	}
@@ -57,12 +57,14 @@ func (o *outbound) persist(ctx context.Context, final bool) error {
 		}
 		// On a store goroutine: a sender's runner would grow its stack
 		// for the engine's commit path, and a wave of checkpoints after
-		// a delivery to many sessions starts many runners (see onStore).
+		// a delivery to many sessions starts many runners (see Env.OnStore).
 		if !final {
-			o.c.b.beforeSubmit(KindCheckpoint, o.c.client)
+			if o.env.BeforeCheckpoint != nil {
+				o.env.BeforeCheckpoint(o.client)
+			}
 		}
 		var h *engine.Handle
-		o.c.b.onStore(func() { h, err = tx.Submit(ctx) })
+		o.env.OnStore(func() { h, err = tx.Submit(ctx) })
 		if err != nil {
 			if last == nil {
 				// Never submitted: the records stay, and their ids may
@@ -72,7 +74,7 @@ func (o *outbound) persist(ctx context.Context, final bool) error {
 			return err
 		}
 		if last == nil && len(ends) > 0 && !final {
-			o.c.push(ackEntry{h: h, then: func() { o.ended(ends) }})
+			o.conn.Push(Pending{H: h, Then: func() { o.ended(ends) }})
 		}
 		last = h
 		if !more {
@@ -99,41 +101,40 @@ func (o *outbound) persist(ctx context.Context, final bool) error {
 // (for retention after a crash and a shorter replay scan); one that moved
 // over deliveries this session completed is written at once, so a crash
 // re-sends at most what was in flight.
-func (o *outbound) due(cp table.Cursor) bool {
+func (o *Session) due(cp table.Cursor) bool {
 	if cp == o.persisted {
 		return false
 	}
 	if o.progress.Load() != o.persistedProgress.Load() || o.asked.Swap(false) {
 		return true
 	}
-	return time.Since(o.persistedAt) >= o.c.b.opts.RetentionEvery
+	return time.Since(o.persistedAt) >= o.env.RetentionEvery
 }
 
-// persistedBefore reports whether the session last wrote its checkpoint
+// PersistedBefore reports whether the session last wrote its checkpoint
 // before t (or never did).
-func (o *outbound) persistedBefore(t time.Time) bool {
+func (o *Session) PersistedBefore(t time.Time) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.persistedAt.Before(t)
 }
 
-// sessionTx returns a transaction writing the session record as it stands:
+// SessionTx returns a transaction writing the session record as it stands:
 // subscriptions, acknowledged checkpoint, and the deletes of up to
-// Broker.maxStateDeletes completion marks it covers (persist drops the rest).
-func (o *outbound) sessionTx() (*table.Tx, error) {
+// Env.MaxStateDeletes completion marks it covers (persist drops the rest).
+func (o *Session) SessionTx() (*table.Tx, error) {
 	tx, _, err := o.sessionSweepTx()
 	return tx, err
 }
 
 // sessionSweepTx is sessionTx, also reporting whether covered completion
 // marks are left for another commit.
-func (o *outbound) sessionSweepTx() (*table.Tx, bool, error) {
-	c := o.c
+func (o *Session) sessionSweepTx() (*table.Tx, bool, error) {
 	var cp table.Cursor
 	if sub := o.currentSub(); sub != nil {
 		cp = sub.Checkpoint()
 	} else {
-		cp = c.rec.Checkpoint
+		cp = o.rec.Checkpoint
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -143,21 +144,21 @@ func (o *outbound) sessionSweepTx() (*table.Tx, bool, error) {
 	// (see replay.go).
 	memberCP := cp
 	cp = o.lowCheckpointLocked(cp)
-	c.rec.Checkpoint = cp
-	c.rec.NextPI = o.nextPI
-	c.rec.SentHigh = o.sentHigh
-	c.rec.Q1 = c.rec.Q1[:0]
+	o.rec.Checkpoint = cp
+	o.rec.NextPI = o.nextPI
+	o.rec.SentHigh = o.sentHigh
+	o.rec.Q1 = o.rec.Q1[:0]
 	for _, om := range o.inflight {
 		if om.qos == 1 && om.hasEv {
-			c.rec.Q1 = append(c.rec.Q1, session.Q1Slot{Pos: om.pos, PI: om.pi})
+			o.rec.Q1 = append(o.rec.Q1, session.Q1Slot{Pos: om.pos, PI: om.pi})
 		}
 	}
 	for pos, pi := range o.q1ids { // restored, not re-sent yet
 		if cp.Less(pos) {
-			c.rec.Q1 = append(c.rec.Q1, session.Q1Slot{Pos: pos, PI: pi})
+			o.rec.Q1 = append(o.rec.Q1, session.Q1Slot{Pos: pos, PI: pi})
 		}
 	}
-	c.rec.Subs = c.rec.Subs[:0]
+	o.rec.Subs = o.rec.Subs[:0]
 	for _, s := range o.subs {
 		r := session.SubOf(s)
 		r.Pos = s.Group == "" && o.posFilters[s.Filter]
@@ -176,11 +177,11 @@ func (o *outbound) sessionSweepTx() (*table.Tx, bool, error) {
 				r.Since = &memberCP
 			}
 		}
-		c.rec.Subs = append(c.rec.Subs, r)
+		o.rec.Subs = append(o.rec.Subs, r)
 	}
-	tx := c.b.db.Begin()
+	tx := o.env.DB.Begin()
 	more := o.sweepDoneLocked(tx, cp)
-	if err := session.Put(tx, c.client, &c.rec); err != nil {
+	if err := session.Put(tx, o.client, o.rec); err != nil {
 		return nil, false, err
 	}
 	o.persisted = cp

@@ -1,8 +1,9 @@
-package mqtt
+package delivery
 
 import (
 	"slices"
 
+	"github.com/tidemark-io/tidemark/mqtt/internal/message"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -14,9 +15,9 @@ import (
 // match returns the delivery QoS, subscription identifiers and retain-as-
 // published of the session's plain subscriptions matching m, at log
 // position pos; o.mu held.
-func (o *outbound) match(m *Message, pos table.Cursor) (qos byte, ids []uint32, rap, ok bool) {
+func (o *Session) match(m *message.Message, pos table.Cursor) (qos byte, ids []uint32, rap, ok bool) {
 	for _, s := range o.subs {
-		if s.Group != "" || !topic.Match(s.Filter, m.Topic) || (s.NoLocal && m.From == o.c.client) {
+		if s.Group != "" || !topic.Match(s.Filter, m.Topic) || (s.NoLocal && m.From == o.client) {
 			continue
 		}
 		if since, ok := o.since.get(s.Filter); ok && !since.Less(pos) {
@@ -37,7 +38,7 @@ func (o *outbound) match(m *Message, pos table.Cursor) (qos byte, ids []uint32, 
 
 // wantsPosLocked reports whether a plain subscription matching name asked
 // for log positions on its deliveries; o.mu held.
-func (o *outbound) wantsPosLocked(name string) bool {
+func (o *Session) wantsPosLocked(name string) bool {
 	for _, s := range o.subs {
 		if s.Group == "" && o.posFilters[s.Filter] && topic.Match(s.Filter, name) {
 			return true

@@ -1,4 +1,4 @@
-package mqtt
+package delivery
 
 import (
 	"errors"
@@ -32,7 +32,7 @@ type sender struct {
 
 // wake makes sure a sending goroutine looks at the session's work: it
 // starts one when none runs, and has a running one look again.
-func (o *outbound) wake() {
+func (o *Session) wake() {
 	s := &o.snd
 	s.mu.Lock()
 	switch {
@@ -46,7 +46,7 @@ func (o *outbound) wake() {
 }
 
 // startLocked starts the sending goroutine; snd.mu is held and none runs.
-func (o *outbound) startLocked() {
+func (o *Session) startLocked() {
 	s := &o.snd
 	s.running, s.pending = true, false
 	s.wg.Add(1)
@@ -57,7 +57,7 @@ func (o *outbound) startLocked() {
 	if s.run == nil {
 		s.run = o.run
 	}
-	o.c.b.runners.Go(s.run)
+	o.env.Runners.Go(s.run)
 }
 
 // Writing in passing. A QoS 0 message routed in memory (fanout) is handed
@@ -73,16 +73,15 @@ func (o *outbound) startLocked() {
 // sends nothing to the socket.
 const maxSendNow = 2 << 10
 
-// maxSendNowTargets bounds the sessions a routing goroutine writes to in
+// MaxSendNowTargets bounds the sessions a routing goroutine writes to in
 // passing; past it, each sender writes its own, beside the others.
-const maxSendNowTargets = 4
+const MaxSendNowTargets = 4
 
-// sendNow writes d, an in-memory QoS 0 delivery, from the calling
+// SendNow writes d, an in-memory QoS 0 delivery, from the calling
 // goroutine (see above), or reports false and leaves d to the caller,
 // who queues it for the sender.
-func (o *outbound) sendNow(d direct) bool {
-	c := o.c
-	if d.qos != 0 || c.pk == nil || len(d.msg.Topic)+len(d.msg.Payload) > maxSendNow {
+func (o *Session) SendNow(d Direct) bool {
+	if d.QoS != 0 || len(d.Msg.Topic)+len(d.Msg.Payload) > maxSendNow {
 		return false
 	}
 	s := &o.snd
@@ -95,31 +94,22 @@ func (o *outbound) sendNow(d direct) bool {
 		s.mu.Unlock()
 		return false
 	}
-	if !c.wmu.TryLock() {
-		s.mu.Unlock()
-		return false
-	}
-	if c.bw.Buffered() > 0 || c.nwriters.Load() > 0 {
-		// Another writer's packets wait for its flush: after them.
-		c.wmu.Unlock()
-		s.mu.Unlock()
-		return false
-	}
-	if d.msg.Expired(time.Now()) {
-		c.wmu.Unlock()
+	if d.Msg.Expired(time.Now()) {
 		s.mu.Unlock()
 		return true
 	}
-	p := c.b.publishes.Get().(*packet.Publish)
-	o.buildPublish(p, delivery{msg: d.msg, ids: d.ids, retain: d.retain}, 0)
-	err := c.encodeLocked(p)
-	*p = packet.Publish{}
-	c.b.publishes.Put(p)
-	flushed := false
-	if err == nil {
-		flushed, err = c.bw.FlushNoWait(c.pk.rc)
+	p, _ := o.env.publishes.Get().(*packet.Publish)
+	if p == nil {
+		p = new(packet.Publish)
 	}
-	c.wmu.Unlock()
+	o.buildPublish(p, delivery{msg: d.Msg, ids: d.IDs, retain: d.Retain}, 0, false)
+	written, flushed, err := o.conn.TryWrite(p)
+	*p = packet.Publish{}
+	o.env.publishes.Put(p)
+	if !written {
+		s.mu.Unlock()
+		return false
+	}
 	if err == nil && !flushed {
 		o.startLocked() // to send the rest, waiting as senders do
 	}
@@ -128,18 +118,18 @@ func (o *outbound) sendNow(d direct) bool {
 	case errors.Is(err, packet.ErrPacketTooLarge):
 		o.tooLarge(0)
 	case err != nil:
-		c.fail(fmt.Errorf("write: %w", err))
+		o.conn.Fail(fmt.Errorf("write: %w", err))
 	default:
-		c.b.metrics.MsgsOut[0].Add(1)
-		c.b.metrics.BytesOut.Add(uint64(len(d.msg.Payload)))
-		c.b.at(PointDelivered, c.client, 0)
+		o.env.Counters.MsgsOut[0].Add(1)
+		o.env.Counters.BytesOut.Add(uint64(len(d.Msg.Payload)))
+		o.conn.Delivered(0)
 	}
 	return true
 }
 
 // begin starts sending once the session's member of the route exists:
 // wakes before it only left work waiting.
-func (o *outbound) begin() {
+func (o *Session) begin() {
 	o.snd.mu.Lock()
 	o.snd.started = true
 	o.snd.mu.Unlock()
@@ -167,23 +157,22 @@ func (s *sender) end() {
 }
 
 // run sends until the session has nothing left to do.
-func (o *outbound) run() {
+func (o *Session) run() {
 	defer o.snd.wg.Done()
-	c := o.c
 	for {
 		if !o.waitWindow() {
 			o.snd.end()
 			return
 		}
-		ev, ok, err := o.sub.Next(c.ctx)
+		ev, ok, err := o.sub.Next(o.ctx)
 		if err != nil {
 			if errors.Is(err, table.ErrHistoryUnavailable) && o.skipTruncated(err) {
 				continue // restarted past the gap
 			}
 			o.snd.end()
-			if !errors.Is(err, table.ErrClosed) && c.ctx.Err() == nil {
-				c.log.Warn("session replay ended", "err", err)
-				c.disconnect(packet.UnspecifiedError, "session replay failed")
+			if !errors.Is(err, table.ErrClosed) && o.ctx.Err() == nil {
+				o.log.Warn("session replay ended", "err", err)
+				o.conn.Disconnect(packet.UnspecifiedError, "session replay failed")
 			}
 			return
 		}
@@ -218,8 +207,8 @@ func (o *outbound) run() {
 		// About to end: the records taken so far are committed together
 		// and the PUBLISHes written so far go out in one flush.
 		o.flushGroup()
-		c.flush()
-		if c.ctx.Err() != nil {
+		o.conn.Flush()
+		if o.ctx.Err() != nil {
 			o.snd.end()
 			return
 		}
@@ -232,11 +221,11 @@ func (o *outbound) run() {
 	}
 }
 
-// arm asks for a checkpoint write in Options.CheckpointEvery, unless one
+// arm asks for a checkpoint write in Env.CheckpointEvery, unless one
 // is asked for already.
-func (o *outbound) arm() {
+func (o *Session) arm() {
 	if o.armed.CompareAndSwap(false, true) {
-		time.AfterFunc(o.c.b.opts.CheckpointEvery, func() {
+		time.AfterFunc(o.env.CheckpointEvery, func() {
 			o.armed.Store(false)
 			o.requestPersist()
 		})
@@ -244,25 +233,25 @@ func (o *outbound) arm() {
 }
 
 // requestPersist asks the sender for a checkpoint write.
-func (o *outbound) requestPersist() {
+func (o *Session) requestPersist() {
 	o.persistAsk.Store(true)
 	o.wake()
 }
 
 // checkpoint persists the acknowledged checkpoint when it moved.
-func (o *outbound) checkpoint() {
-	if err := o.persist(o.c.ctx, false); err != nil && o.c.ctx.Err() == nil {
-		o.c.log.Warn("persist checkpoint", "err", err)
+func (o *Session) checkpoint() {
+	if err := o.Persist(o.ctx, false); err != nil && o.ctx.Err() == nil {
+		o.log.Warn("persist checkpoint", "err", err)
 	}
 	// Completion marks the write made garbage, and exchange endings held
 	// back, go with the next one.
-	if o.garbage() || o.c.lazy.pending() {
+	if o.garbage() || o.lazy.pending() {
 		o.arm()
 	}
 }
 
 // drainDirect sends the queued in-memory deliveries, within the window.
-func (o *outbound) drainDirect() {
+func (o *Session) drainDirect() {
 	for o.direct.len() > 0 && o.waitWindow() {
 		if d, ok := o.direct.take(); ok {
 			o.deliverDirect(d)
@@ -272,7 +261,7 @@ func (o *outbound) drainDirect() {
 
 // replayChan returns the channel the session's replays hand events over
 // on, nil before its first replay.
-func (o *outbound) replayChan() chan replayItem {
+func (o *Session) replayChan() chan replayItem {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.replayCh
@@ -280,7 +269,7 @@ func (o *outbound) replayChan() chan replayItem {
 
 // drainReplays handles what the replays' forwarders handed over, within
 // the window.
-func (o *outbound) drainReplays() {
+func (o *Session) drainReplays() {
 	ch := o.replayChan()
 	if ch == nil {
 		return
@@ -296,11 +285,11 @@ func (o *outbound) drainReplays() {
 }
 
 // waitWindow blocks while the client's receive maximum is reached, or
-// the bytes in flight are at Options.MaxInflightBytes: the check comes
+// the bytes in flight are at Env.MaxInflightBytes: the check comes
 // before the next message is read, so the message that takes the bytes
 // over goes, and one larger than the bound goes alone.
-func (o *outbound) waitWindow() bool {
-	maxBytes := o.c.b.opts.MaxInflightBytes
+func (o *Session) waitWindow() bool {
+	maxBytes := o.env.MaxInflightBytes
 	counted := false
 	for {
 		o.mu.Lock()
@@ -312,28 +301,28 @@ func (o *outbound) waitWindow() bool {
 		}
 		if overBytes && !counted {
 			counted = true
-			o.c.b.metrics.LimitInflightBytes.Add(1)
+			o.env.Counters.LimitInflightBytes.Add(1)
 		}
 		o.flushGroup()
-		o.c.flush()
+		o.conn.Flush()
 		select {
 		case <-o.freed:
-		case <-o.c.ctx.Done():
+		case <-o.ctx.Done():
 			return false
 		}
 	}
 }
 
-// stop ends the sender and takes the session off the route. The ack loop
+// Stop ends the sender and takes the session off the route. The ack loop
 // must have ended: it may be the one to start the sender. A session whose
 // connection ended before its CONNACK went out has no sender to stop.
-func (o *outbound) stop() {
+func (o *Session) Stop() {
 	o.endReplays()
 	o.endTableFeeds()
 	o.snd.end()
 	if sub := o.currentSub(); sub != nil {
 		sub.Close()
-		o.c.b.router.Leave(o.c.client, sub)
+		o.env.Router.Leave(o.client, sub)
 	}
 	o.snd.wg.Wait()
 	o.ungauge()
@@ -342,7 +331,7 @@ func (o *outbound) stop() {
 // ungauge takes the deliveries still in flight out of the in-flight
 // gauge: the connection ended, and a resume sends them again, counted
 // anew.
-func (o *outbound) ungauge() {
+func (o *Session) ungauge() {
 	o.mu.Lock()
 	n := 0
 	for _, om := range o.inflight {
@@ -352,5 +341,5 @@ func (o *outbound) ungauge() {
 		}
 	}
 	o.mu.Unlock()
-	o.c.b.metrics.InflightOut.Add(int64(-n))
+	o.env.Counters.InflightOut.Add(int64(-n))
 }

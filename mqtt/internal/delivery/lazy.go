@@ -1,15 +1,16 @@
-package mqtt
+package delivery
 
 import (
 	"sync"
 
+	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/table"
 )
 
-// maxLazyEnds bounds the exchange endings a connection holds back (see
-// Broker.maxLazy); past it an ending commits with the read loop's next
-// group as before.
-const maxLazyEnds = 256
+// MaxLazyEnds bounds the exchange endings a session holds back (the
+// broker may set a lower Env.MaxLazy); past it an ending commits with the
+// connection's next group.
+const MaxLazyEnds = 256
 
 // lazyEnds holds the store writes that end outbound QoS 2 exchanges (the
 // delete of the in-flight record and the completion mark) until a commit
@@ -19,7 +20,7 @@ const maxLazyEnds = 256
 // broker sends that PUBREL again and the client answers PUBCOMP, which is
 // what the protocol provides for [MQTT-4.3.3, 4.4]; nothing is delivered
 // twice. Until an ending is committed its packet id is not reused (see
-// outbound.ending), so its delete can never hit a newer exchange's record.
+// Session.ending), so its delete can never hit a newer exchange's record.
 type lazyEnds struct {
 	mu   sync.Mutex
 	ends []lazyEnd
@@ -62,19 +63,19 @@ func (l *lazyEnds) pending() bool {
 // endWrite writes the end of the outbound QoS 2 exchange on pi at log
 // position pos into tx: its record goes, a completion mark above the
 // checkpoint comes.
-func (c *conn) endWrite(tx *table.Tx, pi uint16, pos table.Cursor) error {
-	if err := tx.DeleteStateUnchecked(tableOut, slotID(c.client, pi)); err != nil {
+func (o *Session) endWrite(tx *table.Tx, pi uint16, pos table.Cursor) error {
+	if err := tx.DeleteStateUnchecked(session.OutTable, session.SlotID(o.client, pi)); err != nil {
 		return err
 	}
-	return tx.PutStateUnchecked(tableDone, c.client+slotSep+pos.String(), nil)
+	return tx.PutStateUnchecked(session.DoneTable, o.client+session.Sep+pos.String(), nil)
 }
 
 // writeLazy adds the held-back endings to tx and returns them, for ended
 // once tx committed.
-func (c *conn) writeLazy(tx *table.Tx) ([]lazyEnd, error) {
-	ends := c.lazy.take()
+func (o *Session) writeLazy(tx *table.Tx) ([]lazyEnd, error) {
+	ends := o.lazy.take()
 	for _, e := range ends {
-		if err := c.endWrite(tx, e.pi, e.pos); err != nil {
+		if err := o.endWrite(tx, e.pi, e.pos); err != nil {
 			return nil, err
 		}
 	}
@@ -82,7 +83,7 @@ func (c *conn) writeLazy(tx *table.Tx) ([]lazyEnd, error) {
 }
 
 // ended frees the packet ids of endings that are committed.
-func (o *outbound) ended(ends []lazyEnd) {
+func (o *Session) ended(ends []lazyEnd) {
 	if len(ends) == 0 {
 		return
 	}
@@ -91,4 +92,19 @@ func (o *outbound) ended(ends []lazyEnd) {
 	for _, e := range ends {
 		delete(o.ending, e.pi)
 	}
+}
+
+// LazyPending reports whether exchange endings are held back for a
+// commit that comes anyway (see lazyEnds).
+func (o *Session) LazyPending() bool { return o.lazy.pending() }
+
+// WriteLazy adds the exchange endings held back to tx, the connection's
+// next commit; then, nil when there were none, must run once tx has
+// committed.
+func (o *Session) WriteLazy(tx *table.Tx) (then func(), err error) {
+	ends, err := o.writeLazy(tx)
+	if err != nil || len(ends) == 0 {
+		return nil, err
+	}
+	return func() { o.ended(ends) }, nil
 }

@@ -1,40 +1,41 @@
-package mqtt
+package delivery
 
 import (
+	"github.com/tidemark-io/tidemark/mqtt/internal/message"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/table"
 )
 
 // A session's outbound QoS 2 exchanges in the store: one record
-// (session.OutRecord) in tableOut per exchange, written before its
+// (session.OutRecord) in session.OutTable per exchange, written before its
 // PUBLISH and again after its PUBREC, so a reconnect or restart resumes it
 // where it stood.
 
 // addRecord writes om's outbound record into the sender's pending group.
-func (o *outbound) addRecord(om *outMsg) error {
+func (o *Session) addRecord(om *outMsg) error {
 	enc, err := om.msg.MarshalBinary()
 	if err != nil {
 		return err
 	}
 	v := (&session.OutRecord{PI: om.pi, State: om.state, Pos: om.pos, Msg: enc}).Encode()
 	if o.grp.tx == nil {
-		o.grp.tx = o.c.b.db.Begin()
+		o.grp.tx = o.env.DB.Begin()
 	}
 	om.rec = true
-	return o.grp.tx.PutStateUnchecked(tableOut, slotID(o.c.client, om.pi), v)
+	return o.grp.tx.PutStateUnchecked(session.OutTable, session.SlotID(o.client, om.pi), v)
 }
 
 // restoreRecords puts the session's stored QoS 2 exchanges (the values
-// of its tableOut records, see loadRows) back into the in-flight window,
+// of its session.OutTable records, see Restored) back into the in-flight window,
 // each awaiting its log event (resumed); undecodable records are passed
-// over. Run by newOutbound before the sender starts.
-func (o *outbound) restoreRecords(recs [][]byte) {
+// over. Run by New before the sender starts.
+func (o *Session) restoreRecords(recs [][]byte) {
 	for _, v := range recs {
 		var or session.OutRecord
 		if or.Decode(v) != nil {
 			continue
 		}
-		var m Message
+		var m message.Message
 		if m.UnmarshalBinary(or.Msg) != nil {
 			continue
 		}

@@ -1,9 +1,10 @@
-package mqtt
+package delivery
 
 import (
 	"errors"
 	"time"
 
+	"github.com/tidemark-io/tidemark/mqtt/internal/message"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -14,7 +15,7 @@ import (
 
 // deliverEvent sends one message from the log, or acknowledges it at once
 // when nothing is owed to the client.
-func (o *outbound) deliverEvent(ev table.Event) {
+func (o *Session) deliverEvent(ev table.Event) {
 	pos := ev.Cursor()
 	o.mu.Lock()
 	if om := o.resumed[pos]; om != nil {
@@ -28,21 +29,21 @@ func (o *outbound) deliverEvent(ev table.Event) {
 		_ = o.sub.Ack(ev)
 		return
 	}
-	var m Message
+	var m message.Message
 	if err := m.DecodeEvent(ev.Value, ev.ID); err != nil {
 		o.mu.Unlock()
-		o.c.log.Warn("undecodable message in the log skipped", "key", ev.Key, "err", err)
+		o.log.Warn("undecodable message in the log skipped", "key", ev.Key, "err", err)
 		_ = o.sub.Ack(ev)
 		return
 	}
 	qos, ids, rap, ok := o.match(&m, pos)
 	if ok && len(o.posFilters) > 0 && o.wantsPosLocked(m.Topic) {
-		m.UserProps = append(m.UserProps, UserProperty{Key: PropPosition, Value: pos.String()})
+		m.UserProps = append(m.UserProps, message.UserProperty{Key: PropPosition, Value: pos.String()})
 	}
 	o.mu.Unlock()
 	// What the session may no longer read (an ACL reloaded since it
 	// subscribed) is passed over like a message it does not match.
-	ok = ok && o.c.b.allow(o.c.ctx, o.c.id, AccessRead, m.Topic)
+	ok = ok && o.conn.MayRead(m.Topic)
 	if ok && qos == 0 && o.liveFrom.Covers(ev.Key, ev.Index) {
 		// At most once: a QoS 0 subscription gets no message published
 		// before this connection came online, neither what it missed
@@ -53,7 +54,7 @@ func (o *outbound) deliverEvent(ev table.Event) {
 	}
 	if !ok || m.Expired(time.Now()) {
 		if ok {
-			o.c.b.metrics.DroppedExpired.Add(1)
+			o.env.Counters.DroppedExpired.Add(1)
 		}
 		_ = o.sub.Ack(ev)
 		return
@@ -68,21 +69,21 @@ func (o *outbound) deliverEvent(ev table.Event) {
 	o.send(delivery{msg: &m, qos: qos, ids: ids, retain: m.Retain && rap, dup: dup, ev: ev, hasEv: true})
 }
 
-// deliverDirect sends one in-memory delivery (see offer) unless its
+// deliverDirect sends one in-memory delivery (see Offer) unless its
 // message expired while it waited.
-func (o *outbound) deliverDirect(d direct) {
-	if d.msg.Expired(time.Now()) {
+func (o *Session) deliverDirect(d Direct) {
+	if d.Msg.Expired(time.Now()) {
 		return
 	}
-	o.send(delivery{msg: d.msg, qos: d.qos, ids: d.ids, retain: d.retain})
+	o.send(delivery{msg: d.Msg, qos: d.QoS, ids: d.IDs, retain: d.Retain})
 }
 
-// offer queues an in-memory delivery; a full queue drops it (the
+// Offer queues an in-memory delivery; a full queue drops it (the
 // subscriber is too slow for at-most-once traffic).
-func (o *outbound) offer(d direct) {
+func (o *Session) Offer(d Direct) {
 	if !o.direct.offer(d) {
-		o.c.b.metrics.DroppedSlow.Add(1)
-		o.c.log.Debug("slow subscriber: in-memory delivery dropped", "topic", d.msg.Topic)
+		o.env.Counters.DroppedSlow.Add(1)
+		o.log.Debug("slow subscriber: in-memory delivery dropped", "topic", d.Msg.Topic)
 		return
 	}
 	o.wake()
@@ -91,7 +92,7 @@ func (o *outbound) offer(d direct) {
 // delivery is one PUBLISH for the session's client, as the sender hands
 // it to send: named fields, so a call site says what each flag means.
 type delivery struct {
-	msg *Message
+	msg *message.Message
 	// qos is the delivery QoS: the lower of the message's and the
 	// matching subscription's.
 	qos byte
@@ -111,15 +112,14 @@ type delivery struct {
 	hasEv bool
 	// rp is the replay ev comes from (its reader takes the ack), nil for
 	// the session's member.
-	rp *replay
+	rp *Replay
 }
 
 // send writes one PUBLISH; QoS 1/2 ones enter the in-flight window.
-func (o *outbound) send(d delivery) {
-	c := o.c
+func (o *Session) send(d delivery) {
 	m, qos, ev, hasEv, rp := d.msg, d.qos, d.ev, d.hasEv, d.rp
-	c.b.metrics.MsgsOut[qos].Add(1)
-	c.b.metrics.BytesOut.Add(uint64(len(m.Payload)))
+	o.env.Counters.MsgsOut[qos].Add(1)
+	o.env.Counters.BytesOut.Add(uint64(len(m.Payload)))
 	if qos == 0 {
 		var then func()
 		switch {
@@ -136,7 +136,7 @@ func (o *outbound) send(d delivery) {
 	om := &outMsg{pi: pi, qos: qos, ev: ev, hasEv: hasEv, pos: ev.Cursor(), msg: m, state: outSent, rp: rp, gauged: true}
 	o.track(om)
 	o.mu.Unlock()
-	c.b.metrics.InflightOut.Add(1)
+	o.env.Counters.InflightOut.Add(1)
 	if qos == 1 {
 		// Too large for the client: dropped, as if acknowledged [MQTT-3.1.2-25].
 		o.deliver(d, pi, nil)
@@ -148,17 +148,17 @@ func (o *outbound) send(d delivery) {
 	// messages): their exchange must also complete after a reconnect
 	// [MQTT-4.8.2-3] [MQTT-4.4.0-1].
 	if err := o.addRecord(om); err != nil {
-		c.warn("record outbound QoS 2", err)
-		c.fail(err)
+		o.conn.Warn("record outbound QoS 2", err)
+		o.conn.Fail(err)
 		return
 	}
 	// Its PUBLISH waits in the group, then in the connection's FIFO, for
 	// the commit of the record.
 	o.queued.Add(1)
-	o.grp.entries = append(o.grp.entries, ackEntry{pkt: p, atSent: PointDelivered, pi: pi,
-		tooLarge: func() { c.b.metrics.DroppedTooLarge.Add(1); o.finishQoS2(om, true) },
-		then:     func() { o.queued.Add(-1) }})
-	if len(o.grp.entries) >= o.c.b.group {
+	o.grp.entries = append(o.grp.entries, Pending{Pkt: p, Delivered: true, PI: pi,
+		TooLarge: func() { o.env.Counters.DroppedTooLarge.Add(1); o.finishQoS2(om, true) },
+		Then:     func() { o.queued.Add(-1) }})
+	if len(o.grp.entries) >= o.env.Group {
 		o.flushGroup()
 	}
 }
@@ -166,17 +166,19 @@ func (o *outbound) send(d delivery) {
 // publishPacket builds the PUBLISH of d with packet id pi (0 at QoS 0):
 // DUP only at QoS 1 and 2, the message's 5.0 properties, the
 // subscription identifiers and a topic alias when the client takes them.
-func (o *outbound) publishPacket(d delivery, pi uint16) *packet.Publish {
+func (o *Session) publishPacket(d delivery, pi uint16) *packet.Publish {
 	p := new(packet.Publish)
-	o.buildPublish(p, d, pi)
+	o.buildPublish(p, d, pi, true)
 	return p
 }
 
-// buildPublish builds the PUBLISH of publishPacket in p, a zero one.
-func (o *outbound) buildPublish(p *packet.Publish, d delivery, pi uint16) {
+// buildPublish builds the PUBLISH of publishPacket in p, a zero one;
+// alias applies a topic alias, which only a writer about to write p may
+// (see Conn.TryWrite).
+func (o *Session) buildPublish(p *packet.Publish, d delivery, pi uint16, alias bool) {
 	m := d.msg
 	*p = packet.Publish{Topic: m.Topic, PacketID: pi, QoS: packet.QoS(d.qos), Retain: d.retain, Dup: d.dup && d.qos > 0, Payload: m.Payload}
-	if o.c.version == packet.V5 {
+	if o.v5 {
 		pp := &p.Properties
 		if m.HasFormat {
 			pp.SetPayloadFormat(m.PayloadFormat)
@@ -200,7 +202,9 @@ func (o *outbound) buildPublish(p *packet.Publish, d delivery, pi uint16) {
 		for _, id := range d.ids {
 			pp.AddSubscriptionID(id)
 		}
-		o.c.outAliases.Apply(p, o.c.aliasMax)
+		if alias {
+			o.conn.ApplyAlias(p)
+		}
 	}
 }
 
@@ -213,8 +217,7 @@ func (o *outbound) buildPublish(p *packet.Publish, d delivery, pi uint16) {
 // next message and the records of many deliveries share one commit. While
 // any such PUBLISH waits, the others queue behind it: the client sees
 // them in the order the sender took them.
-func (o *outbound) deliver(d delivery, pi uint16, after func()) {
-	c := o.c
+func (o *Session) deliver(d delivery, pi uint16, after func()) {
 	o.flushGroup()
 	if o.queued.Load() == 0 {
 		// Written at once: built in the sender's own PUBLISH, which the
@@ -224,15 +227,15 @@ func (o *outbound) deliver(d delivery, pi uint16, after func()) {
 			p = new(packet.Publish)
 			o.pub = p
 		}
-		o.buildPublish(p, d, pi)
-		err := c.writeBuffered(p)
+		o.buildPublish(p, d, pi, true)
+		err := o.conn.WriteBuffered(p)
 		*p = packet.Publish{} // holds no payload or topic while idle
 		if errors.Is(err, packet.ErrPacketTooLarge) {
 			o.tooLarge(pi)
 		} else if err != nil {
 			return
 		}
-		c.b.at(PointDelivered, c.client, pi)
+		o.conn.Delivered(pi)
 		if after != nil {
 			after()
 		}
@@ -240,7 +243,7 @@ func (o *outbound) deliver(d delivery, pi uint16, after func()) {
 	}
 	p := o.publishPacket(d, pi)
 	o.queued.Add(1)
-	c.push(ackEntry{pkt: p, atSent: PointDelivered, pi: pi, tooLarge: func() { o.tooLarge(pi) }, then: func() {
+	o.conn.Push(Pending{Pkt: p, Delivered: true, PI: pi, TooLarge: func() { o.tooLarge(pi) }, Then: func() {
 		o.queued.Add(-1)
 		if after != nil {
 			after()
@@ -252,24 +255,23 @@ func (o *outbound) deliver(d delivery, pi uint16, after func()) {
 // last flush in one commit and queues their PUBLISHes behind it. Sender
 // only: it runs before the sender waits for anything and before a
 // delivery that does not wait for a commit.
-func (o *outbound) flushGroup() {
+func (o *Session) flushGroup() {
 	if o.grp.tx == nil {
 		return
 	}
-	c := o.c
 	tx, entries := o.grp.tx, o.grp.entries
 	o.grp.tx, o.grp.entries = nil, o.grp.entries[:0]
 	// The subscriber's window keeps other deliveries going meanwhile.
 	tx.Defer()
-	h, err := tx.Submit(c.ctx)
+	h, err := tx.Submit(o.ctx)
 	if err != nil {
-		c.warn("record outbound QoS 2", err)
-		c.fail(err)
+		o.conn.Warn("record outbound QoS 2", err)
+		o.conn.Fail(err)
 		return
 	}
 	for _, e := range entries {
-		e.h = h
-		if !c.push(e) {
+		e.H = h
+		if !o.conn.Push(e) {
 			return
 		}
 	}
@@ -278,8 +280,8 @@ func (o *outbound) flushGroup() {
 // tooLarge drops a QoS 0 or QoS 1 PUBLISH (packet id pi, 0 for QoS 0)
 // over the client's maximum packet size, as if acknowledged
 // [MQTT-3.1.2-25].
-func (o *outbound) tooLarge(pi uint16) {
-	o.c.b.metrics.DroppedTooLarge.Add(1)
+func (o *Session) tooLarge(pi uint16) {
+	o.env.Counters.DroppedTooLarge.Add(1)
 	if pi != 0 {
 		o.complete(pi)
 	}

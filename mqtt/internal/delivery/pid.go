@@ -1,4 +1,4 @@
-package mqtt
+package delivery
 
 // The packet ids of a session's outbound QoS 1 and QoS 2 exchanges.
 
@@ -8,7 +8,7 @@ package mqtt
 // PUBLISH is re-sent with its original packet id [MQTT-4.4.0-1]. The
 // restored id is used once, and only when no open exchange holds it.
 // Everything else takes the next free id.
-func (o *outbound) packetIDLocked(d delivery) uint16 {
+func (o *Session) packetIDLocked(d delivery) uint16 {
 	pos := d.ev.Cursor()
 	pi, ok := o.q1ids[pos]
 	if ok {
@@ -24,7 +24,7 @@ func (o *outbound) packetIDLocked(d delivery) uint16 {
 // the ids of open exchanges and those of ended QoS 2 exchanges whose
 // record delete has not committed yet (o.ending); o.mu held. nextPI is
 // kept in the session record (see sessionSweepTx) and restored from it.
-func (o *outbound) allocPI() uint16 {
+func (o *Session) allocPI() uint16 {
 	for {
 		o.nextPI++
 		if o.nextPI == 0 {

@@ -1,0 +1,392 @@
+// Package delivery is a session's sending side: what reaches a client
+// from the message log, from the broker's in-memory routing, from replays
+// of history and from table subscriptions, and the QoS 1 and QoS 2
+// exchanges that carry it, with their state in the store.
+//
+// A Session is fed by its member of the broker's router over the message
+// log (while the session keeps up; read from the log from its checkpoint
+// while it catches up), and by a queue of in-memory deliveries (QoS 0
+// publications, shared subscriptions, retained messages). Its sender
+// goroutine runs only while there is work, so an idle session holds none.
+// QoS 2 deliveries are recorded in session.OutTable before their PUBLISH,
+// and after PUBREC before their PUBREL, so a reconnect or restart re-sends
+// PUBREL, never the PUBLISH again. The acknowledged checkpoint, never past
+// an undelivered message, is persisted in the session record.
+package delivery
+
+import (
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"context"
+
+	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/counters"
+	"github.com/tidemark-io/tidemark/mqtt/internal/route"
+	"github.com/tidemark-io/tidemark/mqtt/internal/session"
+	"github.com/tidemark-io/tidemark/mqtt/internal/tabletopic"
+	"github.com/tidemark-io/tidemark/mqtt/internal/workers"
+	"github.com/tidemark-io/tidemark/mqtt/packet"
+	"github.com/tidemark-io/tidemark/mqtt/topic"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// Conn is what a session's delivery needs of its client's connection.
+// Its methods are safe for concurrent use; those that queue (Push,
+// LaterDelivery, Ack) keep the order of their calls.
+type Conn interface {
+	// Context ends when the connection does.
+	Context() context.Context
+	// Logger logs on behalf of the connection.
+	Logger() Logger
+	// V5 reports whether the client speaks MQTT 5.0.
+	V5() bool
+	// MayRead reports whether the client may receive a message
+	// published on topic now (the access rules may have changed since
+	// it subscribed).
+	MayRead(topic string) bool
+	// Write writes p and flushes it.
+	Write(p packet.Packet) error
+	// WriteBuffered writes p into the connection's buffer; Flush, or
+	// the next write that flushes, sends it.
+	WriteBuffered(p packet.Packet) error
+	// TryWrite writes p, with a topic alias applied as ApplyAlias does,
+	// only if that takes no waiting: written is false when another
+	// writer holds the connection or has packets buffered. flushed is
+	// false when the socket did not take all at once; the rest stays
+	// buffered for the next Flush.
+	TryWrite(p *packet.Publish) (written, flushed bool, err error)
+	// ApplyAlias gives p a topic alias when the client takes them.
+	ApplyAlias(p *packet.Publish)
+	// Flush sends what is buffered.
+	Flush()
+	// Push queues e in the connection's acknowledgement FIFO, behind
+	// what is queued. False means the connection is ending.
+	Push(e Pending) bool
+	// LaterDelivery adds write to the connection's pending commit of
+	// delivery state and queues e for when that commit completes.
+	LaterDelivery(write func(tx *table.Tx) error, e Pending) bool
+	// Ack queues p behind the connection's pending commit, for the read
+	// loop (an acknowledgement of the client's packet).
+	Ack(p packet.Packet) bool
+	// Fail ends the connection after err; Warn logs what failed first.
+	Fail(err error)
+	Warn(what string, err error)
+	// Disconnect ends the connection, telling a 5.0 client rc and why.
+	Disconnect(rc packet.ReasonCode, why string)
+	// Delivered reports a PUBLISH with packet id pi (0 at QoS 0) written
+	// to the client, for the broker's hooks.
+	Delivered(pi uint16)
+}
+
+// Logger logs on behalf of a connection.
+type Logger interface {
+	Debug(msg string, args ...any)
+	Info(msg string, args ...any)
+	Warn(msg string, args ...any)
+	Error(msg string, args ...any)
+}
+
+// Pending is an entry of a connection's acknowledgement FIFO that a
+// session queues: once H (if set) completes, Pkt (if set) is written and
+// Then runs.
+type Pending struct {
+	Pkt packet.Packet
+	PI  uint16 // Pkt's packet id
+	H   *engine.Handle
+	// Delivered: Pkt is a PUBLISH to the client (Conn.Delivered once
+	// written).
+	Delivered bool
+	// TooLarge, when set, runs instead of ending the connection when Pkt
+	// is over the client's maximum packet size.
+	TooLarge func()
+	Then     func()
+}
+
+// Env is what the sessions of one broker share: its store and router,
+// and the settings of delivery. Set its fields before the first New; an
+// Env is used by pointer and never copied.
+type Env struct {
+	DB      *table.DB
+	Router  *route.Router
+	Runners *workers.Pool
+	// Counters counts deliveries, drops and the in-flight gauge.
+	Counters *counters.Counters
+	// Tables is the table namespace, for table subscriptions.
+	Tables tabletopic.Space
+	// Group is how many deliveries' records may share one commit.
+	Group int
+	// CheckpointEvery bounds how long a completed delivery waits for a
+	// checkpoint write; RetentionEvery, how long a checkpoint that moved
+	// only over other sessions' messages does.
+	CheckpointEvery, RetentionEvery time.Duration
+	// MaxInflightBytes bounds the payload bytes in flight per session
+	// (0: no bound).
+	MaxInflightBytes int64
+	// MaxLazy bounds the exchange endings a session holds back (see
+	// lazyEnds); MaxStateDeletes the completion marks one checkpoint
+	// commit drops: both keep a commit within the engine's limit.
+	MaxLazy, MaxStateDeletes int
+	// OnStore runs a store call on the broker's store goroutines (where
+	// a commit's deep stack is already grown).
+	OnStore func(func())
+	// BeforeCheckpoint, when set, runs before a checkpoint commit is
+	// submitted (a test hook).
+	BeforeCheckpoint func(client string)
+
+	// publishes holds the PUBLISH packets of writes in passing (see
+	// SendNow), which no session keeps between messages.
+	publishes sync.Pool
+}
+
+// Session is one online session's sending side (see the package doc). A
+// Session lives as long as its connection.
+type Session struct {
+	env    *Env
+	conn   Conn
+	ctx    context.Context
+	log    Logger
+	client string
+	v5     bool
+	// rec is the session record; the session writes its delivery state
+	// (checkpoint, packet ids, subscriptions) into it under recordMu.
+	rec    *session.Record
+	window int
+	lazy   lazyEnds
+
+	mu   sync.Mutex
+	subs []topic.Subscription // the session's subscriptions
+	// recordMu is held from building a write of the session record to
+	// submitting it, so the record's writes commit in the order they were
+	// built: a checkpoint built before a SUBSCRIBE's write and committed
+	// after it would drop the new subscription, or move the checkpoint
+	// back below completion marks the later write already swept. Never
+	// taken on a store goroutine (see Env.OnStore), which would let a full set
+	// of them wait on writers that wait for a store goroutine.
+	recordMu sync.Mutex
+	// since holds, per plain subscription filter, the log position it was
+	// made at: it matches only messages after it, so a message published
+	// before the SUBSCRIBE that the sender reaches later is not delivered
+	// (nor delivered twice with its retained copy).
+	since sinceMarks
+	// queued counts PUBLISHes waiting in grp or the connection's FIFO.
+	queued atomic.Int32
+	// grp holds the records of QoS 2 deliveries not yet committed
+	// (sender only; see flushGroup).
+	grp      pendingGroup
+	inflight map[uint16]*outMsg
+	// inflightBytes sums the payload bytes of inflight, for
+	// Env.MaxInflightBytes.
+	inflightBytes int64
+	resumed       map[table.Cursor]*outMsg // restored QoS 2 state awaiting its log event
+	done          map[table.Cursor]bool    // QoS 2 completed above the checkpoint
+	// ending holds the packet ids of ended QoS 2 exchanges whose record
+	// delete is held back (see lazyEnds), with their log positions: the
+	// ids are not reused and the marks not dropped until it commits.
+	ending   map[uint16]table.Cursor
+	nextPI   uint16
+	sentHigh table.Cursor // the furthest log position ever sent
+	// q1ids holds the packet ids of QoS 1 deliveries unacknowledged when
+	// the session was last persisted, by log position, for their re-send.
+	q1ids map[table.Cursor]uint16
+	// liveFrom is the log head when this connection came online: QoS 0
+	// deliveries come only from messages after it.
+	liveFrom table.Cursor
+	freed    chan struct{}
+
+	sub       *table.Member
+	direct    directQueue
+	persisted table.Cursor
+
+	// replays holds the subscriptions replaying history, by filter (see
+	// replay.go); their forwarders hand events over on replayCh, made
+	// with the session's first replay (under mu; see replayChan).
+	replays  map[string]*Replay
+	replayCh chan replayItem
+	// posFilters holds the plain subscription filters whose deliveries
+	// carry their log position (PropPosition).
+	posFilters map[string]bool
+	// tables holds the readers of the subscriptions under the tables
+	// prefix, by filter (see tables.go); they hand deliveries over on
+	// tableCh, made with the session's first one (under mu).
+	tables  map[string]*tableFeed
+	tableCh chan tableItem
+
+	// progress counts completed QoS 1/2 deliveries; persisted at
+	// persistedProgress, at persistedAt.
+	progress          atomic.Uint64
+	persistedProgress atomic.Uint64
+	persistedAt       time.Time
+	// persistAsk asks the sender for a checkpoint write. A session has no
+	// ticker: the first delivery completed after a write arms a timer of
+	// Env.CheckpointEvery (armed), a window's worth of them (at most
+	// persistEvery: a client's window may be 65,535) asks at once, so a
+	// crash re-sends no more than that, and retention asks an
+	// idle session whose checkpoint moved over others' messages (asked).
+	// An idle session costs no wake-ups.
+	persistAsk atomic.Bool
+	armed      atomic.Bool
+	asked      atomic.Bool
+
+	snd sender
+	// pub is the sender's PUBLISH for a delivery written at once (see
+	// deliver): built in place, it costs no allocation per delivery. Made
+	// for a run of the sender and let go when the sender ends, so an idle
+	// session holds none. Sender only.
+	pub *packet.Publish
+}
+
+// pendingGroup is the sender's pending commit: the records of QoS 2
+// deliveries taken since its last flush, and their PUBLISHes, which wait
+// for that commit.
+type pendingGroup struct {
+	tx      *table.Tx
+	entries []Pending
+}
+
+// Restored is what a present session keeps in the store beside its
+// record: the values of its OutTable records (outbound QoS 2 exchanges)
+// and the log positions of its completion marks in DoneTable.
+type Restored struct {
+	Out  [][]byte
+	Done []table.Cursor
+}
+
+// New restores the sending side of the session of client, whose record
+// is rec, on conn; window is the client's receive maximum, head the log
+// head read once the connection was registered (QoS 0 deliveries come
+// only from messages after it), and restored the rest of a present
+// session's state (nil for a new session). Start begins sending.
+func New(env *Env, conn Conn, client string, rec *session.Record, window int, head table.Cursor, restored *Restored) *Session {
+	// The in-flight maps are made on first use: an idle session holds none.
+	o := &Session{
+		env: env, conn: conn, ctx: conn.Context(), log: conn.Logger(), client: client, v5: conn.V5(),
+		rec: rec, window: window,
+		freed:     make(chan struct{}, 1),
+		persisted: rec.Checkpoint, nextPI: rec.NextPI, sentHigh: rec.SentHigh,
+	}
+	o.subs = make([]topic.Subscription, 0, len(o.rec.Subs))
+	for _, s := range o.rec.Subs {
+		o.subs = append(o.subs, s.Subscription(o.client))
+		if s.Since != nil {
+			o.since.set(s.Filter, *s.Since)
+		}
+		if s.Pos {
+			if o.posFilters == nil {
+				o.posFilters = map[string]bool{}
+			}
+			o.posFilters[s.Filter] = true
+		}
+	}
+	for _, q := range o.rec.Q1 {
+		if o.q1ids == nil {
+			o.q1ids = map[table.Cursor]uint16{}
+		}
+		o.q1ids[q.Pos] = q.PI
+	}
+	o.liveFrom = head
+	if restored != nil {
+		o.restoreRecords(restored.Out)
+		o.restoreDone(restored.Done)
+	}
+	return o
+}
+
+// Start re-sends the restored QoS 2 state and starts the sender. It runs
+// once the CONNACK is written, on the read loop or the ack loop.
+func (o *Session) Start() {
+	// Re-send in the order first sent (log order), not map order: a
+	// topic's QoS 2 messages must reach the client in the order they were
+	// published [MQTT-4.6.0-6].
+	restored := make([]*outMsg, 0, len(o.inflight))
+	for _, om := range o.inflight {
+		restored = append(restored, om)
+	}
+	slices.SortFunc(restored, func(a, b *outMsg) int {
+		switch {
+		case a.pos.Less(b.pos):
+			return -1
+		case b.pos.Less(a.pos):
+			return 1
+		}
+		return 0
+	})
+	for _, om := range restored {
+		if om.state == outPubrec {
+			_ = o.conn.Write(&packet.Pubrel{PacketID: om.pi})
+		} else {
+			// The stored state keeps the message, not how it matched:
+			// match it again for its subscription identifiers and retain
+			// as published.
+			o.mu.Lock()
+			_, ids, rap, _ := o.match(om.msg, om.pos)
+			o.mu.Unlock()
+			d := delivery{msg: om.msg, qos: 2, ids: ids, retain: om.msg.Retain && rap, dup: true}
+			_ = o.conn.Write(o.publishPacket(d, om.pi))
+		}
+	}
+	if err := o.subscribe(o.rec.Checkpoint); err != nil {
+		o.log.Error("subscribe to the message log", "err", err)
+		o.conn.Fail(err)
+		o.snd.end()
+		return
+	}
+	o.begin() // catch up from the checkpoint
+	o.startTableFeeds()
+}
+
+// subscribe starts the session's member of the router: it catches up
+// from from, then joins the route.
+func (o *Session) subscribe(from table.Cursor) error {
+	m := o.env.Router.Member(from, func(ev table.Event) bool { return o.wants(ev.ID) }, o.wake)
+	o.mu.Lock()
+	o.sub = m
+	o.mu.Unlock()
+	o.env.Router.Join(o.client, m)
+	return nil
+}
+
+// skipTruncated moves the member to the oldest retained message after
+// retention removed messages the session had not received yet.
+func (o *Session) skipTruncated(cause error) bool {
+	st, err := o.env.DB.LogStats(o.ctx)
+	if err != nil || st.Floor == 0 {
+		return false
+	}
+	o.log.Warn("retention removed queued messages before the session received them", "err", cause)
+	o.env.Counters.DroppedRetention.Add(1)
+	o.sub.Restart(table.Cursor{Key: st.Floor - 1})
+	return true
+}
+
+// currentSub returns the session's member of the router.
+func (o *Session) currentSub() *table.Member {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.sub
+}
+
+// wants reports whether any plain subscription of the session matches.
+func (o *Session) wants(name string) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, s := range o.subs {
+		if s.Group == "" && topic.Match(s.Filter, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// Unindex removes the session's subscriptions from the broker's index:
+// each by its filter, so a teardown costs what the session's own
+// subscriptions cost, not a walk of every subscription in the index.
+func (o *Session) Unindex() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, s := range o.subs {
+		o.env.Router.Index().Remove(o.client, s.Group, s.Filter)
+	}
+}
