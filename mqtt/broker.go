@@ -58,7 +58,7 @@ import (
 const (
 	tableMsgs     = message.LogTable // one Message entry per QoS 1/2 publication
 	tableRetained = "mqtt.retained"  // id = topic
-	tableStaged   = "mqtt.qos2in"    // id = client id, NUL, packet id: staged inbound QoS 2
+	tableStaged   = session.StagedTable
 	tableOut      = session.OutTable
 	tableDone     = session.DoneTable
 )
@@ -335,6 +335,8 @@ type Broker struct {
 	rules *retention.Set
 	// overBudget is set while the heap exceeds Options.MaxMemory.
 	overBudget atomic.Bool
+	// sessions keeps the session records and their indexes.
+	sessions *session.Store
 	// deliv is what the sessions' sending sides share.
 	deliv *delivery.Env
 	// gate admits sockets (see accept.go).
@@ -374,6 +376,7 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 		tables: tabletopic.Space{Prefix: opts.TablesPrefix},
 		ctx:    ctx, cancel: cancel, rules: retention.NewSet(tableMsgs, opts.Retention),
 	}
+	b.sessions = &session.Store{DB: db, Log: b.log, MaxDeletes: b.maxStateDeletes, Online: b.onlineCheckpoint}
 	if err := b.startRouter(ctx); err != nil {
 		cancel()
 		return nil, err
@@ -387,7 +390,7 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 		MaxLazy: b.maxLazy(), MaxStateDeletes: b.maxStateDeletes(),
 		OnStore: b.onStore, BeforeCheckpoint: func(client string) { b.beforeSubmit(KindCheckpoint, client) },
 	}
-	if err := b.indexSessions(ctx); err != nil {
+	if err := b.sessions.IndexCheckpoints(ctx); err != nil {
 		cancel()
 		b.router.Close()
 		return nil, err

@@ -18,11 +18,6 @@ import (
 // the session record written, the sending side restored. It runs on a
 // store goroutine (see onStore), as one sequence of store calls.
 
-// maxLoadAttempts bounds the reads of a session record and its rows that
-// find the record rewritten in between: each one means another commit to
-// it landed, which a CONNECT does not race for long.
-const maxLoadAttempts = 5
-
 // sessionSetup is what the store calls of a CONNECT found and started.
 type sessionSetup struct {
 	// present says the session existed; settled that nothing the CONNECT
@@ -56,7 +51,7 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 	// over.
 	settled := c.will == nil && c.b.opts.NodeID == ""
 	if cleanStart {
-		dtx, err := c.b.discardTx(ctx, c.client, discardOpts{overwrite: true})
+		dtx, err := c.b.sessions.DiscardTx(ctx, c.client, session.DiscardOptions{Overwrite: true})
 		if err != nil {
 			return fail("discard session", err)
 		}
@@ -73,7 +68,7 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 		// deliver again QoS 2 messages the subscriber completed.
 		settledAbsent := settled
 		for attempt := 1; ; attempt++ {
-			rec, ver, ok, err := c.b.loadSession(ctx, c.client)
+			rec, ver, ok, err := c.b.sessions.Load(ctx, c.client)
 			if err != nil {
 				return fail("load session", err)
 			}
@@ -96,7 +91,7 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 				}
 				break
 			}
-			if attempt == maxLoadAttempts {
+			if attempt == session.MaxLoadAttempts {
 				return fail("load session state", fmt.Errorf("mqtt: session %q changed while it was read, %d times: %w", c.client, attempt, engine.ErrConflict))
 			}
 			c.stagedBefore = nil

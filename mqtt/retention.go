@@ -63,7 +63,7 @@ func (b *Broker) Retain(ctx context.Context) error {
 			return fmt.Errorf("mqtt: queued-message limit: %w", err)
 		}
 	}
-	low, ok, err := b.lowestCheckpoint(ctx, head)
+	low, ok, err := b.sessions.LowestCheckpoint(ctx, head)
 	if err != nil || !ok {
 		return err
 	}
@@ -94,6 +94,18 @@ func (b *Broker) Retain(ctx context.Context) error {
 	}
 	b.metrics.Truncations.Add(1)
 	return nil
+}
+
+// onlineCheckpoint returns the acknowledged checkpoint of client when it
+// is online on this node (see liveCheckpoint), at least persisted.
+func (b *Broker) onlineCheckpoint(client string, persisted table.Cursor) (table.Cursor, bool) {
+	b.mu.Lock()
+	_, on := b.conns[client]
+	b.mu.Unlock()
+	if !on {
+		return persisted, false
+	}
+	return b.liveCheckpoint(client, persisted), true
 }
 
 // liveCheckpoint returns an online session's acknowledged checkpoint, which

@@ -133,7 +133,7 @@ func TestStaleDiscardDeletesNothing(t *testing.T) {
 	stale := put(session.Record{Version: packet.V311, Expiry: session.NeverExpires})
 	current := put(session.Record{Version: packet.V311, Expiry: session.NeverExpires, Online: true})
 
-	if err := b.discardRead(ctx, "s", stale); !errors.Is(err, engine.ErrConflict) {
+	if err := b.sessions.DiscardIfAt(ctx, "s", stale); !errors.Is(err, engine.ErrConflict) {
 		t.Fatalf("discard on a stale read: %v, want a conflict", err)
 	}
 	if n := count(); n != rows {
@@ -143,7 +143,7 @@ func TestStaleDiscardDeletesNothing(t *testing.T) {
 		t.Fatalf("session record after a stale discard: %v", err)
 	}
 
-	if err := b.discardRead(ctx, "s", current); err != nil {
+	if err := b.sessions.DiscardIfAt(ctx, "s", current); err != nil {
 		t.Fatalf("discard on a current read: %v", err)
 	}
 	if n := count(); n != 0 {

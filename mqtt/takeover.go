@@ -85,7 +85,7 @@ func (c *conn) claimSession(ctx context.Context) {
 	claimed := false
 	var holder nodeWatch
 	for {
-		rec, ver, ok, err := b.loadSession(ctx, c.client)
+		rec, ver, ok, err := b.sessions.Load(ctx, c.client)
 		switch {
 		case err != nil:
 			return
@@ -202,7 +202,7 @@ func (c *conn) takeoverRemote(token string) {
 func (c *conn) handOff(ctx context.Context, token string) error {
 	b := c.b
 	for range 5 {
-		rec, ver, ok, err := b.loadSession(ctx, c.client)
+		rec, ver, ok, err := b.sessions.Load(ctx, c.client)
 		if err != nil {
 			return err
 		}
@@ -215,7 +215,7 @@ func (c *conn) handOff(ctx context.Context, token string) error {
 		}
 		var tx *table.Tx
 		if c.expiry == 0 {
-			tx, err = b.discardTx(ctx, c.client, discardOpts{ifVersion: ver})
+			tx, err = b.sessions.DiscardTx(ctx, c.client, session.DiscardOptions{IfVersion: ver})
 			if err == nil && tx == nil {
 				return nil // gone since the read above: nothing to hand over
 			}

@@ -62,7 +62,7 @@ func (b *Broker) cancelWill(client string) {
 // meantime rewrote the record: the commit then fails its version check and
 // the will is not published, as the reconnect cancels it.
 func (b *Broker) publishWill(ctx context.Context, client string, m *Message) error {
-	rec, ver, ok, err := b.loadSession(ctx, client)
+	rec, ver, ok, err := b.sessions.Load(ctx, client)
 	if err != nil {
 		return err
 	}

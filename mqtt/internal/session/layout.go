@@ -48,15 +48,18 @@ const (
 // prefix with another's.
 const Sep = "\x00"
 
-// The tables of a session's delivery state outside its record: outbound
-// QoS 2 exchanges in flight (OutTable, one record each, written before
-// the PUBLISH and again after the PUBREC) and the QoS 2 deliveries that
-// completed above the persisted checkpoint (DoneTable), which a resume
-// from the checkpoint must not send again. Both hold unchecked state,
-// under ids that start with the client id and Sep.
+// The tables of a session's exchanges outside its record: inbound QoS 2
+// messages staged until their PUBREL (StagedTable, first write wins),
+// outbound QoS 2 exchanges in flight (OutTable, one record each, written
+// before the PUBLISH and again after the PUBREC) and the QoS 2
+// deliveries that completed above the persisted checkpoint (DoneTable),
+// which a resume from the checkpoint must not send again. The last two
+// hold unchecked state. All have ids that start with the client id and
+// Sep, and a discard of the session deletes them with its record.
 const (
-	OutTable  = "mqtt.out"    // id = SlotID(client id, packet id)
-	DoneTable = "mqtt.q2done" // id = client id, Sep, log position
+	StagedTable = "mqtt.qos2in" // id = SlotID(client id, packet id)
+	OutTable    = "mqtt.out"    // id = SlotID(client id, packet id)
+	DoneTable   = "mqtt.q2done" // id = client id, Sep, log position
 )
 
 // SlotID is the id of client's record for packet id pi, in OutTable and
