@@ -41,6 +41,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/admit"
 	"github.com/tidemark-io/tidemark/mqtt/internal/counters"
 	"github.com/tidemark-io/tidemark/mqtt/internal/delivery"
 	"github.com/tidemark-io/tidemark/mqtt/internal/message"
@@ -340,7 +341,7 @@ type Broker struct {
 	// deliv is what the sessions' sending sides share.
 	deliv *delivery.Env
 	// gate admits sockets (see accept.go).
-	gate *gate
+	gate *admit.Gate
 	// tables is the table namespace under Options.TablesPrefix.
 	tables tabletopic.Space
 	auth   authState
@@ -372,7 +373,7 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 	b := &Broker{
 		db: db, opts: opts, log: opts.Logger.With("component", "mqtt"), group: maxGroup,
 		conns: map[string]*conn{}, wills: map[string]*pendingWill{},
-		gate: newGate(opts.MaxConnections, opts.MaxConnRate), runners: workers.NewPool(ctx),
+		gate: admit.New(opts.MaxConnections, opts.MaxConnRate), runners: workers.NewPool(ctx),
 		tables: tabletopic.Space{Prefix: opts.TablesPrefix},
 		ctx:    ctx, cancel: cancel, rules: retention.NewSet(tableMsgs, opts.Retention),
 	}
@@ -454,7 +455,7 @@ func (b *Broker) Close() error {
 		conns = append(conns, c)
 	}
 	b.mu.Unlock()
-	b.gate.close()
+	b.gate.Close()
 	for _, c := range conns {
 		c.shutdown()
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/internal/ackqueue"
+	"github.com/tidemark-io/tidemark/mqtt/internal/admit"
 	"github.com/tidemark-io/tidemark/mqtt/internal/counters"
 	"github.com/tidemark-io/tidemark/mqtt/internal/delivery"
 	"github.com/tidemark-io/tidemark/mqtt/internal/netio"
@@ -126,11 +127,8 @@ type conn struct {
 	token   string
 	handoff atomic.Pointer[string]
 
-	// prev and next link the sockets waiting for their CONNECT, and
-	// waiting says this one is among them; the gate's lock guards all
-	// three.
-	prev, next *conn
-	waiting    bool
+	// sock is the socket as the broker's gate admits it.
+	sock admit.Socket
 	// lingering is set when the connection ends after telling the client
 	// why: the socket is half-closed and serve drains it before closing.
 	lingering atomic.Bool
@@ -183,7 +181,7 @@ type ackEntry struct {
 func newConn(b *Broker, nc net.Conn) *conn {
 	br := netio.NewReader(nc)
 	c := &conn{
-		b: b, nc: nc,
+		b: b, nc: nc, sock: admit.Socket{Conn: nc},
 		rd: packet.NewReader(br, b.opts.MaxPacketSize), br: br,
 		w: packet.NewWriter(nc, packet.V311),
 	}
@@ -400,7 +398,7 @@ func (c *conn) serve() {
 func (c *conn) readConnect() *packet.Connect {
 	_ = c.nc.SetReadDeadline(time.Now().Add(c.b.opts.ConnectTimeout))
 	p, err := c.rd.ReadPacket()
-	if !c.b.gate.connected(c) {
+	if !c.b.gate.Connected(&c.sock) {
 		return nil // evicted to make room, or the broker is closing
 	}
 	if err != nil {
@@ -438,7 +436,7 @@ func (c *conn) end() {
 
 // released gives the connection's place back to the gate and the broker.
 func (c *conn) released() {
-	c.b.gate.release(c)
+	c.b.gate.Release(&c.sock)
 	c.b.wg.Done()
 }
 

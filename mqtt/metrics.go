@@ -106,7 +106,7 @@ func (b *Broker) Stats() Stats {
 			"memory": m.DroppedMemory.Load(),
 		},
 	}
-	s.Sockets, s.AwaitingConnect = b.gate.counts()
+	s.Sockets, s.AwaitingConnect = b.gate.Counts()
 	s.Refused = map[string]uint64{
 		counters.RefusedCap: m.RefusedCap.Load(), counters.RefusedEvicted: m.RefusedEvicted.Load(), counters.RefusedRate: m.RefusedRate.Load(),
 		counters.RefusedTimeout: m.RefusedTimeout.Load(), counters.RefusedClosing: m.RefusedClosing.Load(),
