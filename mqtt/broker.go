@@ -46,6 +46,7 @@ import (
 	"github.com/tidemark-io/tidemark/mqtt/internal/delivery"
 	"github.com/tidemark-io/tidemark/mqtt/internal/message"
 	"github.com/tidemark-io/tidemark/mqtt/internal/netio"
+	"github.com/tidemark-io/tidemark/mqtt/internal/queuelimit"
 	"github.com/tidemark-io/tidemark/mqtt/internal/retention"
 	"github.com/tidemark-io/tidemark/mqtt/internal/route"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
@@ -327,9 +328,10 @@ type Broker struct {
 	// retained counts retained messages for Options.MaxRetained.
 	retained retainedCount
 	history  historyIndex
-	// queues keeps Options.MaxQueuedMessages (see queued.go); cutting
-	// holds, under mu, the clients whose checkpoint it is moving.
-	queues  queueCounts
+	// queues keeps Options.MaxQueuedMessages and MaxQueuedBytes;
+	// cutting holds, under mu, the clients whose checkpoint it is moving
+	// (see beginQueueCut).
+	queues  *queuelimit.Limiter
 	cutting map[string]chan struct{}
 	// rules locates the messages of Options.Retention's rules (nil
 	// without rules).
@@ -377,6 +379,8 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 		tables: tabletopic.Space{Prefix: opts.TablesPrefix},
 		ctx:    ctx, cancel: cancel, rules: retention.NewSet(tableMsgs, opts.Retention),
 	}
+	b.queues = &queuelimit.Limiter{DB: db, Log: b.log, Counters: &b.metrics, MaxMessages: opts.MaxQueuedMessages, MaxBytes: opts.MaxQueuedBytes,
+		Online: b.onlineCheckpoint, BeginCut: b.beginQueueCut, BeforeCut: func(client string) { b.beforeSubmit(KindQueueCut, client) }}
 	b.sessions = &session.Store{DB: db, Log: b.log, MaxDeletes: b.maxStateDeletes, Online: b.onlineCheckpoint}
 	if err := b.startRouter(ctx); err != nil {
 		cancel()

@@ -90,7 +90,7 @@ func (o *Options) normLimits() {
 	case o.MaxQueuedMessages == 0:
 		o.MaxQueuedMessages = DefaultMaxQueuedMessages
 	case o.MaxQueuedMessages < 0:
-		o.MaxQueuedMessages = 0 // no cap (limitQueues)
+		o.MaxQueuedMessages = 0 // no cap (see queuelimit)
 	}
 	if o.MaxQueuedBytes < 0 {
 		o.MaxQueuedBytes = 0

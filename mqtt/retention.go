@@ -59,7 +59,7 @@ func (b *Broker) Retain(ctx context.Context) error {
 		return err
 	}
 	if b.opts.MaxQueuedMessages > 0 || b.opts.MaxQueuedBytes > 0 {
-		if err := b.limitQueues(ctx, head); err != nil {
+		if err := b.queues.Limit(ctx, head); err != nil {
 			return fmt.Errorf("mqtt: queued-message limit: %w", err)
 		}
 	}
