@@ -53,9 +53,9 @@ func SessionOf(ctx context.Context, db *table.DB, client string) (_ SessionInfo,
 		return SessionInfo{}, false, fmt.Errorf("session %q: %w", client, err)
 	}
 	si := infoOf(r, &s)
-	for t, n := range map[string]*int{tableOut: &si.OutboundQoS2, tableStaged: &si.StagedQoS2} {
-		err := db.Range(ctx, t, client+slotSep, func(r table.Record) bool {
-			if !r.Deleted && strings.LastIndex(r.ID, slotSep) == len(client) {
+	for t, n := range map[string]*int{session.OutTable: &si.OutboundQoS2, session.StagedTable: &si.StagedQoS2} {
+		err := db.Range(ctx, t, client+session.Sep, func(r table.Record) bool {
+			if !r.Deleted && strings.LastIndex(r.ID, session.Sep) == len(client) {
 				*n++
 			}
 			return true
@@ -106,7 +106,7 @@ func EachSession(ctx context.Context, db *table.DB, fn func(SessionInfo) bool) e
 		m := map[string]int{}
 		err := db.Range(ctx, t, "", func(r table.Record) bool {
 			if !r.Deleted {
-				if i := strings.LastIndex(r.ID, slotSep); i >= 0 {
+				if i := strings.LastIndex(r.ID, session.Sep); i >= 0 {
 					m[r.ID[:i]]++
 				}
 			}
@@ -114,11 +114,11 @@ func EachSession(ctx context.Context, db *table.DB, fn func(SessionInfo) bool) e
 		})
 		return m, err
 	}
-	outN, err := count(tableOut)
+	outN, err := count(session.OutTable)
 	if err != nil {
 		return err
 	}
-	staged, err := count(tableStaged)
+	staged, err := count(session.StagedTable)
 	if err != nil {
 		return err
 	}

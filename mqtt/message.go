@@ -13,7 +13,7 @@ type UserProperty = message.UserProperty
 // Message (see UnmarshalBinary). An application that embeds the broker
 // can follow it with the table layer (table.DB.Follow with
 // IncludeSuperseded, since every message is an entry of its own).
-const MessageTable = tableMsgs
+const MessageTable = message.LogTable
 
 // Message is an application message as the broker stores and routes it:
 // what a PUBLISH carried, plus who published it and when it expires. Its

@@ -59,7 +59,7 @@ const provisionBatch = 1024
 func AddOfflineSessions(ctx context.Context, db *table.DB, sessions []OfflineSession) error {
 	for i, s := range sessions {
 		switch {
-		case s.ClientID == "" || !utf8.ValidString(s.ClientID) || strings.Contains(s.ClientID, slotSep):
+		case s.ClientID == "" || !utf8.ValidString(s.ClientID) || strings.Contains(s.ClientID, session.Sep):
 			return fmt.Errorf("mqtt: offline session %d: client id %q: give a non-empty UTF-8 client id without U+0000", i, s.ClientID)
 		case s.Version != packet.V311 && s.Version != packet.V5:
 			return fmt.Errorf("mqtt: offline session %q: protocol version %d: use packet.V311 or packet.V5", s.ClientID, s.Version)

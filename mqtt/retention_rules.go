@@ -3,6 +3,7 @@ package mqtt
 import (
 	"context"
 
+	"github.com/tidemark-io/tidemark/mqtt/internal/message"
 	"github.com/tidemark-io/tidemark/mqtt/internal/retention"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -35,5 +36,5 @@ type RetentionStat = retention.Stat
 // matching messages, their bytes and the oldest one's time. For offline
 // tools (tidemark inspect); no broker need run.
 func RetentionInfo(ctx context.Context, db *table.DB) ([]RetentionStat, error) {
-	return retention.Info(ctx, db, tableMsgs)
+	return retention.Info(ctx, db, message.LogTable)
 }

@@ -1,0 +1,216 @@
+package broker
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/tidemark-io/tidemark/mqtt/internal/counters"
+	"github.com/tidemark-io/tidemark/mqtt/packet"
+)
+
+// authState bounds the authentications running at once: a password hash
+// costs tens of milliseconds of CPU by design, and a flood of CONNECTs
+// must not take that CPU from the sessions already connected.
+type authState struct {
+	once sync.Once
+	sem  chan struct{}
+}
+
+func (b *Broker) authSem() chan struct{} {
+	b.auth.once.Do(func() {
+		n := b.opts.AuthConcurrency
+		if n <= 0 {
+			n = max(runtime.GOMAXPROCS(0)/2, 1)
+		}
+		b.auth.sem = make(chan struct{}, n)
+	})
+	return b.auth.sem
+}
+
+// authWait bounds how long a CONNECT waits for a hashing slot before it
+// is refused as "server busy".
+const authWait = 5 * time.Second
+
+// tlsStater is a connection that carries a TLS session: *tls.Conn, and
+// the WebSocket connections of a secure listener.
+type tlsStater interface {
+	ConnectionState() tls.ConnectionState
+}
+
+// authenticate runs the Authenticator and the client id and will checks
+// of a CONNECT; false means the client is refused with the returned code.
+// A refusal is answered only after Options.AuthFailureDelay from the
+// start of the attempt: a client guessing passwords waits, the broker's
+// CPU does not.
+func (c *conn) authenticate(cp *packet.Connect, assigned bool) (packet.ReasonCode, bool) {
+	start := time.Now()
+	id, err := c.b.identify(c.ctx, c.connInfo(cp, assigned))
+	if err == nil {
+		id.ClientID = c.client
+		if ca, ok := c.b.opts.Authorizer.(ClientIDAuthorizer); ok && !assigned && !ca.AllowClientID(c.ctx, id) {
+			err = fmt.Errorf("client id %q: %w", c.client, ErrNotAuthorized)
+		}
+	}
+	if err == nil && cp.Will != nil && !c.b.allow(c.ctx, id, AccessWrite, cp.Will.Topic) {
+		err = fmt.Errorf("will topic %q: %w", cp.Will.Topic, ErrNotAuthorized)
+	}
+	if err == nil {
+		c.id = id
+		return packet.Success, true
+	}
+	reason, rc := counters.AuthError, packet.ServerUnavailable
+	switch {
+	case errors.Is(err, ErrBadCredentials):
+		reason, rc = counters.AuthBadCredentials, packet.BadUserNameOrPassword
+	case errors.Is(err, ErrNotAuthorized):
+		reason, rc = counters.AuthNotAuthorized, packet.NotAuthorized
+	case errors.Is(err, errAuthBusy):
+		reason, rc = counters.AuthBusy, packet.ServerBusy
+	}
+	c.b.metrics.AuthRefused[reason].Add(1)
+	c.log.Warn("connection refused", "user", cp.Username, "reason", counters.AuthReasonNames[reason], "err", err)
+	if d := c.b.opts.AuthFailureDelay; d > 0 {
+		t := time.NewTimer(time.Until(start.Add(d)))
+		select {
+		case <-t.C:
+		case <-c.ctx.Done():
+		}
+		t.Stop()
+	}
+	return rc, false
+}
+
+var errAuthBusy = errors.New("mqtt: too many authentications in progress")
+
+// identify runs the Authenticator within the concurrency bound; without
+// one, a client is who it says it is.
+func (b *Broker) identify(ctx context.Context, info ConnInfo) (Identity, error) {
+	a := b.opts.Authenticator
+	if a == nil {
+		return Identity{Username: info.Username}, nil
+	}
+	sem := b.authSem()
+	t := time.NewTimer(authWait)
+	defer t.Stop()
+	select {
+	case sem <- struct{}{}:
+	case <-t.C:
+		return Identity{}, errAuthBusy
+	case <-ctx.Done():
+		return Identity{}, ctx.Err()
+	}
+	defer func() { <-sem }()
+	return a.Authenticate(ctx, info)
+}
+
+func (c *conn) connInfo(cp *packet.Connect, assigned bool) ConnInfo {
+	info := ConnInfo{
+		HasUsername: cp.HasUsername, Username: cp.Username,
+		HasPassword: cp.HasPassword, Password: cp.Password,
+		ProtocolVersion: byte(cp.Version), Remote: c.nc.RemoteAddr(),
+	}
+	if !assigned {
+		info.ClientID = c.client
+	}
+	if ts, ok := c.nc.(tlsStater); ok {
+		if st := ts.ConnectionState(); st.HandshakeComplete {
+			info.TLS = &st
+		}
+	}
+	return info
+}
+
+// allow asks the Authorizer, counting refusals; without one everything
+// is allowed.
+func (b *Broker) allow(ctx context.Context, id Identity, a Access, name string) bool {
+	az := b.opts.Authorizer
+	if az == nil || az.Allow(ctx, id, a, name) {
+		return true
+	}
+	switch a {
+	case AccessRead:
+		b.metrics.Denied[0].Add(1)
+	case AccessWrite:
+		b.metrics.Denied[1].Add(1)
+	default:
+		b.metrics.Denied[2].Add(1)
+	}
+	return false
+}
+
+// mayRead reports whether the connection of client, authenticated as user
+// (empty: anonymous), may receive a message published on topic. The
+// delivery path calls it per message: a subscription was checked when it
+// was made, but the rules may have been reloaded since, and a persistent
+// session's subscriptions were checked under the rules of their day.
+func (b *Broker) mayRead(client, user, topic string) bool {
+	if b.opts.Authorizer == nil {
+		return true
+	}
+	return b.allow(b.ctx, Identity{Username: user, ClientID: client}, AccessRead, topic)
+}
+
+// mayPublish reports whether the connection may publish on name.
+func (c *conn) mayPublish(name string) bool {
+	if c.b.allow(c.ctx, c.id, AccessWrite, name) {
+		return true
+	}
+	c.log.Debug("publish refused", "user", c.id.Username, "topic", name)
+	return false
+}
+
+// maySubscribe reports whether the connection may subscribe to filter
+// (for a shared subscription, the filter after $share/{group}/).
+func (c *conn) maySubscribe(filter string) bool {
+	if c.b.allow(c.ctx, c.id, AccessSubscribe, filter) {
+		return true
+	}
+	c.log.Info("subscription refused", "user", c.id.Username, "filter", filter)
+	return false
+}
+
+// refusePublish answers a PUBLISH the connection may not make: a 5.0
+// client gets "not authorized" in its PUBACK or PUBREC; a 3.1.1 client,
+// which has no way to be told, gets its acknowledgement and the message
+// is dropped, as [MQTT-3.3.5-2] allows, which keeps its session. QoS 0
+// is dropped.
+func (c *conn) refusePublish(p *packet.Publish) bool {
+	var rc packet.ReasonCode
+	if c.version == packet.V5 {
+		rc = packet.NotAuthorized
+	}
+	switch p.QoS {
+	case packet.QoS1:
+		return c.ack(ackEntry{pkt: &packet.Puback{PacketID: p.PacketID, ReasonCode: rc}, pi: p.PacketID})
+	case packet.QoS2:
+		// No exchange is kept: a 3.1.1 client's PUBREL finds nothing
+		// staged and gets its PUBCOMP; a 5.0 client sends none after a
+		// failure code (5.0 section 4.3.3).
+		if ex := c.exchanges[p.PacketID]; ex != nil && !ex.released {
+			return c.ack(ackEntry{pkt: &packet.Pubrec{PacketID: p.PacketID}, pi: p.PacketID})
+		}
+		return c.ack(ackEntry{pkt: &packet.Pubrec{PacketID: p.PacketID, ReasonCode: rc}, pi: p.PacketID})
+	}
+	return true
+}
+
+// capKeepAlive applies Options.MaxKeepAlive to the client's keep alive.
+// tell reports that a 5.0 client must be told the value in its CONNACK;
+// false ok refuses a 3.1.1 client over the cap, which cannot be told.
+func (c *conn) capKeepAlive() (tell, ok bool) {
+	m := c.b.opts.MaxKeepAlive.Truncate(time.Second)
+	if m <= 0 || (c.keepAlive > 0 && c.keepAlive <= m) {
+		return false, true
+	}
+	if c.version != packet.V5 {
+		c.log.Info("connection refused: keep alive over --max-keep-alive", "keep_alive", c.keepAlive, "max", m)
+		return false, false
+	}
+	c.keepAlive = min(m, 65535*time.Second)
+	return true, true
+}

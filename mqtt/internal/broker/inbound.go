@@ -1,0 +1,469 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"time"
+
+	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/delivery"
+	"github.com/tidemark-io/tidemark/mqtt/packet"
+	"github.com/tidemark-io/tidemark/mqtt/topic"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+var errClosedConn = errors.New("mqtt: connection closed")
+
+func contextWithTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}
+
+// handlePublish takes an inbound PUBLISH. The read loop never waits for the
+// store: QoS 1 and 2 commits are submitted and their acknowledgements
+// queued in the connection's FIFO.
+func (c *conn) handlePublish(p *packet.Publish) bool {
+	defer p.Release()
+	name := p.Topic
+	if c.version == packet.V5 && p.Properties.Has(packet.PropTopicAlias) {
+		alias := p.Properties.TopicAlias
+		if alias == 0 || int(alias) > c.b.opts.TopicAliasMaximum {
+			c.disconnect(packet.TopicAliasInvalid, "topic alias out of range") // [MQTT-3.3.2-9]
+			return false
+		}
+		if name != "" {
+			if c.aliases == nil {
+				c.aliases = map[uint16]string{}
+			}
+			c.aliases[alias] = name
+		} else if name = c.aliases[alias]; name == "" {
+			c.disconnect(packet.ProtocolError, "unknown topic alias")
+			return false
+		}
+	}
+	if !topic.ValidName(name) {
+		c.disconnect(packet.TopicNameInvalid, "invalid topic name")
+		return false
+	}
+	if err := c.b.checkTopic(name); err != nil {
+		return c.refuseTopic(p, err)
+	}
+	if len(p.Properties.SubscriptionIDs) > 0 {
+		c.disconnect(packet.ProtocolError, "subscription identifier in a PUBLISH from a client") // [MQTT-3.3.4-6]
+		return false
+	}
+	if c.b.tables.Contains(name) {
+		if _, _, err := c.b.tables.Split(name); err != nil {
+			return c.refuseTableTopic(p, err)
+		}
+	}
+	if !c.mayPublish(name) {
+		return c.refusePublish(p)
+	}
+	if p.QoS > 0 && c.version == packet.V5 && int(c.inQoS1.Load())+c.pendingExchanges() >= c.b.opts.ReceiveMaximum {
+		c.disconnect(packet.ReceiveMaximumExceeded, "receive maximum exceeded") // [MQTT-3.3.4-7]
+		return false
+	}
+	if c.b.overBudget.Load() {
+		return c.refuseOverBudget(p)
+	}
+	c.b.metrics.MsgsIn[p.QoS].Add(1)
+	c.b.metrics.BytesIn.Add(uint64(len(p.Payload)))
+	if p.QoS == packet.QoS1 && !p.Retain && !c.b.tables.Contains(name) {
+		return c.publishQoS1(p, name)
+	}
+	m := &Message{Topic: name, Payload: append([]byte{}, p.Payload...), QoS: byte(p.QoS), Retain: p.Retain, From: c.client}
+	setMessageProps(m, &p.Properties, time.Now())
+	switch p.QoS {
+	case packet.QoS0:
+		// With more input read, more messages are coming at once: the
+		// senders write them in bursts, not one system call each here.
+		c.b.publishQoS0(c.ctx, m, c.br.Buffered() == 0)
+		return true
+	case packet.QoS1:
+		c.b.beforeSubmit(KindPublish, c.client)
+		c.inQoS1.Add(1)
+		return c.later(func(tx *table.Tx) error { return c.b.addMessage(tx, m) },
+			ackEntry{pkt: &packet.Puback{PacketID: p.PacketID}, qos1: true, kind: KindPublish, pi: p.PacketID})
+	default:
+		return c.publishQoS2(p, m)
+	}
+}
+
+// publishQoS1 queues a QoS 1 message that is neither retained nor a table
+// write, with its PUBACK for when it is stored. It is encoded from the
+// packet at once, so its payload is copied once, into the stored form, and
+// no Message outlives the call.
+func (c *conn) publishQoS1(p *packet.Publish, name string) bool {
+	m := Message{Topic: name, Payload: p.Payload, QoS: byte(packet.QoS1), From: c.client}
+	setMessageProps(&m, &p.Properties, time.Now())
+	enc, _ := m.MarshalBinary() // the stored form cannot fail to encode
+	c.b.beforeSubmit(KindPublish, c.client)
+	c.inQoS1.Add(1)
+	return c.later(func(tx *table.Tx) error { return tx.Message(tableMsgs, name, enc) },
+		ackEntry{ack: packet.TypePuback, qos1: true, kind: KindPublish, pi: p.PacketID})
+}
+
+func (c *conn) pendingExchanges() int { return c.pendingQoS2 }
+
+// submitNow starts a commit.
+func (c *conn) submitNow(tx *table.Tx) (*engine.Handle, error) {
+	h, err := tx.Submit(c.ctx)
+	if err != nil {
+		c.warn("submit failed", err)
+		c.disconnect(packet.UnspecifiedError, "store unavailable")
+		return nil, err
+	}
+	return h, nil
+}
+
+// publishQoS2 stages a QoS 2 message (first write wins) and queues PUBREC
+// for when the staging is durable.
+func (c *conn) publishQoS2(p *packet.Publish, m *Message) bool {
+	pi := p.PacketID
+	ex := c.exchanges[pi]
+	if ex != nil && !ex.released {
+		// A re-sent PUBLISH of a pending exchange: no second store, which
+		// could land after the release and leave a stray copy; still owed
+		// its PUBREC.
+		return c.ack(ackEntry{ack: packet.TypePubrec, pi: pi, atSent: PointPubrecSent})
+	}
+	if ex != nil {
+		delete(c.exchanges, pi) // a new publication on a released id
+	}
+	enc, err := m.MarshalBinary()
+	if err != nil {
+		c.disconnect(packet.UnspecifiedError, err.Error())
+		return false
+	}
+	id := slotID(c.client, pi)
+	// The slot is state no version entry tracks (one engine entry to
+	// write and one to delete): its checks read the record itself.
+	stage := func(tx *table.Tx) error {
+		if err := tx.ExpectNoState(tableStaged, id); err != nil {
+			return err
+		}
+		return tx.PutStateUnchecked(tableStaged, id, enc)
+	}
+	entry := ackEntry{ack: packet.TypePubrec, after: func(err error) error {
+		if errors.Is(err, engine.ErrConflict) {
+			return nil // already staged: a duplicate, still owed its PUBREC
+		}
+		return err
+	}, kind: KindStage, pi: pi, atSent: PointPubrecSent}
+	c.b.beforeSubmit(KindStage, c.client)
+	c.pendingQoS2++
+	// A DUP PUBLISH the connection does not know may repeat one staged by
+	// an earlier connection with other bytes: keep no copy, so the PUBREL
+	// loads whichever bytes won. The exchange is pending all the same: its
+	// PUBREL waits for this staging, and a re-sent PUBLISH stores nothing.
+	ex = &exchange{}
+	if !p.Dup && c.copies < maxCopies && c.copyBytes+len(enc) <= maxCopyBytes {
+		ex.msg, ex.size = m, len(enc)
+		c.copies++
+		c.copyBytes += len(enc)
+	}
+	c.exchanges[pi] = ex
+	if !p.Dup && !c.stagedBefore[pi] {
+		// A first transmission on an id no earlier connection left
+		// staged: its slot is free, so its staging joins the others that
+		// came with it (a failed check would send the group down the slow
+		// path, and the stagings after it into the store before it).
+		// When a check of the group fails, ex.h says so, and the PUBREL
+		// waits for the redo, then reads the staged copy from the store.
+		return c.laterChecked(checkedPart{write: stage,
+			bind: func(h *engine.Handle, v table.Version, r *redo) { ex.h, ex.version, ex.redo = h, uint64(v), r },
+		}, entry)
+	}
+	// A DUP, or an id an earlier connection staged, usually finds its
+	// slot taken: a commit of its own.
+	tx := c.b.db.Begin()
+	if err := stage(tx); err != nil {
+		c.disconnect(packet.UnspecifiedError, err.Error())
+		return false
+	}
+	h, err := c.submit(tx)
+	if err != nil {
+		return false
+	}
+	ex.version, ex.h = uint64(tx.Version()), h
+	entry.h = h
+	return c.ack(entry)
+}
+
+// handlePubrel releases a staged QoS 2 message.
+func (c *conn) handlePubrel(p *packet.Pubrel) bool {
+	pi := p.PacketID
+	c.b.at(PointPubrelRead, c.client, pi)
+	if !c.flushGroup() { // the staging this PUBREL may wait for
+		return false
+	}
+	ex := c.exchanges[pi]
+	if ex != nil && ex.released {
+		// Released already; never consult the store again for it.
+		return c.ack(ackEntry{ack: packet.TypePubcomp, pi: pi, atSent: PointPubcompSent})
+	}
+	if ex != nil {
+		// Staged by this connection: the read below must see the staging
+		// (only this id's commit is waited for, so PUBRELs that read the
+		// store do not queue behind every commit before them).
+		select {
+		case <-ex.h.Done():
+		case <-c.ctx.Done():
+			return false
+		}
+		if ex.redo != nil && errors.Is(ex.h.Err(), engine.ErrConflict) {
+			// Its group failed a check: the ack loop commits the
+			// stagings one by one; this one may be among them.
+			select {
+			case <-ex.redo.done:
+			case <-c.ctx.Done():
+				return false
+			}
+		}
+		if ex.msg != nil && ex.h.Err() == nil {
+			enc, err := ex.msg.MarshalBinary() // the bytes staged: the encoding is deterministic
+			if err != nil {
+				c.disconnect(packet.UnspecifiedError, err.Error())
+				return false
+			}
+			return c.release(pi, ex.msg, staged{version: table.Version(ex.version), enc: enc})
+		}
+	}
+	// No copy here (a DUP PUBLISH, a new connection, past the copy caps,
+	// or the staging found the slot taken): the store is the source of
+	// truth.
+	id := slotID(c.client, pi)
+	rec, err := c.b.db.Get(c.ctx, tableStaged, id)
+	if errors.Is(err, table.ErrNotFound) {
+		c.forget(pi)
+		comp := &packet.Pubcomp{PacketID: pi}
+		if c.version == packet.V5 {
+			comp.ReasonCode = packet.PacketIdentifierNotFound
+		}
+		return c.ack(ackEntry{pkt: comp, pi: pi, atSent: PointPubcompSent})
+	}
+	if err != nil {
+		c.disconnect(packet.UnspecifiedError, "store unavailable")
+		return false
+	}
+	c.b.at(PointStagedLoad, c.client, pi)
+	var m Message
+	if err := m.UnmarshalBinary(rec.Value); err != nil {
+		// Discard the corrupt copy so the PUBREL the client retries
+		// converges to a clean PUBCOMP; fail this connection without one.
+		tx := c.b.db.Begin()
+		tx.DeleteState(tableStaged, id)
+		if cerr := tx.Commit(c.ctx); cerr != nil {
+			c.log.Warn("discard corrupt staged message", "err", cerr)
+		}
+		c.log.Warn("corrupt staged message discarded", "packet_id", pi, "err", err)
+		c.disconnect(packet.UnspecifiedError, "corrupt staged message")
+		return false
+	}
+	return c.release(pi, &m, staged{version: rec.Version, enc: rec.Value, read: true})
+}
+
+// staged is a staged copy as its commit wrote it.
+type staged struct {
+	version table.Version
+	enc     []byte // the stored form of the message
+	// read says it was read from the store: an earlier run of the broker
+	// may have staged it with a version entry beside the record.
+	read bool
+}
+
+// release appends the staged message to the log and deletes the staged
+// copy in one commit, conditional on the copy still being the one staged
+// (its version and bytes): of two releases racing (a retried PUBREL here
+// or on another node), exactly one delivers.
+func (c *conn) release(pi uint16, m *Message, st staged) bool {
+	id := slotID(c.client, pi)
+	tx := c.b.db.Begin()
+	tx.ExpectState(tableStaged, id, st.version, st.enc)
+	if st.read {
+		tx.DeleteState(tableStaged, id) // the version entry too, if there is one
+	} else {
+		tx.DeleteStateUnchecked(tableStaged, id)
+	}
+	if err := c.b.addMessageEnc(tx, m, st.enc); err != nil {
+		c.disconnect(packet.UnspecifiedError, err.Error())
+		return false
+	}
+	c.b.beforeSubmit(KindRelease, c.client)
+	h, err := c.submit(tx)
+	if err != nil {
+		return false
+	}
+	c.forget(pi)
+	c.exchanges[pi] = &exchange{released: true}
+	return c.ack(ackEntry{ack: packet.TypePubcomp, h: h, after: func(err error) error {
+		if errors.Is(err, engine.ErrConflict) {
+			return nil // released by an earlier PUBREL: deliver nothing more
+		}
+		return err
+	}, kind: KindRelease, pi: pi, atDone: PointReleaseCommitted, atSent: PointPubcompSent})
+}
+
+// forget drops the copy held for pi; the exchange no longer counts
+// against the receive maximum.
+func (c *conn) forget(pi uint16) {
+	if c.pendingQoS2 > 0 {
+		c.pendingQoS2--
+	}
+	if ex := c.exchanges[pi]; ex != nil && ex.msg != nil {
+		c.copies--
+		c.copyBytes -= ex.size
+	}
+	delete(c.exchanges, pi)
+}
+
+// addMessage appends a QoS 1/2 message to the log, and updates the
+// retained store when the message is retained, in tx. A message on a
+// topic under the tables prefix writes its table instead (package tabletopic).
+func (b *Broker) addMessage(tx *table.Tx, m *Message) error {
+	if b.tables.Contains(m.Topic) {
+		return b.addMessageEnc(tx, m, nil) // a table write stores no message
+	}
+	enc, err := m.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	return b.addMessageEnc(tx, m, enc)
+}
+
+// addMessageEnc is addMessage of m stored as enc (m's stored form).
+func (b *Broker) addMessageEnc(tx *table.Tx, m *Message, enc []byte) error {
+	if b.tables.Contains(m.Topic) {
+		b.metrics.TableWrites.Add(1)
+		return b.tables.AddWrite(tx, m)
+	}
+	if err := tx.Message(tableMsgs, m.Topic, enc); err != nil {
+		return err
+	}
+	return b.addRetained(tx, m, enc)
+}
+
+// addRetained updates the retained store with m, in tx, when m is
+// retained (its table, under the tables prefix).
+func (b *Broker) addRetained(tx *table.Tx, m *Message, enc []byte) error {
+	if !m.Retain {
+		return nil
+	}
+	if b.tables.Contains(m.Topic) {
+		b.metrics.TableWrites.Add(1)
+		return b.tables.AddWrite(tx, m)
+	}
+	if !b.admitRetained(m) {
+		return nil
+	}
+	if len(m.Payload) == 0 {
+		return tx.Delete(tableRetained, m.Topic) // [MQTT-3.3.1-6]
+	}
+	return tx.Put(tableRetained, m.Topic, enc)
+}
+
+// publishQoS0 routes a QoS 0 message to online subscribers in memory; a
+// retained one also updates the retained store. With now, the calling
+// goroutine may write it to a few subscribers itself (see delivery.Session.SendNow).
+func (b *Broker) publishQoS0(ctx context.Context, m *Message, now bool) {
+	if b.tables.Contains(m.Topic) {
+		b.metrics.TableWrites.Add(1)
+		b.submitTable(ctx, m)
+		return
+	}
+	if m.Retain {
+		enc, err := m.MarshalBinary()
+		if err == nil {
+			tx := b.db.Begin()
+			if err = b.addRetained(tx, m, enc); err == nil {
+				_, err = tx.Submit(ctx)
+			}
+		}
+		if err != nil {
+			b.log.Warn("retain failed", "topic", m.Topic, "err", err)
+		}
+	}
+	b.fanout(m, fanoutOpts{now: now})
+}
+
+// fanoutOpts are the choices of a fanout.
+type fanoutOpts struct {
+	// now lets the calling goroutine write to a few sessions itself
+	// (see delivery.Session.SendNow): a publisher with no more input waiting.
+	now bool
+}
+
+// fanout delivers m to the online sessions whose subscriptions match:
+// plain subscriptions only for QoS 0 messages (QoS 1/2 ones reach them
+// through the log), and one member of each shared group.
+func (b *Broker) fanout(m *Message, opts fanoutOpts) {
+	type target struct {
+		qos byte
+		ids []uint32
+		rap bool
+	}
+	if b.tables.Contains(m.Topic) {
+		return // table subscriptions read the table, not these
+	}
+	targets := map[string]*target{}
+	b.router.Index().Match(m.Topic, func(s topic.Subscription) {
+		if s.NoLocal && s.Client == m.From {
+			return
+		}
+		t := targets[s.Client]
+		if t == nil {
+			t = &target{}
+			targets[s.Client] = t
+		}
+		t.qos = max(t.qos, min(s.QoS, m.QoS))
+		if s.ID != 0 {
+			t.ids = append(t.ids, s.ID)
+		}
+		t.rap = t.rap || s.RetainAsPublished
+	})
+	if len(targets) == 0 {
+		return
+	}
+	type handoff struct {
+		out *delivery.Session
+		d   delivery.Direct
+	}
+	var small [4]handoff
+	ds := small[:0]
+	b.mu.Lock()
+	for client, t := range targets {
+		c := b.conns[client]
+		if c == nil || c.out == nil || !b.mayRead(client, c.id.Username, m.Topic) {
+			continue
+		}
+		ds = append(ds, handoff{c.out, delivery.Direct{Msg: m, QoS: t.qos, IDs: t.ids, Retain: m.Retain && t.rap}})
+	}
+	b.mu.Unlock()
+	// Written from here only to a few: each write is a system call on
+	// this goroutine, where a sender woken per subscriber runs beside it.
+	now := opts.now && len(ds) <= delivery.MaxSendNowTargets
+	for _, x := range ds {
+		if !now || !x.out.SendNow(x.d) {
+			x.out.Offer(x.d)
+		}
+	}
+}
+
+// setMessageProps copies the 5.0 message properties of a PUBLISH or will.
+func setMessageProps(m *Message, p *packet.Properties, now time.Time) {
+	if p.Has(packet.PropPayloadFormat) {
+		m.HasFormat, m.PayloadFormat = true, p.PayloadFormat
+	}
+	if p.Has(packet.PropMessageExpiry) {
+		m.Expires = now.Add(time.Duration(p.MessageExpiry) * time.Second)
+	}
+	m.ContentType = p.ContentType
+	m.ResponseTopic = p.ResponseTopic
+	if len(p.CorrelationData) > 0 {
+		m.CorrelationData = bytes.Clone(p.CorrelationData) // the packet's buffer is reused
+	}
+	for _, u := range p.User {
+		m.UserProps = append(m.UserProps, UserProperty{Key: u.Key, Value: u.Value})
+	}
+}

@@ -1,0 +1,48 @@
+package broker
+
+import (
+	"context"
+	"net"
+	"testing"
+
+	"github.com/tidemark-io/tidemark/engine"
+	_ "github.com/tidemark-io/tidemark/engine/pebble"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// openTestDB opens a table store on a fresh Pebble engine (no fsyncs),
+// closed when the test ends: for the package's internal tests, which
+// write the store directly around a broker.
+func openTestDB(t *testing.T, ctx context.Context) *table.DB {
+	t.Helper()
+	e, err := engine.Open(ctx, "pebble", engine.Options{Dir: t.TempDir(), Sync: engine.SyncNone})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = e.Close() })
+	db, err := table.Open(ctx, e, table.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	return db
+}
+
+// serveTestBroker starts a broker on db with opts, listening on a free
+// loopback port, and returns its address; it is closed when the test
+// ends, before the store.
+func serveTestBroker(t *testing.T, db *table.DB, opts Options) string {
+	t.Helper()
+	b, err := New(db, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { defer close(served); _ = b.Serve(ln) }()
+	t.Cleanup(func() { _ = b.Close(); <-served })
+	return ln.Addr().String()
+}

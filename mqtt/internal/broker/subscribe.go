@@ -1,0 +1,370 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/delivery"
+	"github.com/tidemark-io/tidemark/mqtt/packet"
+	"github.com/tidemark-io/tidemark/mqtt/topic"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// handleSubscribe adds subscriptions, persists the session durably before
+// the SUBACK (through the ack FIFO), then sends matching retained messages.
+func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
+	o := c.out
+	var subID uint32
+	if len(p.Properties.SubscriptionIDs) > 0 {
+		subID = p.Properties.SubscriptionIDs[0]
+	}
+	ack := &packet.Suback{PacketID: p.PacketID, ReasonCodes: make([]packet.ReasonCode, len(p.Subscriptions))}
+	var added []newSub
+	// A new subscription matches the messages committed after this point
+	// only; those before it reach the client as retained messages or not
+	// at all.
+	//
+	// A SUBSCRIBE that came with the CONNECT (its record rides on this
+	// commit) starts at the head the CONNECT read: it was received before
+	// that head was taken, so any message committed after it is
+	// concurrent with the SUBSCRIBE, and the store is spared a read.
+	head := c.connectHead
+	var err error
+	if c.pendingConnack == nil {
+		c.b.onStore(func() { head, err = c.b.db.Head(c.ctx) })
+	}
+	if err != nil {
+		c.flushConnack()
+		c.log.Warn("subscribe: log head", "err", err)
+		c.disconnect(packet.UnspecifiedError, "store unavailable")
+		return false
+	}
+	// Replays are resolved and their readers opened before the session's
+	// lock: they read the store.
+	replays, filters := c.replayRequests(p, ack)
+	var started []*delivery.Replay
+	var tableWhy []string
+	anyShared := false
+	for i, req := range p.Subscriptions {
+		if ack.ReasonCodes[i] != 0 {
+			continue // a refused replay
+		}
+		s := topic.Subscription{Client: c.client, Filter: filters[i], QoS: byte(req.QoS), NoLocal: req.NoLocal,
+			RetainAsPublished: req.RetainAsPublished, RetainHandling: byte(req.RetainHandling), ID: subID}
+		sh, shared, err := topic.ParseShared(s.Filter)
+		if rc, terr := c.checkTableFilter(s.Filter, sh, shared); terr != nil {
+			ack.ReasonCodes[i] = rc
+			tableWhy = append(tableWhy, terr.Error())
+			continue
+		}
+		switch {
+		case err != nil || !topic.ValidFilter(s.Filter) || c.b.checkTopic(s.Filter) != nil:
+			ack.ReasonCodes[i] = packet.TopicFilterInvalid
+			continue
+		case shared && req.NoLocal && c.version == packet.V5:
+			c.flushConnack()
+			c.disconnect(packet.ProtocolError, "no local on a shared subscription") // [MQTT-3.8.3-4]
+			return false
+		case shared:
+			s.Group, s.Filter = sh.Group, sh.Filter
+		}
+		if !c.maySubscribe(s.Filter) {
+			ack.ReasonCodes[i] = packet.NotAuthorized
+			continue
+		}
+		anyShared = anyShared || shared
+		rp := replays[i]
+		existed, ok := o.AddSubscription(s, head, rp, c.b.subscriptionAllowed)
+		if !ok {
+			ack.ReasonCodes[i] = packet.QuotaExceeded
+			continue
+		}
+		if rp != nil {
+			c.b.metrics.ReplaysStarted.Add(1)
+			started = append(started, rp)
+			replays[i] = nil
+		}
+		added = append(added, newSub{s, existed, rp != nil})
+		ack.ReasonCodes[i] = packet.ReasonCode(s.QoS)
+	}
+	for _, rp := range replays {
+		if rp != nil {
+			rp.End() // its subscription was refused
+		}
+	}
+	// The replays read at least up to the router's frontier once the
+	// filters are in the index: messages routed after it reach the
+	// session (and are held back while the replay runs), those before it
+	// only the replay delivers. The frontier is a message's position, so
+	// the replay's reader reaches it exactly; only before the router has
+	// routed its first message is it the log head at startup, which may
+	// be another table's entry: the handover then waits for the next
+	// message, and the replay delivers until then.
+	var until table.Cursor
+	if len(started) > 0 {
+		until = c.b.router.Frontier()
+	}
+	if len(tableWhy) > 0 && c.version == packet.V5 {
+		addReason(&ack.Properties, strings.Join(tableWhy, "; "))
+	}
+	if c.version == packet.V311 {
+		for i, rc := range ack.ReasonCodes {
+			if rc.IsError() {
+				ack.ReasonCodes[i] = 0x80 // the only 3.1.1 failure code
+			}
+		}
+	}
+	// The retained messages the new subscriptions receive are read in the
+	// store call that submits the record, not after the SUBACK: one store
+	// call instead of one per filter. They still go out after the SUBACK;
+	// one replaced or cleared meanwhile is a publish concurrent with this
+	// SUBSCRIBE, and a replacement reaches the filter live as well.
+	wants := make([]bool, len(added))
+	anyRetained := false
+	for i, a := range added {
+		wants[i] = !a.replay && !(c.b.tables.Contains(a.s.Filter) && a.s.Group == "") && wantsRetained(a.s, a.existed)
+		anyRetained = anyRetained || wants[i]
+	}
+	var retained [][]delivery.Direct
+	h, err := c.persistSubsThen(func() {
+		if anyRetained {
+			retained = c.readRetained(added, wants)
+		}
+	})
+	if err != nil {
+		return false
+	}
+	if e := c.pendingConnack; e != nil {
+		// This commit carries the CONNECT's session record too.
+		c.pendingConnack = nil
+		e.h = h
+		if !c.push(*e) {
+			return false
+		}
+	}
+	return c.ack(ackEntry{pkt: ack, h: h, then: func() {
+		// Replayed messages follow the SUBACK; meanwhile the live ones
+		// for their filters are held back.
+		for _, rp := range started {
+			o.RunReplay(rp, until)
+		}
+		for i, a := range added {
+			switch {
+			case c.b.tables.Contains(a.s.Filter) && a.s.Group == "":
+				c.out.SubscribeTable(a.s, a.existed)
+			case retained != nil: // a replay's history comes from the log
+				for _, d := range retained[i] {
+					c.out.Offer(d)
+				}
+			}
+		}
+	}, kind: KindSession})
+}
+
+// newSub is a subscription a SUBSCRIBE added or replaced.
+type newSub struct {
+	s       topic.Subscription
+	existed bool
+	replay  bool
+}
+
+// replayRequests reads the replay asked for by each subscription of p
+// (ReplayPrefix on its filter, or PropReplayFrom on the packet), checks
+// it against retention and opens its reader. It returns the readers and
+// the filters without their prefix; a refused replay gets its reason code
+// (and reason string, and PropOldestPosition) in ack.
+func (c *conn) replayRequests(p *packet.Subscribe, ack *packet.Suback) ([]*delivery.Replay, []string) {
+	var prop string
+	hasProp := false
+	if c.version == packet.V5 {
+		for _, u := range p.Properties.User {
+			if u.Key == PropReplayFrom {
+				prop, hasProp = u.Value, true
+			}
+		}
+	}
+	now := time.Now()
+	replays := make([]*delivery.Replay, len(p.Subscriptions))
+	filters := make([]string, len(p.Subscriptions))
+	var why []string
+	refuse := func(i int, rc packet.ReasonCode, err error) {
+		ack.ReasonCodes[i] = rc
+		why = append(why, err.Error())
+		var te *truncatedError
+		if errors.As(err, &te) && c.version == packet.V5 {
+			ack.Properties.AddUser(PropOldestPosition, te.oldest.String())
+		}
+	}
+	for i, req := range p.Subscriptions {
+		from, filter, prefixed, err := cutReplayPrefix(req.Filter)
+		filters[i] = filter
+		if err != nil {
+			refuse(i, packet.TopicFilterInvalid, err)
+			continue
+		}
+		if !prefixed && !hasProp {
+			continue
+		}
+		if !prefixed {
+			from = prop
+		}
+		if _, shared, _ := topic.ParseShared(filter); shared {
+			refuse(i, packet.ImplementationSpecificError, errors.New("replay is not available on a shared subscription: subscribe without $share"))
+			continue
+		}
+		if !topic.ValidFilter(filter) {
+			continue // refused as an invalid filter
+		}
+		if c.b.tables.Contains(filter) {
+			refuse(i, packet.ImplementationSpecificError, fmt.Errorf("replay is not available under the tables prefix %q: a table subscription starts with the current records", c.b.opts.TablesPrefix))
+			continue
+		}
+		rs, err := parseReplayFrom(from, now)
+		if err == nil {
+			err = c.b.resolveReplay(c.ctx, from, rs)
+		}
+		var rp *delivery.Replay
+		if err == nil {
+			rp, err = c.out.StartReplay(filter, rs.after, rs.since)
+		}
+		if err != nil {
+			c.b.metrics.ReplaysRefused.Add(1)
+			c.log.Info("replay refused", "filter", filter, "from", from, "err", err)
+			refuse(i, packet.ImplementationSpecificError, err)
+			continue
+		}
+		replays[i] = rp
+	}
+	if len(why) > 0 && c.version == packet.V5 {
+		reason := why[0]
+		for _, w := range why[1:] {
+			reason += "; " + w
+		}
+		ack.Properties.SetReasonString(reason)
+	}
+	return replays, filters
+}
+
+// persistSubs submits the session record with the current subscriptions.
+func (c *conn) persistSubs() (*engine.Handle, error) {
+	return c.persistSubsThen(nil)
+}
+
+// persistSubsThen is persistSubs, running then (if set) in the same store
+// call once the record is submitted.
+func (c *conn) persistSubsThen(then func()) (*engine.Handle, error) {
+	c.b.beforeSubmit(KindSession, c.client)
+	var h *engine.Handle
+	var err error
+	c.out.LockRecord()
+	defer c.out.UnlockRecord()
+	c.b.onStore(func() {
+		var tx *table.Tx
+		if tx, err = c.out.SessionTx(); err != nil {
+			c.fail(err)
+			return
+		}
+		if h, err = c.submit(tx); err == nil && then != nil {
+			then()
+		}
+	})
+	return h, err
+}
+
+// wantsRetained reports whether subscription s receives the retained
+// messages matching it, per its retain handling; shared subscriptions get
+// none [MQTT-3.8.4-? / 5.0 4.8.2].
+func wantsRetained(s topic.Subscription, existed bool) bool {
+	return s.Group == "" && s.RetainHandling != byte(packet.DoNotSendRetained) &&
+		(s.RetainHandling != byte(packet.SendRetainedIfNew) || !existed)
+}
+
+// readRetained reads the retained messages matching each subscription of
+// added whose wants is set, as they are to be offered. A store call (see
+// onStore); a read that fails offers nothing for its filter.
+func (c *conn) readRetained(added []newSub, wants []bool) [][]delivery.Direct {
+	out := make([][]delivery.Direct, len(added))
+	offer := func(i int, r table.Record) {
+		s := added[i].s
+		if r.Deleted || !topic.Match(s.Filter, r.ID) {
+			return
+		}
+		var m Message
+		if m.UnmarshalBinary(r.Value) != nil || !c.b.mayRead(c.client, c.id.Username, r.ID) {
+			return
+		}
+		var ids []uint32
+		if s.ID != 0 {
+			ids = []uint32{s.ID}
+		}
+		out[i] = append(out[i], delivery.Direct{Msg: &m, QoS: min(m.QoS, s.QoS), IDs: ids, Retain: true})
+	}
+	wild := false
+	for i, a := range added {
+		wild = wild || (wants[i] && strings.ContainsAny(a.s.Filter, "+#"))
+	}
+	// A filter without wildcards names one topic: one lookup, not a scan
+	// of every retained message. Lookups alone need no view, which would
+	// cost the engine a snapshot for each SUBSCRIBE of a fleet's setup:
+	// each is consistent by itself, and a filter's retained message owes
+	// nothing to another filter's.
+	if !wild {
+		for i, a := range added {
+			if wants[i] {
+				if r, err := c.b.db.Get(c.ctx, tableRetained, a.s.Filter); err == nil {
+					offer(i, r)
+				}
+			}
+		}
+		return out
+	}
+	_ = c.b.db.View(c.ctx, func(v *table.View) error {
+		for i, a := range added {
+			if !wants[i] {
+				continue
+			}
+			if !strings.ContainsAny(a.s.Filter, "+#") {
+				if r, err := v.Get(tableRetained, a.s.Filter); err == nil {
+					offer(i, r)
+				}
+				continue
+			}
+			_ = v.Range(tableRetained, retainedPrefix(a.s.Filter), func(r table.Record) bool {
+				offer(i, r)
+				return true
+			})
+		}
+		return nil
+	})
+	return out
+}
+
+// retainedPrefix is the longest topic prefix every topic matching the
+// wildcard filter f starts with: the levels before its first wildcard,
+// without the separator after them, since "a/#" matches "a" too.
+func retainedPrefix(f string) string {
+	i := strings.IndexAny(f, "+#")
+	return strings.TrimSuffix(f[:i], "/")
+}
+
+func (c *conn) handleUnsubscribe(p *packet.Unsubscribe) bool {
+	ack := &packet.Unsuback{PacketID: p.PacketID, ReasonCodes: make([]packet.ReasonCode, len(p.Filters))}
+	for i, f := range p.Filters {
+		group, filter := "", f
+		if sh, shared, err := topic.ParseShared(f); shared && err == nil {
+			group, filter = sh.Group, sh.Filter
+		}
+		ack.ReasonCodes[i] = packet.NoSubscriptionExisted
+		if c.out.RemoveSubscription(group, filter) {
+			ack.ReasonCodes[i] = packet.Success
+		}
+	}
+	h, err := c.persistSubs()
+	if err != nil {
+		return false
+	}
+	return c.ack(ackEntry{pkt: ack, h: h, kind: KindSession})
+}
