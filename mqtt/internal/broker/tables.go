@@ -17,9 +17,6 @@ import (
 // over-long id.
 var ErrTableTopic = tabletopic.ErrTopic
 
-// tableTopicMeta holds the properties of the PUBLISHes written to tables.
-const tableTopicMeta = tabletopic.MetaTable
-
 // normTablesPrefix checks and completes Options.TablesPrefix: a topic
 // name without wildcards, ending with "/".
 func normTablesPrefix(p string) (string, error) {
