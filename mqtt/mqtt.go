@@ -36,6 +36,7 @@ package mqtt
 
 import (
 	"context"
+	"errors"
 	"net"
 
 	"github.com/tidemark-io/tidemark/mqtt/internal/broker"
@@ -48,7 +49,7 @@ type Broker struct{ b *broker.Broker }
 // New returns a broker storing its state in db. Call Serve to accept
 // connections and Close to stop.
 func New(db *table.DB, opts Options) (*Broker, error) {
-	b, err := broker.New(db, opts)
+	b, err := broker.New(db, broker.Options(opts))
 	if err != nil {
 		return nil, err
 	}
@@ -84,16 +85,23 @@ func (b *Broker) Publish(ctx context.Context, m Message) error { return b.b.Publ
 // under Options.TablesPrefix is refused: the application reads those
 // tables through table.DB.Subscribe.
 func (b *Broker) Subscribe(ctx context.Context, filter string, o SubscribeOptions, handler func(Delivery) error) (*Subscription, error) {
-	return b.b.Subscribe(ctx, filter, o, handler)
+	if handler == nil {
+		return nil, errors.New("mqtt: Subscribe: nil handler")
+	}
+	s, err := b.b.Subscribe(ctx, filter, broker.SubscribeOptions(o), func(d broker.Delivery) error { return handler(Delivery(d)) })
+	if err != nil {
+		return nil, err
+	}
+	return &Subscription{s}, nil
 }
 
 // Options returns the broker's options with the defaults applied: a limit
 // lifted with a negative value (SessionExpiry, MaxQueuedMessages) reads 0
 // there, so pass a negative value again to lift it in another broker.
-func (b *Broker) Options() Options { return b.b.Options() }
+func (b *Broker) Options() Options { return Options(b.b.Options()) }
 
 // Stats returns the broker's current counters.
-func (b *Broker) Stats() Stats { return b.b.Stats() }
+func (b *Broker) Stats() Stats { return Stats(b.b.Stats()) }
 
 // SessionCounts returns the number of stored sessions with and without a
 // connection.

@@ -1,16 +1,13 @@
 package mqtt
 
-import "github.com/tidemark-io/tidemark/mqtt/internal/broker"
+import (
+	"github.com/tidemark-io/tidemark/mqtt/auth"
+	"github.com/tidemark-io/tidemark/mqtt/internal/broker"
+)
 
-// The broker's configuration, counters and hooks. Their fields are
-// documented where they are declared, in package mqtt/internal/broker.
+// The broker's fault-injection hooks for tests, documented where they are
+// declared, in package mqtt/internal/broker.
 type (
-	// Options configures a Broker. Zero values take the documented
-	// defaults.
-	Options = broker.Options
-	// Stats is a snapshot of the broker's counters and gauges
-	// (Broker.Stats).
-	Stats = broker.Stats
 	// Hooks are fault-injection points for tests, called only in a build
 	// with tag faults (HooksEnabled); nil in production.
 	Hooks = broker.Hooks
@@ -46,48 +43,39 @@ const (
 )
 
 // Access control: what a Broker asks of Options.Authenticator and
-// Options.Authorizer (package mqtt/auth implements both over files).
+// Options.Authorizer, documented in package mqtt/auth (whose Files
+// implements both over a password and an ACL file).
 type (
 	// ConnInfo is what a client presents when it connects.
-	ConnInfo = broker.ConnInfo
+	ConnInfo = auth.ConnInfo
 	// Identity is who a connection is once authenticated.
-	Identity = broker.Identity
+	Identity = auth.Identity
 	// Access is what an Authorizer is asked to allow on a topic.
-	Access = broker.Access
+	Access = auth.Access
 	// Authenticator decides who a connecting client is.
-	Authenticator = broker.Authenticator
+	Authenticator = auth.Authenticator
 	// Authorizer decides what an identity may do on a topic.
-	Authorizer = broker.Authorizer
+	Authorizer = auth.Authorizer
 	// ClientIDAuthorizer is an Authorizer that also decides which client
 	// ids an identity may use.
-	ClientIDAuthorizer = broker.ClientIDAuthorizer
+	ClientIDAuthorizer = auth.ClientIDAuthorizer
 )
 
 // The accesses an Authorizer is asked about.
 const (
-	AccessRead      = broker.AccessRead
-	AccessWrite     = broker.AccessWrite
-	AccessSubscribe = broker.AccessSubscribe
+	AccessRead      = auth.AccessRead
+	AccessWrite     = auth.AccessWrite
+	AccessSubscribe = auth.AccessSubscribe
 )
 
 // Errors an Authenticator wraps to refuse a client.
 var (
 	// ErrBadCredentials refuses a wrong user name or password: 5.0 0x86,
 	// 3.1.1 return code 4.
-	ErrBadCredentials = broker.ErrBadCredentials
+	ErrBadCredentials = auth.ErrBadCredentials
 	// ErrNotAuthorized refuses a client that may not connect: 5.0 0x87,
 	// 3.1.1 return code 5.
-	ErrNotAuthorized = broker.ErrNotAuthorized
-)
-
-// In-process publishing and subscribing (Broker.Publish, Broker.Subscribe).
-type (
-	// Delivery is one message a Subscribe handler receives.
-	Delivery = broker.Delivery
-	// SubscribeOptions are the choices of a Subscribe.
-	SubscribeOptions = broker.SubscribeOptions
-	// Subscription is an in-process subscription; Close ends it.
-	Subscription = broker.Subscription
+	ErrNotAuthorized = auth.ErrNotAuthorized
 )
 
 // Errors of Publish, Subscribe and the options.

@@ -181,18 +181,8 @@ func LoadACL(path string) (*ACL, error) {
 	return a, err
 }
 
-// Access is what a check asks for.
-type Access uint8
-
-// The accesses Allow checks.
-const (
-	Read      Access = iota // receive a message on a topic
-	Write                   // publish on a topic
-	Subscribe               // subscribe to a filter
-)
-
 // Allow reports whether user (empty: anonymous) connected as clientID
-// has access to name (a topic, or a filter for Subscribe).
+// has access to name (a topic, or a filter for AccessSubscribe).
 func (a *ACL) Allow(user, clientID string, acc Access, name string) bool {
 	own := &a.anon
 	if user != "" {
@@ -214,7 +204,7 @@ func (a *ACL) Allow(user, clientID string, acc Access, name string) bool {
 				}
 			}
 			if r.perm == permDeny {
-				if (acc == Subscribe && intersects(f, name)) || (acc != Subscribe && topic.Match(f, name)) {
+				if (acc == AccessSubscribe && intersects(f, name)) || (acc != AccessSubscribe && topic.Match(f, name)) {
 					return false
 				}
 				continue
@@ -223,11 +213,11 @@ func (a *ACL) Allow(user, clientID string, acc Access, name string) bool {
 				continue
 			}
 			switch acc {
-			case Read:
+			case AccessRead:
 				granted = r.perm&permRead != 0 && topic.Match(f, name)
-			case Write:
+			case AccessWrite:
 				granted = r.perm&permWrite != 0 && topic.Match(f, name)
-			case Subscribe:
+			case AccessSubscribe:
 				granted = r.perm&permRead != 0 && covers(f, name)
 			}
 		}

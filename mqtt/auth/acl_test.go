@@ -42,36 +42,36 @@ func TestACLTopics(t *testing.T) {
 		name         string
 		ok           bool
 	}{
-		{"", "anon_1", Read, "public/news", true},
-		{"", "anon_1", Write, "public/news", false},
-		{"", "anon_1", Read, "alice/x", false},
-		{"", "anon_1", Subscribe, "public/#", true},
-		{"", "anon_1", Subscribe, "#", false},
-		{"alice", "alice-1", Write, "alice/a/b", true},
-		{"alice", "alice-1", Read, "alice/secret/x", false},
-		{"alice", "alice-1", Write, "alice/secret", false},
-		{"alice", "alice-1", Subscribe, "alice/a/+", true},
-		{"alice", "alice-1", Subscribe, "alice/+/x", false}, // alice/secret/x
-		{"alice", "alice-1", Subscribe, "alice/#", false},   // overlaps the deny
-		{"alice", "alice-1", Subscribe, "alice/secret/#", false},
-		{"alice", "alice-1", Read, "shared/in", false},
-		{"alice", "alice-1", Write, "shared/in", true},
-		{"alice", "alice-1", Read, "public/news", false}, // anonymous rules are not alice's
-		{"bob", "bob-1", Read, "alice/status", true},
-		{"bob", "bob-1", Write, "alice/status", false},
-		{"bob", "bob-1", Subscribe, "alice/+", false},
-		{"bob", "bob-1", Write, "bob/x/y", true},
-		{"bob", "bob-1", Read, "devices/bob/t", true},
-		{"bob", "bob-1", Read, "devices/alice/t", false},
-		{"bob", "bob-1", Subscribe, "devices/bob/#", true},
-		{"bob", "bob-1", Subscribe, "devices/+/t", false},
-		{"bob", "bob-1", Write, "devices/bob/bob-1/out", true},
-		{"bob", "bob-2", Write, "devices/bob/bob-1/out", false},
-		{"carol", "c", Read, "devices/carol/x", true}, // no user section: patterns only
-		{"carol", "c", Read, "carol/x", false},
-		{"", "anon_1", Read, "devices//x", false}, // %u needs a user
-		{"a+b", "x", Read, "devices/a+b/x", false},
-		{"evil/x", "x", Read, "devices/evil/x/t", false}, // a / in the user name changes no level
+		{"", "anon_1", AccessRead, "public/news", true},
+		{"", "anon_1", AccessWrite, "public/news", false},
+		{"", "anon_1", AccessRead, "alice/x", false},
+		{"", "anon_1", AccessSubscribe, "public/#", true},
+		{"", "anon_1", AccessSubscribe, "#", false},
+		{"alice", "alice-1", AccessWrite, "alice/a/b", true},
+		{"alice", "alice-1", AccessRead, "alice/secret/x", false},
+		{"alice", "alice-1", AccessWrite, "alice/secret", false},
+		{"alice", "alice-1", AccessSubscribe, "alice/a/+", true},
+		{"alice", "alice-1", AccessSubscribe, "alice/+/x", false}, // alice/secret/x
+		{"alice", "alice-1", AccessSubscribe, "alice/#", false},   // overlaps the deny
+		{"alice", "alice-1", AccessSubscribe, "alice/secret/#", false},
+		{"alice", "alice-1", AccessRead, "shared/in", false},
+		{"alice", "alice-1", AccessWrite, "shared/in", true},
+		{"alice", "alice-1", AccessRead, "public/news", false}, // anonymous rules are not alice's
+		{"bob", "bob-1", AccessRead, "alice/status", true},
+		{"bob", "bob-1", AccessWrite, "alice/status", false},
+		{"bob", "bob-1", AccessSubscribe, "alice/+", false},
+		{"bob", "bob-1", AccessWrite, "bob/x/y", true},
+		{"bob", "bob-1", AccessRead, "devices/bob/t", true},
+		{"bob", "bob-1", AccessRead, "devices/alice/t", false},
+		{"bob", "bob-1", AccessSubscribe, "devices/bob/#", true},
+		{"bob", "bob-1", AccessSubscribe, "devices/+/t", false},
+		{"bob", "bob-1", AccessWrite, "devices/bob/bob-1/out", true},
+		{"bob", "bob-2", AccessWrite, "devices/bob/bob-1/out", false},
+		{"carol", "c", AccessRead, "devices/carol/x", true}, // no user section: patterns only
+		{"carol", "c", AccessRead, "carol/x", false},
+		{"", "anon_1", AccessRead, "devices//x", false}, // %u needs a user
+		{"a+b", "x", AccessRead, "devices/a+b/x", false},
+		{"evil/x", "x", AccessRead, "devices/evil/x/t", false}, // a / in the user name changes no level
 	} {
 		if got := a.Allow(c.user, c.client, c.acc, c.name); got != c.ok {
 			t.Errorf("Allow(%q, %q, %d, %q) = %v, want %v", c.user, c.client, c.acc, c.name, got, c.ok)
@@ -81,11 +81,11 @@ func TestACLTopics(t *testing.T) {
 
 func TestACLDollarTopics(t *testing.T) {
 	a := mustACL(t, "user root\ntopic #\ntopic read $SYS/#\n")
-	if a.Allow("root", "c", Read, "$SYS/uptime") != true || a.Allow("root", "c", Subscribe, "$SYS/#") != true {
+	if a.Allow("root", "c", AccessRead, "$SYS/uptime") != true || a.Allow("root", "c", AccessSubscribe, "$SYS/#") != true {
 		t.Fatal("$SYS/# rule does not grant $SYS topics")
 	}
 	b := mustACL(t, "user root\ntopic #\n")
-	if b.Allow("root", "c", Read, "$SYS/uptime") || b.Allow("root", "c", Subscribe, "$SYS/#") || b.Allow("root", "c", Subscribe, "+/uptime") != true {
+	if b.Allow("root", "c", AccessRead, "$SYS/uptime") || b.Allow("root", "c", AccessSubscribe, "$SYS/#") || b.Allow("root", "c", AccessSubscribe, "+/uptime") != true {
 		t.Fatal("# must not grant $ topics, and must grant +/uptime")
 	}
 }
@@ -185,10 +185,10 @@ func FuzzParseACL(f *testing.F) {
 		}
 		for _, user := range []string{"", "a", "alice"} {
 			for _, name := range []string{"a/b", "#", "a/+/c", "$SYS/x"} {
-				_ = a.Allow(user, "c1", Subscribe, name)
+				_ = a.Allow(user, "c1", AccessSubscribe, name)
 				if name[0] != '#' && !strings.Contains(name, "+") {
-					_ = a.Allow(user, "c1", Read, name)
-					_ = a.Allow(user, "c1", Write, name)
+					_ = a.Allow(user, "c1", AccessRead, name)
+					_ = a.Allow(user, "c1", AccessWrite, name)
 				}
 			}
 			_ = a.AllowClientID(user, "a-1")

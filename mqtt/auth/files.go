@@ -5,8 +5,6 @@ import (
 	"crypto/x509"
 	"fmt"
 	"sync/atomic"
-
-	"github.com/tidemark-io/tidemark/mqtt"
 )
 
 // CertIdentity says which part of a verified client certificate is the
@@ -37,8 +35,8 @@ type Config struct {
 	CertIdentity CertIdentity
 }
 
-// Files is an mqtt.Authenticator, mqtt.Authorizer and
-// mqtt.ClientIDAuthorizer over a password file and an ACL file. It is
+// Files is an Authenticator, Authorizer and
+// ClientIDAuthorizer over a password file and an ACL file. It is
 // safe for concurrent use; Reload swaps in new rules atomically.
 type Files struct {
 	cfg   Config
@@ -51,9 +49,9 @@ type rules struct {
 }
 
 var (
-	_ mqtt.Authenticator      = (*Files)(nil)
-	_ mqtt.Authorizer         = (*Files)(nil)
-	_ mqtt.ClientIDAuthorizer = (*Files)(nil)
+	_ Authenticator      = (*Files)(nil)
+	_ Authorizer         = (*Files)(nil)
+	_ ClientIDAuthorizer = (*Files)(nil)
 )
 
 // Open loads the files of cfg.
@@ -97,37 +95,37 @@ func (f *Files) Users() int {
 	return 0
 }
 
-// Authenticate implements mqtt.Authenticator: a verified client
+// Authenticate implements Authenticator: a verified client
 // certificate names the user under CertIdentity; otherwise the user name
 // and password are checked against the password file. A client without
-// a user name is anonymous, refused with mqtt.ErrNotAuthorized where
+// a user name is anonymous, refused with ErrNotAuthorized where
 // credentials are required and AllowAnonymous is off.
-func (f *Files) Authenticate(_ context.Context, info mqtt.ConnInfo) (mqtt.Identity, error) {
+func (f *Files) Authenticate(_ context.Context, info ConnInfo) (Identity, error) {
 	if f.cfg.CertIdentity != CertNone && info.TLS != nil && len(info.TLS.VerifiedChains) > 0 {
 		name := certName(info.TLS.VerifiedChains[0][0], f.cfg.CertIdentity)
 		if name == "" {
-			return mqtt.Identity{}, fmt.Errorf("client certificate names no %s: %w", f.cfg.CertIdentity, mqtt.ErrNotAuthorized)
+			return Identity{}, fmt.Errorf("client certificate names no %s: %w", f.cfg.CertIdentity, ErrNotAuthorized)
 		}
-		return mqtt.Identity{Username: name}, nil
+		return Identity{Username: name}, nil
 	}
 	pw := f.rules.Load().pw
 	required := pw != nil || f.cfg.CertIdentity != CertNone
 	if info.Username == "" {
 		if required && !f.cfg.AllowAnonymous {
-			return mqtt.Identity{}, fmt.Errorf("anonymous client: %w", mqtt.ErrNotAuthorized)
+			return Identity{}, fmt.Errorf("anonymous client: %w", ErrNotAuthorized)
 		}
-		return mqtt.Identity{}, nil
+		return Identity{}, nil
 	}
 	if !required {
-		return mqtt.Identity{Username: info.Username}, nil
+		return Identity{Username: info.Username}, nil
 	}
 	if pw == nil || !pw.Has(info.Username) {
-		return mqtt.Identity{}, fmt.Errorf("unknown user: %w", mqtt.ErrBadCredentials)
+		return Identity{}, fmt.Errorf("unknown user: %w", ErrBadCredentials)
 	}
 	if !info.HasPassword || !pw.Verify(info.Username, info.Password) {
-		return mqtt.Identity{}, fmt.Errorf("wrong password: %w", mqtt.ErrBadCredentials)
+		return Identity{}, fmt.Errorf("wrong password: %w", ErrBadCredentials)
 	}
-	return mqtt.Identity{Username: info.Username}, nil
+	return Identity{Username: info.Username}, nil
 }
 
 func certName(c *x509.Certificate, how CertIdentity) string {
@@ -145,27 +143,19 @@ func certName(c *x509.Certificate, how CertIdentity) string {
 	return ""
 }
 
-// Allow implements mqtt.Authorizer with the ACL file; without one
+// Allow implements Authorizer with the ACL file; without one
 // everything is allowed.
-func (f *Files) Allow(_ context.Context, id mqtt.Identity, a mqtt.Access, name string) bool {
+func (f *Files) Allow(_ context.Context, id Identity, a Access, name string) bool {
 	acl := f.rules.Load().acl
 	if acl == nil {
 		return true
 	}
-	switch a {
-	case mqtt.AccessRead:
-		return acl.Allow(id.Username, id.ClientID, Read, name)
-	case mqtt.AccessWrite:
-		return acl.Allow(id.Username, id.ClientID, Write, name)
-	case mqtt.AccessSubscribe:
-		return acl.Allow(id.Username, id.ClientID, Subscribe, name)
-	}
-	return false
+	return acl.Allow(id.Username, id.ClientID, a, name)
 }
 
-// AllowClientID implements mqtt.ClientIDAuthorizer with the ACL file's
+// AllowClientID implements ClientIDAuthorizer with the ACL file's
 // clientid rules.
-func (f *Files) AllowClientID(_ context.Context, id mqtt.Identity) bool {
+func (f *Files) AllowClientID(_ context.Context, id Identity) bool {
 	acl := f.rules.Load().acl
 	return acl == nil || acl.AllowClientID(id.Username, id.ClientID)
 }

@@ -52,23 +52,20 @@ func (b *Broker) Publish(ctx context.Context, m Message) error {
 	return nil
 }
 
-// Delivery is a message an in-process subscription receives, with its
-// position in the message log (the value a 5.0 client gets as
-// PropPosition, and that SubscribeOptions.From accepts).
+// Delivery is mqtt.Delivery, which documents it; either converts to the
+// other.
 type Delivery struct {
 	Message
 	Position string
 }
 
-// SubscribeOptions configures Broker.Subscribe.
+// SubscribeOptions is mqtt.SubscribeOptions, which documents it; either
+// converts to the other.
 type SubscribeOptions struct {
-	// From replays history first: the forms of PropReplayFrom (an RFC
-	// 3339 time, a negative duration such as "-15m", or a Position). Empty
-	// starts with the messages published after Subscribe returns.
 	From string
 }
 
-// Subscription is an in-process subscription (see Broker.Subscribe).
+// Subscription is an in-process subscription (mqtt.Subscription).
 type Subscription struct {
 	sub  *table.Subscription
 	done chan struct{}
@@ -83,9 +80,6 @@ func (b *Broker) Subscribe(ctx context.Context, filter string, o SubscribeOption
 	}
 	if b.tables.Contains(filter) {
 		return nil, fmt.Errorf("%w: filter %q is under the tables prefix %q: subscribe to the table with table.DB.Subscribe", ErrTableTopic, filter, b.opts.TablesPrefix)
-	}
-	if handler == nil {
-		return nil, errors.New("mqtt: Subscribe: nil handler")
 	}
 	start := replayStart{}
 	if o.From == "" {
@@ -144,7 +138,8 @@ func (b *Broker) Subscribe(ctx context.Context, filter string, o SubscribeOption
 	return s, nil
 }
 
-// Close stops the subscription and waits until its handler has returned.
+// Close stops the subscription and waits for its handler
+// (mqtt.Subscription.Close).
 func (s *Subscription) Close() error {
 	err := s.sub.Close()
 	<-s.done
@@ -154,9 +149,8 @@ func (s *Subscription) Close() error {
 // Done is closed when the subscription has ended.
 func (s *Subscription) Done() <-chan struct{} { return s.done }
 
-// Err returns why the subscription ended once Done is closed: the
-// handler's error, a read error (table.ErrHistoryUnavailable when
-// retention overtook it), ctx's error, or nil after Close.
+// Err returns why the subscription ended once Done is closed
+// (mqtt.Subscription.Err).
 func (s *Subscription) Err() error {
 	select {
 	case <-s.done:

@@ -1,4 +1,4 @@
-package broker
+package auth
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 )
 
 // Authentication and authorization are two small interfaces an application
-// that embeds the broker implements (package mqtt/auth has the password
-// and ACL files of `tidemark serve`). The broker asks the Authenticator
+// that embeds the broker implements (Files is the password and ACL files
+// of `tidemark serve`), set in mqtt.Options. The broker asks the Authenticator
 // once per CONNECT, on the connection's own goroutine and never more
 // than Options.AuthConcurrency at once, and the Authorizer on every
 // PUBLISH, SUBSCRIBE, will and retained message; the Authorizer is on the
