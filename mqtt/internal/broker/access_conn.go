@@ -1,40 +1,15 @@
 package broker
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"runtime"
-	"sync"
 	"time"
 
+	"github.com/tidemark-io/tidemark/mqtt/internal/access"
 	"github.com/tidemark-io/tidemark/mqtt/internal/counters"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 )
-
-// authState bounds the authentications running at once: a password hash
-// costs tens of milliseconds of CPU by design, and a flood of CONNECTs
-// must not take that CPU from the sessions already connected.
-type authState struct {
-	once sync.Once
-	sem  chan struct{}
-}
-
-func (b *Broker) authSem() chan struct{} {
-	b.auth.once.Do(func() {
-		n := b.opts.AuthConcurrency
-		if n <= 0 {
-			n = max(runtime.GOMAXPROCS(0)/2, 1)
-		}
-		b.auth.sem = make(chan struct{}, n)
-	})
-	return b.auth.sem
-}
-
-// authWait bounds how long a CONNECT waits for a hashing slot before it
-// is refused as "server busy".
-const authWait = 5 * time.Second
 
 // tlsStater is a connection that carries a TLS session: *tls.Conn, and
 // the WebSocket connections of a secure listener.
@@ -49,14 +24,14 @@ type tlsStater interface {
 // CPU does not.
 func (c *conn) authenticate(cp *packet.Connect, assigned bool) (packet.ReasonCode, bool) {
 	start := time.Now()
-	id, err := c.b.identify(c.ctx, c.connInfo(cp, assigned))
+	id, err := c.b.guard.Identify(c.ctx, c.connInfo(cp, assigned))
 	if err == nil {
 		id.ClientID = c.client
-		if ca, ok := c.b.opts.Authorizer.(ClientIDAuthorizer); ok && !assigned && !ca.AllowClientID(c.ctx, id) {
+		if !assigned && !c.b.guard.AllowClientID(c.ctx, id) {
 			err = fmt.Errorf("client id %q: %w", c.client, ErrNotAuthorized)
 		}
 	}
-	if err == nil && cp.Will != nil && !c.b.allow(c.ctx, id, AccessWrite, cp.Will.Topic) {
+	if err == nil && cp.Will != nil && !c.b.guard.Allow(c.ctx, id, AccessWrite, cp.Will.Topic) {
 		err = fmt.Errorf("will topic %q: %w", cp.Will.Topic, ErrNotAuthorized)
 	}
 	if err == nil {
@@ -69,7 +44,7 @@ func (c *conn) authenticate(cp *packet.Connect, assigned bool) (packet.ReasonCod
 		reason, rc = counters.AuthBadCredentials, packet.BadUserNameOrPassword
 	case errors.Is(err, ErrNotAuthorized):
 		reason, rc = counters.AuthNotAuthorized, packet.NotAuthorized
-	case errors.Is(err, errAuthBusy):
+	case errors.Is(err, access.ErrBusy):
 		reason, rc = counters.AuthBusy, packet.ServerBusy
 	}
 	c.b.metrics.AuthRefused[reason].Add(1)
@@ -85,29 +60,7 @@ func (c *conn) authenticate(cp *packet.Connect, assigned bool) (packet.ReasonCod
 	return rc, false
 }
 
-var errAuthBusy = errors.New("mqtt: too many authentications in progress")
-
-// identify runs the Authenticator within the concurrency bound; without
-// one, a client is who it says it is.
-func (b *Broker) identify(ctx context.Context, info ConnInfo) (Identity, error) {
-	a := b.opts.Authenticator
-	if a == nil {
-		return Identity{Username: info.Username}, nil
-	}
-	sem := b.authSem()
-	t := time.NewTimer(authWait)
-	defer t.Stop()
-	select {
-	case sem <- struct{}{}:
-	case <-t.C:
-		return Identity{}, errAuthBusy
-	case <-ctx.Done():
-		return Identity{}, ctx.Err()
-	}
-	defer func() { <-sem }()
-	return a.Authenticate(ctx, info)
-}
-
+// connInfo is what the client of c presents in cp, for the Authenticator.
 func (c *conn) connInfo(cp *packet.Connect, assigned bool) ConnInfo {
 	info := ConnInfo{
 		HasUsername: cp.HasUsername, Username: cp.Username,
@@ -125,39 +78,9 @@ func (c *conn) connInfo(cp *packet.Connect, assigned bool) ConnInfo {
 	return info
 }
 
-// allow asks the Authorizer, counting refusals; without one everything
-// is allowed.
-func (b *Broker) allow(ctx context.Context, id Identity, a Access, name string) bool {
-	az := b.opts.Authorizer
-	if az == nil || az.Allow(ctx, id, a, name) {
-		return true
-	}
-	switch a {
-	case AccessRead:
-		b.metrics.Denied[0].Add(1)
-	case AccessWrite:
-		b.metrics.Denied[1].Add(1)
-	default:
-		b.metrics.Denied[2].Add(1)
-	}
-	return false
-}
-
-// mayRead reports whether the connection of client, authenticated as user
-// (empty: anonymous), may receive a message published on topic. The
-// delivery path calls it per message: a subscription was checked when it
-// was made, but the rules may have been reloaded since, and a persistent
-// session's subscriptions were checked under the rules of their day.
-func (b *Broker) mayRead(client, user, topic string) bool {
-	if b.opts.Authorizer == nil {
-		return true
-	}
-	return b.allow(b.ctx, Identity{Username: user, ClientID: client}, AccessRead, topic)
-}
-
 // mayPublish reports whether the connection may publish on name.
 func (c *conn) mayPublish(name string) bool {
-	if c.b.allow(c.ctx, c.id, AccessWrite, name) {
+	if c.b.guard.Allow(c.ctx, c.id, AccessWrite, name) {
 		return true
 	}
 	c.log.Debug("publish refused", "user", c.id.Username, "topic", name)
@@ -167,7 +90,7 @@ func (c *conn) mayPublish(name string) bool {
 // maySubscribe reports whether the connection may subscribe to filter
 // (for a shared subscription, the filter after $share/{group}/).
 func (c *conn) maySubscribe(filter string) bool {
-	if c.b.allow(c.ctx, c.id, AccessSubscribe, filter) {
+	if c.b.guard.Allow(c.ctx, c.id, AccessSubscribe, filter) {
 		return true
 	}
 	c.log.Info("subscription refused", "user", c.id.Username, "filter", filter)

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/access"
 	"github.com/tidemark-io/tidemark/mqtt/internal/admit"
 	"github.com/tidemark-io/tidemark/mqtt/internal/counters"
 	"github.com/tidemark-io/tidemark/mqtt/internal/delivery"
@@ -175,7 +176,8 @@ type Broker struct {
 	gate *admit.Gate
 	// tables is the table namespace under Options.TablesPrefix.
 	tables tabletopic.Space
-	auth   authState
+	// guard is the broker's access control.
+	guard *access.Guard
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -207,6 +209,7 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 		tables: tabletopic.Space{Prefix: opts.TablesPrefix},
 		ctx:    ctx, cancel: cancel, rules: retention.NewSet(tableMsgs, opts.Retention),
 	}
+	b.guard = access.New(opts.Authenticator, opts.Authorizer, opts.AuthConcurrency, &b.metrics)
 	b.queues = &queuelimit.Limiter{DB: db, Log: b.log, Counters: &b.metrics, MaxMessages: opts.MaxQueuedMessages, MaxBytes: opts.MaxQueuedBytes,
 		Online: b.onlineCheckpoint, BeginCut: b.beginQueueCut, BeforeCut: func(client string) { b.beforeSubmit(KindQueueCut, client) }}
 	b.sessions = &session.Store{DB: db, Log: b.log, MaxDeletes: b.maxStateDeletes, Online: b.onlineCheckpoint}

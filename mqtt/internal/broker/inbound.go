@@ -434,7 +434,7 @@ func (b *Broker) fanout(m *Message, opts fanoutOpts) {
 	b.mu.Lock()
 	for client, t := range targets {
 		c := b.conns[client]
-		if c == nil || c.out == nil || !b.mayRead(client, c.id.Username, m.Topic) {
+		if c == nil || c.out == nil || !b.guard.MayRead(b.ctx, client, c.id.Username, m.Topic) {
 			continue
 		}
 		ds = append(ds, handoff{c.out, delivery.Direct{Msg: m, QoS: t.qos, IDs: t.ids, Retain: m.Retain && t.rap}})

@@ -50,7 +50,7 @@ func (b *Broker) routeShared(ev table.Event, subs []topic.Subscription) {
 			continue
 		}
 		c := b.conns[s.Client]
-		if c == nil || !b.router.Online(s.Client) || !b.allow(b.ctx, c.id, AccessRead, m.Topic) {
+		if c == nil || !b.router.Online(s.Client) || !b.guard.Allow(b.ctx, c.id, AccessRead, m.Topic) {
 			continue
 		}
 		var ids []uint32

@@ -293,7 +293,7 @@ func (c *conn) readRetained(added []newSub, wants []bool) [][]delivery.Direct {
 			return
 		}
 		var m Message
-		if m.UnmarshalBinary(r.Value) != nil || !c.b.mayRead(c.client, c.id.Username, r.ID) {
+		if m.UnmarshalBinary(r.Value) != nil || !c.b.guard.MayRead(c.ctx, c.client, c.id.Username, r.ID) {
 			return
 		}
 		var ids []uint32
