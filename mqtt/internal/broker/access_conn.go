@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tidemark-io/tidemark/mqtt/auth"
 	"github.com/tidemark-io/tidemark/mqtt/internal/access"
 	"github.com/tidemark-io/tidemark/mqtt/internal/counters"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
@@ -28,11 +29,11 @@ func (c *conn) authenticate(cp *packet.Connect, assigned bool) (packet.ReasonCod
 	if err == nil {
 		id.ClientID = c.client
 		if !assigned && !c.b.guard.AllowClientID(c.ctx, id) {
-			err = fmt.Errorf("client id %q: %w", c.client, ErrNotAuthorized)
+			err = fmt.Errorf("client id %q: %w", c.client, auth.ErrNotAuthorized)
 		}
 	}
-	if err == nil && cp.Will != nil && !c.b.guard.Allow(c.ctx, id, AccessWrite, cp.Will.Topic) {
-		err = fmt.Errorf("will topic %q: %w", cp.Will.Topic, ErrNotAuthorized)
+	if err == nil && cp.Will != nil && !c.b.guard.Allow(c.ctx, id, auth.AccessWrite, cp.Will.Topic) {
+		err = fmt.Errorf("will topic %q: %w", cp.Will.Topic, auth.ErrNotAuthorized)
 	}
 	if err == nil {
 		c.id = id
@@ -40,9 +41,9 @@ func (c *conn) authenticate(cp *packet.Connect, assigned bool) (packet.ReasonCod
 	}
 	reason, rc := counters.AuthError, packet.ServerUnavailable
 	switch {
-	case errors.Is(err, ErrBadCredentials):
+	case errors.Is(err, auth.ErrBadCredentials):
 		reason, rc = counters.AuthBadCredentials, packet.BadUserNameOrPassword
-	case errors.Is(err, ErrNotAuthorized):
+	case errors.Is(err, auth.ErrNotAuthorized):
 		reason, rc = counters.AuthNotAuthorized, packet.NotAuthorized
 	case errors.Is(err, access.ErrBusy):
 		reason, rc = counters.AuthBusy, packet.ServerBusy
@@ -61,8 +62,8 @@ func (c *conn) authenticate(cp *packet.Connect, assigned bool) (packet.ReasonCod
 }
 
 // connInfo is what the client of c presents in cp, for the Authenticator.
-func (c *conn) connInfo(cp *packet.Connect, assigned bool) ConnInfo {
-	info := ConnInfo{
+func (c *conn) connInfo(cp *packet.Connect, assigned bool) auth.ConnInfo {
+	info := auth.ConnInfo{
 		HasUsername: cp.HasUsername, Username: cp.Username,
 		HasPassword: cp.HasPassword, Password: cp.Password,
 		ProtocolVersion: byte(cp.Version), Remote: c.nc.RemoteAddr(),
@@ -80,7 +81,7 @@ func (c *conn) connInfo(cp *packet.Connect, assigned bool) ConnInfo {
 
 // mayPublish reports whether the connection may publish on name.
 func (c *conn) mayPublish(name string) bool {
-	if c.b.guard.Allow(c.ctx, c.id, AccessWrite, name) {
+	if c.b.guard.Allow(c.ctx, c.id, auth.AccessWrite, name) {
 		return true
 	}
 	c.log.Debug("publish refused", "user", c.id.Username, "topic", name)
@@ -90,7 +91,7 @@ func (c *conn) mayPublish(name string) bool {
 // maySubscribe reports whether the connection may subscribe to filter
 // (for a shared subscription, the filter after $share/{group}/).
 func (c *conn) maySubscribe(filter string) bool {
-	if c.b.guard.Allow(c.ctx, c.id, AccessSubscribe, filter) {
+	if c.b.guard.Allow(c.ctx, c.id, auth.AccessSubscribe, filter) {
 		return true
 	}
 	c.log.Info("subscription refused", "user", c.id.Username, "filter", filter)

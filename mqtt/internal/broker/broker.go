@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/auth"
 	"github.com/tidemark-io/tidemark/mqtt/internal/access"
 	"github.com/tidemark-io/tidemark/mqtt/internal/admit"
 	"github.com/tidemark-io/tidemark/mqtt/internal/counters"
@@ -76,8 +77,8 @@ type Options struct {
 	History           time.Duration
 	TablesPrefix      string
 	Retention         []RetentionRule
-	Authenticator     Authenticator
-	Authorizer        Authorizer
+	Authenticator     auth.Authenticator
+	Authorizer        auth.Authorizer
 	AuthConcurrency   int
 	AuthFailureDelay  time.Duration
 	MaxMemory         int64

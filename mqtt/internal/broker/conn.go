@@ -14,6 +14,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/auth"
 	"github.com/tidemark-io/tidemark/mqtt/internal/ackqueue"
 	"github.com/tidemark-io/tidemark/mqtt/internal/admit"
 	"github.com/tidemark-io/tidemark/mqtt/internal/counters"
@@ -58,7 +59,7 @@ type conn struct {
 
 	version   packet.Version
 	client    string
-	id        Identity // who the client authenticated as
+	id        auth.Identity // who the client authenticated as
 	keepAlive time.Duration
 
 	ctx    context.Context

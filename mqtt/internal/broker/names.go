@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"github.com/tidemark-io/tidemark/mqtt/auth"
 	"github.com/tidemark-io/tidemark/mqtt/internal/message"
 	"github.com/tidemark-io/tidemark/mqtt/internal/retention"
 )
@@ -13,24 +12,4 @@ type (
 	UserProperty  = message.UserProperty
 	RetentionRule = retention.Rule
 	RetentionStat = retention.Stat
-
-	ConnInfo           = auth.ConnInfo
-	Identity           = auth.Identity
-	Access             = auth.Access
-	Authenticator      = auth.Authenticator
-	Authorizer         = auth.Authorizer
-	ClientIDAuthorizer = auth.ClientIDAuthorizer
-)
-
-// The accesses an Authorizer is asked about, and the errors that refuse
-// a client.
-const (
-	AccessRead      = auth.AccessRead
-	AccessWrite     = auth.AccessWrite
-	AccessSubscribe = auth.AccessSubscribe
-)
-
-var (
-	ErrBadCredentials = auth.ErrBadCredentials
-	ErrNotAuthorized  = auth.ErrNotAuthorized
 )

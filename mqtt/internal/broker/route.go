@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/tidemark-io/tidemark/mqtt/auth"
 	"github.com/tidemark-io/tidemark/mqtt/internal/delivery"
 	"github.com/tidemark-io/tidemark/mqtt/internal/route"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
@@ -50,7 +51,7 @@ func (b *Broker) routeShared(ev table.Event, subs []topic.Subscription) {
 			continue
 		}
 		c := b.conns[s.Client]
-		if c == nil || !b.router.Online(s.Client) || !b.guard.Allow(b.ctx, c.id, AccessRead, m.Topic) {
+		if c == nil || !b.router.Online(s.Client) || !b.guard.Allow(b.ctx, c.id, auth.AccessRead, m.Topic) {
 			continue
 		}
 		var ids []uint32

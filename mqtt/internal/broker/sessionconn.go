@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 
+	"github.com/tidemark-io/tidemark/mqtt/auth"
 	"github.com/tidemark-io/tidemark/mqtt/internal/delivery"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
@@ -26,7 +27,7 @@ func (p *sessionConn) Warn(what string, err error)  { p.c().warn(what, err) }
 func (p *sessionConn) Delivered(pi uint16)          { p.b.at(PointDelivered, p.client, pi) }
 
 func (p *sessionConn) MayRead(topic string) bool {
-	return p.b.guard.Allow(p.ctx, p.id, AccessRead, topic)
+	return p.b.guard.Allow(p.ctx, p.id, auth.AccessRead, topic)
 }
 
 func (p *sessionConn) WriteBuffered(pk packet.Packet) error { return p.c().writeBuffered(pk) }
