@@ -1,9 +1,10 @@
-// Package auth is the broker's first authentication and authorization:
-// a password file (one user:hash a line; bcrypt, argon2id, and the hashes
-// of mosquitto_passwd, so a mosquitto password file works as it is) and an
-// ACL file in mosquitto's acl_file format, behind the Authenticator and
-// Authorizer interfaces the broker calls (mqtt.Options). Files loads both and reloads them atomically: a file
-// with an error leaves the rules in force unchanged.
+// Package auth is the broker's access control: the interfaces it calls
+// (Authenticator, Authorizer, ClientIDAuthorizer, set in mqtt.Options),
+// and a first implementation of them, Files: a password file (one
+// user:hash a line; bcrypt, argon2id, and the hashes of mosquitto_passwd,
+// so a mosquitto password file works as it is) and an ACL file in
+// mosquitto's acl_file format. Files loads both and reloads them
+// atomically: a file with an error leaves the rules in force unchanged.
 package auth
 
 import (
