@@ -48,6 +48,10 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 	var started []*delivery.Replay
 	var tableWhy []string
 	anyShared := false
+	// Every filter is checked first, then all are added under one hold
+	// of the session's lock (see delivery.Session.AddSubscriptions).
+	var reqs []delivery.NewSubscription
+	var at []int // the index in p of each of reqs
 	for i, req := range p.Subscriptions {
 		if ack.ReasonCodes[i] != 0 {
 			continue // a refused replay
@@ -65,6 +69,11 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 			ack.ReasonCodes[i] = packet.TopicFilterInvalid
 			continue
 		case shared && req.NoLocal && c.version == packet.V5:
+			for _, rp := range replays {
+				if rp != nil {
+					rp.End()
+				}
+			}
 			c.flushConnack()
 			c.disconnect(packet.ProtocolError, "no local on a shared subscription") // [MQTT-3.8.3-4]
 			return false
@@ -76,19 +85,23 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 			continue
 		}
 		anyShared = anyShared || shared
-		rp := replays[i]
-		existed, ok := o.AddSubscription(s, head, rp, c.b.subscriptionAllowed)
-		if !ok {
+		reqs = append(reqs, delivery.NewSubscription{Sub: s, Replay: replays[i]})
+		at = append(at, i)
+	}
+	existed, ok := o.AddSubscriptions(reqs, head, c.b.subscriptionAllowed)
+	for k, ns := range reqs {
+		i := at[k]
+		if !ok[k] {
 			ack.ReasonCodes[i] = packet.QuotaExceeded
 			continue
 		}
-		if rp != nil {
+		if ns.Replay != nil {
 			c.b.metrics.ReplaysStarted.Add(1)
-			started = append(started, rp)
+			started = append(started, ns.Replay)
 			replays[i] = nil
 		}
-		added = append(added, newSub{s, existed, rp != nil})
-		ack.ReasonCodes[i] = packet.ReasonCode(s.QoS)
+		added = append(added, newSub{ns.Sub, existed[k], ns.Replay != nil})
+		ack.ReasonCodes[i] = packet.ReasonCode(ns.Sub.QoS)
 	}
 	for _, rp := range replays {
 		if rp != nil {

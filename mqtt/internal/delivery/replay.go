@@ -48,7 +48,7 @@ type replayItem struct {
 
 // StartReplay opens the reader of a replay for filter, of the messages
 // after the log position after and (unless since is zero) written at or
-// after since. The subscription is not yet the session's: AddSubscription
+// after since. The subscription is not yet the session's: AddSubscriptions
 // makes it so, and RunReplay starts it once the SUBACK is on its way.
 func (o *Session) StartReplay(filter string, after table.Cursor, since time.Time) (*Replay, error) {
 	sub, err := o.env.DB.Subscribe(o.ctx, table.SubscribeOptions{

@@ -10,16 +10,33 @@ import (
 // plain filter, the replays and table feeds of its filters, and its
 // entries in the router's index.
 
-// AddSubscription adds s, or replaces the subscription with its filter
-// and group (existed). A new plain filter matches only messages after
-// the log position since. rp, when set, is a replay opened for it
-// (StartReplay): live deliveries for the filter are held back from here
-// on, before the route can match it. mayAdd, told how many the session
-// holds, decides whether a new one is allowed; added is false when it is
-// not, and nothing changed.
-func (o *Session) AddSubscription(s topic.Subscription, since table.Cursor, rp *Replay, mayAdd func(have int) bool) (existed, added bool) {
+// NewSubscription is a subscription a SUBSCRIBE asks for, with the
+// replay opened for it (StartReplay; nil for none).
+type NewSubscription struct {
+	Sub    topic.Subscription
+	Replay *Replay
+}
+
+// AddSubscriptions adds the subscriptions of one SUBSCRIBE in order,
+// each replacing the subscription with its filter and group (existed[i]),
+// under one hold of the session's lock: the route matches the session
+// against all of them or none. A new plain filter matches only messages
+// after the log position since. A replay's live deliveries are held back
+// from here on, before the route can match its filter. mayAdd, told how
+// many subscriptions the session holds, decides whether a new one is
+// allowed; added[i] is false when it is not, and that one changed
+// nothing.
+func (o *Session) AddSubscriptions(subs []NewSubscription, since table.Cursor, mayAdd func(have int) bool) (existed, added []bool) {
+	existed, added = make([]bool, len(subs)), make([]bool, len(subs))
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	for i, ns := range subs {
+		existed[i], added[i] = o.addSubscriptionLocked(ns.Sub, since, ns.Replay, mayAdd)
+	}
+	return existed, added
+}
+
+func (o *Session) addSubscriptionLocked(s topic.Subscription, since table.Cursor, rp *Replay, mayAdd func(have int) bool) (existed, added bool) {
 	for j := range o.subs {
 		if o.subs[j].Filter == s.Filter && o.subs[j].Group == s.Group {
 			o.subs[j], existed = s, true
