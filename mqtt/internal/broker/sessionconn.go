@@ -46,7 +46,7 @@ func (p *sessionConn) Disconnect(rc packet.ReasonCode, why string) { p.c().disco
 
 // TryWrite writes pub from the calling goroutine if the connection's
 // write lock is free and nothing is buffered before it (see
-// delivery.Conn): a parked connection only, whose socket the poller
+// delivery.Conn): a connection that parks only, whose socket the poller
 // watches, so a write the socket does not take at once is finished by
 // the session's sender.
 func (p *sessionConn) TryWrite(pub *packet.Publish) (written, flushed bool, err error) {
@@ -66,6 +66,10 @@ func (p *sessionConn) TryWrite(pub *packet.Publish) (written, flushed bool, err 
 	}
 	return true, flushed, err
 }
+
+// InPassing reports whether the connection parks on the poller, which
+// watches its socket: only then may TryWrite write (see TryWrite).
+func (p *sessionConn) InPassing() bool { return p.pk != nil }
 
 // ackOf is the FIFO entry of a session's pending entry.
 func ackOf(e delivery.Pending) ackEntry {

@@ -81,7 +81,7 @@ const MaxSendNowTargets = 4
 // goroutine (see above), or reports false and leaves d to the caller,
 // who queues it for the sender.
 func (o *Session) SendNow(d Direct) bool {
-	if d.QoS != 0 || len(d.Msg.Topic)+len(d.Msg.Payload) > maxSendNow {
+	if d.QoS != 0 || len(d.Msg.Topic)+len(d.Msg.Payload) > maxSendNow || !o.conn.InPassing() {
 		return false
 	}
 	s := &o.snd

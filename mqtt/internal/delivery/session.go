@@ -58,6 +58,9 @@ type Conn interface {
 	// false when the socket did not take all at once; the rest stays
 	// buffered for the next Flush.
 	TryWrite(p *packet.Publish) (written, flushed bool, err error)
+	// InPassing reports whether TryWrite can ever take a write on this
+	// connection, so a caller that would be refused builds no packet.
+	InPassing() bool
 	// ApplyAlias gives p a topic alias when the client takes them.
 	ApplyAlias(p *packet.Publish)
 	// Flush sends what is buffered.

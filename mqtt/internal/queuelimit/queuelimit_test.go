@@ -32,15 +32,12 @@ func publish(t *testing.T, db *table.DB, topic string, n int) {
 	}
 }
 
+// record reads client's session record through the session store.
 func record(t *testing.T, db *table.DB, client string) session.Record {
 	t.Helper()
-	r, err := db.Get(context.Background(), session.Table, client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var s session.Record
-	if err := session.Decode(r.Value, &s); err != nil {
-		t.Fatal(err)
+	s, _, ok, err := (&session.Store{DB: db}).Load(context.Background(), client)
+	if err != nil || !ok {
+		t.Fatalf("session %q: present %v, %v", client, ok, err)
 	}
 	return s
 }
