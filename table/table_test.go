@@ -117,6 +117,55 @@ func TestGetRangeDelete(t *testing.T) {
 	}
 }
 
+// TestValuesReusableAfterSubmit checks the Tx's promise that Submit
+// copies what it is given: buffers reused once Submit returned (the broker
+// encodes a group's messages into one buffer) change nothing committed,
+// neither records nor log entries, and an ExpectState compares the bytes
+// as they were at Submit.
+func TestValuesReusableAfterSubmit(t *testing.T) {
+	ctx := t.Context()
+	db, _ := openDB(t)
+	buf := []byte("first,staged,message")
+	tx := db.Begin()
+	_ = tx.Put("t", "a", buf[:5])
+	_ = tx.PutStateUnchecked("s", "slot", buf[6:12])
+	_ = tx.Message("m", "topic", buf[13:])
+	h, err := tx.Submit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(buf, strings.Repeat("X", len(buf)))
+	if _, err := h.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := db.Get(ctx, "t", "a"); err != nil || string(r.Value) != "first" {
+		t.Fatalf("record = %q, %v", r.Value, err)
+	}
+	if r, err := db.Get(ctx, "s", "slot"); err != nil || string(r.Value) != "staged" {
+		t.Fatalf("state record = %q, %v", r.Value, err)
+	}
+	s, err := db.Subscribe(ctx, table.SubscribeOptions{Table: "m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if ev := recv(t, s, 1)[0]; string(ev.Value) != "message" {
+		t.Fatalf("log entry = %q", ev.Value)
+	}
+
+	want := []byte("staged")
+	release := db.Begin()
+	_ = release.ExpectState("s", "slot", tx.Version(), want)
+	_ = release.DeleteStateUnchecked("s", "slot")
+	if h, err = release.Submit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	copy(want, "XXXXXX")
+	if _, err := h.Wait(ctx); err != nil {
+		t.Fatalf("ExpectState of the bytes given, changed after Submit: %v", err)
+	}
+}
+
 // TestCheckpointCoversWhatWasAcked acknowledges each live event as soon as
 // it arrives and reads the checkpoint at once: it must already stand past
 // the event (the frontier moves as the event is handed over, not after).

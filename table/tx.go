@@ -23,6 +23,10 @@ import (
 // and apply nothing, so a caller that builds a Tx in several calls may
 // check once, at the commit.
 //
+// The values a Tx is given (of writes and of ExpectState) are read by
+// Submit, which copies them: they must not change before it, and are the
+// caller's to reuse once it returned.
+//
 // Each Put or Delete takes three engine entries (record, version key, log
 // entry), so a Tx holds at most about engine.MaxBatchEntries/3 of them;
 // Submit reports a larger one with engine.ErrBatchTooLarge.
@@ -30,7 +34,7 @@ type Tx struct {
 	db      *DB
 	writes  []write
 	small   [4]write // writes' first backing array: most Txs write a few
-	checks  []engine.Check
+	checks  []check  // encoded by Submit, into the batch's arena
 	loaded  map[string]bool
 	err     error
 	done    bool
@@ -43,7 +47,59 @@ type Tx struct {
 	batch   engine.Batch
 	ops     [5]engine.Op
 	logs    [2][]byte
-	checks1 [2]engine.Check // checks' first backing array
+	checks1 [1]check        // checks' first backing array: most check one key
+	echecks [1]engine.Check // the batch's checks' first backing array
+}
+
+// check is a precondition as the Tx was given it; Submit encodes it
+// (engine.Check) into the arena that holds the writes' keys and records,
+// so a check costs no allocation of its own.
+type check struct {
+	kind      checkKind
+	table, id string
+	version   Version
+	value     []byte // checkState: the record's value
+}
+
+type checkKind uint8
+
+const (
+	checkVersion   checkKind = iota // ExpectVersion: the version entry holds version
+	checkNoVersion                  // ExpectAbsent: no version entry
+	checkState                      // ExpectState: the record holds value at version
+	checkNoState                    // ExpectNoState: no record
+)
+
+// len is the arena bytes c's engine check takes.
+func (c *check) len() int {
+	n := dataKeyLen(c.table, c.id)
+	switch c.kind {
+	case checkVersion:
+		n += 8
+	case checkState:
+		n += recordLen(c.table, c.id, c.value)
+	}
+	return n
+}
+
+// encode carves c's engine check from the arena a.
+func (c *check) encode(a []byte) ([]byte, engine.Check) {
+	var ec engine.Check
+	switch c.kind {
+	case checkVersion:
+		a, ec.Key = carve(a, func(a []byte) []byte { return appendDataKey(a, kindVersion, c.table, c.id) })
+		a, ec.Value = carve(a, func(a []byte) []byte { return binary.BigEndian.AppendUint64(a, uint64(c.version)) })
+	case checkNoVersion:
+		a, ec.Key = carve(a, func(a []byte) []byte { return appendDataKey(a, kindVersion, c.table, c.id) })
+		ec.Absent = true
+	case checkState:
+		a, ec.Key = carve(a, func(a []byte) []byte { return appendDataKey(a, kindRecord, c.table, c.id) })
+		a, ec.Value = carve(a, func(a []byte) []byte { return appendRecord(a, c.table, c.id, c.version, false, c.value) })
+	case checkNoState:
+		a, ec.Key = carve(a, func(a []byte) []byte { return appendDataKey(a, kindRecord, c.table, c.id) })
+		ec.Absent = true
+	}
+	return a, ec
 }
 
 type write struct {
@@ -178,25 +234,21 @@ func (tx *Tx) ExpectVersion(table, id string, v Version) error {
 	if err := tx.checkable(table, id); err != nil {
 		return err
 	}
-	// Key and value in one allocation.
-	kv := appendDataKey(make([]byte, 0, dataKeyLen(table, id)+8), kindVersion, table, id)
-	n := len(kv)
-	kv = binary.BigEndian.AppendUint64(kv, uint64(v))
-	tx.checks = append(tx.checks, engine.Check{Key: kv[:n:n], Value: kv[n:]})
+	tx.checks = append(tx.checks, check{kind: checkVersion, table: table, id: id, version: v})
 	return nil
 }
 
 // ExpectAbsent makes the commit conditional on table/id being absent or
 // deleted; otherwise it fails with an error wrapping engine.ErrConflict.
-func (tx *Tx) ExpectAbsent(table, id string) error { return tx.expectNoKey(kindVersion, table, id) }
+func (tx *Tx) ExpectAbsent(table, id string) error { return tx.expectNoKey(checkNoVersion, table, id) }
 
 // expectNoKey makes the commit conditional on no key of kind for
 // table/id.
-func (tx *Tx) expectNoKey(kind byte, table, id string) error {
+func (tx *Tx) expectNoKey(kind checkKind, table, id string) error {
 	if err := tx.checkable(table, id); err != nil {
 		return err
 	}
-	tx.checks = append(tx.checks, engine.Check{Key: dataKey(kind, table, id), Absent: true})
+	tx.checks = append(tx.checks, check{kind: kind, table: table, id: id})
 	return nil
 }
 
@@ -204,16 +256,13 @@ func (tx *Tx) expectNoKey(kind byte, table, id string) error {
 // value at version v, as a PutState or PutStateUnchecked of a commit at
 // version v wrote it; otherwise the commit fails with an error wrapping
 // engine.ErrConflict. It checks the record itself, so it serves state
-// written without the version entry that ExpectVersion reads.
+// written without the version entry that ExpectVersion reads. Like a
+// write's value, value is read at Submit (see Tx).
 func (tx *Tx) ExpectState(table, id string, v Version, value []byte) error {
 	if err := tx.checkable(table, id); err != nil {
 		return err
 	}
-	// Key and record in one allocation.
-	kv := appendDataKey(make([]byte, 0, dataKeyLen(table, id)+recordLen(table, id, value)), kindRecord, table, id)
-	n := len(kv)
-	kv = appendRecord(kv, table, id, v, false, value)
-	tx.checks = append(tx.checks, engine.Check{Key: kv[:n:n], Value: kv[n:]})
+	tx.checks = append(tx.checks, check{kind: checkState, table: table, id: id, version: v, value: value})
 	return nil
 }
 
@@ -223,7 +272,7 @@ func (tx *Tx) ExpectState(table, id string, v Version, value []byte) error {
 // engine.ErrConflict. Unlike ExpectAbsent it sees records written by
 // PutStateUnchecked. Only for tables written with the state writes: a
 // Delete leaves a tombstone record, which this counts as present.
-func (tx *Tx) ExpectNoState(table, id string) error { return tx.expectNoKey(kindRecord, table, id) }
+func (tx *Tx) ExpectNoState(table, id string) error { return tx.expectNoKey(checkNoState, table, id) }
 
 // Defer marks the Tx as one nobody waits on at once (see engine.Batch's
 // Defer): its durable completion may wait a little to share a later
@@ -262,7 +311,7 @@ func (tx *Tx) Submit(ctx context.Context) (*engine.Handle, error) {
 	// Each write takes at most two ops and one log entry; the head hint
 	// may take one more op.
 	b := &tx.batch
-	b.Checks, b.Defer = tx.checks, tx.deferd
+	b.Defer = tx.deferd
 	if n := 2*len(tx.writes) + 1; n <= len(tx.ops) {
 		b.Ops = tx.ops[:0]
 	} else {
@@ -272,6 +321,20 @@ func (tx *Tx) Submit(ctx context.Context) (*engine.Handle, error) {
 	var stampsBuf [8][]byte
 	stamps := stampsBuf[:0]
 	a := make([]byte, 0, tx.arenaLen())
+	// The checks first: what they compare is the caller's until Submit
+	// (ExpectState's value), and is copied now.
+	b.Checks = nil
+	if len(tx.checks) > 0 {
+		b.Checks = tx.echecks[:0]
+		if len(tx.checks) > len(tx.echecks) {
+			b.Checks = make([]engine.Check, 0, len(tx.checks))
+		}
+		for i := range tx.checks {
+			var ec engine.Check
+			a, ec = tx.checks[i].encode(a)
+			b.Checks = append(b.Checks, ec)
+		}
+	}
 	for _, w := range tx.writes {
 		var key, val []byte
 		switch w.op {
@@ -331,6 +394,9 @@ func (tx *Tx) Submit(ctx context.Context) (*engine.Handle, error) {
 // the Tx's writes.
 func (tx *Tx) arenaLen() int {
 	n := 0
+	for i := range tx.checks {
+		n += tx.checks[i].len()
+	}
 	for _, w := range tx.writes {
 		switch w.op {
 		case OpPut, OpReload, opLoadFirst, opPutState:
