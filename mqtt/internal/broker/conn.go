@@ -78,7 +78,11 @@ type conn struct {
 	// connection began (by an earlier connection of the session).
 	stagedBefore map[uint16]bool
 	grp          group // writes of the packets read so far, not yet submitted
-	aliases      map[uint16]string
+	// encs holds the stored forms of the pending group's QoS 1 messages
+	// (see encodeLater): one buffer from encBufs, back there once the
+	// group is submitted, instead of an allocation per message.
+	encs    *[]byte
+	aliases map[uint16]string
 	// aliasMax is the 5.0 client's Topic Alias Maximum: how many topic
 	// aliases the broker may use towards it (see topicalias.Out).
 	aliasMax   uint16
@@ -139,11 +143,17 @@ type conn struct {
 type exchange struct {
 	released bool
 	msg      *Message // first accepted copy; nil past the copy caps
-	size     int
-	version  uint64 // the staging commit's table version
+	enc      []byte   // with msg: its stored form, the bytes staged, which msg's payload aliases
+	size     int      // len(enc), against the copy caps
+	slot     string   // the staging slot's id
+	version  uint64   // the staging commit's table version
 	h        *engine.Handle
 	redo     *redo // the staging's group, when it held others
 }
+
+// releasedExchange stands for every released packet id: it carries
+// nothing else, and nothing writes to it, so one value serves them all.
+var releasedExchange = &exchange{released: true}
 
 // Copy caps per connection (the store stays the source of truth past them).
 const (

@@ -155,11 +155,14 @@ func (c *conn) flushGroup() bool {
 		}
 	}
 	g := c.grp
-	c.grp = group{entries: c.grp.entries[:0]}
+	// The next group reuses the arrays: the entries are copied into the
+	// FIFO below, and the parts only a redo keeps (see bindChecked).
+	c.grp = group{entries: g.entries[:0], parts: g.parts[:0]}
 	if !g.checked && !g.urgent {
 		g.tx.Defer()
 	}
 	h, err := c.submitNow(g.tx)
+	c.releaseEncs() // Submit copied the values the writes took from it
 	if err != nil {
 		return false
 	}
@@ -167,29 +170,7 @@ func (c *conn) flushGroup() bool {
 		c.pumpDue = true
 	}
 	if g.checked {
-		var r *redo
-		if len(g.parts) > 1 {
-			r = &redo{done: make(chan struct{})}
-		}
-		for _, p := range g.parts {
-			p.bind(h, g.tx.Version(), r)
-		}
-		if r != nil {
-			for i := range g.entries {
-				e := &g.entries[i]
-				own := e.after
-				e.after = func(err error) error {
-					if errors.Is(err, engine.ErrConflict) {
-						r.run(c, g.parts)
-						err = r.errs[i]
-					}
-					if own != nil {
-						return own(err)
-					}
-					return err
-				}
-			}
-		}
+		c.bindChecked(g, h)
 	}
 	for _, e := range g.entries {
 		e.h = h
@@ -198,6 +179,36 @@ func (c *conn) flushGroup() bool {
 		}
 	}
 	return true
+}
+
+// bindChecked tells each write of the checked group g, just submitted
+// under h, of its commit. A group of several gets a redo, which keeps
+// g.parts: the next group must not reuse them.
+func (c *conn) bindChecked(g group, h *engine.Handle) {
+	if len(g.parts) == 1 {
+		g.parts[0].bind(h, g.tx.Version(), nil)
+		g.parts[0] = checkedPart{} // its staged bytes are not the next group's to keep
+		return
+	}
+	r := &redo{done: make(chan struct{})}
+	for _, p := range g.parts {
+		p.bind(h, g.tx.Version(), r)
+	}
+	c.grp.parts = nil
+	for i := range g.entries {
+		e := &g.entries[i]
+		own := e.after
+		e.after = func(err error) error {
+			if errors.Is(err, engine.ErrConflict) {
+				r.run(c, g.parts)
+				err = r.errs[i]
+			}
+			if own != nil {
+				return own(err)
+			}
+			return err
+		}
+	}
 }
 
 // pushOwn queues an acknowledgement of the read loop, or, when nothing is

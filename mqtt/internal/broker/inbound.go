@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
@@ -72,7 +73,11 @@ func (c *conn) handlePublish(p *packet.Publish) bool {
 	if p.QoS == packet.QoS1 && !p.Retain && !c.b.tables.Contains(name) {
 		return c.publishQoS1(p, name)
 	}
-	m := &Message{Topic: name, Payload: append([]byte{}, p.Payload...), QoS: byte(p.QoS), Retain: p.Retain, From: c.client}
+	payload := p.Payload
+	if p.QoS != packet.QoS2 {
+		payload = append([]byte{}, payload...) // QoS 2: see publishQoS2
+	}
+	m := &Message{Topic: name, Payload: payload, QoS: byte(p.QoS), Retain: p.Retain, From: c.client}
 	setMessageProps(m, &p.Properties, time.Now())
 	switch p.QoS {
 	case packet.QoS0:
@@ -97,12 +102,47 @@ func (c *conn) handlePublish(p *packet.Publish) bool {
 func (c *conn) publishQoS1(p *packet.Publish, name string) bool {
 	m := Message{Topic: name, Payload: p.Payload, QoS: byte(packet.QoS1), From: c.client}
 	setMessageProps(&m, &p.Properties, time.Now())
-	enc, _ := m.MarshalBinary() // the stored form cannot fail to encode
+	enc := c.encodeLater(&m)
 	c.b.beforeSubmit(KindPublish, c.client)
 	c.inQoS1.Add(1)
 	return c.later(func(tx *table.Tx) error { return tx.Message(tableMsgs, name, enc) },
 		ackEntry{ack: packet.TypePuback, qos1: true, kind: KindPublish, pi: p.PacketID})
 }
+
+// encodeLater returns m's stored form for a write of the pending group,
+// in c.encs: the group's Submit copies its writes' values, after which
+// flushGroup returns the buffer (see releaseEncs). Read loop only.
+func (c *conn) encodeLater(m *Message) []byte {
+	if c.encs == nil {
+		c.encs = encBufs.Get().(*[]byte)
+	}
+	b := *c.encs
+	start := len(b)
+	b, _ = m.AppendBinary(b) // the stored form cannot fail to encode
+	*c.encs = b
+	return b[start:len(b):len(b)]
+}
+
+// releaseEncs returns the pending group's encoding buffer once its commit
+// was submitted (or dropped). Connections share the buffers between their
+// groups, so an idle one holds none.
+func (c *conn) releaseEncs() {
+	if c.encs == nil {
+		return
+	}
+	if cap(*c.encs) <= maxEncs {
+		*c.encs = (*c.encs)[:0]
+		encBufs.Put(c.encs)
+	}
+	c.encs = nil
+}
+
+// encBufs are the groups' encoding buffers.
+var encBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxEncs bounds the buffers encBufs keeps: a burst of large messages
+// leaves no large buffer behind.
+const maxEncs = 64 << 10
 
 func (c *conn) pendingExchanges() int { return c.pendingQoS2 }
 
@@ -118,7 +158,9 @@ func (c *conn) submitNow(tx *table.Tx) (*engine.Handle, error) {
 }
 
 // publishQoS2 stages a QoS 2 message (first write wins) and queues PUBREC
-// for when the staging is durable.
+// for when the staging is durable. m's payload is the packet's, which is
+// reused after the call: m is kept only once its payload is the copy in
+// its stored form.
 func (c *conn) publishQoS2(p *packet.Publish, m *Message) bool {
 	pi := p.PacketID
 	ex := c.exchanges[pi]
@@ -131,12 +173,13 @@ func (c *conn) publishQoS2(p *packet.Publish, m *Message) bool {
 	if ex != nil {
 		delete(c.exchanges, pi) // a new publication on a released id
 	}
-	enc, err := m.MarshalBinary()
+	enc, err := m.MarshalOwn()
 	if err != nil {
 		c.disconnect(packet.UnspecifiedError, err.Error())
 		return false
 	}
-	id := slotID(c.client, pi)
+	ex = &exchange{slot: slotID(c.client, pi)}
+	id := ex.slot
 	// The slot is state no version entry tracks (one engine entry to
 	// write and one to delete): its checks read the record itself.
 	stage := func(tx *table.Tx) error {
@@ -157,11 +200,10 @@ func (c *conn) publishQoS2(p *packet.Publish, m *Message) bool {
 	// an earlier connection with other bytes: keep no copy, so the PUBREL
 	// loads whichever bytes won. The exchange is pending all the same: its
 	// PUBREL waits for this staging, and a re-sent PUBLISH stores nothing.
-	ex = &exchange{}
-	if !p.Dup && c.copies < maxCopies && c.copyBytes+len(enc) <= maxCopyBytes {
-		ex.msg, ex.size = m, len(enc)
+	if size := len(enc); !p.Dup && c.copies < maxCopies && c.copyBytes+size <= maxCopyBytes {
+		ex.msg, ex.enc, ex.size = m, enc, size
 		c.copies++
-		c.copyBytes += len(enc)
+		c.copyBytes += size
 	}
 	c.exchanges[pi] = ex
 	if !p.Dup && !c.stagedBefore[pi] {
@@ -222,18 +264,16 @@ func (c *conn) handlePubrel(p *packet.Pubrel) bool {
 			}
 		}
 		if ex.msg != nil && ex.h.Err() == nil {
-			enc, err := ex.msg.MarshalBinary() // the bytes staged: the encoding is deterministic
-			if err != nil {
-				c.disconnect(packet.UnspecifiedError, err.Error())
-				return false
-			}
-			return c.release(pi, ex.msg, staged{version: table.Version(ex.version), enc: enc})
+			return c.release(pi, ex.slot, ex.msg, staged{version: table.Version(ex.version), enc: ex.enc})
 		}
 	}
 	// No copy here (a DUP PUBLISH, a new connection, past the copy caps,
 	// or the staging found the slot taken): the store is the source of
 	// truth.
 	id := slotID(c.client, pi)
+	if ex != nil {
+		id = ex.slot
+	}
 	rec, err := c.b.db.Get(c.ctx, tableStaged, id)
 	if errors.Is(err, table.ErrNotFound) {
 		c.forget(pi)
@@ -261,7 +301,7 @@ func (c *conn) handlePubrel(p *packet.Pubrel) bool {
 		c.disconnect(packet.UnspecifiedError, "corrupt staged message")
 		return false
 	}
-	return c.release(pi, &m, staged{version: rec.Version, enc: rec.Value, read: true})
+	return c.release(pi, id, &m, staged{version: rec.Version, enc: rec.Value, read: true})
 }
 
 // staged is a staged copy as its commit wrote it.
@@ -276,9 +316,8 @@ type staged struct {
 // release appends the staged message to the log and deletes the staged
 // copy in one commit, conditional on the copy still being the one staged
 // (its version and bytes): of two releases racing (a retried PUBREL here
-// or on another node), exactly one delivers.
-func (c *conn) release(pi uint16, m *Message, st staged) bool {
-	id := slotID(c.client, pi)
+// or on another node), exactly one delivers. id is pi's slot.
+func (c *conn) release(pi uint16, id string, m *Message, st staged) bool {
 	tx := c.b.db.Begin()
 	tx.ExpectState(tableStaged, id, st.version, st.enc)
 	if st.read {
@@ -296,7 +335,7 @@ func (c *conn) release(pi uint16, m *Message, st staged) bool {
 		return false
 	}
 	c.forget(pi)
-	c.exchanges[pi] = &exchange{released: true}
+	c.exchanges[pi] = releasedExchange
 	return c.ack(ackEntry{ack: packet.TypePubcomp, h: h, after: func(err error) error {
 		if errors.Is(err, engine.ErrConflict) {
 			return nil // released by an earlier PUBREL: deliver nothing more

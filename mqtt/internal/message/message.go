@@ -63,6 +63,21 @@ func (m *Message) MarshalBinary() ([]byte, error) {
 	return m.AppendBinary(make([]byte, 0, m.binarySize()))
 }
 
+// MarshalOwn is MarshalBinary, after which m's payload is the copy in
+// the stored form (capped at its length) rather than the slice m held: a
+// caller encoding a message whose payload it borrowed (a packet buffer
+// that is reused) keeps one copy, not two. Nothing may write to the
+// returned bytes.
+func (m *Message) MarshalOwn() ([]byte, error) {
+	b, err := m.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	n := len(b)
+	m.Payload = b[n-len(m.Payload) : n : n] // the stored form ends with the payload
+	return b, nil
+}
+
 // binarySize bounds the length of m's stored form, so MarshalBinary
 // allocates once.
 func (m *Message) binarySize() int {

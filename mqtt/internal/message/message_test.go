@@ -42,6 +42,36 @@ func TestDecodeEventAliases(t *testing.T) {
 	}
 }
 
+// TestMarshalOwn checks that after MarshalOwn the message's payload is
+// the one in its stored form, capped, so the buffer it came from can be
+// reused, and that the form decodes to the same message.
+func TestMarshalOwn(t *testing.T) {
+	borrowed := []byte("payload")
+	m := Message{Topic: "a/b", Payload: borrowed, QoS: 2, UserProps: []UserProperty{{Key: "k", Value: "v"}}}
+	enc, err := m.MarshalOwn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(borrowed, "XXXXXXX") // the packet buffer, reused
+	if string(m.Payload) != "payload" || !within(m.Payload, enc) {
+		t.Fatalf("payload %q: not the stored form's copy", m.Payload)
+	}
+	if cap(m.Payload) != len(m.Payload) {
+		t.Fatalf("payload capacity %d past its length %d", cap(m.Payload), len(m.Payload))
+	}
+	var back Message
+	if err := back.UnmarshalBinary(enc); err != nil {
+		t.Fatal(err)
+	}
+	if string(back.Payload) != "payload" || back.Topic != "a/b" || len(back.UserProps) != 1 {
+		t.Fatalf("decoded %+v", back)
+	}
+	empty := Message{Topic: "t"}
+	if _, err := empty.MarshalOwn(); err != nil || len(empty.Payload) != 0 {
+		t.Fatalf("empty payload: %q, %v", empty.Payload, err)
+	}
+}
+
 // TestPayloadLen checks the payload length read without decoding, and 0
 // for a stored form that does not decode.
 func TestPayloadLen(t *testing.T) {
