@@ -12,6 +12,7 @@ type Handle struct {
 	res  Result
 	err  error
 	set  atomic.Bool
+	keys [2]LogKey // res.Keys of a CompletedLog handle, when they fit
 }
 
 // NewHandle returns a pending handle and the function that completes it.
@@ -37,6 +38,32 @@ func Completed(res Result, err error) *Handle {
 	h.set.Store(true)
 	return h
 }
+
+// CompletedLog returns a handle already complete without error, whose
+// Result holds n log keys, all k (the form of engines whose commits share
+// one log key), in one allocation with the handle. With n == 0 it
+// allocates nothing: all such handles are one value, which completion
+// never writes to.
+func CompletedLog(k LogKey, n int) *Handle {
+	if n == 0 {
+		return completedEmpty
+	}
+	h := &Handle{done: closedDone}
+	if n <= len(h.keys) {
+		h.res.Keys = h.keys[:n:n]
+	} else {
+		h.res.Keys = make([]LogKey, n)
+	}
+	for i := range h.res.Keys {
+		h.res.Keys[i] = k
+	}
+	h.set.Store(true)
+	return h
+}
+
+// completedEmpty is every complete handle of a commit without log
+// entries or error.
+var completedEmpty = Completed(Result{}, nil)
 
 func (h *Handle) complete(res Result, err error) {
 	if !h.set.CompareAndSwap(false, true) {

@@ -252,12 +252,11 @@ func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error
 		_ = pb.Close()
 		return driver.Completed(driver.Result{}, err), nil
 	}
-	var res driver.Result
+	// Every entry of the commit's log takes one key, k.
+	var k driver.LogKey
 	if n := len(b.Log); n > 0 {
-		k := d.hlc.Next()
-		res.Keys = make([]driver.LogKey, n)
+		k = d.hlc.Next()
 		for i, entry := range b.Log {
-			res.Keys[i] = k
 			dop := pb.SetDeferred(kvlog.LogKeyLen, kvlog.LogValueLen(uint32(n), entry))
 			kvlog.PutLogKey(dop.Key, k, uint32(i))
 			kvlog.PutLogValue(dop.Value, uint32(n), entry)
@@ -267,7 +266,7 @@ func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error
 	applied := func(err error) {
 		d.appliedLocked(b.Ops, err)
 		if err == nil && len(b.Log) > 0 {
-			d.recent.Add(res.Keys[0], b.Log)
+			d.recent.Add(k, b.Log)
 		}
 	}
 	if d.opts.Sync != driver.SyncAlways {
@@ -278,13 +277,20 @@ func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error
 		if err != nil {
 			return driver.Completed(driver.Result{}, err), nil
 		}
-		if len(res.Keys) > 0 {
-			d.durable.Store(uint64(res.Keys[0]))
+		if len(b.Log) > 0 {
+			d.durable.Store(uint64(k))
 			// Watch announces log entries; a state-only commit would
 			// only wake every tailer to find nothing new.
 			d.notifier.Notify()
 		}
-		return driver.Completed(res, nil), nil
+		return driver.CompletedLog(k, len(b.Log)), nil
+	}
+	var res driver.Result
+	if n := len(b.Log); n > 0 {
+		res.Keys = make([]driver.LogKey, n)
+		for i := range res.Keys {
+			res.Keys[i] = k
+		}
 	}
 	h, complete := driver.NewHandle()
 	if d.gate.Defer(b) {
