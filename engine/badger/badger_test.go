@@ -32,3 +32,7 @@ func BenchmarkSlots(b *testing.B) {
 func BenchmarkLogStats(b *testing.B) {
 	benchtest.LogStats(b, "badger")
 }
+
+func BenchmarkEmptyRange(b *testing.B) {
+	benchtest.EmptyRange(b, "badger")
+}

@@ -422,3 +422,7 @@ func TestSyncModes(t *testing.T) {
 		})
 	}
 }
+
+func BenchmarkEmptyRange(b *testing.B) {
+	benchtest.EmptyRange(b, "lmdb")
+}
