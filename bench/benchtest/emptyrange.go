@@ -19,22 +19,12 @@ const deletedAfter = 20_000
 func EmptyRange(b *testing.B, name string) {
 	e := openNoSync(b, name)
 	ctx := b.Context()
-	for _, del := range []bool{false, true} {
-		for i := 0; i < deletedAfter; i += 1000 {
-			batch := new(engine.Batch)
-			for j := range 1000 {
-				key := fmt.Appendf(nil, "b/%08d", i+j)
-				if del {
-					batch.Delete(key)
-				} else {
-					batch.Put(key, []byte("churned"))
-				}
-			}
-			if _, err := engine.Commit(ctx, e, batch); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
+	commitEach(b, e, deletedAfter, func(batch *engine.Batch, i int) {
+		batch.Put(fmt.Appendf(nil, "b/%08d", i), []byte("churned"))
+	})
+	commitEach(b, e, deletedAfter, func(batch *engine.Batch, i int) {
+		batch.Delete(fmt.Appendf(nil, "b/%08d", i))
+	})
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {

@@ -18,15 +18,9 @@ const retainedEntries = 200_000
 func LogStats(b *testing.B, name string) {
 	e := openNoSync(b, name)
 	ctx := b.Context()
-	for i := 0; i < retainedEntries; i += 1000 {
-		batch := new(engine.Batch)
-		for j := range 1000 {
-			batch.Append(fmt.Appendf(nil, "entry %d", i+j))
-		}
-		if _, err := engine.Commit(ctx, e, batch); err != nil {
-			b.Fatal(err)
-		}
-	}
+	commitEach(b, e, retainedEntries, func(batch *engine.Batch, i int) {
+		batch.Append(fmt.Appendf(nil, "entry %d", i))
+	})
 	if _, err := e.LogStats(ctx); err != nil {
 		b.Fatal(err)
 	}

@@ -38,3 +38,17 @@ func openNoSync(b *testing.B, name string) engine.Engine {
 	b.Cleanup(func() { _ = e.Close() })
 	return e
 }
+
+// commitEach fills e with n writes, add(batch, i) the i-th, committed a
+// thousand to a batch.
+func commitEach(b *testing.B, e engine.Engine, n int, add func(batch *engine.Batch, i int)) {
+	for i := 0; i < n; i += 1000 {
+		batch := new(engine.Batch)
+		for j := i; j < min(n, i+1000); j++ {
+			add(batch, j)
+		}
+		if _, err := engine.Commit(b.Context(), e, batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
