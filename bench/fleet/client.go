@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,13 +20,30 @@ import (
 // device is one persistent session of the fleet.
 type device struct {
 	id, topic string
-	link      link // the transport's connection, under mu
+	src       net.IP // the local address it connects from; nil: the kernel's choice
+	link      link   // the transport's connection, under mu
 	mu        sync.Mutex
 	rest      []byte         // input after the last whole packet, under mu
 	seen      map[uint64]int // message number -> deliveries
 	lat       []sample
 	last      time.Time
 	count     atomic.Int64 // distinct messages received
+}
+
+// sources is how many loopback addresses the fleet connects from (see
+// rawconn.DialFrom): one would leave each connect searching through the
+// ephemeral ports the fleet already holds.
+const sources = 16
+
+// sourceFor is device i's local address towards a broker at addr: one of
+// sources loopback addresses when the broker is on loopback, else nil.
+func sourceFor(addr string, i int) net.IP {
+	host, _, err := net.SplitHostPort(addr)
+	ip := net.ParseIP(host)
+	if err != nil || ip == nil || !ip.IsLoopback() || ip.To4() == nil {
+		return nil
+	}
+	return net.IPv4(127, 0, 0, byte(1+i%sources))
 }
 
 // hello is what a device sends on connecting: CONNECT (clean session

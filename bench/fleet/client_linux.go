@@ -48,7 +48,7 @@ const nPollers = 2
 // connect dials the broker, says hello and waits for its answer, then
 // hands the socket to a poller.
 func (d *device) connect(ps *pollers, addr string, subscribe bool) error {
-	fd, _, err := rawconn.Dial(addr, ioTimeout)
+	fd, _, err := rawconn.DialFrom(addr, d.src, ioTimeout)
 	if err != nil {
 		return err
 	}

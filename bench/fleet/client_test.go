@@ -78,3 +78,25 @@ func TestGreeted(t *testing.T) {
 		t.Fatalf("reconnect: rest % x, %v", rest, err)
 	}
 }
+
+// TestSourceFor checks the fleet's local addresses: spread over sources
+// loopback addresses towards a loopback broker, the kernel's choice
+// towards any other.
+func TestSourceFor(t *testing.T) {
+	seen := map[string]bool{}
+	for i := range 3 * sources {
+		ip := sourceFor("127.0.0.1:1883", i)
+		if ip == nil || !ip.IsLoopback() {
+			t.Fatalf("device %d: source %v, want a loopback address", i, ip)
+		}
+		seen[ip.String()] = true
+	}
+	if len(seen) != sources {
+		t.Fatalf("%d distinct sources, want %d", len(seen), sources)
+	}
+	for _, addr := range []string{"10.0.0.1:1883", "[::1]:1883", "localhost"} {
+		if ip := sourceFor(addr, 3); ip != nil {
+			t.Fatalf("source towards %s: %v, want none", addr, ip)
+		}
+	}
+}

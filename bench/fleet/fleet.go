@@ -231,7 +231,7 @@ func runOne(ctx context.Context, b Broker, n, fan int, dir string, say func(stri
 	base := rss(pid)
 	f := &fleet{addr: addr, devs: make([]*device, n)}
 	for i := range f.devs {
-		f.devs[i] = &device{id: fmt.Sprintf("fleet-%06d", i), topic: fmt.Sprintf("fleet/dev/%d", i)}
+		f.devs[i] = &device{id: fmt.Sprintf("fleet-%06d", i), topic: fmt.Sprintf("fleet/dev/%d", i), src: sourceFor(addr, i)}
 	}
 	defer f.closeAll()
 	start, cpu := time.Now(), startMeter(pid)

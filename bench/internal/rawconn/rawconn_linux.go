@@ -15,6 +15,18 @@ import (
 // which the caller closes. Its receive and send timeouts are timeout (0:
 // none), which bounds the connect too.
 func Dial(addr string, timeout time.Duration) (int, *net.TCPAddr, error) {
+	return DialFrom(addr, nil, timeout)
+}
+
+// DialFrom is Dial from the local IPv4 address src (nil: the one the
+// kernel picks), its port still the kernel's choice at connect.
+//
+// A fleet of connections from one address to one broker port takes an
+// ephemeral port each, and the kernel's search for a free one walks the
+// ports in use: at 19,000 connections it was 80% of the load generator's
+// CPU. Connections from several addresses (127.0.0.0/8 is all loopback)
+// may share ports, and the search stays short.
+func DialFrom(addr string, src net.IP, timeout time.Duration) (int, *net.TCPAddr, error) {
 	ta, err := net.ResolveTCPAddr("tcp4", addr)
 	if err != nil {
 		return -1, nil, err
@@ -28,6 +40,12 @@ func Dial(addr string, timeout time.Duration) (int, *net.TCPAddr, error) {
 	}
 	if timeout > 0 {
 		if err := SetTimeout(fd, timeout); err != nil {
+			syscall.Close(fd)
+			return -1, nil, err
+		}
+	}
+	if src != nil {
+		if err := bindNoPort(fd, src); err != nil {
 			syscall.Close(fd)
 			return -1, nil, err
 		}
@@ -84,4 +102,19 @@ func connect(fd int, sa syscall.Sockaddr) error {
 		}
 		return nil
 	}
+}
+
+// bindNoPort binds fd to address src and leaves the port to connect,
+// which then picks one unique for the whole connection, not for the
+// address alone (IP_BIND_ADDRESS_NO_PORT).
+func bindNoPort(fd int, src net.IP) error {
+	if err := syscall.SetsockoptInt(fd, syscall.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT, 1); err != nil {
+		return fmt.Errorf("IP_BIND_ADDRESS_NO_PORT: %w", err)
+	}
+	var sa syscall.SockaddrInet4
+	copy(sa.Addr[:], src.To4())
+	if err := syscall.Bind(fd, &sa); err != nil {
+		return fmt.Errorf("bind %s: %w", src, err)
+	}
+	return nil
 }
