@@ -3,6 +3,7 @@
 package badger
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -176,7 +177,7 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 	d.queue = d.newQueue()
 	d.space = space.NewGuard("badger", opts.Dir, d.reserve, log)
 	d.ver.init(bdb.MaxVersion())
-	top, floor, err := d.recoverKeys()
+	top, floor, last, err := d.recoverKeys()
 	if err == nil {
 		// A truncation interrupted by a crash raised the floor first;
 		// finish removing what it left below.
@@ -189,6 +190,9 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 		return nil, err
 	}
 	d.floor.Store(uint64(floor))
+	if top == 0 || last != nil {
+		d.recent.Open(top, last)
+	}
 	// Never reissue a key at or below one on disk, whatever the clock says.
 	d.hlc = hlc.New(opts.Clock, max(top, floor))
 	go d.writer()
@@ -238,35 +242,66 @@ func (l txnLimits) entrySize(key, value int) int64 {
 	return int64(key) + 24
 }
 
-// recoverKeys returns the highest log key on disk and the truncation floor.
-func (d *db) recoverKeys() (top, floor driver.LogKey, err error) {
+// recoverKeys returns the highest log key on disk, the truncation floor,
+// and the payloads of the last commit's log entries in index order (none
+// when the log is empty, or when they are not all there: the readers that
+// meet them report it).
+func (d *db) recoverKeys() (top, floor driver.LogKey, last [][]byte, err error) {
 	txn := d.newTxn(false)
 	defer d.endTxn(txn)
 	item, err := txn.Get(kvlog.MetaFloor)
 	switch {
 	case errors.Is(err, badger.ErrKeyNotFound):
 	case err != nil:
-		return 0, 0, fmt.Errorf("badger: read truncation floor: %w", err)
+		return 0, 0, nil, fmt.Errorf("badger: read truncation floor: %w", err)
 	default:
 		v, err := item.ValueCopy(nil)
 		if err != nil {
-			return 0, 0, fmt.Errorf("badger: read truncation floor: %w", err)
+			return 0, 0, nil, fmt.Errorf("badger: read truncation floor: %w", err)
 		}
 		if floor, err = kvlog.DecodeFloor(v); err != nil {
-			return 0, 0, err
+			return 0, 0, nil, err
 		}
 	}
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{kvlog.LogPrefix}, Reverse: true})
 	defer it.Close()
-	it.Seek(logSeekLast)
-	if it.Valid() {
-		k, err := kvlog.KeyOf(it.Item().Key())
-		if err != nil {
-			return 0, 0, err
+	found := 0
+	for it.Seek(logSeekLast); it.Valid(); it.Next() {
+		item := it.Item()
+		var e driver.Entry
+		var derr error
+		if err := item.Value(func(v []byte) error {
+			e, derr = kvlog.DecodeEntry(item.Key(), v)
+			e.Value = bytes.Clone(e.Value) // v is Badger's only during the call
+			return nil
+		}); err != nil {
+			return 0, 0, nil, fmt.Errorf("badger: recover log keys: %w", err)
 		}
-		top = k
+		if derr != nil {
+			// The readers that meet the entry report it; its key alone
+			// sets the top.
+			if last == nil {
+				if top, err = kvlog.KeyOf(item.Key()); err != nil {
+					return 0, 0, nil, err
+				}
+			}
+			return top, floor, nil, nil
+		}
+		if last != nil && e.Key != top {
+			break
+		}
+		if last == nil {
+			top, last = e.Key, make([][]byte, e.Count)
+		}
+		if e.Index < uint32(len(last)) && e.Count == uint32(len(last)) {
+			last[e.Index] = e.Value
+			found++
+		}
 	}
-	return top, floor, nil
+	if found != len(last) {
+		last = nil
+	}
+	return top, floor, last, nil
 }
 
 // logSeekLast sorts after every stored log key.

@@ -166,7 +166,7 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 		return nil, fmt.Errorf("pebble: open %s: %w", opts.Dir, err)
 	}
 	d.lock, d.pdb = lock, pdb
-	top, floor, err := d.recoverKeys()
+	top, floor, last, err := d.recoverKeys()
 	if err != nil {
 		_ = pdb.Close()
 		cache.Unref()
@@ -175,6 +175,7 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 	}
 	d.floor = floor
 	d.durable.Store(uint64(top))
+	d.seedRecent(top, last)
 	// Never reissue a key at or below one on disk, whatever the clock says.
 	d.hlc = hlc.New(opts.Clock, max(top, floor))
 	switch opts.Sync {
@@ -192,30 +193,62 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 	return d, nil
 }
 
-// recoverKeys returns the highest log key on disk and the truncation floor.
-func (d *db) recoverKeys() (top, floor driver.LogKey, err error) {
+// recoverKeys returns the highest log key on disk, the truncation floor,
+// and the payloads of the last commit's log entries (none when the log is
+// empty), in index order.
+func (d *db) recoverKeys() (top, floor driver.LogKey, last [][]byte, err error) {
 	if v, closer, gerr := d.pdb.Get(kvlog.MetaFloor); gerr == nil {
 		floor, err = kvlog.DecodeFloor(v)
 		closer.Close()
 		if err != nil {
-			return 0, 0, err
+			return 0, 0, nil, err
 		}
 	} else if !errors.Is(gerr, pebble.ErrNotFound) {
-		return 0, 0, fmt.Errorf("pebble: read truncation floor: %w", gerr)
+		return 0, 0, nil, fmt.Errorf("pebble: read truncation floor: %w", gerr)
 	}
 	it, err := d.pdb.NewIter(&pebble.IterOptions{LowerBound: []byte{kvlog.LogPrefix}, UpperBound: kvlog.LogUpper})
 	if err != nil {
-		return 0, 0, fmt.Errorf("pebble: recover log keys: %w", err)
+		return 0, 0, nil, fmt.Errorf("pebble: recover log keys: %w", err)
 	}
 	defer it.Close()
-	if it.Last() {
+	found := 0
+	for ok := it.Last(); ok; ok = it.Prev() {
 		e, err := kvlog.DecodeEntry(it.Key(), it.Value())
-		if err != nil {
-			return 0, 0, err
+		if err != nil && last != nil {
+			// The readers that meet the entry report it.
+			return top, floor, nil, it.Error()
 		}
-		top = e.Key
+		if err != nil {
+			return 0, 0, nil, err
+		}
+		if last != nil && e.Key != top {
+			break
+		}
+		if last == nil {
+			top, last = e.Key, make([][]byte, e.Count)
+		}
+		if e.Index < uint32(len(last)) && e.Count == uint32(len(last)) {
+			last[e.Index] = bytes.Clone(e.Value)
+			found++
+		}
 	}
-	return top, floor, it.Error()
+	if found != len(last) {
+		// Not the commit's whole set of entries: the readers that meet
+		// them report it; the recent entries are seeded with none.
+		last = nil
+	}
+	return top, floor, last, it.Error()
+}
+
+// seedRecent starts the recent entries over the log as opened: its last
+// commit's entries (last), or, when the log is empty (top 0), the whole
+// log. Entries it could not read whole seed nothing.
+func (d *db) seedRecent(top driver.LogKey, last [][]byte) {
+	if top != 0 && last == nil {
+		d.recent.Reset()
+		return
+	}
+	d.recent.Open(top, last)
 }
 
 func (d *db) Name() string                    { return Name }

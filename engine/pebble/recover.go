@@ -181,7 +181,7 @@ func (d *db) reopen() (done bool, err error) {
 		return false, err
 	}
 	d.pdb = pdb
-	top, floor, err := d.recoverKeys()
+	top, floor, last, err := d.recoverKeys()
 	if err != nil {
 		d.pdb = nil
 		_ = pdb.Close()
@@ -192,6 +192,7 @@ func (d *db) reopen() (done bool, err error) {
 	if top > driver.LogKey(d.durable.Load()) {
 		d.durable.Store(uint64(top))
 	}
+	d.seedRecent(top, last)
 	since := d.failure.Load().since
 	d.failure.Store(nil)
 	d.log.Info("storage writes succeed again; store reopened", "down", time.Since(since).Round(time.Millisecond).String())

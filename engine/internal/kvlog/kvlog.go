@@ -59,7 +59,10 @@ func PutLogKey(b []byte, k driver.LogKey, index uint32) {
 }
 
 // LogSeek returns the first stored key at or after log key k.
-func LogSeek(k driver.LogKey) []byte { return LogKey(k, 0)[:9] }
+func LogSeek(k driver.LogKey) []byte { return LogKey(k, 0)[:logSeekLen] }
+
+// logSeekLen is the length of a LogSeek: prefix and key.
+const logSeekLen = 1 + 8
 
 // LogUpper is the exclusive upper bound of the log keyspace.
 var LogUpper = []byte{LogPrefix + 1}

@@ -15,15 +15,19 @@ import (
 // It holds, in log order, every entry committed after the one before its
 // oldest: none is missing between two held entries and none was committed
 // after the last one. A scan from any position at or after the oldest held
-// entry is therefore answered from memory alone. The backend adds each
+// entry is therefore answered from memory alone, and, while it holds the
+// whole log (see Open), a scan from anywhere. The backend adds each
 // commit's entries in log order before any reader may count on them (before
 // they are durable, or before its Watch announces them), and resets it when
-// it no longer knows what was committed (a failed write, a reopen); it then
-// covers nothing until the next commit. The zero value is empty and ready.
+// it no longer knows what was committed (a failed write); it then covers
+// nothing until the next commit. The zero value is empty and ready.
 type Recent struct {
 	mu      sync.RWMutex
 	entries []heldEntry
 	bytes   int
+	// whole says the entries held are the whole log: none was dropped
+	// since Open found the log empty.
+	whole bool
 }
 
 // heldEntry is one held entry and its stored key.
@@ -60,10 +64,27 @@ func (r *Recent) Add(k driver.LogKey, payloads [][]byte) {
 		for _, re := range r.entries[:drop] {
 			r.bytes -= len(re.entry.Value)
 		}
+		r.whole = false
 		// In place: readers copy what they return under the read lock.
 		n := copy(r.entries, r.entries[drop:])
 		clear(r.entries[n:])
 		r.entries = r.entries[:n]
+	}
+}
+
+// Open starts r over a store's log as the backend opened it: last holds the
+// payloads of the log's last commit, stored under key k, in index order
+// (kept, not copied), or nothing when the log is empty. Scans from that
+// commit on are then answered from memory: the end of the log, which the
+// table layer reads on every subscription's start and every session's
+// setup, needs no read of the store even before the first commit.
+func (r *Recent) Open(k driver.LogKey, last [][]byte) {
+	r.mu.Lock()
+	r.resetLocked()
+	r.whole = len(last) == 0
+	r.mu.Unlock()
+	if len(last) > 0 {
+		r.Add(k, last)
 	}
 }
 
@@ -82,7 +103,18 @@ func (r *Recent) Reset() {
 }
 
 func (r *Recent) resetLocked() {
-	r.entries, r.bytes = nil, 0
+	r.entries, r.bytes, r.whole = nil, 0, false
+}
+
+// oldestLocked returns the lowest seek the held entries cover: the oldest
+// one's stored key, or the key prefix of its commit when they hold all of
+// that commit's entries (no stored key lies between the two).
+func (r *Recent) oldestLocked() []byte {
+	first := &r.entries[0]
+	if first.entry.Index == 0 {
+		return first.key[:logSeekLen]
+	}
+	return first.key[:]
 }
 
 // Page appends to dst[:0] up to max held entries stored at or after seek
@@ -95,7 +127,7 @@ func (r *Recent) resetLocked() {
 func (r *Recent) Page(dst []driver.Entry, seek []byte, durable driver.LogKey, max int) (page []driver.Entry, next []byte, covered bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
-	if len(r.entries) == 0 || bytes.Compare(seek, r.entries[0].key[:]) < 0 {
+	if !r.whole && (len(r.entries) == 0 || bytes.Compare(seek, r.oldestLocked()) < 0) {
 		return nil, nil, false
 	}
 	lo, hi := 0, len(r.entries)

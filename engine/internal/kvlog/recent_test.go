@@ -62,8 +62,48 @@ func TestRecentTrims(t *testing.T) {
 	if _, _, ok := r.Page(nil, LogSeek(10), ^driver.LogKey(0), 8); ok {
 		t.Fatal("a scan from a dropped entry is covered")
 	}
+	// Two entries per commit and an odd count dropped: the oldest held
+	// entry is its commit's second, so that commit's prefix is not covered.
+	if p, _, ok := r.Page(nil, LogKey(10*(recentMaxEntries/4+1), 1), ^driver.LogKey(0), 1); !ok || p[0].Index != 1 {
+		t.Fatalf("the oldest held entry: ok %v, %+v", ok, p)
+	}
+	if _, _, ok := r.Page(nil, LogSeek(10*(recentMaxEntries/4+1)), ^driver.LogKey(0), 8); ok {
+		t.Fatal("a scan from a commit whose first entry was dropped is covered")
+	}
 	last := driver.LogKey(10 * (recentMaxEntries/2 + 1))
 	if page, _, ok := r.Page(nil, LogSeek(last), ^driver.LogKey(0), 8); !ok || len(page) != 2 {
 		t.Fatalf("the newest commit: ok %v, %d entries", ok, len(page))
+	}
+}
+
+// Opened over an empty log the buffer covers every scan until it drops
+// an entry; opened over a log's last commit, scans from that commit on.
+func TestRecentOpen(t *testing.T) {
+	var r Recent
+	r.Open(0, nil)
+	if page, next, ok := r.Page(nil, LogSeek(0), 100, 8); !ok || len(page) != 0 || next != nil {
+		t.Fatalf("an empty log's scan: ok %v, %d entries, next %x", ok, len(page), next)
+	}
+	addCommits(&r, 2) // keys 10 and 20
+	if page, _, ok := r.Page(nil, LogSeek(0), 100, 8); !ok || len(page) != 4 || page[0].Key != 10 {
+		t.Fatalf("a scan from the start of a log held whole: ok %v, %+v", ok, page)
+	}
+	addCommits(&r, recentMaxEntries/2) // past the bound: the oldest half goes
+	if _, _, ok := r.Page(nil, LogSeek(0), ^driver.LogKey(0), 8); ok {
+		t.Fatal("a scan from a dropped entry is covered")
+	}
+
+	r.Open(50, [][]byte{[]byte("50.0"), []byte("50.1")})
+	page, _, ok := r.Page(nil, LogSeek(50), 100, 8)
+	if !ok || len(page) != 2 || page[1].Index != 1 || page[1].Count != 2 || string(page[1].Value) != "50.1" {
+		t.Fatalf("a scan from the last commit at open: ok %v, %+v", ok, page)
+	}
+	if _, _, ok := r.Page(nil, LogSeek(40), 100, 8); ok {
+		t.Fatal("a scan from before the last commit at open is covered")
+	}
+	r.Open(0, nil)
+	r.Reset()
+	if _, _, ok := r.Page(nil, LogSeek(0), 100, 8); ok {
+		t.Fatal("a reset buffer covers a scan")
 	}
 }
