@@ -28,6 +28,23 @@ func TestLargeDeliveryAfterQuietSpell(t *testing.T) {
 	sub.expectOne("quiet/big", big)
 }
 
+// TestDeliveryAfterQuietSpell is TestLargeDeliveryAfterQuietSpell for
+// small messages, which a publisher writes to the subscriber's socket in
+// passing, at QoS 0 and 1: the write deadline of the last flush has
+// passed, and no write may meet it.
+func TestDeliveryAfterQuietSpell(t *testing.T) {
+	s := startBroker(t, func(o *mqtt.Options) { o.StoreTimeout = 200 * time.Millisecond })
+	sub := connect5(t, s.Addr, "quiet-sub", true, 0)
+	sub.sub("quiet/#", 1)
+	pub := connect5(t, s.Addr, "quiet-pub", true, 0)
+	for i, qos := range []byte{0, 1, 0, 1} {
+		time.Sleep(600 * time.Millisecond)
+		msg := fmt.Sprintf("after a quiet spell %d", i)
+		pub.pub("quiet/small", qos, false, msg)
+		sub.expectOne("quiet/small", msg)
+	}
+}
+
 // TestQoS0SlowSubscriberHoldsNoPublisher publishes QoS 0 messages one at a
 // time to two subscribers, one of which stops reading: the publisher's
 // goroutine writes to subscribers in passing, and must never wait on the

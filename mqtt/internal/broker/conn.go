@@ -206,6 +206,7 @@ func newConn(b *Broker, nc net.Conn) *conn {
 // there is traffic (see netio.Reader and netio.Writer).
 func (c *conn) grow() {
 	c.bw = netio.NewWriter(c.nc)
+	c.bw.SetSocket(nil, c) // the plain socket is known once parking has it
 	c.w = packet.NewWriter(c.bw, packet.V311)
 	// The read loop is done with a packet before it reads the next, so
 	// acknowledgements from the client cost no allocation each.
@@ -241,7 +242,9 @@ func (c *conn) writeBuffered(p packet.Packet) error {
 func (c *conn) writePacket(p packet.Packet, flush bool) error {
 	c.nwriters.Add(1)
 	c.wmu.Lock()
-	c.armWriteLocked() // a large packet goes to the socket from WritePacket
+	if c.bw == nil {
+		c.armWriteLocked() // before grow, packets go to the socket unbuffered
+	}
 	err := c.encodeLocked(p)
 	if c.nwriters.Add(-1) == 0 && flush {
 		if ferr := c.flushLocked(); err == nil {
@@ -270,7 +273,6 @@ func (c *conn) encodeLocked(p packet.Packet) error {
 func (c *conn) writeAck(t packet.Type, id uint16) error {
 	c.nwriters.Add(1)
 	c.wmu.Lock()
-	c.armWriteLocked()
 	err := c.w.WriteAck(t, id)
 	c.nwriters.Add(-1)
 	c.wmu.Unlock() // before fail, as in writePacket
@@ -294,14 +296,22 @@ func (c *conn) flushLocked() error {
 	if c.bw == nil || c.bw.Buffered() == 0 {
 		return nil
 	}
-	c.armWriteLocked()
 	return c.bw.Flush()
 }
+
+// WillWait runs before a write of the connection's buffered writer that
+// may wait for room in the socket (see netio.Writer.SetSocket); wmu is
+// held.
+func (c *conn) WillWait() { c.armWriteLocked() }
 
 // armWriteLocked keeps the socket's write deadline at least three
 // quarters of the store timeout away: a client that stops reading fails
 // its connection, one that reads slowly does not, and a write after a
-// quiet spell never meets a deadline that passed in the meantime.
+// quiet spell never meets a deadline that passed in the meantime. It runs
+// only before writes that may wait, so a connection whose socket always
+// has room has no deadline set, and no timer in the runtime's heaps: with
+// one per connection set up in the last store timeout, every scan of
+// those heaps walked tens of thousands of them in a connect storm.
 func (c *conn) armWriteLocked() {
 	now := time.Now()
 	if now.Sub(c.armed) < c.b.opts.StoreTimeout/4 {
@@ -396,6 +406,9 @@ func (c *conn) serve() {
 	// Before connect registers the connection: a publisher writing to it
 	// in passing (sendNow) reads pk.
 	c.pk = newParking(c)
+	if c.pk != nil {
+		c.bw.SetSocket(c.pk.rc, c)
+	}
 	if !c.connect(cp) {
 		c.failTold(errors.New("connect refused"))
 		c.end()

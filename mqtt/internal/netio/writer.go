@@ -3,6 +3,7 @@ package netio
 import (
 	"errors"
 	"io"
+	"syscall"
 )
 
 // errShortWrite is a writer that took less than it was given.
@@ -29,12 +30,38 @@ type Writer struct {
 	large bool
 	err   error
 
-	// State of a FlushNoWait, with the function it hands the socket,
-	// made once: a closure made per flush would be an allocation per
-	// delivery.
+	// The plain socket under dst, if any (see SetSocket), and what is
+	// told before a write that may wait for room in it.
+	rc      syscall.RawConn
+	waiting WriteWaiter
+
+	// State of a write that does not wait, with the function it hands
+	// the socket, made once: a closure made per flush would be an
+	// allocation per delivery.
 	writeFn   func(fd uintptr) bool
+	nbSrc     []byte
 	nbWritten int
 	nbErr     error
+}
+
+// WriteWaiter is told before a Writer's write that may wait for room in
+// the socket.
+type WriteWaiter interface {
+	// WillWait runs, in the goroutine that writes (which holds what
+	// guards the Writer), before a write that may wait: a write deadline
+	// set there bounds the writes that wait, and costs the others
+	// nothing.
+	WillWait()
+}
+
+// SetSocket tells the writer about its destination: rc is the plain
+// socket dst writes to (nil when dst frames what it is given, as TLS and
+// WebSocket do), and w, if not nil, is told before any write that may
+// wait. With a socket, the writer first writes what the socket takes at
+// once, and w hears only of a write the socket did not take whole; without
+// one, w hears of every write.
+func (cw *Writer) SetSocket(rc syscall.RawConn, w WriteWaiter) {
+	cw.rc, cw.waiting = rc, w
 }
 
 // Write buffers p, sending the buffer first when p does not fit, and p
@@ -86,7 +113,22 @@ func (cw *Writer) putSmall() {
 }
 
 func (cw *Writer) write(p []byte) (int, error) {
-	n, err := cw.dst.Write(p)
+	done := 0
+	if cw.rc != nil {
+		var err error
+		if done, err = cw.writeNow(p); err != nil {
+			cw.err = err
+			return done, err
+		}
+		if done == len(p) {
+			return done, nil
+		}
+	}
+	if cw.waiting != nil {
+		cw.waiting.WillWait()
+	}
+	n, err := cw.dst.Write(p[done:])
+	n += done
 	if err == nil && n < len(p) {
 		err = errShortWrite
 	}

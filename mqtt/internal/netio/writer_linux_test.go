@@ -5,6 +5,7 @@ package netio
 import (
 	"bytes"
 	"io"
+	"net"
 	"testing"
 	"time"
 )
@@ -82,5 +83,71 @@ func TestFlushNoWaitReportsAClosedPeer(t *testing.T) {
 			t.Fatal("writes to a closed peer never failed")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// deadlineWaiter is a WriteWaiter that sets the connection's write
+// deadline a second away, as the broker's connections do, and counts the
+// writes it was told of.
+type deadlineWaiter struct {
+	c     net.Conn
+	calls int
+}
+
+func (d *deadlineWaiter) WillWait() {
+	d.calls++
+	_ = d.c.SetWriteDeadline(time.Now().Add(time.Second))
+}
+
+// TestWriterTellsOfWritesThatWait: with its socket set, a writer's
+// writes that the socket takes whole go out without telling the waiter
+// (and so without a deadline); one that meets a full socket tells it
+// before it waits, and completes once the peer reads. A deadline that
+// passed since does not fail a write the socket takes.
+func TestWriterTellsOfWritesThatWait(t *testing.T) {
+	client, server := tcpPair(t)
+	ww := &deadlineWaiter{c: server}
+	w := NewWriter(server)
+	w.SetSocket(rawConn(t, server), ww)
+	var sent bytes.Buffer
+	write := func(p []byte) {
+		t.Helper()
+		if _, err := w.Write(p); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		sent.Write(p)
+	}
+	write([]byte("small"))
+	if ww.calls != 0 {
+		t.Fatalf("a write the socket took whole told the waiter %d times", ww.calls)
+	}
+	// Larger than the socket's buffers: the write waits for the peer.
+	read := make(chan []byte)
+	big := bytes.Repeat([]byte("0123456789abcdef"), 1<<20)
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		b, _ := io.ReadAll(io.LimitReader(client, int64(len("small")+len(big))))
+		read <- b
+	}()
+	write(big)
+	if b := <-read; !bytes.Equal(b, sent.Bytes()) {
+		t.Fatalf("the peer read %d bytes, not the %d written in order", len(b), sent.Len())
+	}
+	if ww.calls != 1 {
+		t.Fatalf("a write that waited told the waiter %d times, want once", ww.calls)
+	}
+	// The deadline set for that write passes; a later write the socket
+	// takes at once still goes out.
+	_ = server.SetWriteDeadline(time.Now().Add(-time.Second))
+	write([]byte("after the deadline"))
+	b := make([]byte, len("after the deadline"))
+	if _, err := io.ReadFull(client, b); err != nil || string(b) != "after the deadline" {
+		t.Fatalf("after the deadline passed, read %q, %v", b, err)
+	}
+	if ww.calls != 2 {
+		t.Fatalf("the waiter was told %d times, want twice (the write after the deadline re-arms it)", ww.calls)
 	}
 }

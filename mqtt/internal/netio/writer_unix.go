@@ -2,7 +2,11 @@
 
 package netio
 
-import "syscall"
+import (
+	"errors"
+	"os"
+	"syscall"
+)
 
 // FlushNoWait sends what is buffered as far as the socket takes it now,
 // never waiting for room: the rest stays buffered, in order, for the next
@@ -21,31 +25,50 @@ func (cw *Writer) FlushNoWait(rc syscall.RawConn) (bool, error) {
 	if n == 0 {
 		return true, nil
 	}
-	if cw.writeFn == nil {
-		cw.writeFn = cw.writeNoWait
-	}
-	cw.nbWritten, cw.nbErr = 0, nil
-	if err := rc.Write(cw.writeFn); err != nil && cw.nbErr == nil {
-		cw.nbErr = err
-	}
-	if cw.nbErr != nil {
-		cw.err = cw.nbErr
-		return false, cw.err
-	}
 	b := *cw.buf
-	if cw.nbWritten == len(b) {
+	written, err := cw.writeNoWait(rc, b)
+	if err != nil {
+		cw.err = err
+		return false, err
+	}
+	if written == len(b) {
 		cw.release(n)
 		return true, nil
 	}
-	*cw.buf = b[:copy(b, b[cw.nbWritten:])]
+	*cw.buf = b[:copy(b, b[written:])]
 	return false, nil
 }
 
-// writeNoWait writes the buffer from nbWritten on with non-blocking write
-// calls until it is all written or the socket is full; it never asks the
-// poller to wait.
-func (cw *Writer) writeNoWait(fd uintptr) bool {
-	b := *cw.buf
+// writeNow writes as much of p as the writer's socket takes at once.
+func (cw *Writer) writeNow(p []byte) (int, error) { return cw.writeNoWait(cw.rc, p) }
+
+// writeNoWait writes as much of p to rc as it takes at once, never asking
+// the poller to wait.
+func (cw *Writer) writeNoWait(rc syscall.RawConn, p []byte) (int, error) {
+	if cw.writeFn == nil {
+		cw.writeFn = cw.writeFd
+	}
+	cw.nbSrc, cw.nbWritten, cw.nbErr = p, 0, nil
+	err := rc.Write(cw.writeFn)
+	if errors.Is(err, os.ErrDeadlineExceeded) && cw.waiting != nil {
+		// A write deadline set for an earlier write that waited passed
+		// since: the socket refuses every write until it is set again,
+		// even one that would not wait.
+		cw.waiting.WillWait()
+		err = rc.Write(cw.writeFn)
+	}
+	if cw.nbErr != nil {
+		err = cw.nbErr
+	}
+	n := cw.nbWritten
+	cw.nbSrc, cw.nbErr = nil, nil
+	return n, err
+}
+
+// writeFd writes nbSrc from nbWritten on with non-blocking write calls
+// until it is all written or the socket is full.
+func (cw *Writer) writeFd(fd uintptr) bool {
+	b := cw.nbSrc
 	for cw.nbWritten < len(b) {
 		n, err := syscall.Write(int(fd), b[cw.nbWritten:])
 		switch {
