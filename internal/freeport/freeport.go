@@ -8,8 +8,11 @@
 // another process's listen on port 0 takes it before the child binds it
 // ("address already in use"). The ports given here lie below the
 // ephemeral range, where the kernel never hands a port out by itself:
-// only another caller of this package could take one, and within a
-// process no port is given twice.
+// only another caller of this package could take one. Within a process no
+// port is given twice, and across processes each port given is claimed
+// (a lock on a file named after it, held until the process ends), so a
+// port another test process gave out is not given again even while its
+// broker is down between a stop and a restart.
 package freeport
 
 import (
@@ -49,6 +52,9 @@ func Port() (int, error) {
 		p := next
 		if next++; next >= high {
 			next = low
+		}
+		if !claim(p) {
+			continue // another process's, maybe free between its restarts
 		}
 		ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
 		if err != nil {
