@@ -17,9 +17,14 @@ import (
 // so Close never pulls the Pebble handle from under it; after Close, calls
 // return ErrClosed instead of reaching Pebble.
 type snapshot struct {
-	d      *db
-	snap   *pebble.Snapshot
-	iters  map[*iterator]struct{}
+	d     *db
+	snap  *pebble.Snapshot
+	iters map[*iterator]struct{}
+	// spare is the Pebble iterator of the last iterator closed, kept for
+	// the next Iter: a view reads several ranges one after the other (a
+	// returning session's three tables of rows), and moving an
+	// iterator's bounds costs much less than making one over every level.
+	spare  *pebble.Iterator
 	closed bool
 	// gone, when set, is what calls after a reopen closed the snapshot
 	// return (see reopen), instead of ErrClosed.
@@ -91,12 +96,16 @@ func (s *snapshot) Iter(ctx context.Context, lower, upper []byte) (driver.Iterat
 	if s.closed {
 		return nil, s.closedErr("iter")
 	}
-	it, err := s.snap.NewIter(&pebble.IterOptions{
-		LowerBound: kvlog.DataKey(nil, lower),
-		UpperBound: kvlog.DataUpper(upper),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("pebble: iter: %w", err)
+	lo, hi := kvlog.DataKey(nil, lower), kvlog.DataUpper(upper)
+	it := s.spare
+	if it != nil {
+		s.spare = nil
+		it.SetBounds(lo, hi)
+	} else {
+		var err error
+		if it, err = s.snap.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi}); err != nil {
+			return nil, fmt.Errorf("pebble: iter: %w", err)
+		}
 	}
 	w := &iterator{s: s, it: it}
 	s.iters[w] = struct{}{}
@@ -119,6 +128,10 @@ func (s *snapshot) closeLocked() error {
 	s.closed = true
 	for it := range s.iters {
 		_ = it.closeLocked() // the snapshot closes under it either way
+	}
+	if s.spare != nil {
+		_ = s.spare.Close()
+		s.spare = nil
 	}
 	return s.snap.Close()
 }
@@ -172,6 +185,11 @@ func (w *iterator) Close() error {
 		return nil
 	}
 	delete(w.s.iters, w)
+	if w.s.spare == nil && w.it.Error() == nil {
+		w.closed = true
+		w.s.spare, w.it = w.it, nil
+		return nil
+	}
 	return w.closeLocked()
 }
 
