@@ -292,6 +292,17 @@ func (b *Broker) Close() error {
 		c.shutdown()
 	}
 	b.cancel()
+	// A connection registered after the list above was taken may have
+	// parked before the broker's context ended: its end is reported to
+	// it here (see conn.grow); one that parks after it sees the context
+	// ended and does not park.
+	b.mu.Lock()
+	for _, c := range b.conns {
+		if c.pk != nil {
+			c.pk.Ready()
+		}
+	}
+	b.mu.Unlock()
 	b.wg.Wait()
 	if b.poller != nil {
 		_ = b.poller.Close()

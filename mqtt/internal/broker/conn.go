@@ -211,7 +211,18 @@ func (c *conn) grow() {
 	// The read loop is done with a packet before it reads the next, so
 	// acknowledgements from the client cost no allocation each.
 	c.rd.SetReuseAcks(true)
-	c.ctx, c.cancel = context.WithCancel(c.b.ctx)
+	ctx, cancel := context.WithCancel(c.b.ctx)
+	// The end of the context resumes a parked connection, whose read loop
+	// then ends it: cancel wakes it here, and the broker's Close wakes
+	// the ones the end of its own context reached (see Broker.Close), so
+	// no context.AfterFunc registration (some 400 bytes per connection
+	// in the heap, with a map) is needed.
+	c.ctx, c.cancel = ctx, func() {
+		cancel()
+		if c.pk != nil {
+			c.pk.Ready()
+		}
+	}
 	// With the entry the ack loop waits for, the FIFO holds one receive
 	// maximum of entries: past it the read loop stops reading the socket
 	// until the oldest commit completes.

@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"context"
 	"net"
 	"sync/atomic"
 	"syscall"
@@ -15,7 +14,8 @@ import (
 // (netio.Poller) and its goroutine ends; the first of three events starts
 // a new one where the loop left off: input on the socket, the keep-alive
 // deadline, or the end of the connection's context (a takeover, a
-// disconnect from another goroutine, the broker closing).
+// disconnect from another goroutine, the broker closing), which the
+// connection's cancel and the broker's Close report (see conn.grow).
 
 // Parking states.
 const (
@@ -33,9 +33,6 @@ type parking struct {
 	// timer resumes the read loop at the keep-alive deadline, where its
 	// read fails with a timeout.
 	timer *time.Timer
-	// stopCtx unregisters the resume on the end of the connection's
-	// context.
-	stopCtx func() bool
 	// resume runs the read loop of the resumed connection; made once, as
 	// a closure made per resume would be an allocation per wake-up.
 	resume func()
@@ -65,7 +62,6 @@ func newParking(c *conn) *parking {
 	pk.timer = time.AfterFunc(time.Hour, pk.Ready)
 	pk.timer.Stop()
 	pk.id = p.Add(pk)
-	pk.stopCtx = context.AfterFunc(c.ctx, pk.Ready)
 	return pk
 }
 
@@ -109,7 +105,6 @@ func (pk *parking) Ready() {
 
 // release frees the connection's registration as it ends.
 func (pk *parking) release() {
-	pk.stopCtx()
 	pk.timer.Stop()
 	pk.c.b.poller.Remove(pk.id)
 }
