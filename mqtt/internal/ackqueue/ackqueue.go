@@ -199,6 +199,16 @@ func (a *Queue[E]) Stop() {
 	a.wg.Wait()
 }
 
+// Shrink lets go of the entries' array while the queue is empty, so an
+// idle connection holds none: the next Push makes a new one.
+func (a *Queue[E]) Shrink() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.q) == a.head {
+		a.q, a.head = nil, 0
+	}
+}
+
 // Free returns how many entries fit before a push waits.
 func (a *Queue[E]) Free() int {
 	a.mu.Lock()

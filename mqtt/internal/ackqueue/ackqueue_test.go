@@ -77,3 +77,36 @@ func TestAckQueueWakesEveryPusher(t *testing.T) {
 		t.Fatalf("%d free after draining, want 4", n)
 	}
 }
+
+// TestAckQueueShrink: an emptied queue keeps its entries' array for the
+// next push, until Shrink lets it go; Shrink leaves entries in place.
+func TestAckQueueShrink(t *testing.T) {
+	q := ackqueue.New[entry](8, func() {}, func(func()) {}) // no loop: the test pops
+	ctx := t.Context()
+	pushPop := func() {
+		if !q.Push(ctx, entry{pi: 1}) {
+			t.Fatal("push refused")
+		}
+		if e, ok := q.TryPop(); !ok || e.pi != 1 {
+			t.Fatalf("popped %v, %v", e, ok)
+		}
+	}
+	pushPop()
+	if n := testing.AllocsPerRun(10, pushPop); n != 0 {
+		t.Fatalf("a push into an emptied queue allocated %v times, want 0", n)
+	}
+	if n := testing.AllocsPerRun(10, func() { pushPop(); q.Shrink() }); n == 0 {
+		t.Fatal("a push after Shrink allocated nothing: the array was kept")
+	}
+	q.Push(ctx, entry{pi: 2})
+	q.Push(ctx, entry{pi: 3})
+	q.Shrink()
+	for _, want := range []uint16{2, 3} {
+		if e, ok := q.TryPop(); !ok || e.pi != want {
+			t.Fatalf("after Shrink of a queue holding entries, popped %v, %v; want %d", e, ok, want)
+		}
+	}
+	if q.Free() != 8 {
+		t.Fatalf("free %d, want 8", q.Free())
+	}
+}

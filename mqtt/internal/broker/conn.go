@@ -613,6 +613,7 @@ func (c *conn) waitToPark(now, deadline time.Time) int {
 		return waitInput
 	}
 	c.rd.ReleaseAcks() // an idle connection holds none
+	c.acks.Shrink()
 	if !c.pk.park(deadline) {
 		return waitInput
 	}
