@@ -774,10 +774,8 @@ func caseReopen(t T, tg Target) {
 	dir := t.TempDir()
 	now := time.Now()
 	e := tg.Open(t, dir, func(o *engine.Options) { o.Clock = func() time.Time { return now } })
-	var last engine.LogKey
 	for i := 0; i < 50; i++ {
-		r := commit(t, e, new(engine.Batch).Put([]byte(fmt.Sprintf("r/%02d", i)), []byte(fmt.Sprint(i))).Append([]byte(fmt.Sprint(i))))
-		last = r.Keys[0]
+		commit(t, e, new(engine.Batch).Put([]byte(fmt.Sprintf("r/%02d", i)), []byte(fmt.Sprint(i))).Append([]byte(fmt.Sprint(i))))
 	}
 	// The last commit with log entries has three: a reader of the log's
 	// end after the reopen (as the table layer's head is) gets them all.
@@ -799,7 +797,7 @@ func caseReopen(t T, tg Target) {
 	if got := values(scanAll(t, e2, lastCommit.Keys[0], false)); !equalStrings(got, []string{"50", "51", "52"}) {
 		t.Fatalf("scan from the last commit after reopen = %q, want [50 51 52]", got)
 	}
-	last = lastCommit.Keys[len(lastCommit.Keys)-1]
+	last := lastCommit.Keys[len(lastCommit.Keys)-1] // the highest key persisted
 	r := commit(t, e2, new(engine.Batch).Append([]byte("after")))
 	if r.Keys[0] <= last {
 		t.Fatalf("after a clock rollback the new key %d is not above the persisted %d", r.Keys[0], last)
