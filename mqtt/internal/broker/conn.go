@@ -561,14 +561,16 @@ func (c *conn) readLoop(resumed bool) (parkedNow bool) {
 // input came less than parkGrace after the input before, as a window-1
 // publisher's does) waits parkGrace: its next packet usually comes sooner,
 // and meets a goroutine already waiting instead of a poller report, a new
-// goroutine and a re-arm. Any other waits parkPause. That short wait
-// measured better than parking at once: with 19,000 devices each
-// acknowledging the one message it was sent, the 99th percentile of
-// delivery fell from 63-72 ms to 31-34 ms (`tidemark bench fleet`), though
-// no device sent anything more in it.
+// goroutine and a re-arm. Any other parks at once (parkPause). A wait of
+// 2 ms there had measured better, when every connection also held a
+// write-deadline timer; since those are gone, parking at once costs less
+// (`tidemark bench fleet` at 19,000 sessions, three alternating runs:
+// 174-180 against 191-201 µs of broker CPU per session set up, 46-55
+// against 53-56 per spread delivery, 170-185 against 200-228 per
+// reconnect, spread p99 29-38 ms against 32-37), and takes no timer.
 const (
 	parkGrace = 20 * time.Millisecond
-	parkPause = 2 * time.Millisecond
+	parkPause = 0
 )
 
 // What waitToPark did.
@@ -579,7 +581,7 @@ const (
 )
 
 // waitToPark parks the connection whose keep-alive read deadline is
-// deadline (zero: none) after it waited parkGrace or parkPause for input;
+// deadline (zero: none) after it waited parkGrace for input, or at once;
 // now is when the read loop came to wait. Unless it parked, it leaves the
 // read deadline at deadline. Read loop only.
 func (c *conn) waitToPark(now, deadline time.Time) int {
@@ -596,8 +598,11 @@ func (c *conn) waitToPark(now, deadline time.Time) int {
 	if c.ctx.Err() != nil {
 		return waitFailed // ended by another goroutine: no wait
 	}
-	_ = c.nc.SetReadDeadline(until)
-	err := c.br.Wait()
+	err := os.ErrDeadlineExceeded // no wait: park at once
+	if wait > 0 {
+		_ = c.nc.SetReadDeadline(until)
+		err = c.br.Wait()
+	}
 	_ = c.nc.SetReadDeadline(deadline)
 	switch {
 	case err == nil:
