@@ -79,6 +79,22 @@ func Mosquitto(bin string) Broker {
 	}}
 }
 
+// Embedded is an embedded peer of `tidemark bench` (mqttbench.Peers:
+// "nats" or "mochi") run by `bin bench peer` as a process of its own;
+// nats-server fsyncs by sync (always, interval or none), mochi has no
+// such setting.
+func Embedded(bin, peer, sync string) Broker {
+	name := map[string]string{"nats": "nats-server"}[peer]
+	if name == "" {
+		name = peer
+	}
+	return Broker{Name: name, Start: func(ctx context.Context, dir string, port int) (string, int, func() error, error) {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+		return startProcess(ctx, dir, addr, bin, "bench", "peer", "--peer", peer, "--sync", sync,
+			"--dir", filepath.Join(dir, "data"), "--mqtt", addr)
+	}}
+}
+
 // startProcess runs bin in dir, its output in dir/broker.log, and waits
 // until it accepts connections on addr.
 func startProcess(ctx context.Context, dir, addr, bin string, args ...string) (string, int, func() error, error) {
@@ -470,7 +486,7 @@ func (f *fleet) wait(ctx context.Context, want int, since time.Time) ([]sample, 
 				done = false
 			}
 		}
-		if done || time.Since(lastProgress) > 2*time.Minute {
+		if done || time.Since(lastProgress) > stallLimit {
 			break
 		}
 		if total != lastTotal {
@@ -491,6 +507,11 @@ func (f *fleet) wait(ctx context.Context, want int, since time.Time) ([]sample, 
 	}
 	return lat, last
 }
+
+// stallLimit is how long a load waits with no delivery anywhere in the
+// fleet before it ends: what has not arrived by then counts as lost. A
+// broker that works delivers something every few milliseconds.
+const stallLimit = 15 * time.Second
 
 // check counts, over every device, the messages it missed of the want it
 // should have and the repeated deliveries.

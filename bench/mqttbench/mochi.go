@@ -27,11 +27,15 @@ func mochiTarget() Target {
 			"subscriptions, retained messages and in-flight packet records, never an inbound message: PUBACK and " +
 			"PUBREC go out once the message is handed to online subscribers in memory (QoS 2 is delivered at " +
 			"PUBLISH, before PUBREL), so a process crash loses every acknowledged message not yet delivered"}
-	t.start = startMochi
+	t.start = func(ctx context.Context, dir string, log *slog.Logger) (*instance, error) {
+		return startMochi(ctx, dir, "127.0.0.1:0", log)
+	}
+	t.startOn = startMochi
 	return t
 }
 
-func startMochi(_ context.Context, dir string, log *slog.Logger) (*instance, error) {
+// startMochi starts mochi with its listener on addr.
+func startMochi(_ context.Context, dir, addr string, log *slog.Logger) (*instance, error) {
 	s := mochi.New(&mochi.Options{Logger: log.With("component", "mochi")})
 	if err := s.AddHook(new(allowHook), nil); err != nil {
 		return nil, fmt.Errorf("mochi: %w", err)
@@ -39,7 +43,7 @@ func startMochi(_ context.Context, dir string, log *slog.Logger) (*instance, err
 	if err := s.AddHook(new(badgerhook.Hook), &badgerhook.Options{Path: dir}); err != nil {
 		return nil, fmt.Errorf("mochi: badger hook: %w", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		_ = s.Close()
 		return nil, err

@@ -38,12 +38,28 @@ func natsTarget(mode engine.SyncMode, interval time.Duration) Target {
 	}
 	t := Target{Name: "nats-server", Kind: KindNATS, Sync: mode.String(), Durability: dur}
 	t.start = func(ctx context.Context, dir string, log *slog.Logger) (*instance, error) {
-		return startNATS(ctx, dir, mode, interval, log)
+		return startNATS(ctx, dir, "127.0.0.1:0", mode, interval, log)
+	}
+	t.startOn = func(ctx context.Context, dir, addr string, log *slog.Logger) (*instance, error) {
+		return startNATS(ctx, dir, addr, mode, interval, log)
 	}
 	return t
 }
 
-func startNATS(ctx context.Context, dir string, mode engine.SyncMode, interval time.Duration, log *slog.Logger) (*instance, error) {
+// startNATS starts nats-server with its MQTT listener on mqttAddr (port 0:
+// any free one).
+func startNATS(ctx context.Context, dir, mqttAddr string, mode engine.SyncMode, interval time.Duration, log *slog.Logger) (*instance, error) {
+	host, port, err := net.SplitHostPort(mqttAddr)
+	if err != nil {
+		return nil, fmt.Errorf("nats-server: MQTT address %q: %w", mqttAddr, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return nil, fmt.Errorf("nats-server: MQTT address %q: %w", mqttAddr, err)
+	}
+	if p == 0 {
+		p = server.RANDOM_PORT
+	}
 	opts := &server.Options{
 		ServerName: "mqttbench",
 		Host:       "127.0.0.1",
@@ -52,7 +68,7 @@ func startNATS(ctx context.Context, dir string, mode engine.SyncMode, interval t
 		NoSigs:     true,
 		JetStream:  true,
 		StoreDir:   dir,
-		MQTT:       server.MQTTOpts{Host: "127.0.0.1", Port: server.RANDOM_PORT},
+		MQTT:       server.MQTTOpts{Host: host, Port: p},
 	}
 	switch mode {
 	case engine.SyncAlways:

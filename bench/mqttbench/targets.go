@@ -43,6 +43,9 @@ type Target struct {
 	Durability string `json:"durability"`
 
 	start func(ctx context.Context, dir string, log *slog.Logger) (*instance, error)
+	// startOn, for an embedded peer, starts it with its MQTT listener on
+	// addr (see ServePeer).
+	startOn func(ctx context.Context, dir, addr string, log *slog.Logger) (*instance, error)
 }
 
 // Label is the name with the sync setting, unique within a run.
