@@ -106,7 +106,9 @@ a flag wins over the environment, which wins over the file.`,
 			if src["gc-percent"] != "default" || os.Getenv("GOGC") == "" {
 				debug.SetGCPercent(f.gcPercent)
 			}
-			if f.gcWhenQuiet {
+			// With the collector off until the memory budget, the
+			// budget alone says when to collect.
+			if f.gcWhenQuiet && gcPercent() >= 0 {
 				gctx, stopGC := context.WithCancel(cmd.Context())
 				defer stopGC()
 				go quietgc.Run(gctx, quietgc.Options{Logger: log})
@@ -156,7 +158,7 @@ a flag wins over the environment, which wins over the file.`,
 	fs.Float64Var(&f.maxPubRate, "max-publish-rate", 0, "PUBLISHes per second one connection may send, in bursts of a second's worth; past it the connection is read more slowly, not refused (0: no limit)")
 	fs.IntVar(&f.maxMemMB, "max-memory-mb", 0, "memory budget in MiB: over it new publishes are refused (QoS 0 dropped; QoS 1/2: quota exceeded 0x97 on 5.0, connection closed on 3.1.1) and Go's memory limit is set to it (0: none)")
 	fs.IntVar(&f.gcPercent, "gc-percent", defaultGCPercent, "how far, in percent of the live heap, the heap may grow before the Go collector runs (GOGC): higher spends less CPU collecting and delays deliveries less, for more memory; -1 collects only at --max-memory-mb (default 200, or GOGC when that is set)")
-	fs.BoolVar(&f.gcWhenQuiet, "gc-when-quiet", true, "run a Go collection that is more than half due when the process has been quiet for a quarter of a second, so the next burst of traffic does not meet it")
+	fs.BoolVar(&f.gcWhenQuiet, "gc-when-quiet", true, "run a Go collection that is more than half due when the process has been quiet for a quarter of a second, so the next burst of traffic does not meet it (not with --gc-percent -1)")
 	fs.StringVar(&f.nodeIDFlag, "node-id", "", "this node's name among Tidemark nodes sharing one JetStream stream, unique among them (default with --nats-url: generated once and kept in <data>/node-id)")
 	fs.DurationVar(&f.sessionExpiry, "session-expiry", mqtt.DefaultSessionExpiry, "longest any session is kept after its client disconnects, 3.1.1 persistent sessions included, so a client that never returns stops holding the message log (0: never expire, not recommended)")
 	return cmd
@@ -169,6 +171,13 @@ a flag wins over the environment, which wins over the file.`,
 // stretch the delivery tail, for a heap up to three times what is live
 // instead of two (docs/fleet.md, "Memory per session").
 const defaultGCPercent = 200
+
+// gcPercent is the collector's target in force (Go's GOGC, -1 for off).
+func gcPercent() int {
+	p := debug.SetGCPercent(100)
+	debug.SetGCPercent(p)
+	return p
+}
 
 // minMemoryMB is the least --max-memory-mb: below it the engine's caches
 // and the broker's own structures alone would keep the budget exceeded.
