@@ -15,53 +15,103 @@ package workers
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
-// IdleTimeout is how long an idle goroutine of a Pool waits for work
-// before it ends.
+// IdleTimeout is about how long a goroutine of a Pool stays idle before
+// it ends: a Pool looks every IdleTimeout and ends as many idle
+// goroutines as were idle at both its last two looks.
 const IdleTimeout = 30 * time.Second
 
 // Pool runs work without waiting for it, on a goroutine that was idle or,
-// when none is, on a new one. Goroutines stay IdleTimeout after their
-// work for the next, and end once idle after the Pool's context ended.
+// when none is, on a new one. Goroutines stay for the next work while
+// work keeps coming (see IdleTimeout), and end once idle after the Pool's
+// context ended.
+//
+// A waiting goroutine only receives from one channel: with a timer and
+// the context's channel beside it, the select of each hand-off and the
+// runtime's timer heap were a tenth of a fleet's delivery CPU. The Pool
+// trims idle goroutines by count instead, and ends them all the same way
+// once its context ended.
 type Pool struct {
 	// idle hands work to a goroutine waiting for it; unbuffered, so a
-	// send succeeds only when one is idle.
+	// send succeeds only when one is idle. A nil func ends the goroutine
+	// that takes it.
 	idle chan func()
 	done <-chan struct{}
+	// waiting counts the goroutines waiting for work, live all of them.
+	waiting, live atomic.Int32
 }
 
 // NewPool returns a Pool whose goroutines end once ctx ends.
-func NewPool(ctx context.Context) *Pool {
-	return &Pool{idle: make(chan func()), done: ctx.Done()}
+func NewPool(ctx context.Context) *Pool { return newPool(ctx, IdleTimeout) }
+
+func newPool(ctx context.Context, idleTimeout time.Duration) *Pool {
+	p := &Pool{idle: make(chan func()), done: ctx.Done()}
+	go p.trim(idleTimeout)
+	return p
 }
 
 // Go runs fn on an idle goroutine, or on a new one when none is idle. It
-// never waits for fn.
+// never waits for fn. fn must not be nil.
 func (p *Pool) Go(fn func()) {
 	select {
 	case p.idle <- fn:
 	default:
+		p.live.Add(1)
 		go p.loop(fn)
 	}
 }
 
-// loop runs fn, then whatever work comes while it is idle, and ends after
-// IdleTimeout without any, or once idle after the Pool's context ended.
+// loop runs fn, then whatever work comes while it is idle, until it is
+// handed nil, or finds the Pool's context ended when its work is done.
 func (p *Pool) loop(fn func()) {
-	t := time.NewTimer(IdleTimeout)
-	defer t.Stop()
-	for {
+	defer p.live.Add(-1)
+	for fn != nil {
 		fn()
-		fn = nil // nothing of the last work is kept while idle
-		t.Reset(IdleTimeout)
 		select {
-		case fn = <-p.idle:
-		case <-t.C:
-			return
 		case <-p.done:
 			return
+		default:
+		}
+		p.waiting.Add(1)
+		fn = <-p.idle
+		p.waiting.Add(-1)
+	}
+}
+
+// trim ends, every period, as many idle goroutines as were waiting at
+// both this look and the last: that many were not needed for a period.
+// Once the Pool's context ended, it ends every goroutine as it comes to
+// wait, and returns when none is left. (One that starts after that sees
+// the context ended once its work is done.)
+func (p *Pool) trim(period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	var last int32
+	for {
+		select {
+		case <-t.C:
+		case <-p.done:
+			for p.live.Load() > 0 {
+				select {
+				case p.idle <- nil:
+				case <-time.After(time.Millisecond):
+				}
+			}
+			return
+		}
+		now := p.waiting.Load()
+		n := min(last, now)
+		last = now - n
+	ending:
+		for range n {
+			select {
+			case p.idle <- nil:
+			default:
+				break ending
+			}
 		}
 	}
 }

@@ -76,3 +76,81 @@ func TestPool(t *testing.T) {
 	}
 	close(release)
 }
+
+// A Pool ends the goroutines that stayed idle, keeps none once its
+// context ended, and ends a goroutine started after that once its work is
+// done.
+func TestPoolTrimsAndEnds(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := newPool(ctx, 20*time.Millisecond)
+	release := make(chan struct{})
+	var started sync.WaitGroup
+	for range 20 {
+		started.Add(1)
+		p.Go(func() { started.Done(); <-release })
+	}
+	started.Wait()
+	if n := p.live.Load(); n != 20 {
+		t.Fatalf("%d goroutines for 20 pieces of work at once", n)
+	}
+	close(release)
+	waitFor(t, "the idle goroutines to be trimmed", func() bool { return p.live.Load() == 0 })
+
+	// Work given while a goroutine waits goes to it (a Pool that trims
+	// nothing while this runs).
+	cancel()
+	waitFor(t, "the pool to end", func() bool { return p.live.Load() == 0 })
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	p = newPool(ctx, time.Hour)
+	for i := range 20 {
+		if i > 0 {
+			waitFor(t, "a goroutine to wait", func() bool { return p.waiting.Load() == 1 })
+		}
+		done := make(chan struct{})
+		p.Go(func() { close(done) })
+		<-done
+		if n := p.live.Load(); n != 1 {
+			t.Fatalf("%d goroutines for one piece of work at a time", n)
+		}
+	}
+
+	block := make(chan struct{})
+	p.Go(func() { <-block })
+	cancel()
+	waitFor(t, "the idle goroutines to end with the context", func() bool { return p.live.Load() == 1 })
+	close(block)
+	waitFor(t, "the busy goroutine to end once done", func() bool { return p.live.Load() == 0 })
+	ran := make(chan struct{})
+	p.Go(func() { close(ran) })
+	<-ran
+	waitFor(t, "a goroutine started after the end to end", func() bool { return p.live.Load() == 0 })
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// BenchmarkPoolHandOff measures handing work to an idle goroutine of a
+// Pool and hearing back from it: the hop a parked connection's input or
+// a session's sender takes.
+func BenchmarkPoolHandOff(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := NewPool(ctx)
+	back := make(chan struct{})
+	fn := func() { back <- struct{}{} }
+	b.ReportAllocs()
+	for b.Loop() {
+		p.Go(fn)
+		<-back
+	}
+}
