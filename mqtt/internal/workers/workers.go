@@ -124,45 +124,58 @@ type Calls struct {
 	ctx  context.Context
 }
 
-// job is one piece of work handed to a goroutine of Calls; done is closed
-// once it ran.
+// job is one piece of work handed to a goroutine of Calls, which says on
+// done once it ran; a job without fn ends the goroutine.
 type job struct {
 	fn   func()
 	done chan struct{}
 }
 
+// dones recycles the channels a job's end is told on: one per call was an
+// allocation on every store call of the broker.
+var dones = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
+
 // StartCalls starts n goroutines that run work until ctx ends, each
 // counted in wg until it returns.
 func StartCalls(ctx context.Context, n int, wg *sync.WaitGroup) *Calls {
 	c := &Calls{jobs: make(chan job), ctx: ctx}
-	wg.Add(n)
+	wg.Add(n + 1)
 	for range n {
 		go c.loop(wg)
 	}
+	// The goroutines wait on their jobs alone (a select beside the
+	// context's channel cost every call); the end comes as a job.
+	go func() {
+		defer wg.Done()
+		<-ctx.Done()
+		for range n {
+			c.jobs <- job{}
+		}
+	}()
 	return c
 }
 
 // Do runs fn on one of the goroutines, when one is free, and returns once
 // it ran.
 func (c *Calls) Do(fn func()) {
-	j := job{fn: fn, done: make(chan struct{})}
+	done := dones.Get().(chan struct{})
 	select {
-	case c.jobs <- j:
-		<-j.done
+	case c.jobs <- job{fn: fn, done: done}:
+		<-done
+		dones.Put(done)
 	case <-c.ctx.Done():
+		dones.Put(done)
 		fn()
 	}
 }
 
 func (c *Calls) loop(wg *sync.WaitGroup) {
 	defer wg.Done()
-	for {
-		select {
-		case j := <-c.jobs:
-			j.fn()
-			close(j.done)
-		case <-c.ctx.Done():
+	for j := range c.jobs {
+		if j.fn == nil {
 			return
 		}
+		j.fn()
+		j.done <- struct{}{}
 	}
 }

@@ -154,3 +154,18 @@ func BenchmarkPoolHandOff(b *testing.B) {
 		<-back
 	}
 }
+
+// BenchmarkCallsDo measures a call run on a Calls goroutine and waited
+// for: the hop of every store call a connection makes.
+func BenchmarkCallsDo(b *testing.B) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	c := StartCalls(ctx, 4, &wg)
+	defer func() { cancel(); wg.Wait() }()
+	n := 0
+	fn := func() { n++ }
+	b.ReportAllocs()
+	for b.Loop() {
+		c.Do(fn)
+	}
+}
