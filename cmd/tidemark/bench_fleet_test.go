@@ -26,6 +26,10 @@ func TestBenchFleetSmall(t *testing.T) {
 	if !regexp.MustCompile(`(?m)^\| mochi \| 150 \| \d+ \| [1-9]\d*\.\d \| `).Match(out) {
 		t.Fatalf("no row for mochi with its resident memory:\n%s", out)
 	}
+	out, err = exec.Command(bin, "bench", "peer", "--peer", "emqx").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "unknown peer \"emqx\": use one of nats, mochi") {
+		t.Fatalf("bench peer ran an unknown peer or did not name the known ones: %v\n%s", err, out)
+	}
 	out, err = exec.Command(bin, "bench", "fleet", "--peers", "emqx").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "knows mosquitto, nats and mochi") {
 		t.Fatalf("an unknown peer was not refused naming the known ones: %v\n%s", err, out)
