@@ -41,7 +41,10 @@ type Queue[E any] struct {
 	spawn   func(func())
 	running bool
 	stopped bool
-	wg      sync.WaitGroup
+	// shrink asks the queue to let go of its array once it drains (see
+	// Shrink).
+	shrink bool
+	wg     sync.WaitGroup
 }
 
 // New returns an empty queue of at most max entries whose ack loop is
@@ -154,8 +157,8 @@ func (a *Queue[E]) popLocked() E {
 	a.head++
 	if a.head == len(a.q) {
 		a.head = 0
-		if cap(a.q) > 32 {
-			a.q = nil
+		if cap(a.q) > 32 || a.shrink {
+			a.q, a.shrink = nil, false
 		} else {
 			a.q = a.q[:0]
 		}
@@ -199,14 +202,18 @@ func (a *Queue[E]) Stop() {
 	a.wg.Wait()
 }
 
-// Shrink lets go of the entries' array while the queue is empty, so an
-// idle connection holds none: the next Push makes a new one.
+// Shrink lets go of the entries' array, now if the queue is empty or
+// else once it drains, so an idle connection holds none: the next Push
+// makes a new one. A connection that parks as soon as it has handled its
+// input parks with the acknowledgements of that input still queued.
 func (a *Queue[E]) Shrink() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if len(a.q) == a.head {
-		a.q, a.head = nil, 0
+		a.q, a.head, a.shrink = nil, 0, false
+		return
 	}
+	a.shrink = true
 }
 
 // Free returns how many entries fit before a push waits.

@@ -109,4 +109,15 @@ func TestAckQueueShrink(t *testing.T) {
 	if q.Free() != 8 {
 		t.Fatalf("free %d, want 8", q.Free())
 	}
+	// Shrink of a queue holding entries lets go of the array once the
+	// queue drains.
+	if n := testing.AllocsPerRun(10, func() {
+		q.Push(ctx, entry{pi: 4})
+		q.Shrink()
+		if e, ok := q.TryPop(); !ok || e.pi != 4 {
+			t.Fatalf("popped %v, %v", e, ok)
+		}
+	}); n == 0 {
+		t.Fatal("a queue shrunk while it held an entry kept its array once drained")
+	}
 }

@@ -618,6 +618,7 @@ func (c *conn) waitToPark(now, deadline time.Time) int {
 		return waitInput
 	}
 	c.rd.ReleaseAcks() // an idle connection holds none
+	c.br.Idle()
 	c.acks.Shrink()
 	if !c.pk.park(deadline) {
 		return waitInput

@@ -171,6 +171,16 @@ func (cr *Reader) Peek(n int) []byte {
 	return cr.buf[cr.r:min(cr.r+n, cr.w)]
 }
 
+// Idle gives the buffers back when nothing is buffered, for a connection
+// that is about to wait for input elsewhere (a poller): a read that took
+// the whole input leaves the small buffer held until the next read, which
+// for an idle connection may be hours away. The reader stays usable.
+func (cr *Reader) Idle() {
+	if cr.r == cr.w {
+		cr.drop()
+	}
+}
+
 // Release gives the buffers back; the reader is not used after.
 func (cr *Reader) Release() {
 	cr.drop()

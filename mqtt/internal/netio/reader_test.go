@@ -136,6 +136,39 @@ func TestConnReaderWaitsWithoutBuffer(t *testing.T) {
 	}
 }
 
+// TestReaderIdle checks that Idle keeps a buffer holding unread input,
+// gives it back once everything was read, and leaves the reader usable.
+func TestReaderIdle(t *testing.T) {
+	src, dst := tcpPair(t)
+	cr := NewReader(dst)
+	if _, err := src.Write([]byte("ab")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := cr.ReadByte(); err != nil || b != 'a' {
+		t.Fatalf("ReadByte = %q, %v", b, err)
+	}
+	cr.Idle()
+	if cr.small == nil || cr.Buffered() != 1 {
+		t.Fatalf("Idle dropped unread input: buffer %v, %d buffered", cr.small != nil, cr.Buffered())
+	}
+	if b, err := cr.ReadByte(); err != nil || b != 'b' {
+		t.Fatalf("ReadByte = %q, %v", b, err)
+	}
+	if cr.small == nil {
+		t.Fatal("the buffer went before Idle: the test no longer shows what Idle does")
+	}
+	cr.Idle()
+	if cr.small != nil || cr.big != nil {
+		t.Fatal("Idle kept a buffer with nothing unread")
+	}
+	if _, err := src.Write([]byte("c")); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := cr.ReadByte(); err != nil || b != 'c' {
+		t.Fatalf("ReadByte after Idle = %q, %v", b, err)
+	}
+}
+
 // TestWaitTimesOutThenReads checks that Wait fails at the read deadline
 // holding no buffer and consuming nothing, and that once the deadline
 // moves it waits again and buffers what comes, which reads back whole.
