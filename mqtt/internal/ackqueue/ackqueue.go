@@ -216,6 +216,13 @@ func (a *Queue[E]) Shrink() {
 	a.shrink = true
 }
 
+// Holding reports whether the queue holds an entries' array.
+func (a *Queue[E]) Holding() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.q != nil
+}
+
 // Free returns how many entries fit before a push waits.
 func (a *Queue[E]) Free() int {
 	a.mu.Lock()

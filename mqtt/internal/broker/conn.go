@@ -620,6 +620,7 @@ func (c *conn) waitToPark(now, deadline time.Time) int {
 	c.rd.ReleaseAcks() // an idle connection holds none
 	c.br.Idle()
 	c.acks.Shrink()
+	c.b.at(PointParked, c.client, 0)
 	if !c.pk.park(deadline) {
 		return waitInput
 	}

@@ -49,6 +49,10 @@ const (
 	// PointSessionRead: a CONNECT read its present session's record and
 	// not yet the rows beside it (pi is 0).
 	PointSessionRead Point = "after-session-read"
+	// PointParked: the read loop let go of what an idle connection does
+	// not hold and is about to park the connection (pi is 0); called on
+	// the read loop's goroutine.
+	PointParked Point = "before-park"
 )
 
 // Kind names a kind of commit for Hooks.Submit and Hooks.Ack.

@@ -29,9 +29,9 @@ func openTestDB(t *testing.T, ctx context.Context) *table.DB {
 }
 
 // serveTestBroker starts a broker on db with opts, listening on a free
-// loopback port, and returns its address; it is closed when the test
-// ends, before the store.
-func serveTestBroker(t *testing.T, db *table.DB, opts Options) string {
+// loopback port, and returns its address and the broker; it is closed
+// when the test ends, before the store.
+func serveTestBroker(t *testing.T, db *table.DB, opts Options) (string, *Broker) {
 	t.Helper()
 	b, err := New(db, opts)
 	if err != nil {
@@ -44,5 +44,5 @@ func serveTestBroker(t *testing.T, db *table.DB, opts Options) string {
 	served := make(chan struct{})
 	go func() { defer close(served); _ = b.Serve(ln) }()
 	t.Cleanup(func() { _ = b.Close(); <-served })
-	return ln.Addr().String()
+	return ln.Addr().String(), b
 }

@@ -31,7 +31,7 @@ func TestClaimFromSilentNode(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	addr := serveTestBroker(t, db, Options{NodeID: "A", TakeoverTimeout: time.Hour})
+	addr, _ := serveTestBroker(t, db, Options{NodeID: "A", TakeoverTimeout: time.Hour})
 
 	c := paho3.NewClient(paho3.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("held").
 		SetCleanSession(false).SetProtocolVersion(4).SetAutoReconnect(false).SetConnectTimeout(30 * time.Second))

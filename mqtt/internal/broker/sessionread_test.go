@@ -71,7 +71,7 @@ func TestSessionRowsMatchRecord(t *testing.T) {
 			t.Error(err)
 		}
 	}}
-	addr := serveTestBroker(t, db, Options{Hooks: hooks})
+	addr, _ := serveTestBroker(t, db, Options{Hooks: hooks})
 
 	c := paho3.NewClient(paho3.NewClientOptions().AddBroker("tcp://" + addr).SetClientID("s").
 		SetCleanSession(false).SetProtocolVersion(4).SetAutoReconnect(false))

@@ -181,6 +181,9 @@ func (cr *Reader) Idle() {
 	}
 }
 
+// Holding reports whether the reader holds a buffer.
+func (cr *Reader) Holding() bool { return cr.small != nil || cr.big != nil }
+
 // Release gives the buffers back; the reader is not used after.
 func (cr *Reader) Release() {
 	cr.drop()
