@@ -70,6 +70,7 @@ func (p *Pool) loop(fn func()) {
 	defer p.live.Add(-1)
 	for fn != nil {
 		fn()
+		fn = nil // nothing of the last work is kept while idle
 		select {
 		case <-p.done:
 			return

@@ -2,6 +2,7 @@ package workers
 
 import (
 	"context"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -126,6 +127,35 @@ func TestPoolTrimsAndEnds(t *testing.T) {
 	p.Go(func() { close(ran) })
 	<-ran
 	waitFor(t, "a goroutine started after the end to end", func() bool { return p.live.Load() == 0 })
+}
+
+// An idle goroutine keeps nothing of the work it ran: a closure over a
+// connection would keep the connection.
+func TestPoolKeepsNoWork(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p := newPool(ctx, time.Hour)
+	freed := make(chan struct{})
+	func() {
+		obj := new([64]byte)
+		runtime.SetFinalizer(obj, func(*[64]byte) { close(freed) })
+		done := make(chan struct{})
+		p.Go(func() { obj[0]++; close(done) })
+		<-done
+	}()
+	waitFor(t, "the goroutine to wait", func() bool { return p.waiting.Load() == 1 })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		runtime.GC()
+		select {
+		case <-freed:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("an idle goroutine kept what its last work referred to")
+		}
+	}
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
