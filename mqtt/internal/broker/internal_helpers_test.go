@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
 	_ "github.com/tidemark-io/tidemark/engine/pebble"
@@ -26,6 +27,19 @@ func openTestDB(t *testing.T, ctx context.Context) *table.DB {
 	}
 	t.Cleanup(func() { _ = db.Close() })
 	return db
+}
+
+// hookedTestDB skips a test that needs Hooks in a build without them, and
+// otherwise opens its store (openTestDB) under a context that ends with
+// the test, after a minute at most.
+func hookedTestDB(t *testing.T) (context.Context, *table.DB) {
+	t.Helper()
+	if !HooksEnabled {
+		t.Skip("needs the fault hooks: go test -tags faults")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	return ctx, openTestDB(t, ctx)
 }
 
 // serveTestBroker starts a broker on db with opts, listening on a free

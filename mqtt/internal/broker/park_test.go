@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"context"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,12 +14,7 @@ import (
 // the read that found the socket empty gave the buffer back; parking at
 // once makes no such read, and the SUBACK is still queued when it parks.)
 func TestParkedConnectionHoldsNoBuffers(t *testing.T) {
-	if !HooksEnabled {
-		t.Skip("needs the hooks: build with -tags faults")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	db := openTestDB(t, ctx)
+	ctx, db := hookedTestDB(t)
 	var br atomic.Pointer[Broker] // set once serving: the hook runs on the broker's goroutines
 	var parks, holding atomic.Int32
 	hooks := Hooks{At: func(p Point, client string, _ uint16) {

@@ -23,12 +23,7 @@ import (
 // checkpoint with the marks gone would deliver completed QoS 2 messages
 // a second time.
 func TestSessionRowsMatchRecord(t *testing.T) {
-	if !HooksEnabled {
-		t.Skip("needs the fault hooks: go test -tags faults")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	db := openTestDB(t, ctx)
+	ctx, db := hookedTestDB(t)
 
 	// An offline session with one QoS 2 delivery completed above its
 	// checkpoint.

@@ -108,18 +108,26 @@ func TestConnReaderReadsWhatWasSent(t *testing.T) {
 	}
 }
 
-// TestConnReaderWaitsWithoutBuffer checks that a reader waiting on an
-// idle socket holds no buffer, and that a read deadline ends the wait
-// with a timeout.
-func TestConnReaderWaitsWithoutBuffer(t *testing.T) {
-	src, dst := tcpPair(t)
-	cr := NewReader(dst)
+// readerWithUnread returns a socket pair and a Reader of its server end
+// that read "a" of the "ab" sent, so "b" is buffered.
+func readerWithUnread(t *testing.T) (src, dst net.Conn, cr *Reader) {
+	t.Helper()
+	src, dst = tcpPair(t)
+	cr = NewReader(dst)
 	if _, err := src.Write([]byte("ab")); err != nil {
 		t.Fatal(err)
 	}
 	if b, err := cr.ReadByte(); err != nil || b != 'a' {
 		t.Fatalf("ReadByte = %q, %v", b, err)
 	}
+	return src, dst, cr
+}
+
+// TestConnReaderWaitsWithoutBuffer checks that a reader waiting on an
+// idle socket holds no buffer, and that a read deadline ends the wait
+// with a timeout.
+func TestConnReaderWaitsWithoutBuffer(t *testing.T) {
+	_, dst, cr := readerWithUnread(t)
 	if cr.small == nil {
 		t.Fatal("no buffer holds the unread byte")
 	}
@@ -139,14 +147,7 @@ func TestConnReaderWaitsWithoutBuffer(t *testing.T) {
 // TestReaderIdle checks that Idle keeps a buffer holding unread input,
 // gives it back once everything was read, and leaves the reader usable.
 func TestReaderIdle(t *testing.T) {
-	src, dst := tcpPair(t)
-	cr := NewReader(dst)
-	if _, err := src.Write([]byte("ab")); err != nil {
-		t.Fatal(err)
-	}
-	if b, err := cr.ReadByte(); err != nil || b != 'a' {
-		t.Fatalf("ReadByte = %q, %v", b, err)
-	}
+	src, _, cr := readerWithUnread(t)
 	cr.Idle()
 	if cr.small == nil || cr.Buffered() != 1 {
 		t.Fatalf("Idle dropped unread input: buffer %v, %d buffered", cr.small != nil, cr.Buffered())
