@@ -69,8 +69,7 @@ func (p *Pool) Go(fn func()) {
 func (p *Pool) loop(fn func()) {
 	defer p.live.Add(-1)
 	for fn != nil {
-		fn()
-		fn = nil // nothing of the last work is kept while idle
+		fn() // fn is dead from here until the next work: an idle goroutine keeps nothing of the last
 		select {
 		case <-p.done:
 			return
