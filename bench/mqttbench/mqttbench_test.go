@@ -60,7 +60,7 @@ func TestQuickRun(t *testing.T) {
 	}
 	for _, r := range rep.Results {
 		if !r.Clean() {
-			t.Errorf("%s %s: err=%q lost=%d dup=%d reordered=%d protocol errors=%d", r.Target, r.Load, r.Err, r.Lost, r.Duplicates, r.Reordered, r.ProtocolErrors)
+			t.Errorf("%s %s: err=%q lost=%d dup=%d reordered=%d protocol errors=%d %s", r.Target, r.Load, r.Err, r.Lost, r.Duplicates, r.Reordered, r.ProtocolErrors, r.ProtocolError)
 		}
 		if r.Messages < r.Load.Conns || r.PerSecond <= 0 || r.P50Ms <= 0 || r.P99Ms < r.P50Ms {
 			t.Errorf("%s %s: implausible figures %+v", r.Target, r.Load, r)

@@ -182,7 +182,7 @@ type publisher struct {
 	measured  int       // completed exchanges from from on
 	last      time.Time
 	hist      histogram
-	protoErrs int
+	protoErrs protoErrors
 	readErr   error
 	dead      chan struct{} // closed when the connection failed
 	deadOnce  sync.Once
@@ -320,11 +320,11 @@ func (p *publisher) readAcks() {
 			}
 		case *packet.Pubrec:
 			if !p.pending(pk.PacketID, packet.QoS2) {
-				p.protoError()
+				p.protoError("a PUBREC for packet id %d, which no QoS 2 PUBLISH in flight has", pk.PacketID)
 			}
 			reply = &packet.Pubrel{PacketID: pk.PacketID}
 		default:
-			p.protoError()
+			p.protoError("a %s sent to a publisher", describe(pk))
 		}
 		if p.inline && freed > 0 && !p.stopped.Load() {
 			err = p.replyAndPublish(reply, &freed)
@@ -391,7 +391,7 @@ func (p *publisher) complete(pi uint16, qos packet.QoS) bool {
 	defer p.mu.Unlock()
 	f := &p.inflight[pi]
 	if p.qos != qos || !f.used {
-		p.protoErrs++
+		p.protoErrs.add("a QoS %d acknowledgement for packet id %d, which no QoS %d PUBLISH in flight has", qos, pi, qos)
 		return false
 	}
 	f.used = false
@@ -450,9 +450,9 @@ func (p *publisher) outstanding() int {
 	return int(p.nextSeq) - p.done
 }
 
-func (p *publisher) protoError() {
+func (p *publisher) protoError(format string, args ...any) {
 	p.mu.Lock()
-	p.protoErrs++
+	p.protoErrs.add(format, args...)
 	p.mu.Unlock()
 }
 

@@ -142,7 +142,11 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		}
 		fmt.Fprintln(tw)
 		if r.Unacked > 0 || r.ProtocolErrors > 0 {
-			failed = append(failed, fmt.Sprintf("%s %s: %d unacknowledged at the end, %d protocol errors", r.Target, r.Load, r.Unacked, r.ProtocolErrors))
+			line := fmt.Sprintf("%s %s: %d unacknowledged at the end, %d protocol errors", r.Target, r.Load, r.Unacked, r.ProtocolErrors)
+			if r.ProtocolError != "" {
+				line += " (the first: " + r.ProtocolError + ")"
+			}
+			failed = append(failed, line)
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -235,7 +239,11 @@ func (rep *Report) Summary() string {
 	var b strings.Builder
 	for _, r := range rep.Results {
 		if !r.Clean() {
-			fmt.Fprintf(&b, "%s %s: err=%q lost=%d dup=%d reord=%d unacked=%d protocol=%d\n", r.Target, r.Load, r.Err, r.Lost, r.Duplicates, r.Reordered, r.Unacked, r.ProtocolErrors)
+			fmt.Fprintf(&b, "%s %s: err=%q lost=%d dup=%d reord=%d unacked=%d protocol=%d", r.Target, r.Load, r.Err, r.Lost, r.Duplicates, r.Reordered, r.Unacked, r.ProtocolErrors)
+			if r.ProtocolError != "" {
+				fmt.Fprintf(&b, " (the first: %s)", r.ProtocolError)
+			}
+			b.WriteByte('\n')
 		}
 	}
 	return b.String()

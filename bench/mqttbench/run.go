@@ -163,8 +163,10 @@ type Result struct {
 	Reordered  int `json:"reordered"`
 	// Unacked counts messages still unacknowledged when the drain gave up.
 	Unacked int `json:"unacked"`
-	// ProtocolErrors counts packets no correct broker sends.
-	ProtocolErrors int `json:"protocol_errors"`
+	// ProtocolErrors counts packets no correct broker sends, and
+	// ProtocolError says what the first of them was.
+	ProtocolErrors int    `json:"protocol_errors"`
+	ProtocolError  string `json:"protocol_error,omitempty"`
 	// ClientMicros is the CPU time (user and system) this process spent
 	// per acknowledged message while sending, in microseconds: the load
 	// generator's own cost per exchange, publishers and subscriber
@@ -375,13 +377,14 @@ func runPoint(ctx context.Context, cfg Config, t Target, l Load, dir string, run
 	acked := make([]bitset, len(pubs))
 	var hist histogram
 	var last time.Time
+	var protoErrs protoErrors
 	for i, p := range pubs {
 		p.mu.Lock()
 		acked[i] = append(bitset(nil), p.acked...)
 		r.Messages += p.done
 		r.Measured += p.measured
 		r.Unacked += int(p.nextSeq) - p.done
-		r.ProtocolErrors += p.protoErrs
+		protoErrs.merge(p.protoErrs)
 		hist.merge(&p.hist)
 		if p.last.After(last) {
 			last = p.last
@@ -399,7 +402,8 @@ func runPoint(ctx context.Context, cfg Config, t Target, l Load, dir string, run
 	r.Lost = sub.missing(acked)
 	sub.mu.Lock()
 	r.Delivered, r.Duplicates, r.Reordered = sub.unique, sub.dups, sub.reordered
-	r.ProtocolErrors += sub.protoErrs + sub.foreign
+	protoErrs.merge(sub.protoErrs)
+	r.ProtocolErrors, r.ProtocolError = protoErrs.n, protoErrs.first
 	serr := sub.readErr
 	sub.mu.Unlock()
 	if last.After(start) {

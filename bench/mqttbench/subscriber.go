@@ -23,8 +23,7 @@ type subscriber struct {
 	unique    int
 	dups      int
 	reordered int
-	foreign   int
-	protoErrs int
+	protoErrs protoErrors
 	last      time.Time
 	readErr   error
 	// awaiting holds the packet ids of QoS 2 deliveries that got their
@@ -84,7 +83,7 @@ func (s *subscriber) read() {
 			reply = &packet.Pubcomp{PacketID: pk.PacketID}
 		default:
 			s.mu.Lock()
-			s.protoErrs++
+			s.protoErrs.add("a %s sent to a subscriber", describe(pk))
 			s.mu.Unlock()
 		}
 		if err := s.c.reply(reply); err != nil {
@@ -112,19 +111,19 @@ func (s *subscriber) receive(pk *packet.Publish) packet.Packet {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if qos != s.qos {
-		s.protoErrs++
+		s.protoErrs.add("a QoS %d delivery on a QoS %d subscription of QoS %d messages", qos, s.qos, s.qos)
 	}
 	if qos == packet.QoS2 {
 		if s.awaiting[pi] {
 			if pk.Dup {
 				return reply // the same delivery again
 			}
-			s.protoErrs++ // a packet id reused before its PUBCOMP
+			s.protoErrs.add("a new QoS 2 PUBLISH on packet id %d, whose last delivery was still waiting for its PUBREL (%d ids were)", pi, len(s.awaiting))
 		}
 		s.awaiting[pi] = true
 	}
 	if !ok || run != s.run || int(pub) >= len(s.seen) {
-		s.foreign++
+		s.protoErrs.add("a message on topic %q that no publisher of this run sent", pk.Topic)
 		return reply
 	}
 	s.last = now
