@@ -164,7 +164,8 @@ type Result struct {
 	// Unacked counts messages still unacknowledged when the drain gave up.
 	Unacked int `json:"unacked"`
 	// ProtocolErrors counts packets no correct broker sends, and
-	// ProtocolError says what the first of them was.
+	// ProtocolError describes one: the first that a client saw, the
+	// publishers taken in order before the subscriber.
 	ProtocolErrors int    `json:"protocol_errors"`
 	ProtocolError  string `json:"protocol_error,omitempty"`
 	// ClientMicros is the CPU time (user and system) this process spent

@@ -111,7 +111,7 @@ func (s *subscriber) receive(pk *packet.Publish) packet.Packet {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if qos != s.qos {
-		s.protoErrs.add("a QoS %d delivery on a QoS %d subscription of QoS %d messages", qos, s.qos, s.qos)
+		s.protoErrs.add("a QoS %d delivery where QoS %d was due", qos, s.qos)
 	}
 	if qos == packet.QoS2 {
 		if s.awaiting[pi] {
