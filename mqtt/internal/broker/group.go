@@ -217,13 +217,25 @@ func (c *conn) bindChecked(g group, h *engine.Handle) {
 // the acknowledgements of a burst go out in the read loop's one flush
 // (see readLoop). Read loop only.
 func (c *conn) pushOwn(e ackEntry) bool {
-	if !c.ackNow(e) || !c.acks.Claim() {
+	ok, sent := c.finishNow(e)
+	if !sent {
 		return c.push(e)
 	}
-	ok := c.finishAck(e, nil)
-	c.acks.Release(ok)
 	c.unflushed = true
 	return ok
+}
+
+// finishNow finishes e from the calling goroutine, in the ack loop's
+// place, when its commit is done and nothing is queued before it (sent);
+// ok is false when finishing it ended the connection's acknowledgements.
+// What it writes stays buffered: the caller flushes.
+func (c *conn) finishNow(e ackEntry) (ok, sent bool) {
+	if !c.ackNow(e) || !c.acks.Claim() {
+		return true, false
+	}
+	ok = c.finishAck(e, nil)
+	c.acks.Release(ok)
+	return ok, true
 }
 
 // done reports whether h's commit has completed.

@@ -36,6 +36,14 @@ func (p *sessionConn) ApplyAlias(pub *packet.Publish) { p.outAliases.Apply(pub, 
 
 func (p *sessionConn) Push(e delivery.Pending) bool { return p.c().push(ackOf(e)) }
 
+func (p *sessionConn) Send(e delivery.Pending) (ok, sent bool) {
+	a := ackOf(e)
+	if ok, sent = p.c().finishNow(a); sent {
+		return ok, true
+	}
+	return p.c().push(a), false
+}
+
 func (p *sessionConn) LaterDelivery(write func(tx *table.Tx) error, e delivery.Pending) bool {
 	return p.c().laterDelivery(write, ackOf(e))
 }

@@ -269,11 +269,20 @@ func (o *Session) flushGroup() {
 		o.conn.Fail(err)
 		return
 	}
+	// Committed already (no sync to wait for): the PUBLISHes go out from
+	// here, not from the FIFO's loop on another goroutine, unless
+	// something is queued before them.
+	sent := false
 	for _, e := range entries {
 		e.H = h
-		if !o.conn.Push(e) {
+		ok, s := o.conn.Send(e)
+		if !ok {
 			return
 		}
+		sent = sent || s
+	}
+	if sent {
+		o.conn.Flush()
 	}
 }
 

@@ -68,6 +68,11 @@ type Conn interface {
 	// Push queues e in the connection's acknowledgement FIFO, behind
 	// what is queued. False means the connection is ending.
 	Push(e Pending) bool
+	// Send is Push, except that when nothing is queued and e's commit
+	// has completed it finishes e from the calling goroutine, as the
+	// FIFO's loop would, instead of handing it over: what it writes
+	// stays buffered until Flush. sent says it did.
+	Send(e Pending) (ok, sent bool)
 	// LaterDelivery adds write to the connection's pending commit of
 	// delivery state and queues e for when that commit completes.
 	LaterDelivery(write func(tx *table.Tx) error, e Pending) bool
