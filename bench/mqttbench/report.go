@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,6 +16,8 @@ type Report struct {
 	Duration time.Duration `json:"duration_ns"`
 	// Warmup is the unmeasured send phase before it.
 	Warmup time.Duration `json:"warmup_ns"`
+	// Rounds is how many times each point ran (see Config.Rounds).
+	Rounds int `json:"rounds"`
 	// Targets are the brokers driven, with what each fsyncs.
 	Targets []Target `json:"targets"`
 	// Results holds one entry per target and load, in run order.
@@ -115,14 +118,21 @@ func (rep *Report) Clean() bool {
 func (rep *Report) WriteTable(w io.Writer) error {
 	cols := rep.ratioColumns()
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "load\ttarget\tmsgs/s\tp50 ms\tp99 ms\tlost\tdup\treord\t")
+	rounds := rep.Rounds > 1
+	extra := 0
+	fmt.Fprintf(tw, "load\ttarget\tmsgs/s\t")
+	if rounds {
+		extra = 1
+		fmt.Fprintf(tw, "spread\t")
+	}
+	fmt.Fprintf(tw, "p50 ms\tp99 ms\tlost\tdup\treord\t")
 	var names []string
 	for _, c := range cols {
 		names = append(names, "x "+peerRatios[c].name)
 		fmt.Fprintf(tw, "x %s\t", peerRatios[c].name)
 	}
 	fmt.Fprintln(tw)
-	blank := strings.Repeat("\t", 8+len(cols))
+	blank := strings.Repeat("\t", 8+extra+len(cols))
 	var prev Load
 	var failed []string
 	for i, r := range rep.Results {
@@ -135,8 +145,11 @@ func (rep *Report) WriteTable(w io.Writer) error {
 			failed = append(failed, fmt.Sprintf("%s %s: %s", r.Target, r.Load, r.Err))
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%.0f\t%.2f\t%.2f\t%d\t%d\t%d\t", r.Load, r.Target, r.PerSecond,
-			r.P50Ms, r.P99Ms, r.Lost, r.Duplicates, r.Reordered)
+		fmt.Fprintf(tw, "%s\t%s\t%.0f\t", r.Load, r.Target, r.PerSecond)
+		if rounds {
+			fmt.Fprintf(tw, "%s\t", spread(r))
+		}
+		fmt.Fprintf(tw, "%.2f\t%.2f\t%d\t%d\t%d\t", r.P50Ms, r.P99Ms, r.Lost, r.Duplicates, r.Reordered)
 		for _, c := range cols {
 			fmt.Fprintf(tw, "%s\t", ratio(*peerRatios[c].ratio(&r)))
 		}
@@ -156,6 +169,9 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintln(w, "FAIL", f)
 	}
 	fmt.Fprintf(w, "\n%d-byte payloads, MQTT 3.1.1, %v of sending measured per point after %v of warm-up, each point on a fresh broker on 127.0.0.1.\n", PayloadSize, rep.Duration, rep.Warmup)
+	if rounds {
+		fmt.Fprintf(w, "msgs/s: the median of %d rounds, each load run on every target once per round, in turn; spread: half the range of the rounds' rates, over the median. Latencies are the median round's.\n", rep.Rounds)
+	}
 	fmt.Fprintln(w, "window: PUBLISHes kept unacknowledged per connection (QoS 0: not yet delivered); xN: N connections.")
 	fmt.Fprintln(w, "latency: PUBLISH to PUBACK (QoS 1) or PUBCOMP (QoS 2); QoS 0: PUBLISH to delivery.")
 	fmt.Fprintln(w, "lost: acknowledged (QoS 0: sent) but never delivered; dup: delivered twice; reord: delivered after a later message.")
@@ -167,13 +183,27 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(w, "%s: msgs/s over the peer's at the same load%s.\n", strings.Join(names, ", "), note)
 	}
 	if c := rep.clientCost(); c != "" {
-		fmt.Fprintf(w, "CPU per exchange of the load generator (publishers and subscriber) and, in brackets, of the broker, where the broker ran in a process of its own: %s.\n", c)
+		of := ""
+		if rounds {
+			of = " (the medians of the rounds')"
+		}
+		fmt.Fprintf(w, "CPU per exchange of the load generator (publishers and subscriber) and, in brackets, of the broker, where the broker ran in a process of its own%s: %s.\n", of, c)
 	}
 	fmt.Fprintln(w, "\nWhat an acknowledgement means on disk:")
 	for _, t := range rep.Targets {
 		fmt.Fprintf(w, "  %s: %s.\n", t.Label(), t.Durability)
 	}
 	return nil
+}
+
+// spread is half the range of r's rounds' rates over its median rate, as
+// "±4%"; "-" when it has none.
+func spread(r Result) string {
+	if len(r.Rounds) < 2 || r.PerSecond <= 0 {
+		return "-"
+	}
+	lo, hi := slices.Min(r.Rounds), slices.Max(r.Rounds)
+	return fmt.Sprintf("±%.0f%%", (hi-lo)/2/r.PerSecond*100)
 }
 
 func ratio(v float64) string {

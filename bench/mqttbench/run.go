@@ -1,6 +1,7 @@
 package mqttbench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -118,6 +120,11 @@ type Config struct {
 	// whatever the target (GODEBUG=madvdontneed=0 avoids that too). Zero
 	// means one second; negative, none.
 	LoadWarmup time.Duration
+	// Rounds is how many times each point runs (default 1): within a
+	// load, every target once per round, in turn, so a slow spell of the
+	// machine lands on the targets alike. A point reports the round of
+	// the median rate (see mergeRounds).
+	Rounds int
 	// Dir is where the brokers' data directories go, each removed after
 	// its point; a temporary directory when empty.
 	Dir string
@@ -144,7 +151,9 @@ type Result struct {
 	// Messages is the number of messages acknowledged (QoS 0: delivered),
 	// warm-up included; Measured those acknowledged after the warm-up,
 	// Seconds the time from the end of the warm-up to the last
-	// acknowledgement, and PerSecond their quotient.
+	// acknowledgement, and PerSecond their quotient. With several
+	// rounds, Messages and Measured add up the rounds', and PerSecond,
+	// Seconds and the latencies are the round's of the median rate.
 	Messages  int     `json:"messages"`
 	Measured  int     `json:"measured"`
 	Seconds   float64 `json:"seconds"`
@@ -186,6 +195,9 @@ type Result struct {
 	VsNATS      float64 `json:"vs_nats,omitempty"`
 	VsMochi     float64 `json:"vs_mochi,omitempty"`
 	VsMosquitto float64 `json:"vs_mosquitto,omitempty"`
+	// Rounds holds each round's msgs/s, in run order, when the point
+	// ran more than once.
+	Rounds []float64 `json:"rounds_msgs_per_sec,omitempty"`
 	// Err is why the point failed, if it did.
 	Err string `json:"error,omitempty"`
 }
@@ -234,9 +246,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		defer os.RemoveAll(d)
 		dir = d
 	}
-	rep := &Report{Duration: cfg.Duration, Warmup: cfg.Warmup}
+	if cfg.Rounds <= 0 {
+		cfg.Rounds = 1
+	}
+	rep := &Report{Duration: cfg.Duration, Warmup: cfg.Warmup, Rounds: cfg.Rounds}
 	rep.Targets = append(rep.Targets, cfg.Targets...)
-	total := len(cfg.Targets) * len(cfg.Loads)
+	total := len(cfg.Targets) * len(cfg.Loads) * cfg.Rounds
 	base := rand.Uint32()
 	if cfg.LoadWarmup == 0 {
 		cfg.LoadWarmup = time.Second
@@ -254,18 +269,28 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			_ = runPoint(ctx, wcfg, t, l, pdir, base-1) // its figures are not reported
 			_ = os.RemoveAll(pdir)
 		}
-		for _, t := range cfg.Targets {
-			if cfg.Progress != nil {
-				cfg.Progress(i, total, t.Label()+" "+l.String())
+		rounds := make([][]Result, len(cfg.Targets))
+		for round := range cfg.Rounds {
+			for ti, t := range cfg.Targets {
+				next := t.Label() + " " + l.String()
+				if cfg.Rounds > 1 {
+					next += fmt.Sprintf(" (round %d of %d)", round+1, cfg.Rounds)
+				}
+				if cfg.Progress != nil {
+					cfg.Progress(i, total, next)
+				}
+				if err := ctx.Err(); err != nil {
+					return rep, err
+				}
+				pdir := filepath.Join(dir, fmt.Sprintf("%03d-%s", i, slug(t.Label()+" "+l.String())))
+				r := runPoint(ctx, cfg, t, l, pdir, base+uint32(i))
+				_ = os.RemoveAll(pdir)
+				rounds[ti] = append(rounds[ti], r)
+				i++
 			}
-			if err := ctx.Err(); err != nil {
-				return rep, err
-			}
-			pdir := filepath.Join(dir, fmt.Sprintf("%03d-%s", i, slug(t.Label()+" "+l.String())))
-			r := runPoint(ctx, cfg, t, l, pdir, base+uint32(i))
-			_ = os.RemoveAll(pdir)
-			rep.Results = append(rep.Results, r)
-			i++
+		}
+		for _, rs := range rounds {
+			rep.Results = append(rep.Results, mergeRounds(rs))
 		}
 	}
 	if cfg.Progress != nil {
@@ -273,6 +298,64 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	rep.compare()
 	return rep, ctx.Err()
+}
+
+// mergeRounds makes one Result of a point's rounds: the round of the
+// median rate (the lower middle one of an even number) gives the rate and
+// latencies, the CPU figures are the medians of the rounds', and what
+// counts messages or failures adds up over the rounds, so a loss or a
+// protocol error in any round shows. A round that failed fails the point.
+func mergeRounds(rs []Result) Result {
+	if len(rs) == 1 {
+		return rs[0]
+	}
+	byRate := slices.Clone(rs)
+	slices.SortStableFunc(byRate, func(a, b Result) int { return cmp.Compare(a.PerSecond, b.PerSecond) })
+	m := byRate[(len(byRate)-1)/2]
+	m.Messages, m.Measured, m.Delivered = 0, 0, 0
+	m.Lost, m.Duplicates, m.Reordered, m.Unacked, m.ProtocolErrors = 0, 0, 0, 0, 0
+	m.ProtocolError, m.Err = "", ""
+	var client, broker []float64
+	for k, r := range rs {
+		m.Rounds = append(m.Rounds, r.PerSecond)
+		m.Messages += r.Messages
+		m.Measured += r.Measured
+		m.Delivered += r.Delivered
+		m.Lost += r.Lost
+		m.Duplicates += r.Duplicates
+		m.Reordered += r.Reordered
+		m.Unacked += r.Unacked
+		m.ProtocolErrors += r.ProtocolErrors
+		if m.ProtocolError == "" {
+			m.ProtocolError = r.ProtocolError
+		}
+		if r.Err != "" && m.Err == "" {
+			m.Err = fmt.Sprintf("round %d of %d: %s", k+1, len(rs), r.Err)
+		}
+		if r.ClientMicros > 0 {
+			client = append(client, r.ClientMicros)
+		}
+		if r.BrokerMicros > 0 {
+			broker = append(broker, r.BrokerMicros)
+		}
+	}
+	m.ClientMicros, m.BrokerMicros = median(client), median(broker)
+	return m
+}
+
+// median is the middle value of vs (the mean of the two middle ones of
+// an even number); zero for none.
+func median(vs []float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
 }
 
 func slug(s string) string {

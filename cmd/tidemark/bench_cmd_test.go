@@ -28,4 +28,8 @@ func TestBenchLoadsFlag(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "qos<0-2>-w<window>[-x<connections>]") {
 		t.Fatalf("tidemark bench --loads qos2-window1: err %v, want the accepted form named\n%s", err, out)
 	}
+	out, err = exec.Command(bin, "bench", "--engines", "pebble", "--peers", "none", "--rounds", "0").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--rounds 0: allowed 1 to 99") {
+		t.Fatalf("tidemark bench --rounds 0: err %v, want the allowed range named\n%s", err, out)
+	}
 }

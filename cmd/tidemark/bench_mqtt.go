@@ -25,6 +25,7 @@ type mqttBenchFlags struct {
 	syncInterval time.Duration
 	syncDefer    time.Duration
 	duration     time.Duration
+	rounds       int
 	quick        bool
 	loads        []string
 	jsonOut      string
@@ -69,6 +70,7 @@ failed or lost, duplicated or reordered a message.`,
 	fs.DurationVar(&f.syncInterval, "sync-interval", engine.DefaultSyncInterval, "fsync period for --sync interval")
 	fs.DurationVar(&f.syncDefer, "sync-defer", engine.DefaultDeferWindow, syncDeferUsage)
 	fs.DurationVar(&f.duration, "duration", 2*time.Second, "measured sending time per point (after a warm-up of a fifth of it)")
+	fs.IntVar(&f.rounds, "rounds", 1, "run every point this many times, the targets in turn within each round, and report the median rate with the rounds' spread: on a busy machine, 3 or 5 make ratios worth quoting")
 	fs.BoolVar(&f.quick, "quick", false, "fewer points: windows 1 and 16, 10 connections")
 	fs.StringSliceVar(&f.loads, "loads", nil, "only these points, by name: qos<0-2>-w<window>[-x<connections>], for example qos2-w1,qos1-w16-x50 (default: all; see --quick)")
 	fs.StringVar(&f.jsonOut, "json", "", "write the results as JSON to this file (- for standard output, instead of the table)")
@@ -83,6 +85,9 @@ failed or lost, duplicated or reordered a message.`,
 func (f *mqttBenchFlags) targets() ([]mqttbench.Target, error) {
 	if f.duration <= 0 {
 		return nil, fmt.Errorf("--duration %v: must be positive", f.duration)
+	}
+	if f.rounds < 1 || f.rounds > 99 {
+		return nil, fmt.Errorf("--rounds %d: allowed 1 to 99", f.rounds)
 	}
 	if f.syncInterval <= 0 {
 		return nil, fmt.Errorf("--sync-interval %v: must be positive", f.syncInterval)
@@ -219,14 +224,14 @@ func runMQTTBench(cmd *cobra.Command, f *mqttBenchFlags) error {
 		return fmt.Errorf("fsync probe in %s: %w", dir, err)
 	}
 	stderr := cmd.ErrOrStderr()
-	bar := progressbar.NewOptions(len(targets)*len(loads),
+	bar := progressbar.NewOptions(len(targets)*len(loads)*f.rounds,
 		progressbar.OptionSetWriter(stderr), progressbar.OptionShowCount(), progressbar.OptionShowElapsedTimeOnFinish(),
 		progressbar.OptionSetPredictTime(true), progressbar.OptionClearOnFinish(), progressbar.OptionFullWidth())
 	// Broker warnings would tear the progress bar; they are few and go
 	// above it, on their own lines.
 	log := slog.New(slog.NewTextHandler(lineBreaker{stderr}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	rep, err := mqttbench.Run(cmd.Context(), mqttbench.Config{
-		Targets: targets, Loads: loads, Duration: f.duration, Dir: dir, Logger: log,
+		Targets: targets, Loads: loads, Duration: f.duration, Rounds: f.rounds, Dir: dir, Logger: log,
 		Progress: func(done, _ int, next string) {
 			if next != "" {
 				bar.Describe(next)
