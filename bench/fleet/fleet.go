@@ -150,6 +150,9 @@ type Result struct {
 	Lost, Dup int
 	// Retries counts connection attempts that failed and were retried.
 	Retries int
+	// Rounds is how many runs the figures are the medians of (0 or 1:
+	// one run).
+	Rounds int
 	// CPU is the broker's CPU time (user and system) per operation in
 	// each load, and ClientCPU this process's: the rates are the pair's
 	// on a machine they share, these say which side spent what.
@@ -190,6 +193,10 @@ type Config struct {
 	Sessions []int
 	// FanoutMessages is how many messages go to every device (default 20).
 	FanoutMessages int
+	// Rounds is how many times each broker is measured at each size
+	// (default 1), the brokers in turn within a round; a Result then
+	// holds the median of each figure over the rounds (see mergeRounds).
+	Rounds int
 	// Dir holds the brokers' data; Progress, if set, is told each step.
 	Dir      string
 	Progress func(string)
@@ -205,17 +212,83 @@ func Run(ctx context.Context, cfg Config) []Result {
 	if say == nil {
 		say = func(string) {}
 	}
+	rounds := max(cfg.Rounds, 1)
 	var out []Result
 	for _, n := range cfg.Sessions {
-		for i, b := range cfg.Brokers {
-			say(fmt.Sprintf("%s, %d sessions", b.Name, n))
-			dir := filepath.Join(cfg.Dir, fmt.Sprintf("%d-%d", n, i))
-			r := runOne(ctx, b, n, cfg.FanoutMessages, dir, say)
-			r.Broker, r.Sessions = b.Name, n
-			out = append(out, r)
+		per := make([][]Result, len(cfg.Brokers))
+		for round := range rounds {
+			for i, b := range cfg.Brokers {
+				step := fmt.Sprintf("%s, %d sessions", b.Name, n)
+				if rounds > 1 {
+					step += fmt.Sprintf(" (round %d of %d)", round+1, rounds)
+				}
+				say(step)
+				dir := filepath.Join(cfg.Dir, fmt.Sprintf("%d-%d-%d", n, i, round))
+				r := runOne(ctx, b, n, cfg.FanoutMessages, dir, say)
+				r.Broker, r.Sessions = b.Name, n
+				per[i] = append(per[i], r)
+			}
+		}
+		for _, rs := range per {
+			out = append(out, mergeRounds(rs))
 		}
 	}
 	return out
+}
+
+// mergeRounds makes one Result of a broker's rounds at one size: each
+// rate, memory figure, latency and CPU cost is the median of the rounds'
+// (each taken on its own), the timeline the median spread round's, and
+// losses, duplicates and retries add up, so one in any round shows. A
+// round that failed fails the Result.
+func mergeRounds(rs []Result) Result {
+	if len(rs) == 1 {
+		return rs[0]
+	}
+	m := rs[0]
+	m.Rounds = len(rs)
+	m.Lost, m.Dup, m.Retries, m.Err = 0, 0, 0, nil
+	for k, r := range rs {
+		m.Lost += r.Lost
+		m.Dup += r.Dup
+		m.Retries += r.Retries
+		if r.Err != nil && m.Err == nil {
+			m.Err = fmt.Errorf("round %d of %d: %w", k+1, len(rs), r.Err)
+		}
+	}
+	med := func(f func(Result) float64) float64 {
+		vs := make([]float64, len(rs))
+		for i, r := range rs {
+			vs[i] = f(r)
+		}
+		slices.Sort(vs)
+		return vs[(len(vs)-1)/2]
+	}
+	m.SetupRate = med(func(r Result) float64 { return r.SetupRate })
+	m.ReconnectRate = med(func(r Result) float64 { return r.ReconnectRate })
+	m.Spread = med(func(r Result) float64 { return r.Spread })
+	m.Fanout = med(func(r Result) float64 { return r.Fanout })
+	m.RSS = int64(med(func(r Result) float64 { return float64(r.RSS) }))
+	m.PerSession = int64(med(func(r Result) float64 { return float64(r.PerSession) }))
+	m.P50 = time.Duration(med(func(r Result) float64 { return float64(r.P50) }))
+	m.P99 = time.Duration(med(func(r Result) float64 { return float64(r.P99) }))
+	for _, r := range rs {
+		if r.Spread == m.Spread {
+			m.Timeline = r.Timeline
+			break
+		}
+	}
+	costs := func(get func(Result) Costs) Costs {
+		return Costs{
+			Setup:     med(func(r Result) float64 { return get(r).Setup }),
+			Spread:    med(func(r Result) float64 { return get(r).Spread }),
+			Fanout:    med(func(r Result) float64 { return get(r).Fanout }),
+			Reconnect: med(func(r Result) float64 { return get(r).Reconnect }),
+		}
+	}
+	m.CPU = costs(func(r Result) Costs { return r.CPU })
+	m.ClientCPU = costs(func(r Result) Costs { return r.ClientCPU })
+	return m
 }
 
 func runOne(ctx context.Context, b Broker, n, fan int, dir string, say func(string)) (r Result) {
@@ -593,6 +666,9 @@ func Table(rs []Result) string {
 			r.Fanout, ratio(r.Fanout, m.Fanout, true), r.ReconnectRate, ratio(r.ReconnectRate, m.ReconnectRate, true), r.Retries, r.Lost, r.Dup)
 	}
 	b.WriteString("\nRatios in brackets are against mosquitto at the same fleet size (higher is better).\n")
+	if len(rs) > 0 && rs[0].Rounds > 1 {
+		fmt.Fprintf(&b, "Each figure is the median of %d rounds, the brokers taken in turn within each round; lost, dup and retries add up over the rounds.\n", rs[0].Rounds)
+	}
 	b.WriteString("\nCPU µs per operation, broker / client (the load generator, this process):\n\n")
 	fmt.Fprintf(&b, "| broker | sessions | setup | spread delivery | fan-out delivery | reconnect |\n|---|---|---|---|---|---|\n")
 	for _, r := range rs {

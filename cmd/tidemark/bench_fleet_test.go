@@ -38,4 +38,8 @@ func TestBenchFleetSmall(t *testing.T) {
 	if err == nil || !strings.Contains(string(out), "--sessions \"ten\"") {
 		t.Fatalf("a bad --sessions was not refused by name: %v\n%s", err, out)
 	}
+	out, err = exec.Command(bin, "bench", "fleet", "--rounds", "0").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--rounds 0: allowed 1 to 99") {
+		t.Fatalf("a bad --rounds was not refused naming the range: %v\n%s", err, out)
+	}
 }
