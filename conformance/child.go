@@ -22,6 +22,8 @@ type childSpec struct {
 	Engine string            `json:"engine"`
 	Dir    string            `json:"dir"`
 	Params map[string]string `json:"params,omitempty"`
+	// Sync is the engine's sync mode by name; the default when empty.
+	Sync string `json:"sync,omitempty"`
 }
 
 // MaybeRunChild runs the child workload and exits when this process was
@@ -69,7 +71,17 @@ func runChildMode(spec childSpec) error {
 func childCommits(spec childSpec) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	e, err := engine.Open(ctx, spec.Engine, engine.Options{Dir: spec.Dir, Params: spec.Params})
+	opts := engine.Options{Dir: spec.Dir, Params: spec.Params}
+	if spec.Sync != "" {
+		var err error
+		if opts.Sync, err = engine.ParseSyncMode(spec.Sync); err != nil {
+			return err
+		}
+		// No periodic sync during the child's short life: what survives
+		// the kill is what the mode writes before a commit completes.
+		opts.SyncInterval = time.Hour
+	}
+	e, err := engine.Open(ctx, spec.Engine, opts)
 	if err != nil {
 		return err
 	}
@@ -140,9 +152,14 @@ func (c *child) stderr() string { return c.Log() }
 
 // caseSigkill kills a child process with SIGKILL in the middle of a stream
 // of synced commits and checks every commit it reported complete survived.
-func caseSigkill(t T, tg Target) {
+func caseSigkill(t T, tg Target) { sigkill(t, tg, engine.SyncAlways) }
+
+// sigkill is caseSigkill with the child's engine in sync mode mode. Every
+// mode promises that a process crash loses no completed commit: under
+// SyncNone and SyncInterval only an operating-system crash may.
+func sigkill(t T, tg Target, mode engine.SyncMode) {
 	dir := t.TempDir()
-	c := startChild(t, childSpec{Mode: "commits", Engine: tg.Engine, Dir: dir, Params: tg.Params})
+	c := startChild(t, childSpec{Mode: "commits", Engine: tg.Engine, Dir: dir, Params: tg.Params, Sync: mode.String()})
 	lines := c.lines
 	var done []string
 	deadline := time.After(60 * time.Second)

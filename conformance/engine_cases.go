@@ -37,6 +37,8 @@ func init() {
 		Case{Name: "reopen_keeps_completed_commits", Run: caseReopen},
 		Case{Name: "second_open_refused", Run: caseSecondOpen},
 		Case{Name: "sigkill_loses_no_completed_commit", Run: caseSigkill},
+		Case{Name: "sigkill_loses_no_completed_commit_sync_none", Run: func(t T, tg Target) { sigkill(t, tg, engine.SyncNone) }},
+		Case{Name: "sigkill_loses_no_completed_commit_sync_interval", Run: func(t T, tg Target) { sigkill(t, tg, engine.SyncInterval) }},
 	)
 }
 

@@ -107,8 +107,10 @@ const (
 	// operating system; the engine syncs every Options.SyncInterval, so an
 	// operating-system crash can lose that much.
 	SyncInterval
-	// SyncNone never syncs explicitly: a process crash loses nothing
-	// written, an operating-system crash can lose anything not yet flushed.
+	// SyncNone never syncs explicitly, but completes a handle only once
+	// the commit is written to the operating system: a process crash
+	// loses no completed commit, an operating-system crash can lose
+	// anything not yet flushed.
 	SyncNone
 )
 

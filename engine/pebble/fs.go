@@ -3,6 +3,7 @@
 package pebble
 
 import (
+	"strings"
 	"sync/atomic"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -15,10 +16,18 @@ import (
 // as soon as a write fails, not when a commit's sync reports it. fault,
 // when set (by this package's tests), fails chosen operations the way a
 // full disk does.
+//
+// With walNoSync (SyncNone and SyncInterval) a sync of a WAL file does
+// nothing unless forceSync is above zero (SyncInterval's periodic sync):
+// the engine commits with a sync of the WAL in every mode, which has
+// Pebble write each commit to the file before it completes, and only
+// SyncAlways wants the fsync that comes with it.
 type watchFS struct {
 	vfs.FS
-	onErr func(error)
-	fault atomic.Pointer[func(op, name string) error]
+	onErr     func(error)
+	fault     atomic.Pointer[func(op, name string) error]
+	walNoSync bool
+	forceSync atomic.Int32
 }
 
 func newWatchFS(onErr func(error)) *watchFS {
@@ -45,7 +54,7 @@ func (w *watchFS) wrap(f vfs.File, name string, err error) (vfs.File, error) {
 	if err != nil {
 		return nil, w.seen(err)
 	}
-	return &watchFile{File: f, fs: w, name: name}, nil
+	return &watchFile{File: f, fs: w, name: name, wal: strings.HasSuffix(name, ".log")}, nil
 }
 
 func (w *watchFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
@@ -104,6 +113,12 @@ type watchFile struct {
 	vfs.File
 	fs   *watchFS
 	name string
+	wal  bool // one of Pebble's write-ahead logs (NNNNNN.log)
+}
+
+// skipSync reports whether a sync of f does nothing (see watchFS).
+func (f *watchFile) skipSync() bool {
+	return f.wal && f.fs.walNoSync && f.fs.forceSync.Load() == 0
 }
 
 func (f *watchFile) Write(p []byte) (int, error) {
@@ -133,6 +148,9 @@ func (f *watchFile) Sync() error {
 	if err := f.fs.check("sync", f.name); err != nil {
 		return f.fs.seen(err)
 	}
+	if f.skipSync() {
+		return nil
+	}
 	return f.fs.seen(f.File.Sync())
 }
 
@@ -140,12 +158,18 @@ func (f *watchFile) SyncData() error {
 	if err := f.fs.check("sync", f.name); err != nil {
 		return f.fs.seen(err)
 	}
+	if f.skipSync() {
+		return nil
+	}
 	return f.fs.seen(f.File.SyncData())
 }
 
 func (f *watchFile) SyncTo(length int64) (bool, error) {
 	if err := f.fs.check("sync", f.name); err != nil {
 		return false, f.fs.seen(err)
+	}
+	if f.skipSync() {
+		return false, nil
 	}
 	full, err := f.File.SyncTo(length)
 	return full, f.fs.seen(err)

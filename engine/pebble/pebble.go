@@ -140,6 +140,7 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 	d.fs = newWatchFS(func(err error) {
 		d.fail(fmt.Errorf("pebble: %w: %w", driver.ErrWriteFailed, err))
 	})
+	d.fs.walNoSync = opts.Sync != driver.SyncAlways
 	popts := &pebble.Options{
 		FS:                          d.fs,
 		Cache:                       cache,
@@ -302,16 +303,38 @@ func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error
 			d.recent.Add(k, b.Log)
 		}
 	}
+	// Every mode applies a commit with a sync of the WAL, so that it
+	// completes only once Pebble has written it to the file: without one,
+	// Pebble keeps the WAL's last block in memory until it fills, and a
+	// process crash lost the commits completed in it. Under SyncNone and
+	// SyncInterval the WAL's own sync does nothing (see watchFS.walNoSync),
+	// and the committer waits for the write itself, outside mu: a hand-off
+	// to the completer and from it to whoever waits on the handle cost
+	// more than the write. Commits of other goroutines meanwhile share the
+	// WAL writer's next write.
 	if d.opts.Sync != driver.SyncAlways {
-		err := d.guard("apply", func() error { return d.pdb.Apply(pb, pebble.NoSync) })
+		err := d.guard("apply", func() error { return d.pdb.ApplyNoSyncWait(pb, pebble.Sync) })
 		applied(err)
 		d.mu.Unlock()
-		_ = pb.Close()
 		if err != nil {
 			return driver.Completed(driver.Result{}, err), nil
 		}
+		err = pb.SyncWait()
+		_ = pb.Close()
+		if err != nil {
+			err = fmt.Errorf("pebble: write: %w: %w", driver.ErrWriteFailed, err)
+			d.fail(err)
+			return driver.Completed(driver.Result{}, err), nil
+		}
 		if len(b.Log) > 0 {
-			d.durable.Store(uint64(k))
+			// Another committer's later key may be stored already: the
+			// WAL is written in order, so this one is written too.
+			for {
+				cur := d.durable.Load()
+				if cur >= uint64(k) || d.durable.CompareAndSwap(cur, uint64(k)) {
+					break
+				}
+			}
 			// Watch announces log entries; a state-only commit would
 			// only wake every tailer to find nothing new.
 			d.notifier.Notify()
@@ -498,8 +521,11 @@ func (d *db) syncWAL() error {
 	return d.guard("sync", func() error { return d.pdb.LogData(nil, pebble.Sync) })
 }
 
-// syncInterval is the periodic sync of SyncInterval.
+// syncInterval is the periodic sync of SyncInterval: the one sync of
+// the WAL that reaches the disk (see watchFS.walNoSync).
 func (d *db) syncInterval() error {
+	d.fs.forceSync.Add(1)
+	defer d.fs.forceSync.Add(-1)
 	if !d.readers.Enter() {
 		return nil
 	}
