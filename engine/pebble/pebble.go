@@ -76,6 +76,9 @@ type db struct {
 	checks  checkCache         // under mu
 	recent  kvlog.Recent       // added to under mu
 	pending chan pendingCommit // SyncAlways only; completed in order
+	// writing counts the commits of SyncNone and SyncInterval applied and
+	// waiting for their write (see Submit); Add under mu while open.
+	writing sync.WaitGroup
 	// gate picks the deferred commits (Batch.Defer) that wait for a
 	// later sync.
 	gate *deferral.Gate
@@ -315,12 +318,16 @@ func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error
 	if d.opts.Sync != driver.SyncAlways {
 		err := d.guard("apply", func() error { return d.pdb.ApplyNoSyncWait(pb, pebble.Sync) })
 		applied(err)
-		d.mu.Unlock()
 		if err != nil {
+			d.mu.Unlock()
 			return driver.Completed(driver.Result{}, err), nil
 		}
+		// Close waits for the write: Pebble must not close under it.
+		d.writing.Add(1)
+		d.mu.Unlock()
 		err = pb.SyncWait()
 		_ = pb.Close()
+		d.writing.Done()
 		if err != nil {
 			err = fmt.Errorf("pebble: write: %w: %w", driver.ErrWriteFailed, err)
 			d.fail(err)
@@ -706,6 +713,7 @@ func (d *db) Close() error {
 	close(d.stop)
 	d.mu.Unlock()
 	d.completer.Wait()
+	d.writing.Wait()
 	d.recMu.Lock()
 	d.recStopped = true
 	d.recMu.Unlock()
