@@ -156,6 +156,11 @@ func (d *db) reopen() (done bool, err error) {
 		d.pending <- pendingCommit{barrier: barrier}
 		<-barrier
 	}
+	// Likewise the SyncNone and SyncInterval committers waiting for their
+	// write (the failed WAL writer has released them with its error, or
+	// wrote them): none takes mu again, and none of them may still hold
+	// a batch of the DB about to close.
+	d.writing.Wait()
 	d.readers.Lock()
 	defer d.readers.Unlock()
 	stale := fmt.Errorf("pebble: %w: the store was reopened after a write failure; read again", driver.ErrWriteFailed)
