@@ -314,3 +314,87 @@ func TestInflightGaugeReturnsToZero(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// The largest packet the broker may be configured to take stores on every
+// engine whatever it carries: a retained QoS 2 PUBLISH of exactly
+// MaxPacketSizeLimit bytes from a client id and on a topic of 65,000 bytes
+// each (the stored forms repeat both) is staged, released, retained and
+// delivered, a CONNECT of that size keeps its will in the session record
+// and publishes it, and a limit above it is refused.
+func TestLargestPacketEveryEngine(t *testing.T) {
+	for _, name := range engine.Drivers() {
+		t.Run(name, func(t *testing.T) {
+			s := mqtttest.Start(t, name, nil, mqtt.Options{MaxPacketSize: mqtt.MaxPacketSizeLimit})
+			if _, err := mqtt.New(s.DB(), mqtt.Options{MaxPacketSize: mqtt.MaxPacketSizeLimit + 1}); !errors.Is(err, engine.ErrInvalidOption) {
+				t.Fatalf("MaxPacketSize above the limit: %v, want ErrInvalidOption", err)
+			}
+			sub := connect5(t, s.Addr, "lp-sub", true, 0)
+			sub.sub("lp/#", 2)
+			topic := longTopic("lp/", 65000)
+			pub, _ := connectRaw(t, s.Addr, connect5Packet(longTopic("lp-pub-", 65000), true, 0))
+			p := &packet.Publish{Topic: topic, QoS: 2, PacketID: 1, Retain: true}
+			for {
+				enc, err := p.Append(nil, packet.V5)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(enc) == mqtt.MaxPacketSizeLimit {
+					break
+				}
+				p.Payload = make([]byte, len(p.Payload)+mqtt.MaxPacketSizeLimit-len(enc))
+			}
+			for i := range p.Payload {
+				p.Payload[i] = byte(i)
+			}
+			pub.Send(p)
+			if rec := pub.Expect(packet.TypePubrec, 1).(*packet.Pubrec); rec.ReasonCode != 0 {
+				t.Fatalf("PUBREC %#x", rec.ReasonCode)
+			}
+			pub.Send(&packet.Pubrel{PacketID: 1})
+			if comp := pub.Expect(packet.TypePubcomp, 1).(*packet.Pubcomp); comp.ReasonCode != 0 {
+				t.Fatalf("PUBCOMP %#x", comp.ReasonCode)
+			}
+			if m := sub.expect(1)[0]; m.Topic != topic || !slices.Equal(m.Payload, p.Payload) {
+				t.Fatalf("delivered %d bytes on a %d-byte topic, want %d on %d", len(m.Payload), len(m.Topic), len(p.Payload), len(topic))
+			}
+			late := connect5(t, s.Addr, "lp-late", true, 0)
+			late.sub("lp/#", 1)
+			if m := late.expect(1)[0]; !m.Retain || !slices.Equal(m.Payload, p.Payload) {
+				t.Fatalf("retained copy: retain %v, %d bytes", m.Retain, len(m.Payload))
+			}
+
+			// A CONNECT of the limit: its will goes into the session
+			// record, and out when the connection drops.
+			cp := connect5Packet(longTopic("lp-will-", 65000), false, 60)
+			// A will payload is at most 64 KiB: its user properties fill
+			// the rest.
+			cp.Will = &packet.Will{Topic: longTopic("lp/will/", 65000), QoS: 1, Payload: make([]byte, 65000)}
+			for {
+				enc, err := cp.Append(nil, packet.V5)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// A property of n value bytes takes n+6.
+				u := cp.Will.Properties.User
+				switch short := mqtt.MaxPacketSizeLimit - len(enc); {
+				case short == 0:
+				case short < 7:
+					u[len(u)-1].Value = u[len(u)-1].Value[7:]
+					continue
+				default:
+					cp.Will.Properties.User = append(u, packet.UserProperty{Key: "k", Value: strings.Repeat("v", min(short-6, 60000))})
+					continue
+				}
+				break
+			}
+			w, ack := connectRaw(t, s.Addr, cp)
+			if ack.ReasonCode != 0 {
+				t.Fatalf("CONNACK %#x", ack.ReasonCode)
+			}
+			w.Drop()
+			if m := sub.expect(1)[0]; m.Topic != cp.Will.Topic || len(m.Payload) != len(cp.Will.Payload) {
+				t.Fatalf("will: %d bytes on a %d-byte topic, want %d", len(m.Payload), len(m.Topic), len(cp.Will.Payload))
+			}
+		})
+	}
+}

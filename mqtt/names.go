@@ -118,6 +118,7 @@ const (
 	DefaultMaxQueuedMessages = broker.DefaultMaxQueuedMessages
 	DefaultSessionExpiry     = broker.DefaultSessionExpiry
 	MaxTopicLength           = broker.MaxTopicLength
+	MaxPacketSizeLimit       = broker.MaxPacketSizeLimit
 )
 
 // DefaultMaxConnections is the default of Options.MaxConnections: what

@@ -41,8 +41,8 @@ type Options struct {
 	// does. Each time a session waits for room counts in
 	// Stats.LimitHits["inflight_bytes"].
 	MaxInflightBytes int64
-	// MaxPacketSize bounds an inbound packet (default 1 MiB); 5.0 clients
-	// are told in CONNACK.
+	// MaxPacketSize bounds an inbound packet (default 1 MiB, at most
+	// MaxPacketSizeLimit); 5.0 clients are told in CONNACK.
 	MaxPacketSize int
 	// TopicAliasMaximum is the number of inbound topic aliases a 5.0 client
 	// may use (default 64).

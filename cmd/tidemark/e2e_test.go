@@ -48,6 +48,7 @@ func TestServeEndToEnd(t *testing.T) {
 		{"--max-memory-mb", "10", "--max-memory-mb 10: must be 0 (no budget) or at least 64"}, {"--max-inflight", "0", "--max-inflight 0: allowed 1 to 65535"},
 		{"--max-publish-rate", "-5", "--max-publish-rate -5: must be 0"}, {"--max-retained", "-1", "--max-retained -1: must be 0"},
 		{"--max-inflight-bytes", "-1", "--max-inflight-bytes -1: must be 0 (no limit) or positive"},
+		{"--max-packet-size", "8388608", "--max-packet-size 8388608: allowed 64 to 3932160 bytes"},
 		{"--max-queued-bytes", "-1", "--max-queued-bytes -1: must be 0 (no limit) or positive"},
 		{"--session-expiry", "500ms", "--session-expiry 500ms: must be 0 (never) or at least 1s"},
 		{"--gc-percent", "5", "--gc-percent 5: must be at least 10"}, {"--gc-percent", "-1", "--gc-percent -1 turns the collector off until the memory budget"}} {

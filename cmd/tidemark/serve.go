@@ -138,7 +138,7 @@ a flag wins over the environment, which wins over the file.`,
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.IntVar(&f.recvMax, "receive-maximum", 1024, "unacknowledged QoS 1/2 PUBLISHes a client may send (1-65535)")
 	fs.IntVar(&f.maxInflight, "max-inflight", 4096, "unacknowledged QoS 1/2 PUBLISHes the broker sends a client (1-65535; a 5.0 client's receive maximum lowers it)")
-	fs.IntVar(&f.maxPacket, "max-packet-size", 1<<20, "largest accepted packet in bytes")
+	fs.IntVar(&f.maxPacket, "max-packet-size", 1<<20, fmt.Sprintf("largest accepted packet in bytes, at most %d (what a PUBLISH stores must fit one engine value)", mqtt.MaxPacketSizeLimit))
 	fs.Int64Var(&f.maxInflightBytes, "max-inflight-bytes", 0, "payload bytes of unacknowledged QoS 1/2 PUBLISHes the broker sends a client; at it further deliveries wait for acknowledgements, none is dropped, and a larger PUBLISH goes alone (0: no limit but --max-inflight)")
 	fs.IntVar(&f.maxQueued, "max-queued", mqtt.DefaultMaxQueuedMessages, "messages an offline session may hold: those of its own subscriptions (QoS 1/2, not shared) after its checkpoint; past it retention drops its oldest, counted as dropped with reason retention (0: no limit, not recommended)")
 	fs.Int64Var(&f.maxQueuedBytes, "max-queued-bytes", 0, "payload bytes of the messages an offline session may hold, counted as --max-queued counts them; past it retention drops its oldest, keeping the newest that fit (0: no limit)")
@@ -220,8 +220,9 @@ func (f *serveFlags) validate() (engine.Options, mqtt.Options, *slog.Logger, err
 		return opts, bo, nil, fmt.Errorf("--receive-maximum %d: allowed 1 to 65535", f.recvMax)
 	case f.maxInflight < 1 || f.maxInflight > 65535:
 		return opts, bo, nil, fmt.Errorf("--max-inflight %d: allowed 1 to 65535", f.maxInflight)
-	case f.maxPacket < 64 || f.maxPacket > 268435460:
-		return opts, bo, nil, fmt.Errorf("--max-packet-size %d: allowed 64 to 268435460 bytes", f.maxPacket)
+	case f.maxPacket < 64 || f.maxPacket > mqtt.MaxPacketSizeLimit:
+		return opts, bo, nil, fmt.Errorf("--max-packet-size %d: allowed 64 to %d bytes (what a PUBLISH stores must fit one engine value of %d bytes)",
+			f.maxPacket, mqtt.MaxPacketSizeLimit, engine.MaxValueSize)
 	case f.maxQueued < 0:
 		return opts, bo, nil, fmt.Errorf("--max-queued %d: must be 0 (no limit) or positive, e.g. %d", f.maxQueued, mqtt.DefaultMaxQueuedMessages)
 	case f.maxInflightBytes < 0:

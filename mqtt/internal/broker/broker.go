@@ -13,6 +13,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"sync"
@@ -188,6 +189,10 @@ type Broker struct {
 func New(db *table.DB, opts Options) (*Broker, error) {
 	if db == nil {
 		return nil, errors.New("mqtt: New: nil table.DB")
+	}
+	if opts.MaxPacketSize > MaxPacketSizeLimit {
+		return nil, fmt.Errorf("mqtt: New: MaxPacketSize %d: at most %d, so that what a packet stores fits one engine value (%d bytes): %w",
+			opts.MaxPacketSize, MaxPacketSizeLimit, engine.MaxValueSize, engine.ErrInvalidOption)
 	}
 	opts.norm()
 	var err error

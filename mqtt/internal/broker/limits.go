@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/internal/netio"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
@@ -36,6 +37,15 @@ const (
 	DefaultMaxQueuedMessages = 100_000
 	// DefaultCheckpointEvery is the default of Options.CheckpointEvery.
 	DefaultCheckpointEvery = time.Second
+	// MaxPacketSizeLimit is the largest Options.MaxPacketSize. Every
+	// packet the broker takes must fit, in the form it stores it, in one
+	// engine value: a message is stored with its topic and its publisher's
+	// client id beside the packet's bytes (a log entry adds the topic
+	// again, a staged copy the client id), each at most 64 KiB, and
+	// 256 KiB below engine.MaxValueSize leaves room for them all. Above
+	// it, a PUBLISH the packet limit lets in could fail in the store and
+	// end its connection as a store failure.
+	MaxPacketSizeLimit = engine.MaxValueSize - 256<<10
 	// lingerTimeout bounds how long a connection that sent a DISCONNECT
 	// or a refusing CONNACK reads what the client still sends before the
 	// socket closes (see conn.linger).
