@@ -398,3 +398,37 @@ func TestLargestPacketEveryEngine(t *testing.T) {
 		})
 	}
 }
+
+// Every retained message a SUBSCRIBE matches is delivered, however many
+// and however small the client's window: 3,000 retained QoS 1 messages to
+// a 5.0 client with a receive maximum of 10 all arrive, none counted as
+// dropped. They used to go through the bounded queue of live in-memory
+// deliveries, which dropped all but about 1,000 of them, whatever the
+// window.
+func TestRetainedAllDeliveredPastTheQueue(t *testing.T) {
+	s := startBroker(t)
+	const n = 3000
+	for i := range n {
+		m := mqtt.Message{Topic: "rq/" + strconv.Itoa(i), Payload: []byte(strconv.Itoa(i)), QoS: 1, Retain: true}
+		if err := s.Broker().Publish(ctxT(t), m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cp := connect5Packet("rq-sub", true, 0)
+	cp.Properties.SetReceiveMaximum(10)
+	sub, _ := connectRaw(t, s.Addr, cp)
+	sub.Send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "rq/#", QoS: 1}}})
+	sub.Expect(packet.TypeSuback, 1)
+	got := map[string]bool{}
+	for len(got) < n {
+		p := sub.ReadPublish()
+		if !p.Retain || string(p.Payload) != strings.TrimPrefix(p.Topic, "rq/") {
+			t.Fatalf("retained %q: %q, retain %v", p.Topic, p.Payload, p.Retain)
+		}
+		got[p.Topic] = true
+		sub.Send(&packet.Puback{PacketID: p.PacketID})
+	}
+	if d := s.Broker().Stats().Dropped["slow"]; d != 0 {
+		t.Fatalf("%d deliveries dropped as slow", d)
+	}
+}

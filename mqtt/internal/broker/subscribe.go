@@ -169,9 +169,7 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 			case c.b.tables.Contains(a.s.Filter) && a.s.Group == "":
 				c.out.SubscribeTable(a.s, a.existed)
 			case retained != nil: // a replay's history comes from the log
-				for _, d := range retained[i] {
-					c.out.Offer(d)
-				}
+				c.out.OfferRetained(retained[i])
 			}
 		}
 	}, kind: KindSession})

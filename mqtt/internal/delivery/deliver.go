@@ -78,6 +78,17 @@ func (o *Session) deliverDirect(d Direct) {
 	o.send(delivery{msg: d.Msg, qos: d.QoS, ids: d.IDs, retain: d.Retain})
 }
 
+// OfferRetained queues the retained messages a SUBSCRIBE matched, all of
+// them, behind the in-memory deliveries queued before: the sender sends
+// them as the client's window allows, and none is dropped.
+func (o *Session) OfferRetained(ds []Direct) {
+	if len(ds) == 0 {
+		return
+	}
+	o.direct.offerAll(ds)
+	o.wake()
+}
+
 // Offer queues an in-memory delivery; a full queue drops it (the
 // subscriber is too slow for at-most-once traffic).
 func (o *Session) Offer(d Direct) {

@@ -6,8 +6,10 @@ import (
 	"github.com/tidemark-io/tidemark/mqtt/internal/message"
 )
 
-// maxDirect bounds a session's queue of in-memory deliveries; past it
-// they are dropped (at most once, or a shared group's other members).
+// maxDirect bounds a session's queue of in-memory deliveries routed live;
+// past it they are dropped (at most once, or a shared group's other
+// members). The retained messages a SUBSCRIBE matched are queued whatever
+// it holds (see offerAll).
 const maxDirect = 1024
 
 // Direct is an in-memory delivery: a message routed to the session
@@ -40,6 +42,16 @@ func (dq *directQueue) offer(d Direct) bool {
 	dq.q = append(dq.q, d)
 	dq.mu.Unlock()
 	return true
+}
+
+// offerAll adds ds whatever the queue holds. The retained messages of a
+// SUBSCRIBE are owed to the subscriber [MQTT-3.3.1-6] and are in memory
+// already, read for the SUBACK: the bound, which keeps a live stream from
+// piling up behind a slow subscriber, would only drop them.
+func (dq *directQueue) offerAll(ds []Direct) {
+	dq.mu.Lock()
+	dq.q = append(dq.q, ds...)
+	dq.mu.Unlock()
 }
 
 // take removes the oldest delivery.
