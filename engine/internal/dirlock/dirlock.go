@@ -2,13 +2,20 @@
 // second engine on the same directory, in this process or another, is
 // refused with an error wrapping driver.ErrInUse, whatever the backend's
 // own locking does (LMDB's admits many processes; an embedded nats-server
-// has none).
+// has none). A directory also belongs to one engine for good: the first
+// to take it names itself in MarkerName, and another engine is refused
+// with an error wrapping driver.ErrInvalidOption, rather than starting
+// an empty store of its own beside the one there.
 package dirlock
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 
 	"github.com/gofrs/flock"
 	"github.com/tidemark-io/tidemark/engine/driver"
@@ -35,7 +42,70 @@ func Take(engineName, dir string) (*Lock, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s: %w: %s is open in another engine (another Tidemark process?); stop it or use another data directory", engineName, driver.ErrInUse, dir)
 	}
+	if err := claim(engineName, dir); err != nil {
+		_ = f.Unlock()
+		return nil, err
+	}
 	return &Lock{f: f}, nil
+}
+
+// MarkerName is the file naming the engine whose store a data directory
+// holds.
+const MarkerName = "tidemark.engine"
+
+// signatures are files only one engine's store has, by which claim knows
+// a store written before directories carried a marker.
+var signatures = map[string][]string{
+	"badger":    {"KEYREGISTRY"},
+	"jetstream": {"nats"},
+	"lmdb":      {"data.mdb"},
+	"pebble":    {"OPTIONS-*", "marker.format-version.*"},
+}
+
+// claim makes dir engineName's, or reports whose it is: the engine its
+// marker names, or, without a marker, the engine whose files it holds.
+// The lock is held, so no other engine claims dir meanwhile.
+func claim(engineName, dir string) error {
+	marker := filepath.Join(dir, MarkerName)
+	b, err := os.ReadFile(marker)
+	switch {
+	case err == nil:
+		if owner := strings.TrimSpace(string(b)); owner != engineName {
+			return foreign(engineName, dir, owner, MarkerName+" names it")
+		}
+		return nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%s: data directory: %w", engineName, err)
+	}
+	names := make([]string, 0, len(signatures))
+	for name := range signatures {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if name == engineName {
+			continue
+		}
+		for _, pattern := range signatures[name] {
+			if found, _ := filepath.Glob(filepath.Join(dir, pattern)); len(found) > 0 {
+				return foreign(engineName, dir, name, "it holds "+filepath.Base(found[0]))
+			}
+		}
+	}
+	// Written whole or not at all: a crash leaves no half-named marker.
+	tmp := marker + ".tmp"
+	if err := os.WriteFile(tmp, []byte(engineName+"\n"), 0o644); err != nil {
+		return fmt.Errorf("%s: data directory: %w", engineName, err)
+	}
+	if err := os.Rename(tmp, marker); err != nil {
+		return fmt.Errorf("%s: data directory: %w", engineName, err)
+	}
+	return nil
+}
+
+func foreign(engineName, dir, owner, why string) error {
+	return fmt.Errorf("%s: %w: data directory %s holds a %s store (%s); open it with that engine (tidemark serve --engine %s) or give %s another directory",
+		engineName, driver.ErrInvalidOption, dir, owner, why, owner, engineName)
 }
 
 // Release unlocks the directory; a nil Lock is a no-op.
