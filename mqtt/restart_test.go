@@ -554,3 +554,53 @@ func TestRestartKeepsSharedSubscriptions(t *testing.T) {
 	pub.pub("rsh/a", 1, false, "after")
 	c.expectOne("rsh/a", "after")
 }
+
+// Retained messages are stored without change-log entries. A store that
+// an earlier broker wrote them to as logged records, a live one and a
+// cleared one's tombstone, serves both as before: the live one is sent on
+// subscribe, the cleared one is not, and clearing or replacing them works.
+// The log holds one entry per retained message published now.
+func TestRetainedStoredByEarlierBrokers(t *testing.T) {
+	s := startBroker(t)
+	tx := s.DB().Begin()
+	old := mqtt.Message{Topic: "re/old", Payload: []byte("logged"), QoS: 1, Retain: true}
+	enc, err := old.MarshalBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Put("mqtt.retained", "re/old", enc); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Delete("mqtt.retained", "re/gone"); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	sub := connect5(t, s.Addr, "re-sub", true, 0)
+	sub.sub("re/#", 1)
+	if m := sub.expectOne("re/old", "logged"); !m.Retain {
+		t.Fatal("the logged retained message came without RETAIN")
+	}
+	sub.expectNone(200 * time.Millisecond)
+
+	before, err := s.DB().Engine().LogStats(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := connect5(t, s.Addr, "re-pub", true, 0)
+	pub.pub("re/old", 1, true, "")
+	pub.pub("re/new", 1, true, "new")
+	sub.expect(2) // forwarded live
+	after, err := s.DB().Engine().LogStats(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := after.Entries - before.Entries; n != 2 {
+		t.Fatalf("two retained publishes added %d log entries, want 2 (the messages alone)", n)
+	}
+	late := connect5(t, s.Addr, "re-late", true, 0)
+	late.sub("re/#", 1)
+	late.expectOne("re/new", "new")
+	late.expectNone(200 * time.Millisecond)
+}

@@ -396,10 +396,14 @@ func (b *Broker) addRetained(tx *table.Tx, m *Message, enc []byte) error {
 	if !b.admitRetained(m) {
 		return nil
 	}
+	// State, not logged changes: no one follows the retained store's
+	// changes (a SUBSCRIBE reads it, and the message itself is in the
+	// log), and a logged write put a second log entry beside every
+	// retained message, for every session's catch-up to read past.
 	if len(m.Payload) == 0 {
-		return tx.Delete(tableRetained, m.Topic) // [MQTT-3.3.1-6]
+		return tx.DeleteState(tableRetained, m.Topic) // [MQTT-3.3.1-6]
 	}
-	return tx.Put(tableRetained, m.Topic, enc)
+	return tx.PutState(tableRetained, m.Topic, enc)
 }
 
 // publishQoS0 routes a QoS 0 message to online subscribers in memory; a
