@@ -251,6 +251,10 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 		if d.dirLock, err = dirlock.Take("jetstream", opts.Dir); err != nil {
 			return nil, err
 		}
+	} else if opts.Dir != "" {
+		if err := dirlock.Check("jetstream", opts.Dir); err != nil {
+			return nil, err
+		}
 	}
 	if d.idx, err = openStore(opts.Dir, int64(indexCacheMB)<<20, d.log); err != nil {
 		d.dirLock.Release()

@@ -62,20 +62,28 @@ var signatures = map[string][]string{
 	"pebble":    {"OPTIONS-*", "marker.format-version.*"},
 }
 
-// claim makes dir engineName's, or reports whose it is: the engine its
-// marker names, or, without a marker, the engine whose files it holds.
-// The lock is held, so no other engine claims dir meanwhile.
-func claim(engineName, dir string) error {
-	marker := filepath.Join(dir, MarkerName)
-	b, err := os.ReadFile(marker)
+// Check reports, as Take would, a dir that holds another engine's store,
+// without locking or claiming it: for an engine that keeps nothing of
+// its own in dir (JetStream on an external server keeps its index there),
+// so that it refuses a directory another engine's data is in.
+func Check(engineName, dir string) error {
+	owner, why, err := ownerOf(engineName, dir)
+	if err != nil || owner == "" || owner == engineName {
+		return err
+	}
+	return foreign(engineName, dir, owner, why)
+}
+
+// ownerOf names the engine whose store dir holds and why it says so: the
+// engine its marker names, or, without a marker, one other than
+// engineName whose files it holds; "" when neither.
+func ownerOf(engineName, dir string) (owner, why string, err error) {
+	b, err := os.ReadFile(filepath.Join(dir, MarkerName))
 	switch {
 	case err == nil:
-		if owner := strings.TrimSpace(string(b)); owner != engineName {
-			return foreign(engineName, dir, owner, MarkerName+" names it")
-		}
-		return nil
+		return strings.TrimSpace(string(b)), MarkerName + " names it", nil
 	case !errors.Is(err, fs.ErrNotExist):
-		return fmt.Errorf("%s: data directory: %w", engineName, err)
+		return "", "", fmt.Errorf("%s: data directory: %w", engineName, err)
 	}
 	names := make([]string, 0, len(signatures))
 	for name := range signatures {
@@ -88,10 +96,26 @@ func claim(engineName, dir string) error {
 		}
 		for _, pattern := range signatures[name] {
 			if found, _ := filepath.Glob(filepath.Join(dir, pattern)); len(found) > 0 {
-				return foreign(engineName, dir, name, "it holds "+filepath.Base(found[0]))
+				return name, "it holds " + filepath.Base(found[0]), nil
 			}
 		}
 	}
+	return "", "", nil
+}
+
+// claim makes dir engineName's, or reports whose it is (ownerOf). The
+// lock is held, so no other engine claims dir meanwhile.
+func claim(engineName, dir string) error {
+	owner, why, err := ownerOf(engineName, dir)
+	switch {
+	case err != nil:
+		return err
+	case owner == engineName:
+		return nil
+	case owner != "":
+		return foreign(engineName, dir, owner, why)
+	}
+	marker := filepath.Join(dir, MarkerName)
 	// Written whole or not at all: a crash leaves no half-named marker.
 	tmp := marker + ".tmp"
 	if err := os.WriteFile(tmp, []byte(engineName+"\n"), 0o644); err != nil {

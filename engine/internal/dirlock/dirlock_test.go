@@ -56,3 +56,27 @@ func TestDirectoryBelongsToOneEngine(t *testing.T) {
 		t.Fatalf("marker after the owner's Take: %q", b)
 	}
 }
+
+// Check refuses a directory holding another engine's store, as Take does,
+// and claims nothing: an empty or missing directory stays unmarked.
+func TestCheckClaimsNothing(t *testing.T) {
+	dir := t.TempDir()
+	l, err := Take("pebble", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Release()
+	if err := Check("jetstream", dir); !errors.Is(err, driver.ErrInvalidOption) || !strings.Contains(err.Error(), "holds a pebble store") {
+		t.Fatalf("Check on a Pebble directory: %v, want ErrInvalidOption naming pebble", err)
+	}
+	if err := Check("pebble", dir); err != nil {
+		t.Fatalf("Check by the owner: %v", err)
+	}
+	empty := filepath.Join(t.TempDir(), "missing")
+	if err := Check("jetstream", empty); err != nil {
+		t.Fatalf("Check on a missing directory: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(empty, MarkerName)); !os.IsNotExist(err) {
+		t.Fatalf("Check left a marker: %v", err)
+	}
+}
