@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -49,6 +50,13 @@ subscriptions and in-flight QoS 2 state, and the change log's size and keys.`,
 			opts, err := ef.options()
 			if err != nil {
 				return err
+			}
+			// Opening an engine creates its store: a mistyped --data
+			// would leave an empty store there and print it as empty.
+			if ef.natsURL == "" {
+				if entries, err := os.ReadDir(ef.data); err != nil || len(entries) == 0 {
+					return fmt.Errorf("--data %s: no data directory there (nothing to inspect); give the directory tidemark serve used", ef.data)
+				}
 			}
 			ctx := cmd.Context()
 			e, err := engine.Open(ctx, ef.name, opts)

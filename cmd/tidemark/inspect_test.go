@@ -3,7 +3,9 @@ package main_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -51,6 +53,20 @@ func TestInspectListsSomeCountsAll(t *testing.T) {
 	out, err = exec.Command(bin, "inspect", "--data", dir, "--sessions", "-1").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "--sessions -1") {
 		t.Fatalf("a negative --sessions was not refused by name: %v\n%s", err, out)
+	}
+	// A mistyped directory is refused, not made into an empty store; the
+	// wrong engine is told which one wrote the store.
+	missing := filepath.Join(t.TempDir(), "typo")
+	out, err = exec.Command(bin, "inspect", "--data", missing).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "no data directory there") {
+		t.Fatalf("inspect of a missing directory: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Fatalf("inspect created %s: %v", missing, err)
+	}
+	out, err = exec.Command(bin, "inspect", "--data", dir, "--engine", "badger").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "holds a pebble store") {
+		t.Fatalf("inspect with another engine: %v\n%s", err, out)
 	}
 }
 
