@@ -1,6 +1,7 @@
 package table
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -363,6 +364,30 @@ func (db *DB) RangeFrom(ctx context.Context, table, from string, fn func(Record)
 	}
 	_, upper, _ := prefixBounds(table, "")
 	return db.rangeKeys(ctx, table, "", dataKey(kindRecord, table, from), upper, true, fn)
+}
+
+// RangeAfter is Range over the records of table whose id starts with
+// idPrefix and whose key sorts after after's, so a caller reads a prefix
+// in pages: each page ends at a record it was given, the next starts past
+// it, and no record is given twice or passed over, long ids included
+// (their place in Range's order is their key's, which RangeAfter keeps).
+// Each page reads its own snapshot. An empty after starts at the
+// prefix's first record (no record has an empty id).
+func (db *DB) RangeAfter(ctx context.Context, table, idPrefix, after string, fn func(Record) bool) error {
+	if err := validTable(table); err != nil {
+		return err
+	}
+	lower, upper, exact := prefixBounds(table, idPrefix)
+	if after != "" {
+		// The least key above after's: its key with a zero byte added.
+		if past := append(dataKey(kindRecord, table, after), 0); bytes.Compare(past, lower) > 0 {
+			lower = past
+		}
+		if bytes.Compare(lower, upper) >= 0 {
+			return nil
+		}
+	}
+	return db.rangeKeys(ctx, table, idPrefix, lower, upper, exact, fn)
 }
 
 // rangeKeys calls fn for the live records of table keyed in [lower,
