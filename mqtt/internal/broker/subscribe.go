@@ -141,7 +141,7 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 		wants[i] = !a.replay && !(c.b.tables.Contains(a.s.Filter) && a.s.Group == "") && wantsRetained(a.s, a.existed)
 		anyRetained = anyRetained || wants[i]
 	}
-	var retained [][]delivery.Direct
+	var retained []retainedOffer
 	h, err := c.persistSubsThen(func() {
 		if anyRetained {
 			retained = c.readRetained(added, wants)
@@ -169,7 +169,7 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 			case c.b.tables.Contains(a.s.Filter) && a.s.Group == "":
 				c.out.SubscribeTable(a.s, a.existed)
 			case retained != nil: // a replay's history comes from the log
-				c.out.OfferRetained(retained[i])
+				c.out.OfferRetained(retained[i].ds, retained[i].more)
 			}
 		}
 	}, kind: KindSession})
@@ -293,64 +293,111 @@ func wantsRetained(s topic.Subscription, existed bool) bool {
 		(s.RetainHandling != byte(packet.SendRetainedIfNew) || !existed)
 }
 
+// retainedPageSize is how many retained messages a page of a wildcard
+// subscription's retained set reads, matching the filter or not: a
+// SUBSCRIBE reads the first page, and the session's sender reads each
+// next one once it has sent the last (see delivery.RetainedPages), so
+// a subscription matching millions holds one page in memory.
+const retainedPageSize = 256
+
+// retainedOffer is what one subscription of a SUBSCRIBE is offered of the
+// retained messages: those read already, and the reader of the pages
+// that follow (nil when there are none).
+type retainedOffer struct {
+	ds   []delivery.Direct
+	more delivery.RetainedPages
+}
+
 // readRetained reads the retained messages matching each subscription of
-// added whose wants is set, as they are to be offered. A store call (see
-// onStore); a read that fails offers nothing for its filter.
-func (c *conn) readRetained(added []newSub, wants []bool) [][]delivery.Direct {
-	out := make([][]delivery.Direct, len(added))
-	offer := func(i int, r table.Record) {
-		s := added[i].s
-		if r.Deleted || !topic.Match(s.Filter, r.ID) {
-			return
-		}
-		var m Message
-		if m.UnmarshalBinary(r.Value) != nil || !c.b.guard.MayRead(c.ctx, c.client, c.id.Username, r.ID) {
-			return
-		}
-		var ids []uint32
-		if s.ID != 0 {
-			ids = []uint32{s.ID}
-		}
-		out[i] = append(out[i], delivery.Direct{Msg: &m, QoS: min(m.QoS, s.QoS), IDs: ids, Retain: true})
-	}
-	wild := false
+// added whose wants is set, as they are to be offered: a filter without
+// wildcards names one topic, one lookup; a wildcard filter's retained
+// set is read in pages of retainedPageSize, the first one here. A store
+// call (see onStore); a read that fails offers nothing more for its
+// filter.
+//
+// Each read is consistent by itself and reads no snapshot for a lookup
+// (a snapshot per SUBSCRIBE would cost a fleet's setup); a filter's
+// retained messages owe nothing to another filter's, and a page's to the
+// page before: one replaced or cleared between pages is a publish
+// concurrent with the SUBSCRIBE.
+func (c *conn) readRetained(added []newSub, wants []bool) []retainedOffer {
+	out := make([]retainedOffer, len(added))
 	for i, a := range added {
-		wild = wild || (wants[i] && strings.ContainsAny(a.s.Filter, "+#"))
-	}
-	// A filter without wildcards names one topic: one lookup, not a scan
-	// of every retained message. Lookups alone need no view, which would
-	// cost the engine a snapshot for each SUBSCRIBE of a fleet's setup:
-	// each is consistent by itself, and a filter's retained message owes
-	// nothing to another filter's.
-	if !wild {
-		for i, a := range added {
-			if wants[i] {
-				if r, err := c.b.db.Get(c.ctx, tableRetained, a.s.Filter); err == nil {
-					offer(i, r)
+		if !wants[i] {
+			continue
+		}
+		s := a.s
+		if !strings.ContainsAny(s.Filter, "+#") {
+			if r, err := c.b.db.Get(c.ctx, tableRetained, s.Filter); err == nil {
+				if d, ok := c.retainedDirect(s, r); ok {
+					out[i].ds = []delivery.Direct{d}
 				}
 			}
+			continue
 		}
-		return out
+		ds, last, more, err := c.retainedPage(s, "")
+		if err != nil {
+			continue
+		}
+		out[i].ds = ds
+		if more {
+			out[i].more = c.retainedPages(s, last)
+		}
 	}
-	_ = c.b.db.View(c.ctx, func(v *table.View) error {
-		for i, a := range added {
-			if !wants[i] {
-				continue
-			}
-			if !strings.ContainsAny(a.s.Filter, "+#") {
-				if r, err := v.Get(tableRetained, a.s.Filter); err == nil {
-					offer(i, r)
-				}
-				continue
-			}
-			_ = v.Range(tableRetained, retainedPrefix(a.s.Filter), func(r table.Record) bool {
-				offer(i, r)
-				return true
-			})
-		}
-		return nil
-	})
 	return out
+}
+
+// retainedPages reads the pages of s's retained messages after the
+// record last, each as a store call on the session's sender.
+func (c *conn) retainedPages(s topic.Subscription, last string) delivery.RetainedPages {
+	return func() ([]delivery.Direct, bool) {
+		var ds []delivery.Direct
+		more := false
+		var err error
+		c.b.onStore(func() { ds, last, more, err = c.retainedPage(s, last) })
+		if err != nil {
+			if c.ctx.Err() == nil {
+				c.b.log.Warn("reading retained messages failed; the rest of the filter's are not sent",
+					"client", c.client, "filter", s.Filter, "err", err)
+			}
+			return nil, false
+		}
+		return ds, more
+	}
+}
+
+// retainedPage reads the page of s's retained messages after the record
+// after ("": from the first): those of the next retainedPageSize records
+// under the filter's prefix that match it, the last record read, and
+// whether more may follow.
+func (c *conn) retainedPage(s topic.Subscription, after string) (ds []delivery.Direct, last string, more bool, err error) {
+	n := 0
+	err = c.b.db.RangeAfter(c.ctx, tableRetained, retainedPrefix(s.Filter), after, func(r table.Record) bool {
+		n++
+		last = r.ID
+		if d, ok := c.retainedDirect(s, r); ok {
+			ds = append(ds, d)
+		}
+		return n < retainedPageSize
+	})
+	return ds, last, n == retainedPageSize, err
+}
+
+// retainedDirect is retained record r as a delivery to s, unless r does
+// not match s or the client may not read its topic.
+func (c *conn) retainedDirect(s topic.Subscription, r table.Record) (delivery.Direct, bool) {
+	if r.Deleted || !topic.Match(s.Filter, r.ID) {
+		return delivery.Direct{}, false
+	}
+	var m Message
+	if m.UnmarshalBinary(r.Value) != nil || !c.b.guard.MayRead(c.ctx, c.client, c.id.Username, r.ID) {
+		return delivery.Direct{}, false
+	}
+	var ids []uint32
+	if s.ID != 0 {
+		ids = []uint32{s.ID}
+	}
+	return delivery.Direct{Msg: &m, QoS: min(m.QoS, s.QoS), IDs: ids, Retain: true}, true
 }
 
 // retainedPrefix is the longest topic prefix every topic matching the

@@ -79,13 +79,18 @@ func (o *Session) deliverDirect(d Direct) {
 }
 
 // OfferRetained queues the retained messages a SUBSCRIBE matched, all of
-// them, behind the in-memory deliveries queued before: the sender sends
-// them as the client's window allows, and none is dropped.
-func (o *Session) OfferRetained(ds []Direct) {
-	if len(ds) == 0 {
+// them, behind the in-memory deliveries queued before: ds, read already,
+// then (unless more is nil) the pages more reads, each once the queue has
+// been sent. The sender sends them as the client's window allows, and
+// none is dropped.
+func (o *Session) OfferRetained(ds []Direct, more RetainedPages) {
+	if len(ds) == 0 && more == nil {
 		return
 	}
 	o.direct.offerAll(ds)
+	if more != nil {
+		o.direct.addPages(more)
+	}
 	o.wake()
 }
 

@@ -30,7 +30,18 @@ type directQueue struct {
 	mu   sync.Mutex
 	q    []Direct
 	head int
+	// more are the readers of retained messages still to read, in the
+	// order their SUBSCRIBEs came (see OfferRetained): the next page is
+	// read once the queue is empty, so a subscription matching millions
+	// of retained messages holds one page of them in memory, not all.
+	more []RetainedPages
 }
+
+// RetainedPages reads the next page of a subscription's retained
+// messages; more is false on the last one (which may hold some still).
+// It runs on the session's sender, which sends a page before it reads
+// the next.
+type RetainedPages func() (ds []Direct, more bool)
 
 // Offer adds d, reporting false when the queue is full.
 func (dq *directQueue) offer(d Direct) bool {
@@ -79,4 +90,53 @@ func (dq *directQueue) len() int {
 	dq.mu.Lock()
 	defer dq.mu.Unlock()
 	return len(dq.q) - dq.head
+}
+
+// addPages queues more behind what the queue holds.
+func (dq *directQueue) addPages(more RetainedPages) {
+	dq.mu.Lock()
+	dq.more = append(dq.more, more)
+	dq.mu.Unlock()
+}
+
+// pending reports whether anything is left to send: queued deliveries or
+// retained pages still to read.
+func (dq *directQueue) pending() bool {
+	dq.mu.Lock()
+	defer dq.mu.Unlock()
+	return len(dq.q) > dq.head || len(dq.more) > 0
+}
+
+// refill reads the next page of retained messages into the queue when it
+// is empty, reporting whether it queued any. Sender only (one reader at a
+// time), and outside mu: a page is a read of the store.
+func (dq *directQueue) refill() bool {
+	for {
+		dq.mu.Lock()
+		if len(dq.q) > dq.head || len(dq.more) == 0 {
+			queued := len(dq.q) > dq.head
+			dq.mu.Unlock()
+			return queued
+		}
+		next := dq.more[0]
+		dq.mu.Unlock()
+		ds, more := next()
+		dq.mu.Lock()
+		if !more {
+			dq.more[0] = nil
+			dq.more = dq.more[1:]
+			if len(dq.more) == 0 {
+				dq.more = nil
+			}
+		}
+		dq.q = append(dq.q, ds...)
+		dq.mu.Unlock()
+	}
+}
+
+// dropPages forgets the retained pages not read yet (the session ends).
+func (dq *directQueue) dropPages() {
+	dq.mu.Lock()
+	dq.more = nil
+	dq.mu.Unlock()
 }

@@ -90,7 +90,7 @@ func (o *Session) SendNow(d Direct) bool {
 	}
 	// Holding mu, no sender starts: this goroutine is the session's sender
 	// until it lets go.
-	if s.ended || s.running || !s.started || s.pending || o.direct.len() > 0 || o.queued.Load() != 0 || o.grp.tx != nil {
+	if s.ended || s.running || !s.started || s.pending || o.direct.pending() || o.queued.Load() != 0 || o.grp.tx != nil {
 		s.mu.Unlock()
 		return false
 	}
@@ -188,7 +188,7 @@ func (o *Session) run() {
 			}
 			continue
 		}
-		if o.direct.len() > 0 {
+		if o.direct.pending() {
 			o.drainDirect()
 			continue
 		}
@@ -250,9 +250,10 @@ func (o *Session) checkpoint() {
 	}
 }
 
-// drainDirect sends the queued in-memory deliveries, within the window.
+// drainDirect sends the queued in-memory deliveries, and the retained
+// messages of the pages still to read, within the window.
 func (o *Session) drainDirect() {
-	for o.direct.len() > 0 && o.waitWindow() {
+	for o.direct.pending() && o.waitWindow() && o.direct.refill() {
 		if d, ok := o.direct.take(); ok {
 			o.deliverDirect(d)
 		}
@@ -325,6 +326,7 @@ func (o *Session) Stop() {
 		o.env.Router.Leave(o.client, sub)
 	}
 	o.snd.wg.Wait()
+	o.direct.dropPages()
 	o.ungauge()
 }
 
