@@ -17,11 +17,16 @@ import (
 // writes to.
 const takeoverTable = "mqtt.takeover"
 
-// startNode starts a second broker, with node id node, on s's store; it
-// returns its address and stops before s does.
-func startNode(t *testing.T, db *table.DB, node string) string {
+// startNode starts a second broker, with node id node (and the options
+// edit makes), on s's store; it returns its address and stops before s
+// does.
+func startNode(t *testing.T, db *table.DB, node string, edit ...func(*mqtt.Options)) string {
 	t.Helper()
-	b, err := mqtt.New(db, mqtt.Options{NodeID: node})
+	o := mqtt.Options{NodeID: node}
+	for _, f := range edit {
+		f(&o)
+	}
+	b, err := mqtt.New(db, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -191,6 +191,9 @@ func shrinkIdx[K comparable](m map[K]int, n int) map[K]int {
 type Index struct {
 	mu   sync.RWMutex
 	root node
+	// shares counts the members of each shared subscription in the
+	// index (see Shares).
+	shares map[Share]int
 	// rr rotates deliveries among a shared group's members.
 	rrMu sync.Mutex
 	rr   map[string]uint64
@@ -209,7 +212,40 @@ func (ix *Index) Add(s Subscription) bool {
 		}
 		n = c
 	}
-	return n.putSub(s)
+	replaced := n.putSub(s)
+	if !replaced && s.Group != "" {
+		if ix.shares == nil {
+			ix.shares = map[Share]int{}
+		}
+		ix.shares[Share{s.Group, s.Filter}]++
+	}
+	return replaced
+}
+
+// Share names a shared subscription: its group and its filter (without
+// the "$share/group/" prefix). Members subscribe to one share, and each
+// message matching it goes to one of them.
+type Share struct{ Group, Filter string }
+
+// Shares returns how many members each shared subscription in the index
+// has (a copy).
+func (ix *Index) Shares() map[Share]int {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	m := make(map[Share]int, len(ix.shares))
+	for k, n := range ix.shares {
+		m[k] = n
+	}
+	return m
+}
+
+// dropShare counts one member of s's share less; ix.mu held.
+func (ix *Index) dropShare(s Share) {
+	if ix.shares[s] <= 1 {
+		delete(ix.shares, s)
+		return
+	}
+	ix.shares[s]--
 }
 
 // Remove deletes client's subscription to filter in group and reports
@@ -217,7 +253,11 @@ func (ix *Index) Add(s Subscription) bool {
 func (ix *Index) Remove(client, group, filter string) bool {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	return remove(&ix.root, filter, subKey{client, group})
+	ok := remove(&ix.root, filter, subKey{client, group})
+	if ok && group != "" {
+		ix.dropShare(Share{group, filter})
+	}
+	return ok
 }
 
 // remove deletes k from the node of filter below n, pruning the nodes it
@@ -246,12 +286,15 @@ func remove(n *node, filter string, k subKey) bool {
 func (ix *Index) RemoveClient(client string) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	removeClient(&ix.root, client)
+	ix.removeClient(&ix.root, client)
 }
 
-func removeClient(n *node, client string) {
+func (ix *Index) removeClient(n *node, client string) {
 	for i := 0; i < len(n.subs); {
-		if n.subs[i].Client == client {
+		if s := n.subs[i]; s.Client == client {
+			if s.Group != "" {
+				ix.dropShare(Share{s.Group, s.Filter})
+			}
 			n.dropSub(i) // moves another into i
 			continue
 		}
@@ -259,7 +302,7 @@ func removeClient(n *node, client string) {
 	}
 	for i := 0; i < len(n.kids); {
 		k := n.kids[i]
-		removeClient(k.n, client)
+		ix.removeClient(k.n, client)
 		if k.n.empty() {
 			n.removeChild(k.level) // moves another into i
 			continue

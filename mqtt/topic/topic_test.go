@@ -189,3 +189,32 @@ func TestIndexAgreesWithMatchUnderChurn(t *testing.T) {
 		t.Fatalf("index not pruned: %+v", ix.root)
 	}
 }
+
+// Shares counts each shared subscription's members as they are added,
+// replaced, removed one by one and removed with their client, and
+// forgets a share once it has none.
+func TestIndexCountsShareMembers(t *testing.T) {
+	var ix Index
+	ix.Add(Subscription{Client: "a", Filter: "s/#", Group: "g"})
+	ix.Add(Subscription{Client: "b", Filter: "s/#", Group: "g", QoS: 1})
+	ix.Add(Subscription{Client: "b", Filter: "s/#", Group: "g", QoS: 2}) // replaces
+	ix.Add(Subscription{Client: "b", Filter: "s/+", Group: "g"})
+	ix.Add(Subscription{Client: "c", Filter: "s/#", Group: "h"})
+	ix.Add(Subscription{Client: "c", Filter: "s/#"}) // plain
+	want := map[Share]int{{"g", "s/#"}: 2, {"g", "s/+"}: 1, {"h", "s/#"}: 1}
+	if got := ix.Shares(); !maps.Equal(got, want) {
+		t.Fatalf("Shares() = %v, want %v", got, want)
+	}
+	ix.Remove("a", "g", "s/#")
+	ix.Remove("a", "g", "s/#") // gone already
+	ix.RemoveClient("b")
+	ix.Remove("c", "", "s/#")
+	want = map[Share]int{{"h", "s/#"}: 1}
+	if got := ix.Shares(); !maps.Equal(got, want) {
+		t.Fatalf("after removals Shares() = %v, want %v", got, want)
+	}
+	ix.RemoveClient("c")
+	if got := ix.Shares(); len(got) != 0 {
+		t.Fatalf("with no member left Shares() = %v, want none", got)
+	}
+}

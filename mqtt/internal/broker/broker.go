@@ -147,6 +147,9 @@ type Broker struct {
 	// online sessions; its index holds their subscriptions, for QoS 0
 	// fan-out and shared subscriptions too.
 	router *route.Router
+	// shares is the view of the shared subscriptions served by several
+	// nodes (see sharenodes.go); nil on a single node.
+	shares atomic.Pointer[shareView]
 
 	// store runs store calls (see onStore); runners run the connections'
 	// ack loops and senders.

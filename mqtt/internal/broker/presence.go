@@ -3,7 +3,6 @@ package broker
 import (
 	"bytes"
 	"context"
-	"encoding/binary"
 	"errors"
 	"time"
 
@@ -28,24 +27,40 @@ const (
 
 // beat writes this node's presence record every nodeBeat until the broker
 // closes. The record carries the node's start time and a counter, so each
-// write differs from every earlier one, this run's or a previous run's.
+// write differs from every earlier one, this run's or a previous run's,
+// and the node's online members of each shared subscription; after each
+// write the node reads the others' records (see sharenodes.go). The last
+// record, as the broker closes, has no members.
 func (b *Broker) beat() {
 	defer b.wg.Done()
 	t := time.NewTicker(nodeBeat)
 	defer t.Stop()
-	v := binary.BigEndian.AppendUint64(make([]byte, 0, 16), uint64(time.Now().UnixNano()))
+	start := time.Now().UnixNano()
+	seen := map[string]*presenceSeen{}
 	for n := uint64(1); ; n++ {
-		v = binary.BigEndian.AppendUint64(v[:8], n)
-		tx := b.db.Begin()
-		_ = tx.PutStateUnchecked(tableNodes, b.opts.NodeID, bytes.Clone(v))
-		if _, err := tx.Submit(b.ctx); err != nil && b.ctx.Err() == nil {
-			b.log.Debug("presence record not written", "err", err)
+		b.writePresence(b.ctx, appendPresence(nil, start, n, b.router.Index().Shares()))
+		if view, err := b.readShareView(b.ctx, seen, time.Now()); err == nil {
+			b.setShareView(view)
+		} else if b.ctx.Err() == nil {
+			b.log.Debug("presence records not read", "err", err)
 		}
 		select {
 		case <-b.ctx.Done():
+			ctx, cancel := context.WithTimeout(context.Background(), nodeBeat)
+			b.writePresence(ctx, appendPresence(nil, start, n+1, nil))
+			cancel()
 			return
 		case <-t.C:
 		}
+	}
+}
+
+// writePresence writes v as this node's presence record.
+func (b *Broker) writePresence(ctx context.Context, v []byte) {
+	tx := b.db.Begin()
+	_ = tx.PutStateUnchecked(tableNodes, b.opts.NodeID, v)
+	if _, err := tx.Submit(ctx); err != nil && ctx.Err() == nil {
+		b.log.Debug("presence record not written", "err", err)
 	}
 }
 

@@ -47,7 +47,7 @@ func (b *Broker) routeShared(ev table.Event, subs []topic.Subscription) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, s := range subs {
-		if s.NoLocal && s.Client == m.From {
+		if (s.NoLocal && s.Client == m.From) || !b.servesShare(ev, s) {
 			continue
 		}
 		c := b.conns[s.Client]

@@ -1,0 +1,220 @@
+package broker
+
+import (
+	"context"
+	"encoding/binary"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/topic"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// Shared subscriptions across nodes sharing one store.
+//
+// Every node reads every message of the log, and its router picks, for
+// each shared subscription a message matches, one of the node's own
+// online members. With members of one share on several nodes, each of
+// those nodes would deliver the message: the group would get it once per
+// node. So each node publishes, in its presence record (see beat), how
+// many online members it has for each share, and reads the other nodes'
+// records at each beat: a message of a share with members on several
+// nodes goes to the node a hash of the message's log position picks,
+// weighted by those counts, the same pick on every node, and only that
+// node offers it to one of its members.
+//
+// The counts a node acts on are the published ones, its own included, so
+// that all nodes decide alike. They lag a member's arrival or departure
+// by up to a beat on the node it is on and by up to two on the others:
+// meanwhile a message can reach two members of the group, or none (one
+// picked for a node whose member has just gone), as a shared message can
+// be lost today when its member's connection ends before it is sent. A
+// node that stops cleanly publishes no shares as it goes; one that dies
+// is left out once its record has not changed for nodeGone.
+
+// shareView is what a node knows of the shares with members on several
+// nodes: for each share, the nodes with online members and their counts,
+// sorted by node id. Shares served by one node only are left out: their
+// messages need no pick.
+type shareView map[topic.Share][]nodeShare
+
+// nodeShare is one node's count of online members of a share.
+type nodeShare struct {
+	node string
+	n    int
+}
+
+// appendPresence encodes a presence record: the node's start time and
+// beat counter (so each record differs from every other), then its
+// online members per share.
+func appendPresence(dst []byte, start int64, beat uint64, shares map[topic.Share]int) []byte {
+	dst = binary.BigEndian.AppendUint64(dst, uint64(start))
+	dst = binary.BigEndian.AppendUint64(dst, beat)
+	dst = binary.AppendUvarint(dst, uint64(len(shares)))
+	for s, n := range shares {
+		dst = binary.AppendUvarint(dst, uint64(len(s.Group)))
+		dst = append(dst, s.Group...)
+		dst = binary.AppendUvarint(dst, uint64(len(s.Filter)))
+		dst = append(dst, s.Filter...)
+		dst = binary.AppendUvarint(dst, uint64(n))
+	}
+	return dst
+}
+
+// presenceShares decodes the shares of a presence record; a record
+// without them (from a node that predates them) or one it cannot read
+// has none.
+func presenceShares(v []byte) map[topic.Share]int {
+	if len(v) <= 16 {
+		return nil
+	}
+	v = v[16:]
+	uvarint := func() (uint64, bool) {
+		x, n := binary.Uvarint(v)
+		if n <= 0 {
+			return 0, false
+		}
+		v = v[n:]
+		return x, true
+	}
+	str := func() (string, bool) {
+		l, ok := uvarint()
+		if !ok || l > uint64(len(v)) {
+			return "", false
+		}
+		s := string(v[:l])
+		v = v[l:]
+		return s, true
+	}
+	count, ok := uvarint()
+	if !ok || count > uint64(len(v)) {
+		return nil
+	}
+	m := make(map[topic.Share]int, count)
+	for range count {
+		g, ok1 := str()
+		f, ok2 := str()
+		n, ok3 := uvarint()
+		if !ok1 || !ok2 || !ok3 {
+			return nil
+		}
+		m[topic.Share{Group: g, Filter: f}] = int(n)
+	}
+	return m
+}
+
+// presenceSeen is when a node's presence record last changed, on this
+// node's clock.
+type presenceSeen struct {
+	value []byte
+	since time.Time
+}
+
+// readShareView reads every node's presence record and makes the view of
+// the shares served by several nodes, leaving out the nodes whose record
+// has not changed for nodeGone. seen is the beat's memory of the
+// records, updated here.
+func (b *Broker) readShareView(ctx context.Context, seen map[string]*presenceSeen, now time.Time) (shareView, error) {
+	byShare := map[topic.Share][]nodeShare{}
+	live := map[string]bool{}
+	err := b.db.Range(ctx, tableNodes, "", func(r table.Record) bool {
+		live[r.ID] = true
+		ps := seen[r.ID]
+		if ps == nil || string(ps.value) != string(r.Value) {
+			ps = &presenceSeen{value: r.Value, since: now}
+			seen[r.ID] = ps
+		}
+		if r.ID != b.opts.NodeID && now.Sub(ps.since) >= nodeGone {
+			return true
+		}
+		for s, n := range presenceShares(r.Value) {
+			if n > 0 {
+				byShare[s] = append(byShare[s], nodeShare{r.ID, n})
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	for id := range seen {
+		if !live[id] {
+			delete(seen, id)
+		}
+	}
+	view := shareView{}
+	for s, nodes := range byShare {
+		if len(nodes) > 1 {
+			sort.Slice(nodes, func(i, j int) bool { return nodes[i].node < nodes[j].node })
+			view[s] = nodes
+		}
+	}
+	return view, nil
+}
+
+// setShareView makes view the one routing acts on, logging the shares
+// that came to be served by several nodes or ceased to be.
+func (b *Broker) setShareView(view shareView) {
+	old := b.shares.Load()
+	for s, nodes := range view {
+		if old == nil || len((*old)[s]) == 0 {
+			names := make([]string, len(nodes))
+			for i, ns := range nodes {
+				names[i] = ns.node
+			}
+			b.log.Info("shared subscription served by several nodes: each message goes to one of them",
+				"group", s.Group, "filter", s.Filter, "nodes", names)
+		}
+	}
+	if old != nil {
+		for s := range *old {
+			if len(view[s]) == 0 {
+				b.log.Info("shared subscription served by one node again", "group", s.Group, "filter", s.Filter)
+			}
+		}
+	}
+	b.shares.Store(&view)
+}
+
+// servesShare reports whether this node delivers ev to its member of
+// shared subscription s: always, unless the share has members on several
+// nodes and the pick for ev is another node.
+func (b *Broker) servesShare(ev table.Event, s topic.Subscription) bool {
+	v := b.shares.Load()
+	if v == nil {
+		return true
+	}
+	nodes := (*v)[topic.Share{Group: s.Group, Filter: s.Filter}]
+	if len(nodes) == 0 {
+		return true
+	}
+	total := 0
+	for _, ns := range nodes {
+		total += ns.n
+	}
+	pick := int(sharePick(ev.Key, ev.Index, s.Group) % uint64(total))
+	i := slices.IndexFunc(nodes, func(ns nodeShare) bool {
+		pick -= ns.n
+		return pick < 0
+	})
+	return nodes[i].node == b.opts.NodeID
+}
+
+// sharePick hashes a message's log position and a group name, with
+// FNV-1a: the same on every node, whatever its build or run.
+func sharePick(key engine.LogKey, index uint32, group string) uint64 {
+	const prime = 1099511628211
+	h := uint64(14695981039346656037)
+	var pos [12]byte
+	binary.BigEndian.PutUint64(pos[:8], uint64(key))
+	binary.BigEndian.PutUint32(pos[8:], index)
+	for _, c := range pos {
+		h = (h ^ uint64(c)) * prime
+	}
+	for i := 0; i < len(group); i++ {
+		h = (h ^ uint64(group[i])) * prime
+	}
+	return h
+}
