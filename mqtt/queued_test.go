@@ -414,6 +414,35 @@ func TestQueueLimitSkipsSharedAndQoS0(t *testing.T) {
 	sub.expectNone(200 * time.Millisecond)
 }
 
+// TestQueueLimitSkipsQoS0OfNodes: where nodes share the store, QoS 0
+// messages go through the log, and an offline session does not count
+// them against its limit, even to a QoS 1 subscription: it would never
+// receive them.
+func TestQueueLimitSkipsQoS0OfNodes(t *testing.T) {
+	s := startBroker(t, func(o *mqtt.Options) { o.MaxQueuedMessages = 50; o.NodeID = "A" })
+	sub := connect5(t, s.Addr, "nodes-sub", false, 3600)
+	sub.sub("zero/z", 1)
+	sub.sub("quiet/a", 1)
+	sub.close()
+	pub := connect3(t, s.Addr, "nodes-pub", true)
+	var zeros [][2]string
+	for i := range 110 {
+		zeros = append(zeros, [2]string{"zero/z", fmt.Sprint(i)})
+	}
+	pub.pubBurst(0, zeros...)
+	pub.pubBurst(1, quietAndBusy(10, 0)...)
+	pub.close()
+	retainDown(t, s, logKey(t, s.DB(), "quiet/a", "a0"))
+	if d := s.Broker().Stats().Dropped["retention"]; d != 0 {
+		t.Fatalf("dropped %d messages of a session with 10 of its own", d)
+	}
+	sub = connect5(t, s.Addr, "nodes-sub", false, 3600)
+	if got, want := topics5(sub.expect(10)), wantQuiet(0, 10); !slices.Equal(got, want) {
+		t.Fatalf("received %v, want %v", got, want)
+	}
+	sub.expectNone(200 * time.Millisecond)
+}
+
 // TestQueueLimitWaitsForWill: a session whose delayed will is still to be
 // published is not cut, since a write of its record before the will's own
 // would cancel the will; once the will is out, the limit applies.

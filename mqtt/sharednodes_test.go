@@ -2,11 +2,15 @@ package mqtt_test
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/eclipse/paho.golang/paho"
 
 	"github.com/tidemark-io/tidemark/mqtt"
 )
@@ -97,4 +101,87 @@ func TestSharedSubscriptionAcrossNodes(t *testing.T) {
 	}
 	m1.expect(10)
 	m1.expectNone(300 * time.Millisecond)
+}
+
+// QoS 0 messages reach the sessions of every node sharing the store, not
+// only those of the node they were published on, each once: a plain
+// subscriber on either node, a QoS 1 subscription on the publisher's
+// node, a shared group with a member on each, and a QoS 0 will.
+func TestQoS0AcrossNodes(t *testing.T) {
+	var logA, logB logText
+	a := startBroker(t, func(o *mqtt.Options) { o.NodeID, o.Logger = "A", logA.logger() })
+	bAddr := startNode(t, a.DB(), "B", func(o *mqtt.Options) { o.Logger = logB.logger() })
+
+	subA := connect5(t, a.Addr, "q0-subA", true, 0)
+	subA.sub("q0/#", 1)
+	subB := connect5(t, bAddr, "q0-subB", true, 0)
+	subB.sub("q0/#", 0)
+	m1 := connect5(t, a.Addr, "q0-m1", true, 0)
+	m2 := connect5(t, bAddr, "q0-m2", true, 0)
+	m1.sub("$share/g/q0s/#", 0)
+	m2.sub("$share/g/q0s/#", 0)
+	logA.waitFor(t, "served by several nodes", 1)
+	logB.waitFor(t, "served by several nodes", 1)
+
+	pub := connect5(t, a.Addr, "q0-pub", true, 0)
+	for i := range 5 {
+		pub.pub("q0/x", 0, false, fmt.Sprint(i))
+	}
+	for _, c := range []*client5{subA, subB} {
+		for i, m := range c.expect(5) {
+			if m.QoS != 0 || string(m.Payload) != fmt.Sprint(i) {
+				t.Fatalf("%s: message %d: QoS %d %q, want QoS 0 %q", c.ClientID(), i, m.QoS, m.Payload, fmt.Sprint(i))
+			}
+		}
+	}
+	subA.expectNone(200 * time.Millisecond)
+	subB.expectNone(0)
+
+	const n = 40
+	for range n {
+		pub.pub("q0s/x", 0, false, "s")
+	}
+	got := map[string]int{}
+	deadline := time.After(wait)
+	for got["m1"]+got["m2"] < n {
+		select {
+		case <-m1.msgs:
+			got["m1"]++
+		case <-m2.msgs:
+			got["m2"]++
+		case <-deadline:
+			t.Fatalf("the group got %d of %d QoS 0 messages: %v", got["m1"]+got["m2"], n, got)
+		}
+	}
+	m1.expectNone(200 * time.Millisecond)
+	m2.expectNone(0)
+	if got["m1"] == 0 || got["m2"] == 0 {
+		t.Fatalf("one member got all %d messages: %v", n, got)
+	}
+
+	will := &paho.Connect{ClientID: "q0-will", CleanStart: true, KeepAlive: 30, WillMessage: &paho.WillMessage{Topic: "q0/will", QoS: 0, Payload: []byte("gone")}}
+	w, err := dial5(t, bAddr, will, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Disconnect(&paho.Disconnect{ReasonCode: 0x04}) // with the will
+	subA.expectOne("q0/will", "gone")
+	subB.expectOne("q0/will", "gone")
+}
+
+// A replay on a cluster skips QoS 0 messages, which pass through the log
+// there: at most once, they are never replayed (docs/replay.md).
+func TestReplaySkipsQoS0OfNodes(t *testing.T) {
+	a := startBroker(t, func(o *mqtt.Options) { o.NodeID, o.History = "A", time.Hour })
+	pub := connect5(t, a.Addr, "rq0-pub", true, 0)
+	pub.pub("rq0/x", 0, false, "zero")
+	pub.pub("rq0/x", 1, false, "one")
+	pub.pub("rq0/x", 0, false, "zero again")
+	pub.pub("rq0/x", 2, false, "two")
+	sub := connect5(t, a.Addr, "rq0-sub", true, 0)
+	sub.sub("$replay/-1h/rq0/#", 1)
+	if got := topics5(sub.expect(2)); !slices.Equal(got, []string{"rq0/x=one", "rq0/x=two"}) {
+		t.Fatalf("replayed %v, want the QoS 1 and 2 messages only", got)
+	}
+	sub.expectNone(200 * time.Millisecond)
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -69,6 +70,11 @@ func TestServeCluster(t *testing.T) {
 	pub := connect(t, b.addr, "cluster-pub", true)
 	publish(t, pub, "cluster/x", false, "one")
 	expectPayload(t, got, "one", "published on node b, subscribed on node a")
+	if tok := pub.Publish("cluster/zero", 0, false, "zero"); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("publish QoS 0: %v", tok.Error())
+	}
+	expectPayload(t, got, "zero", "QoS 0, published on node b, subscribed on node a")
+	sharedAcrossNodes(t, a, b, pub)
 
 	// Add a node: the subscriber's session moves to it (taken over from
 	// node a, which closes the old connection).
@@ -157,5 +163,42 @@ func expectPayload(t *testing.T, got <-chan string, want, what string) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatalf("%s: %q not delivered", what, want)
+	}
+}
+
+// sharedAcrossNodes checks that a shared subscription with a member on
+// node a and one on node b gets each of 20 messages once (docs/cluster.md,
+// "What to know"), once both nodes report the group served by several.
+func sharedAcrossNodes(t *testing.T, a, b *nodeProc, pub paho3.Client) {
+	t.Helper()
+	var na, nb atomic.Int64
+	ma := connectWith(t, a.addr, "share-a", true, func(paho3.Client, paho3.Message) { na.Add(1) })
+	mb := connectWith(t, b.addr, "share-b", true, func(paho3.Client, paho3.Message) { nb.Add(1) })
+	defer ma.Disconnect(100)
+	defer mb.Disconnect(100)
+	for _, c := range []paho3.Client{ma, mb} {
+		if tok := c.Subscribe("$share/g/shared/#", 1, nil); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+			t.Fatalf("shared subscribe: %v", tok.Error())
+		}
+	}
+	const spans = "served by several nodes"
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(a.logText(), spans) || !strings.Contains(b.logText(), spans); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the nodes do not log the shared group %q", spans)
+		}
+	}
+	const n = 20
+	for range n {
+		publish(t, pub, "shared/x", false, "s")
+	}
+	for deadline := time.Now().Add(30 * time.Second); na.Load()+nb.Load() < n; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the shared group got %d+%d of %d messages", na.Load(), nb.Load(), n)
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // room for a message delivered twice to show
+	if na.Load()+nb.Load() != n || na.Load() == 0 || nb.Load() == 0 {
+		t.Fatalf("the shared group's members got %d (node a) and %d (node b) of %d messages, want each once, both some",
+			na.Load(), nb.Load(), n)
 	}
 }

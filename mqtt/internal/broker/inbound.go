@@ -81,6 +81,11 @@ func (c *conn) handlePublish(p *packet.Publish) bool {
 	setMessageProps(m, &p.Properties, time.Now())
 	switch p.QoS {
 	case packet.QoS0:
+		if c.b.sharedStore() && !c.b.tables.Contains(name) {
+			// Through the log, to every node (see publishQoS0), in the
+			// pending group: the publisher's order holds across QoS.
+			return c.later(func(tx *table.Tx) error { return c.b.addMessage(tx, m) }, ackEntry{})
+		}
 		// With more input read, more messages are coming at once: the
 		// senders write them in bursts, not one system call each here.
 		c.b.publishQoS0(c.ctx, m, c.br.Buffered() == 0)
@@ -409,10 +414,28 @@ func (b *Broker) addRetained(tx *table.Tx, m *Message, enc []byte) error {
 // publishQoS0 routes a QoS 0 message to online subscribers in memory; a
 // retained one also updates the retained store. With now, the calling
 // goroutine may write it to a few subscribers itself (see delivery.Session.SendNow).
+//
+// When other nodes share the store, the message goes through the log
+// instead, as QoS 1 and 2 ones do: every node's router reads it and
+// hands it to that node's online subscribers (those that came online
+// after it was published pass it over, as at most once requires), and
+// its shared groups get it once across the nodes (see sharenodes.go).
+// The commit is not waited for.
 func (b *Broker) publishQoS0(ctx context.Context, m *Message, now bool) {
 	if b.tables.Contains(m.Topic) {
 		b.metrics.TableWrites.Add(1)
 		b.submitTable(ctx, m)
+		return
+	}
+	if b.sharedStore() {
+		tx := b.db.Begin()
+		err := b.addMessage(tx, m)
+		if err == nil {
+			_, err = tx.Submit(ctx)
+		}
+		if err != nil && ctx.Err() == nil {
+			b.log.Warn("QoS 0 message not stored for the other nodes; dropped", "topic", m.Topic, "err", err)
+		}
 		return
 	}
 	if m.Retain {

@@ -34,6 +34,11 @@ import (
 // node that stops cleanly publishes no shares as it goes; one that dies
 // is left out once its record has not changed for nodeGone.
 
+// sharedStore reports whether other nodes may share the broker's store
+// (it has a node id): what one node publishes must then reach the
+// others' sessions through the store.
+func (b *Broker) sharedStore() bool { return b.opts.NodeID != "" }
+
 // shareView is what a node knows of the shares with members on several
 // nodes: for each share, the nodes with online members and their counts,
 // sorted by node id. Shares served by one node only are left out: their

@@ -254,10 +254,13 @@ func (c *conn) publishWillNow(ctx context.Context) error {
 	if m == nil || !c.sendWill || c.willDelay > 0 || m.Expired(time.Now()) {
 		return nil
 	}
-	if m.QoS > 0 || m.Retain {
+	// A QoS 0 will reaches the other nodes through the log (see
+	// publishQoS0).
+	logged := m.QoS > 0 || c.b.sharedStore()
+	if logged || m.Retain {
 		tx := c.b.db.Begin()
 		var err error
-		if m.QoS > 0 {
+		if logged {
 			err = c.b.addMessage(tx, m)
 		} else {
 			enc, merr := m.MarshalBinary()
@@ -272,7 +275,7 @@ func (c *conn) publishWillNow(ctx context.Context) error {
 			return fmt.Errorf("mqtt: publish will: %w", err)
 		}
 	}
-	if m.QoS == 0 {
+	if !logged {
 		c.b.fanout(m, fanoutOpts{})
 	}
 	return nil

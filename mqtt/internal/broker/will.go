@@ -82,9 +82,12 @@ func (b *Broker) publishWill(ctx context.Context, client string, m *Message) err
 		}
 	}
 	live := !m.Expired(time.Now())
-	if live && (m.QoS > 0 || m.Retain) {
+	// A QoS 0 will reaches the other nodes through the log (see
+	// publishQoS0).
+	logged := m.QoS > 0 || b.sharedStore()
+	if live && (logged || m.Retain) {
 		writes = true
-		if m.QoS > 0 {
+		if logged {
 			err = b.addMessage(tx, m)
 		} else if enc, merr := m.MarshalBinary(); merr != nil {
 			err = merr
@@ -105,7 +108,7 @@ func (b *Broker) publishWill(ctx context.Context, client string, m *Message) err
 			return fmt.Errorf("mqtt: publish will: %w", err)
 		}
 	}
-	if live && m.QoS == 0 {
+	if live && !logged {
 		b.fanout(m, fanoutOpts{})
 	}
 	return nil

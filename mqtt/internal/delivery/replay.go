@@ -54,6 +54,11 @@ func (o *Session) StartReplay(filter string, after table.Cursor, since time.Time
 	sub, err := o.env.DB.Subscribe(o.ctx, table.SubscribeOptions{
 		Table: message.LogTable, Start: after, IncludeSuperseded: true, Composite: true, Buffer: 64,
 		Filter: func(ev table.Event) bool {
+			// QoS 0 messages (in the log where nodes share the store)
+			// are at most once: never replayed.
+			if qos, ok := message.StoredQoS(ev.Value); ok && qos == 0 {
+				return false
+			}
 			return topic.Match(filter, ev.ID) && (since.IsZero() || !ev.Version.Time().Before(since))
 		},
 	})

@@ -90,6 +90,16 @@ func (m *Message) binarySize() int {
 	return n
 }
 
+// StoredQoS reads the QoS of a message from its stored form (see
+// AppendBinary) without decoding the rest; ok is false for bytes that are
+// not a stored message.
+func StoredQoS(enc []byte) (qos byte, ok bool) {
+	if len(enc) < 2 || enc[0] != messageVersion || enc[1] > 2 {
+		return 0, false
+	}
+	return enc[1], true
+}
+
 // AppendBinary appends the stored form of m to b.
 func (m *Message) AppendBinary(b []byte) ([]byte, error) {
 	b = append(b, messageVersion, m.QoS)

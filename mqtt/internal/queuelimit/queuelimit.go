@@ -243,6 +243,11 @@ func queueKey(s *session.Record) string {
 // owns reports whether the message ev is one of the session's own (see
 // above). The message is decoded only for a no-local subscription.
 func (q *queued) owns(ev table.Event) bool {
+	if qos, ok := message.StoredQoS(ev.Value); ok && qos == 0 {
+		// At most once: a QoS 0 message (in the log when nodes share
+		// the store) reaches only sessions online as it is published.
+		return false
+	}
 	var m *message.Message
 	pos := ev.Cursor()
 	for _, s := range q.subs {
