@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -184,4 +185,51 @@ func TestReplaySkipsQoS0OfNodes(t *testing.T) {
 		t.Fatalf("replayed %v, want the QoS 1 and 2 messages only", got)
 	}
 	sub.expectNone(200 * time.Millisecond)
+}
+
+// A node that stops with a client's delayed will pending leaves the will
+// in the session record; another node publishes it once the stopped
+// node's presence record has stood still for 10 s, without waiting for
+// the node to start again (which it may never do).
+func TestWillOfStoppedNodePublishedByAnother(t *testing.T) {
+	var logA logText
+	a := startBroker(t, func(o *mqtt.Options) { o.NodeID, o.Logger = "A", logA.logger() })
+	b, err := mqtt.New(a.DB(), mqtt.Options{NodeID: "B"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { defer close(served); _ = b.Serve(ln) }()
+
+	sub := connect5(t, a.Addr, "gone-sub", true, 0)
+	sub.sub("gone/#", 1)
+	cp := &paho.Connect{ClientID: "gone-dev", CleanStart: true, KeepAlive: 30,
+		Properties:     &paho.ConnectProperties{SessionExpiryInterval: u32(3600)},
+		WillMessage:    &paho.WillMessage{Topic: "gone/dev", Payload: []byte("offline"), QoS: 1},
+		WillProperties: &paho.WillProperties{WillDelayInterval: u32(1)}}
+	if _, err := dial5(t, ln.Addr().String(), cp, nil); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	_ = b.Close() // the device's connection ends with node B, before its will is due
+	<-served
+	select {
+	case m := <-sub.msgs:
+		if m.Topic != "gone/dev" || string(m.Payload) != "offline" {
+			t.Fatalf("got %q %q, want the will", m.Topic, m.Payload)
+		}
+		if d := time.Since(stopped); d < 5*time.Second {
+			t.Fatalf("the will came %v after node B stopped: before any node could know B was gone", d)
+		}
+	case <-time.After(3 * wait):
+		t.Fatalf("the will of a client of stopped node B was not published:\n%s", logA.buf.String())
+	}
+	sub.expectNone(500 * time.Millisecond)
+	if logA.count("its sessions recovered here") != 1 {
+		t.Fatalf("node A does not log the recovery once:\n%s", logA.buf.String())
+	}
 }

@@ -105,8 +105,40 @@ func TestServeCluster(t *testing.T) {
 	pubA.Disconnect(100)
 	pub.Disconnect(100)
 	sub2.Disconnect(100)
+	willOfKilledNode(t, a, c)
 	for _, n := range []*nodeProc{a, b, c} {
 		n.stop(t)
+	}
+}
+
+// willOfKilledNode kills node dead with SIGKILL while a client with a
+// will and a persistent session is connected to it, and checks that a
+// surviving node publishes the will, to a subscriber on node live,
+// without dead ever starting again (docs/cluster.md, "Failover").
+func willOfKilledNode(t *testing.T, live, dead *nodeProc) {
+	t.Helper()
+	wills := make(chan string, 4)
+	watch := connectWith(t, live.addr, "will-watch", true, func(_ paho3.Client, m paho3.Message) { wills <- string(m.Payload()) })
+	defer watch.Disconnect(100)
+	if tok := watch.Subscribe("will/#", 1, nil); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe to wills: %v", tok.Error())
+	}
+	o := paho3.NewClientOptions().AddBroker("tcp://"+dead.addr).SetClientID("will-dev").SetCleanSession(false).
+		SetProtocolVersion(4).SetAutoReconnect(false).SetWill("will/dev", "offline", 1, false)
+	dev := paho3.NewClient(o)
+	if tok := dev.Connect(); !tok.WaitTimeout(5*time.Second) || tok.Error() != nil {
+		t.Fatalf("connect will-dev: %v", tok.Error())
+	}
+	killed := time.Now()
+	dead.Kill()
+	select {
+	case p := <-wills:
+		if p != "offline" {
+			t.Fatalf("will: %q", p)
+		}
+		t.Logf("the will of a client of the killed node was published %v after the kill", time.Since(killed).Round(time.Millisecond))
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the will of a client of the killed node was not published:\n%s", live.logText())
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/table"
 )
 
@@ -23,6 +24,12 @@ const (
 	tableNodes = "mqtt.nodes" // id = node id; state only, never in the log
 	nodeBeat   = 500 * time.Millisecond
 	nodeGone   = 4 * nodeBeat
+	// nodeRecover is how long a node's record must stay the same, while
+	// this node has been reading and writing records all along, before
+	// its sessions are recovered here (see recoverGoneNodes): longer than
+	// nodeGone, since recovering the sessions of a node that is only
+	// slow would publish its clients' wills while they are connected.
+	nodeRecover = 20 * nodeBeat
 )
 
 // beat writes this node's presence record every nodeBeat until the broker
@@ -37,17 +44,36 @@ func (b *Broker) beat() {
 	defer t.Stop()
 	start := time.Now().UnixNano()
 	seen := map[string]*presenceSeen{}
+	recovered := map[string]string{}
+	// observing is since when every write and read of the records has
+	// succeeded: a node's record seen unchanged only counts from then.
+	var observing time.Time
 	for n := uint64(1); ; n++ {
-		b.writePresence(b.ctx, appendPresence(nil, start, n, b.router.Index().Shares()))
-		if view, err := b.readShareView(b.ctx, seen, time.Now()); err == nil {
+		err := b.writePresence(b.ctx, appendPresence(nil, start, n, b.router.Index().Shares()))
+		now := time.Now()
+		var view shareView
+		if err == nil {
+			view, err = b.readShareView(b.ctx, seen, now)
+		}
+		switch {
+		case err != nil:
+			observing = time.Time{}
+			if b.ctx.Err() == nil {
+				b.log.Debug("presence records not written or read", "err", err)
+			}
+		default:
+			if observing.IsZero() {
+				observing = now
+			}
 			b.setShareView(view)
-		} else if b.ctx.Err() == nil {
-			b.log.Debug("presence records not read", "err", err)
+			if now.Sub(observing) >= nodeRecover {
+				b.recoverGoneNodes(seen, recovered, now)
+			}
 		}
 		select {
 		case <-b.ctx.Done():
 			ctx, cancel := context.WithTimeout(context.Background(), nodeBeat)
-			b.writePresence(ctx, appendPresence(nil, start, n+1, nil))
+			_ = b.writePresence(ctx, appendPresence(nil, start, n+1, nil))
 			cancel()
 			return
 		case <-t.C:
@@ -55,13 +81,14 @@ func (b *Broker) beat() {
 	}
 }
 
-// writePresence writes v as this node's presence record.
-func (b *Broker) writePresence(ctx context.Context, v []byte) {
+// writePresence writes v as this node's presence record and waits for
+// the commit.
+func (b *Broker) writePresence(ctx context.Context, v []byte) error {
 	tx := b.db.Begin()
-	_ = tx.PutStateUnchecked(tableNodes, b.opts.NodeID, v)
-	if _, err := tx.Submit(ctx); err != nil && ctx.Err() == nil {
-		b.log.Debug("presence record not written", "err", err)
+	if err := tx.PutStateUnchecked(tableNodes, b.opts.NodeID, v); err != nil {
+		return err
 	}
+	return tx.Commit(ctx)
 }
 
 // nodeWatch tells, over successive looks, whether a node has stopped
@@ -90,4 +117,40 @@ func (w *nodeWatch) gone(ctx context.Context, db *table.DB, now time.Time) bool 
 		return false
 	}
 	return now.Sub(w.since) >= nodeGone
+}
+
+// recoverGoneNodes recovers the sessions of the nodes whose record has
+// stayed the same for nodeRecover, as each would at its own restart (see recoverWills): those it
+// left online go offline, and the wills of its clients are published when
+// due, which without it waited for the node to start again, however long
+// that took. One node does it, the live one with the lowest id, once per
+// stop of a node; recovered maps each node recovered to its last
+// presence record. A node that comes back beats again and may stop, and
+// be recovered, again.
+func (b *Broker) recoverGoneNodes(seen map[string]*presenceSeen, recovered map[string]string, now time.Time) {
+	var gone []string
+	lowest := b.opts.NodeID
+	for id, ps := range seen {
+		switch {
+		case id == b.opts.NodeID:
+		case now.Sub(ps.since) < nodeRecover:
+			delete(recovered, id)
+			lowest = min(lowest, id)
+		case recovered[id] != string(ps.value):
+			gone = append(gone, id)
+		}
+	}
+	if lowest != b.opts.NodeID {
+		return
+	}
+	for _, id := range gone {
+		n := b.recoverSessions(func(s *session.Record) bool { return s.Node == id })
+		if b.ctx.Err() != nil {
+			return
+		}
+		if n > 0 {
+			b.log.Info("node stopped beating: its sessions recovered here", "node", id, "sessions", n)
+		}
+		recovered[id] = string(seen[id].value)
+	}
 }

@@ -69,6 +69,12 @@ func (b *Broker) publishWill(ctx context.Context, client string, m *Message) err
 	if ok && rec.Online {
 		return nil // the client is back
 	}
+	if ok && rec.Will == nil {
+		// Published already (by another node that scheduled it too, see
+		// recoverGoneNodes), or cancelled: the record keeps a will until
+		// it is published.
+		return nil
+	}
 	tx := b.db.Begin()
 	writes := false
 	if ok && rec.Will != nil {
@@ -120,6 +126,17 @@ func (b *Broker) publishWill(ctx context.Context, client string, m *Message) err
 // of it. It reads the sessions the recovery index names, not every stored
 // session (see session.RecoverTable).
 func (b *Broker) recoverWills() {
+	// A session online on another node sharing the store is live there.
+	b.recoverSessions(func(s *session.Record) bool { return !(s.Online && b.onOtherNode(*s)) })
+}
+
+// recoverSessions recovers the sessions of the recovery index that need
+// it and that take accepts: one left online is marked offline (or
+// removed, without expiry), and a will is scheduled for when it is due.
+// It reports how many it recovered. A session whose record changes
+// meanwhile is left to whoever changed it, and a will is published once
+// however many nodes schedule it (see publishWill).
+func (b *Broker) recoverSessions(take func(*session.Record) bool) int {
 	type found struct {
 		id  string
 		rec session.Record
@@ -137,13 +154,13 @@ func (b *Broker) recoverWills() {
 			continue
 		}
 		var s session.Record
-		// A session online on another node sharing the store is live there.
-		if session.Decode(r.Value, &s) == nil && s.NeedsRecovery() && !(s.Online && b.onOtherNode(s)) {
+		if session.Decode(r.Value, &s) == nil && s.NeedsRecovery() && take(&s) {
 			s.Loaded()
 			recs = append(recs, found{id, s, r.Version})
 		}
 	}
 	now := time.Now()
+	n := 0
 	for _, r := range recs {
 		if r.rec.Online {
 			// Conditional on the record read: one that changed since was
@@ -170,6 +187,7 @@ func (b *Broker) recoverWills() {
 				continue
 			}
 		}
+		n++
 		if r.rec.Will == nil {
 			continue
 		}
@@ -183,6 +201,7 @@ func (b *Broker) recoverWills() {
 		}
 		b.scheduleWill(r.id, &m, due.Sub(now))
 	}
+	return n
 }
 
 // willMessage converts a CONNECT's will into a message.
