@@ -86,12 +86,6 @@ func (dq *directQueue) take() (Direct, bool) {
 	return d, true
 }
 
-func (dq *directQueue) len() int {
-	dq.mu.Lock()
-	defer dq.mu.Unlock()
-	return len(dq.q) - dq.head
-}
-
 // addPages queues more behind what the queue holds.
 func (dq *directQueue) addPages(more RetainedPages) {
 	dq.mu.Lock()
