@@ -239,6 +239,27 @@ func (ix *Index) Shares() map[Share]int {
 	return m
 }
 
+// Members returns the subscriptions of share s's members, in client
+// order.
+func (ix *Index) Members(s Share) []Subscription {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	n := &ix.root
+	for lvl := range strings.SplitSeq(s.Filter, "/") {
+		if n = n.child(lvl); n == nil {
+			return nil
+		}
+	}
+	var out []Subscription
+	for _, sub := range n.subs {
+		if sub.Group == s.Group {
+			out = append(out, sub)
+		}
+	}
+	sortSubs(out)
+	return out
+}
+
 // dropShare counts one member of s's share less; ix.mu held.
 func (ix *Index) dropShare(s Share) {
 	if ix.shares[s] <= 1 {

@@ -3,6 +3,8 @@ package broker
 import (
 	"context"
 	"fmt"
+	"slices"
+	"time"
 
 	"github.com/tidemark-io/tidemark/mqtt/auth"
 	"github.com/tidemark-io/tidemark/mqtt/internal/delivery"
@@ -50,14 +52,73 @@ func (b *Broker) routeShared(ev table.Event, subs []topic.Subscription) {
 		if (s.NoLocal && s.Client == m.From) || !b.servesShare(ev, s) {
 			continue
 		}
-		c := b.conns[s.Client]
-		if c == nil || !b.router.Online(s.Client) || !b.guard.Allow(b.ctx, c.id, auth.AccessRead, m.Topic) {
+		b.offerShareLocked(&m, s, "")
+	}
+}
+
+// offerShareLocked offers m to pick, the member of its share the index
+// chose, or, when pick cannot take it (gone, not allowed to read the
+// topic, its queue of in-memory deliveries full), to the share's other
+// online members in turn, passing over exclude (a member that is
+// leaving). A message none takes is counted dropped as slow. b.mu held.
+func (b *Broker) offerShareLocked(m *Message, pick topic.Subscription, exclude string) bool {
+	if pick.Client != exclude && b.offerMemberLocked(m, pick) {
+		return true
+	}
+	members := b.router.Index().Members(topic.Share{Group: pick.Group, Filter: pick.Filter})
+	start := slices.IndexFunc(members, func(s topic.Subscription) bool { return s.Client == pick.Client })
+	for i := 1; i <= len(members); i++ {
+		s := members[(start+i+len(members))%len(members)]
+		if s.Client != exclude && s.Client != pick.Client && b.offerMemberLocked(m, s) {
+			return true
+		}
+	}
+	b.metrics.DroppedSlow.Add(1)
+	return false
+}
+
+// offerMemberLocked queues m for s's session, reporting false when it is
+// not online here, may not read m's topic, or has no room. b.mu held.
+func (b *Broker) offerMemberLocked(m *Message, s topic.Subscription) bool {
+	c := b.conns[s.Client]
+	if c == nil || c.out == nil || !b.router.Online(s.Client) || !b.guard.Allow(b.ctx, c.id, auth.AccessRead, m.Topic) {
+		return false
+	}
+	var ids []uint32
+	if s.ID != 0 {
+		ids = []uint32{s.ID}
+	}
+	return c.out.TryOffer(delivery.Direct{Msg: m, QoS: min(s.QoS, m.QoS), IDs: ids, Retain: m.Retain && s.RetainAsPublished,
+		Share: topic.Share{Group: s.Group, Filter: s.Filter}})
+}
+
+// reofferShared offers what client's ended session owed its shared
+// subscriptions and will not deliver (delivery.Session.Unsent) to the
+// online members of each share but leaving (client, unless a newer
+// connection of it took over), so that a member's disconnect does not
+// lose them for the group. QoS 1 ones it had sent and not seen
+// acknowledged go again, to another member: at least once.
+func (b *Broker) reofferShared(client, leaving string, ds []delivery.Direct) {
+	if len(ds) == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, d := range ds {
+		if d.Msg.Expired(time.Now()) {
 			continue
 		}
-		var ids []uint32
-		if s.ID != 0 {
-			ids = []uint32{s.ID}
+		members := b.router.Index().Members(d.Share)
+		if len(members) == 0 {
+			b.metrics.DroppedSlow.Add(1)
+			continue
 		}
-		c.out.Offer(delivery.Direct{Msg: &m, QoS: min(s.QoS, m.QoS), IDs: ids, Retain: m.Retain && s.RetainAsPublished})
+		// The rotation goes on from client (a newer connection of it
+		// first, with its subscription's QoS), or from the first member.
+		pick := members[0]
+		if i := slices.IndexFunc(members, func(s topic.Subscription) bool { return s.Client == client }); i >= 0 {
+			pick = members[i]
+		}
+		b.offerShareLocked(d.Msg, pick, leaving)
 	}
 }

@@ -55,6 +55,14 @@ func (c *conn) teardown() {
 	if current {
 		c.out.Unindex()
 	}
+	if b.ctx.Err() == nil {
+		// A newer connection of the client (a takeover) is a member too.
+		leaving := c.client
+		if !current {
+			leaving = ""
+		}
+		b.reofferShared(c.client, leaving, c.out.Unsent())
+	}
 	// A takeover ends this connection like any other close: the will goes
 	// when its delay is 0, and a delayed one is cancelled by the new
 	// connection, which cancels wills after this teardown [MQTT-3.1.4-3].

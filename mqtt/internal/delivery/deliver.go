@@ -6,6 +6,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/mqtt/internal/message"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
+	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
 )
 
@@ -75,7 +76,7 @@ func (o *Session) deliverDirect(d Direct) {
 	if d.Msg.Expired(time.Now()) {
 		return
 	}
-	o.send(delivery{msg: d.Msg, qos: d.QoS, ids: d.IDs, retain: d.Retain})
+	o.send(delivery{msg: d.Msg, qos: d.QoS, ids: d.IDs, retain: d.Retain, share: d.Share})
 }
 
 // OfferRetained queues the retained messages a SUBSCRIBE matched, all of
@@ -97,12 +98,20 @@ func (o *Session) OfferRetained(ds []Direct, more RetainedPages) {
 // Offer queues an in-memory delivery; a full queue drops it (the
 // subscriber is too slow for at-most-once traffic).
 func (o *Session) Offer(d Direct) {
-	if !o.direct.offer(d) {
+	if !o.TryOffer(d) {
 		o.env.Counters.DroppedSlow.Add(1)
 		o.log.Debug("slow subscriber: in-memory delivery dropped", "topic", d.Msg.Topic)
-		return
+	}
+}
+
+// TryOffer queues an in-memory delivery, reporting false, and leaving d
+// to the caller, when the queue is full.
+func (o *Session) TryOffer(d Direct) bool {
+	if !o.direct.offer(d) {
+		return false
 	}
 	o.wake()
+	return true
 }
 
 // delivery is one PUBLISH for the session's client, as the sender hands
@@ -129,6 +138,9 @@ type delivery struct {
 	// rp is the replay ev comes from (its reader takes the ack), nil for
 	// the session's member.
 	rp *Replay
+	// share is the shared subscription of an in-memory delivery, zero
+	// for any other.
+	share topic.Share
 }
 
 // send writes one PUBLISH; QoS 1/2 ones enter the in-flight window.
@@ -149,7 +161,7 @@ func (o *Session) send(d delivery) {
 	}
 	o.mu.Lock()
 	pi := o.packetIDLocked(d)
-	om := &outMsg{pi: pi, qos: qos, ev: ev, hasEv: hasEv, pos: ev.Cursor(), msg: m, state: outSent, rp: rp, gauged: true}
+	om := &outMsg{pi: pi, qos: qos, ev: ev, hasEv: hasEv, pos: ev.Cursor(), msg: m, state: outSent, rp: rp, gauged: true, share: d.share}
 	o.track(om)
 	o.mu.Unlock()
 	o.env.Counters.InflightOut.Add(1)

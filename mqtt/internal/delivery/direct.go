@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/tidemark-io/tidemark/mqtt/internal/message"
+	"github.com/tidemark-io/tidemark/mqtt/topic"
 )
 
 // maxDirect bounds a session's queue of in-memory deliveries routed live;
@@ -21,6 +22,10 @@ type Direct struct {
 	QoS    byte
 	IDs    []uint32
 	Retain bool
+	// Share is the shared subscription the delivery is for, zero for
+	// any other: what the session could not deliver of it goes back to
+	// the group (see Session.Unsent).
+	Share topic.Share
 }
 
 // directQueue is a session's in-memory deliveries waiting for its sender.
@@ -133,4 +138,19 @@ func (dq *directQueue) dropPages() {
 	dq.mu.Lock()
 	dq.more = nil
 	dq.mu.Unlock()
+}
+
+// takeShared removes and returns the queued deliveries for shared
+// subscriptions (the session ends).
+func (dq *directQueue) takeShared() []Direct {
+	dq.mu.Lock()
+	defer dq.mu.Unlock()
+	var out []Direct
+	for _, d := range dq.q[dq.head:] {
+		if d.Share != (topic.Share{}) {
+			out = append(out, d)
+		}
+	}
+	dq.q, dq.head = nil, 0
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"github.com/tidemark-io/tidemark/mqtt/internal/message"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
+	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
 )
 
@@ -31,6 +32,9 @@ type outMsg struct {
 	// gauged: counted in the in-flight gauge (metrics.InflightOut) until
 	// it completes or the connection ends; under o.mu.
 	gauged bool
+	// share is the shared subscription of an in-memory delivery, zero
+	// for any other (see Session.Unsent).
+	share topic.Share
 }
 
 // The states of a QoS 2 exchange, as outMsg.state and in its stored
@@ -210,4 +214,22 @@ func (o *Session) complete(pi uint16) {
 	case o.freed <- struct{}{}:
 	default:
 	}
+}
+
+// Unsent returns, once the session has stopped, the deliveries for
+// shared subscriptions it owes but will not complete: those still queued,
+// and the QoS 1 ones sent and not acknowledged (which a reconnect does not
+// send again: they have no log position). The broker offers them to the
+// group's other members. A QoS 2 one stays: its record completes it when
+// the session comes back [MQTT-4.8.2-3].
+func (o *Session) Unsent() []Direct {
+	out := o.direct.takeShared()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, om := range o.inflight {
+		if om.qos == 1 && !om.hasEv && om.share != (topic.Share{}) {
+			out = append(out, Direct{Msg: om.msg, QoS: 1, Share: om.share})
+		}
+	}
+	return out
 }

@@ -1,0 +1,62 @@
+package mqtt_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/tidemark-io/tidemark/mqtt"
+	"github.com/tidemark-io/tidemark/mqtt/packet"
+)
+
+// A shared group loses nothing to one slow member that then disconnects:
+// what its full queue could not take goes to the other member at once,
+// and what it held (queued, or sent and not acknowledged) goes to the
+// other member when its connection ends. Every one of 2,100 QoS 1
+// messages reaches the member that acknowledges, and none is dropped.
+func TestSharedSlowMemberLosesNothing(t *testing.T) {
+	s := startBroker(t)
+	cp := connect5Packet("unsent-slow", true, 0)
+	cp.Properties.SetReceiveMaximum(1)
+	slow, _ := connectRaw(t, s.Addr, cp)
+	slow.Send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "$share/g/un/#", QoS: 1}}})
+	slow.Expect(packet.TypeSuback, 1)
+	fast := connect5(t, s.Addr, "unsent-fast", true, 0)
+	fast.sub("$share/g/un/#", 1)
+
+	const n = 2100 // past the slow member's queue of 1,024 and its window of 1
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	for i := range n {
+		if err := s.Broker().Publish(ctx, mqtt.Message{Topic: "un/x", Payload: []byte(strconv.Itoa(i)), QoS: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := slow.ReadPublish() // and never acknowledged
+	got := map[string]bool{}
+	deadline := time.After(wait)
+	for len(got) < n-1100 { // the fast member's share and the slow one's overflow
+		select {
+		case m := <-fast.msgs:
+			got[string(m.Payload)] = true
+		case <-deadline:
+			t.Fatalf("the fast member got %d messages while the slow one stalled", len(got))
+		}
+	}
+	slow.Conn().Close()
+	for len(got) < n {
+		select {
+		case m := <-fast.msgs:
+			got[string(m.Payload)] = true
+		case <-deadline:
+			t.Fatalf("the fast member got %d of %d messages after the slow one left; the group lost the rest", len(got), n)
+		}
+	}
+	if !got[string(first.Payload)] {
+		t.Fatalf("the message the slow member did not acknowledge (%s) was not sent to the other", first.Payload)
+	}
+	if d := s.Broker().Stats().Dropped["slow"]; d != 0 {
+		t.Fatalf("%d shared deliveries dropped as slow", d)
+	}
+}
