@@ -2,6 +2,7 @@ package mqtt_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/eclipse/paho.golang/paho"
 
+	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt"
 )
 
@@ -232,4 +234,23 @@ func TestWillOfStoppedNodePublishedByAnother(t *testing.T) {
 	if logA.count("its sessions recovered here") != 1 {
 		t.Fatalf("node A does not log the recovery once:\n%s", logA.buf.String())
 	}
+}
+
+// A second node with the id of a running one is refused, naming the fix;
+// once that node has stopped, its id is free for its next start.
+func TestNodeIDInUseRefused(t *testing.T) {
+	a := startBroker(t, func(o *mqtt.Options) { o.NodeID = "A" })
+	time.Sleep(time.Second) // a beat or two: the record exists and changes
+	_, err := mqtt.New(a.DB(), mqtt.Options{NodeID: "A"})
+	if !errors.Is(err, engine.ErrInvalidOption) || !strings.Contains(err.Error(), `node id "A" is in use`) || !strings.Contains(err.Error(), "--node-id") {
+		t.Fatalf("a second node A: %v, want ErrInvalidOption naming the id and --node-id", err)
+	}
+	if err := a.Broker().Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := mqtt.New(a.DB(), mqtt.Options{NodeID: "A"})
+	if err != nil {
+		t.Fatalf("node A after the first stopped: %v", err)
+	}
+	_ = b.Close()
 }

@@ -52,6 +52,11 @@ func TestServeCluster(t *testing.T) {
 	if idA == idB {
 		t.Fatalf("both nodes generated node id %q", idA)
 	}
+	// A third node given node a's id, as a copied config file would, is
+	// refused while a runs.
+	if out, err := exec.Command(bin, append(append([]string{"serve"}, node("dup")...), "--node-id", idA)...).CombinedOutput(); err == nil || !strings.Contains(string(out), "is in use by a running node") {
+		t.Fatalf("a node with a running node's id was not refused: %v\n%s", err, out)
+	}
 	for _, n := range []struct {
 		p  *nodeProc
 		id string

@@ -210,6 +210,11 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 	if err := retention.Save(context.Background(), db, opts.Retention); err != nil {
 		return nil, err
 	}
+	if opts.NodeID != "" {
+		if err := nodeIDFree(context.Background(), db, opts.NodeID); err != nil {
+			return nil, err
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Broker{
 		db: db, opts: opts, log: opts.Logger.With("component", "mqtt"), group: maxGroup,

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
+	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -153,4 +155,36 @@ func (b *Broker) recoverGoneNodes(seen map[string]*presenceSeen, recovered map[s
 		}
 		recovered[id] = string(seen[id].value)
 	}
+}
+
+// nodeIDFree checks, before a node starts beating, that no running node
+// has its id: two nodes with one id would each take the other's sessions
+// for their own (see recoverWills). A record of the id that changes
+// within a beat and a margin belongs to a running node; one that stays
+// the same was left by a node that stopped, this one's own previous run
+// most likely. A fresh id costs one read.
+func nodeIDFree(ctx context.Context, db *table.DB, id string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*nodeBeat)
+	defer cancel()
+	first, err := db.Get(ctx, tableNodes, id)
+	if errors.Is(err, table.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("mqtt: read the presence record of node %q: %w", id, err)
+	}
+	select {
+	case <-time.After(nodeBeat + nodeBeat/5):
+	case <-ctx.Done():
+		return fmt.Errorf("mqtt: read the presence record of node %q: %w", id, ctx.Err())
+	}
+	again, err := db.Get(ctx, tableNodes, id)
+	if err != nil {
+		return fmt.Errorf("mqtt: read the presence record of node %q: %w", id, err)
+	}
+	if !bytes.Equal(first.Value, again.Value) {
+		return fmt.Errorf("mqtt: node id %q is in use by a running node (its presence record changes); "+
+			"give each node its own id (tidemark serve --node-id, or a data directory of its own): %w", id, engine.ErrInvalidOption)
+	}
+	return nil
 }
