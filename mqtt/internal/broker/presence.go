@@ -84,8 +84,11 @@ func (b *Broker) beat() {
 }
 
 // writePresence writes v as this node's presence record and waits for
-// the commit.
+// the commit, up to nodeGone: a store that takes longer (a NATS leader
+// change) fails the beat, and the next one tries again.
 func (b *Broker) writePresence(ctx context.Context, v []byte) error {
+	ctx, cancel := context.WithTimeout(ctx, nodeGone)
+	defer cancel()
 	tx := b.db.Begin()
 	if err := tx.PutStateUnchecked(tableNodes, b.opts.NodeID, v); err != nil {
 		return err

@@ -52,7 +52,7 @@ func (b *Broker) routeShared(ev table.Event, subs []topic.Subscription) {
 		if (s.NoLocal && s.Client == m.From) || !b.servesShare(ev, s) {
 			continue
 		}
-		b.offerShareLocked(&m, s, "")
+		b.offerShareLocked(&m, s, "", false)
 	}
 }
 
@@ -60,17 +60,25 @@ func (b *Broker) routeShared(ev table.Event, subs []topic.Subscription) {
 // chose, or, when pick cannot take it (gone, not allowed to read the
 // topic, its queue of in-memory deliveries full), to the share's other
 // online members in turn, passing over exclude (a member that is
-// leaving). A message none takes is counted dropped as slow. b.mu held.
-func (b *Broker) offerShareLocked(m *Message, pick topic.Subscription, exclude string) bool {
-	if pick.Client != exclude && b.offerMemberLocked(m, pick) {
-		return true
-	}
+// leaving). With force, when every queue is full, the first member that
+// may take it gets it past its queue's bound. A message none takes is
+// counted dropped as slow. b.mu held.
+func (b *Broker) offerShareLocked(m *Message, pick topic.Subscription, exclude string, force bool) bool {
 	members := b.router.Index().Members(topic.Share{Group: pick.Group, Filter: pick.Filter})
 	start := slices.IndexFunc(members, func(s topic.Subscription) bool { return s.Client == pick.Client })
-	for i := 1; i <= len(members); i++ {
-		s := members[(start+i+len(members))%len(members)]
-		if s.Client != exclude && s.Client != pick.Client && b.offerMemberLocked(m, s) {
+	bounds := []bool{true}
+	if force {
+		bounds = append(bounds, false)
+	}
+	for _, bound := range bounds {
+		if pick.Client != exclude && b.offerMemberLocked(m, pick, bound) {
 			return true
+		}
+		for i := 1; i <= len(members); i++ {
+			s := members[(start+i+len(members))%len(members)]
+			if s.Client != exclude && s.Client != pick.Client && b.offerMemberLocked(m, s, bound) {
+				return true
+			}
 		}
 	}
 	b.metrics.DroppedSlow.Add(1)
@@ -78,8 +86,9 @@ func (b *Broker) offerShareLocked(m *Message, pick topic.Subscription, exclude s
 }
 
 // offerMemberLocked queues m for s's session, reporting false when it is
-// not online here, may not read m's topic, or has no room. b.mu held.
-func (b *Broker) offerMemberLocked(m *Message, s topic.Subscription) bool {
+// not online here, may not read m's topic, or (with bound) has no room.
+// b.mu held.
+func (b *Broker) offerMemberLocked(m *Message, s topic.Subscription, bound bool) bool {
 	c := b.conns[s.Client]
 	if c == nil || c.out == nil || !b.router.Online(s.Client) || !b.guard.Allow(b.ctx, c.id, auth.AccessRead, m.Topic) {
 		return false
@@ -88,8 +97,13 @@ func (b *Broker) offerMemberLocked(m *Message, s topic.Subscription) bool {
 	if s.ID != 0 {
 		ids = []uint32{s.ID}
 	}
-	return c.out.TryOffer(delivery.Direct{Msg: m, QoS: min(s.QoS, m.QoS), IDs: ids, Retain: m.Retain && s.RetainAsPublished,
-		Share: topic.Share{Group: s.Group, Filter: s.Filter}})
+	d := delivery.Direct{Msg: m, QoS: min(s.QoS, m.QoS), IDs: ids, Retain: m.Retain && s.RetainAsPublished,
+		Share: topic.Share{Group: s.Group, Filter: s.Filter}}
+	if !bound {
+		c.out.OfferOwed(d)
+		return true
+	}
+	return c.out.TryOffer(d)
 }
 
 // reofferShared offers what client's ended session owed its shared
@@ -119,6 +133,8 @@ func (b *Broker) reofferShared(client, leaving string, ds []delivery.Direct) {
 		if i := slices.IndexFunc(members, func(s topic.Subscription) bool { return s.Client == client }); i >= 0 {
 			pick = members[i]
 		}
-		b.offerShareLocked(d.Msg, pick, leaving)
+		// Past the queues' bound if need be: these are owed to the group
+		// and in memory already, at most a queue and a window of them.
+		b.offerShareLocked(d.Msg, pick, leaving, true)
 	}
 }

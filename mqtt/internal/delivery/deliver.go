@@ -104,6 +104,15 @@ func (o *Session) Offer(d Direct) {
 	}
 }
 
+// OfferOwed queues an in-memory delivery whatever the queue holds: one
+// owed to the session that is in memory already (a shared group's message
+// another member left undelivered), which the queue's bound would only
+// drop.
+func (o *Session) OfferOwed(d Direct) {
+	o.direct.offerAll([]Direct{d})
+	o.wake()
+}
+
 // TryOffer queues an in-memory delivery, reporting false, and leaving d
 // to the caller, when the queue is full.
 func (o *Session) TryOffer(d Direct) bool {
