@@ -213,8 +213,12 @@ func TestIndexCountsShareMembers(t *testing.T) {
 	if got := ix.Shares(); !maps.Equal(got, want) {
 		t.Fatalf("after removals Shares() = %v, want %v", got, want)
 	}
+	ix.Match("s/x", func(Subscription) {}) // starts the share's rotation
 	ix.RemoveClient("c")
 	if got := ix.Shares(); len(got) != 0 {
 		t.Fatalf("with no member left Shares() = %v, want none", got)
+	}
+	if len(ix.rr) != 0 {
+		t.Fatalf("rotations of shares gone are kept: %v", ix.rr)
 	}
 }
