@@ -150,6 +150,9 @@ type Broker struct {
 	// shares is the view of the shared subscriptions served by several
 	// nodes (see sharenodes.go); nil on a single node.
 	shares atomic.Pointer[shareView]
+	// sharesLeftOut is how many shares the last shares record left out
+	// (see encodeShares); the beat's own.
+	sharesLeftOut int
 
 	// store runs store calls (see onStore); runners run the connections'
 	// ack loops and senders.

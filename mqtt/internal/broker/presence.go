@@ -3,6 +3,7 @@ package broker
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -36,10 +37,11 @@ const (
 
 // beat writes this node's presence record every nodeBeat until the broker
 // closes. The record carries the node's start time and a counter, so each
-// write differs from every earlier one, this run's or a previous run's,
-// and the node's online members of each shared subscription; after each
-// write the node reads the others' records (see sharenodes.go). The last
-// record, as the broker closes, has no members.
+// write differs from every earlier one, this run's or a previous run's.
+// Beside it, in the same commit when they changed, goes the node's count
+// of online members of each shared subscription (its shares record);
+// after each write the node reads the others' records (see
+// sharenodes.go). As the broker closes, its shares record goes.
 func (b *Broker) beat() {
 	defer b.wg.Done()
 	t := time.NewTicker(nodeBeat)
@@ -50,8 +52,13 @@ func (b *Broker) beat() {
 	// observing is since when every write and read of the records has
 	// succeeded: a node's record seen unchanged only counts from then.
 	var observing time.Time
+	var shares []byte // the shares record as last written (nil: none)
 	for n := uint64(1); ; n++ {
-		err := b.writePresence(b.ctx, appendPresence(nil, start, n, b.router.Index().Shares()))
+		next := b.encodeShares(b.router.Index().Shares())
+		err := b.writePresence(b.ctx, start, n, shares, next)
+		if err == nil {
+			shares = next
+		}
 		now := time.Now()
 		var view shareView
 		if err == nil {
@@ -75,7 +82,7 @@ func (b *Broker) beat() {
 		select {
 		case <-b.ctx.Done():
 			ctx, cancel := context.WithTimeout(context.Background(), nodeBeat)
-			_ = b.writePresence(ctx, appendPresence(nil, start, n+1, nil))
+			_ = b.writePresence(ctx, start, n+1, shares, nil)
 			cancel()
 			return
 		case <-t.C:
@@ -83,15 +90,29 @@ func (b *Broker) beat() {
 	}
 }
 
-// writePresence writes v as this node's presence record and waits for
-// the commit, up to nodeGone: a store that takes longer (a NATS leader
-// change) fails the beat, and the next one tries again.
-func (b *Broker) writePresence(ctx context.Context, v []byte) error {
+// writePresence writes this node's presence record for beat n, and its
+// shares record when it changed from old to shares (nil deletes it), in
+// one commit, and waits for it up to nodeGone: a store that takes longer
+// (a NATS leader change) fails the beat, and the next one tries again.
+func (b *Broker) writePresence(ctx context.Context, start int64, n uint64, old, shares []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, nodeGone)
 	defer cancel()
 	tx := b.db.Begin()
-	if err := tx.PutStateUnchecked(tableNodes, b.opts.NodeID, v); err != nil {
+	v := binary.BigEndian.AppendUint64(make([]byte, 0, 16), uint64(start))
+	if err := tx.PutStateUnchecked(tableNodes, b.opts.NodeID, binary.BigEndian.AppendUint64(v, n)); err != nil {
 		return err
+	}
+	if !bytes.Equal(old, shares) {
+		id := b.opts.NodeID + sharesSuffix
+		var err error
+		if shares == nil {
+			err = tx.DeleteStateUnchecked(tableNodes, id)
+		} else {
+			err = tx.PutStateUnchecked(tableNodes, id, shares)
+		}
+		if err != nil {
+			return err
+		}
 	}
 	return tx.Commit(ctx)
 }

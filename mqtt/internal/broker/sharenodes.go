@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
@@ -18,9 +19,9 @@ import (
 // each shared subscription a message matches, one of the node's own
 // online members. With members of one share on several nodes, each of
 // those nodes would deliver the message: the group would get it once per
-// node. So each node publishes, in its presence record (see beat), how
-// many online members it has for each share, and reads the other nodes'
-// records at each beat: a message of a share with members on several
+// node. So each node publishes, in a shares record beside its presence
+// record (see beat), how many online members it has for each share, and
+// reads the other nodes' records at each beat: a message of a share with members on several
 // nodes goes to the node a hash of the message's log position picks,
 // weighted by those counts, the same pick on every node, and only that
 // node offers it to one of its members.
@@ -51,61 +52,80 @@ type nodeShare struct {
 	n    int
 }
 
-// appendPresence encodes a presence record: the node's start time and
-// beat counter (so each record differs from every other), then its
-// online members per share.
-func appendPresence(dst []byte, start int64, beat uint64, shares map[topic.Share]int) []byte {
-	dst = binary.BigEndian.AppendUint64(dst, uint64(start))
-	dst = binary.BigEndian.AppendUint64(dst, beat)
-	dst = binary.AppendUvarint(dst, uint64(len(shares)))
-	for s, n := range shares {
+// sharesSuffix ends the id of a node's shares record in tableNodes,
+// after the node id (which has no NUL byte).
+const sharesSuffix = "\x00shares"
+
+// maxSharesRecord bounds a node's shares record. Past it the shares that
+// sort last are left out (and a warning logged): the other nodes then
+// take this node for having no members of them, and deliver their
+// messages themselves, so a share is never served twice, only less
+// evenly.
+const maxSharesRecord = 256 << 10
+
+// appendShares encodes a shares record: the node's online members per
+// share, in share order, as many as fit maxSharesRecord; it reports how
+// many it left out.
+func appendShares(dst []byte, shares map[topic.Share]int) ([]byte, int) {
+	keys := make([]topic.Share, 0, len(shares))
+	for s := range shares {
+		keys = append(keys, s)
+	}
+	slices.SortFunc(keys, func(a, b topic.Share) int {
+		if c := strings.Compare(a.Group, b.Group); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Filter, b.Filter)
+	})
+	for i, s := range keys {
+		if len(dst)+len(s.Group)+len(s.Filter)+3*binary.MaxVarintLen64 > maxSharesRecord {
+			return dst, len(keys) - i
+		}
 		dst = binary.AppendUvarint(dst, uint64(len(s.Group)))
 		dst = append(dst, s.Group...)
 		dst = binary.AppendUvarint(dst, uint64(len(s.Filter)))
 		dst = append(dst, s.Filter...)
-		dst = binary.AppendUvarint(dst, uint64(n))
+		dst = binary.AppendUvarint(dst, uint64(shares[s]))
 	}
-	return dst
+	return dst, 0
 }
 
-// presenceShares decodes the shares of a presence record; a record
-// without them (from a node that predates them) or one it cannot read
-// has none.
-func presenceShares(v []byte) map[topic.Share]int {
-	if len(v) <= 16 {
+// encodeShares is the shares record of shares, nil when there are none;
+// one cut to maxSharesRecord is logged, once per change of the count left
+// out.
+func (b *Broker) encodeShares(shares map[topic.Share]int) []byte {
+	if len(shares) == 0 {
 		return nil
 	}
-	v = v[16:]
-	uvarint := func() (uint64, bool) {
-		x, n := binary.Uvarint(v)
+	v, left := appendShares(nil, shares)
+	if left != b.sharesLeftOut {
+		b.sharesLeftOut = left
+		if left > 0 {
+			b.log.Warn("too many shared subscriptions to publish to the other nodes; their messages go to members on other nodes only",
+				"shares", len(shares), "left_out", left)
+		}
+	}
+	return v
+}
+
+// decodeShares decodes a shares record; one it cannot read has none.
+func decodeShares(v []byte) map[topic.Share]int {
+	m := map[topic.Share]int{}
+	for len(v) > 0 {
+		var parts [2]string
+		for i := range parts {
+			l, n := binary.Uvarint(v)
+			if n <= 0 || l > uint64(len(v)-n) {
+				return nil
+			}
+			parts[i], v = string(v[n:n+int(l)]), v[n+int(l):]
+		}
+		c, n := binary.Uvarint(v)
 		if n <= 0 {
-			return 0, false
-		}
-		v = v[n:]
-		return x, true
-	}
-	str := func() (string, bool) {
-		l, ok := uvarint()
-		if !ok || l > uint64(len(v)) {
-			return "", false
-		}
-		s := string(v[:l])
-		v = v[l:]
-		return s, true
-	}
-	count, ok := uvarint()
-	if !ok || count > uint64(len(v)) {
-		return nil
-	}
-	m := make(map[topic.Share]int, count)
-	for range count {
-		g, ok1 := str()
-		f, ok2 := str()
-		n, ok3 := uvarint()
-		if !ok1 || !ok2 || !ok3 {
 			return nil
 		}
-		m[topic.Share{Group: g, Filter: f}] = int(n)
+		v = v[n:]
+		m[topic.Share{Group: parts[0], Filter: parts[1]}] = int(c)
 	}
 	return m
 }
@@ -117,27 +137,22 @@ type presenceSeen struct {
 	since time.Time
 }
 
-// readShareView reads every node's presence record and makes the view of
-// the shares served by several nodes, leaving out the nodes whose record
-// has not changed for nodeGone. seen is the beat's memory of the
-// records, updated here.
+// readShareView reads every node's presence and shares records and makes
+// the view of the shares served by several nodes, leaving out the nodes
+// whose presence record has not changed for nodeGone. seen is the beat's
+// memory of the presence records, updated here.
 func (b *Broker) readShareView(ctx context.Context, seen map[string]*presenceSeen, now time.Time) (shareView, error) {
-	byShare := map[topic.Share][]nodeShare{}
+	records := map[string][]byte{}
 	live := map[string]bool{}
 	err := b.db.Range(ctx, tableNodes, "", func(r table.Record) bool {
+		if node, ok := strings.CutSuffix(r.ID, sharesSuffix); ok {
+			records[node] = r.Value
+			return true
+		}
 		live[r.ID] = true
 		ps := seen[r.ID]
 		if ps == nil || string(ps.value) != string(r.Value) {
-			ps = &presenceSeen{value: r.Value, since: now}
-			seen[r.ID] = ps
-		}
-		if r.ID != b.opts.NodeID && now.Sub(ps.since) >= nodeGone {
-			return true
-		}
-		for s, n := range presenceShares(r.Value) {
-			if n > 0 {
-				byShare[s] = append(byShare[s], nodeShare{r.ID, n})
-			}
+			seen[r.ID] = &presenceSeen{value: r.Value, since: now}
 		}
 		return true
 	})
@@ -147,6 +162,18 @@ func (b *Broker) readShareView(ctx context.Context, seen map[string]*presenceSee
 	for id := range seen {
 		if !live[id] {
 			delete(seen, id)
+		}
+	}
+	byShare := map[topic.Share][]nodeShare{}
+	for node, v := range records {
+		ps := seen[node]
+		if ps == nil || (node != b.opts.NodeID && now.Sub(ps.since) >= nodeGone) {
+			continue
+		}
+		for s, n := range decodeShares(v) {
+			if n > 0 {
+				byShare[s] = append(byShare[s], nodeShare{node, n})
+			}
 		}
 	}
 	view := shareView{}

@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"bytes"
+	"fmt"
 	"maps"
 	"testing"
 
@@ -8,22 +10,41 @@ import (
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 )
 
-// A presence record carries the node's members per share, and a record
-// from a node that predates them, or a damaged one, carries none.
-func TestPresenceShares(t *testing.T) {
-	shares := map[topic.Share]int{{Group: "g", Filter: "a/#"}: 3, {Group: "h", Filter: "b/+/c"}: 1}
-	v := appendPresence(nil, 42, 7, shares)
-	if got := presenceShares(v); !maps.Equal(got, shares) {
-		t.Fatalf("decoded %v, want %v", got, shares)
+// A shares record carries the node's members per share, in share order
+// whatever the map's, and one cut short or damaged carries none.
+func TestSharesRecord(t *testing.T) {
+	shares := map[topic.Share]int{{Group: "g", Filter: "a/#"}: 3, {Group: "h", Filter: "b/+/c"}: 1, {Group: "g", Filter: "0"}: 2}
+	v, left := appendShares(nil, shares)
+	if got := decodeShares(v); left != 0 || !maps.Equal(got, shares) {
+		t.Fatalf("decoded %v (left out %d), want %v", got, left, shares)
 	}
-	if got := presenceShares(v[:16]); got != nil {
-		t.Fatalf("a record of start time and counter only: %v, want none", got)
+	for range 5 {
+		if again, _ := appendShares(nil, shares); !bytes.Equal(again, v) {
+			t.Fatal("the record depends on the map's order")
+		}
 	}
-	if got := presenceShares(v[:len(v)-2]); got != nil {
+	if got := decodeShares(v[:len(v)-2]); got != nil {
 		t.Fatalf("a cut record: %v, want none", got)
 	}
-	if got := presenceShares(appendPresence(nil, 42, 8, nil)); len(got) != 0 {
-		t.Fatalf("a record without members: %v, want none", got)
+	if got := decodeShares(nil); len(got) != 0 {
+		t.Fatalf("an empty record: %v, want none", got)
+	}
+}
+
+// A node with more shares than its shares record holds publishes those
+// that sort first and reports how many it left out.
+func TestSharesRecordBounded(t *testing.T) {
+	shares := map[topic.Share]int{}
+	for i := range 20000 {
+		shares[topic.Share{Group: fmt.Sprintf("group-%05d", i), Filter: "devices/+/telemetry/#"}] = 1
+	}
+	v, left := appendShares(nil, shares)
+	got := decodeShares(v)
+	if len(v) > maxSharesRecord || left == 0 || len(got)+left != len(shares) {
+		t.Fatalf("record of %d bytes with %d shares, %d left out, of %d", len(v), len(got), left, len(shares))
+	}
+	if _, ok := got[topic.Share{Group: "group-00000", Filter: "devices/+/telemetry/#"}]; !ok {
+		t.Fatal("the first share in order is not in the record")
 	}
 }
 
