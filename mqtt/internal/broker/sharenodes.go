@@ -40,10 +40,9 @@ import (
 // others' sessions through the store.
 func (b *Broker) sharedStore() bool { return b.opts.NodeID != "" }
 
-// shareView is what a node knows of the shares with members on several
-// nodes: for each share, the nodes with online members and their counts,
-// sorted by node id. Shares served by one node only are left out: their
-// messages need no pick.
+// shareView is what a node knows of the shares the nodes publish: for
+// each share, the nodes with online members and their counts, sorted by
+// node id.
 type shareView map[topic.Share][]nodeShare
 
 // nodeShare is one node's count of online members of a share.
@@ -164,7 +163,7 @@ func (b *Broker) readShareView(ctx context.Context, seen map[string]*presenceSee
 			delete(seen, id)
 		}
 	}
-	byShare := map[topic.Share][]nodeShare{}
+	byShare := shareView{}
 	for node, v := range records {
 		ps := seen[node]
 		if ps == nil || (node != b.opts.NodeID && now.Sub(ps.since) >= nodeGone) {
@@ -176,14 +175,10 @@ func (b *Broker) readShareView(ctx context.Context, seen map[string]*presenceSee
 			}
 		}
 	}
-	view := shareView{}
-	for s, nodes := range byShare {
-		if len(nodes) > 1 {
-			sort.Slice(nodes, func(i, j int) bool { return nodes[i].node < nodes[j].node })
-			view[s] = nodes
-		}
+	for _, nodes := range byShare {
+		sort.Slice(nodes, func(i, j int) bool { return nodes[i].node < nodes[j].node })
 	}
-	return view, nil
+	return byShare, nil
 }
 
 // setShareView makes view the one routing acts on, logging the shares
@@ -191,7 +186,7 @@ func (b *Broker) readShareView(ctx context.Context, seen map[string]*presenceSee
 func (b *Broker) setShareView(view shareView) {
 	old := b.shares.Load()
 	for s, nodes := range view {
-		if old == nil || len((*old)[s]) == 0 {
+		if len(nodes) > 1 && (old == nil || len((*old)[s]) <= 1) {
 			names := make([]string, len(nodes))
 			for i, ns := range nodes {
 				names[i] = ns.node
@@ -201,8 +196,8 @@ func (b *Broker) setShareView(view shareView) {
 		}
 	}
 	if old != nil {
-		for s := range *old {
-			if len(view[s]) == 0 {
+		for s, nodes := range *old {
+			if len(nodes) > 1 && len(view[s]) <= 1 {
 				b.log.Info("shared subscription served by one node again", "group", s.Group, "filter", s.Filter)
 			}
 		}
@@ -211,8 +206,11 @@ func (b *Broker) setShareView(view shareView) {
 }
 
 // servesShare reports whether this node delivers ev to its member of
-// shared subscription s: always, unless the share has members on several
-// nodes and the pick for ev is another node.
+// shared subscription s: when no node publishes members of the share
+// (this node's have not been published yet), or when the pick for ev
+// among the nodes that do is this one. A share published only by another
+// node is that node's to serve, even while this node's own members are
+// not published yet (or left out, see maxSharesRecord): never twice.
 func (b *Broker) servesShare(ev table.Event, s topic.Subscription) bool {
 	v := b.shares.Load()
 	if v == nil {
