@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -49,6 +48,29 @@ func (l *logText) waitFor(t *testing.T, s string, n int) {
 
 func (l *logText) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
 
+// expectSplit checks that the two members of a group got n messages in
+// all, each some, and no more.
+func expectSplit(t *testing.T, n int, m1, m2 *client5) {
+	t.Helper()
+	got := [2]int{}
+	deadline := time.After(wait)
+	for got[0]+got[1] < n {
+		select {
+		case <-m1.msgs:
+			got[0]++
+		case <-m2.msgs:
+			got[1]++
+		case <-deadline:
+			t.Fatalf("the group got %d of %d messages: %v", got[0]+got[1], n, got)
+		}
+	}
+	m1.expectNone(300 * time.Millisecond)
+	m2.expectNone(0)
+	if got[0] == 0 || got[1] == 0 {
+		t.Fatalf("one member got all %d messages: %v", n, got)
+	}
+}
+
 // A shared subscription with a member on each of two nodes sharing one
 // store gets each message once, not once per node: the nodes publish
 // their members in their presence records, and one pick, made alike on
@@ -77,23 +99,7 @@ func TestSharedSubscriptionAcrossNodes(t *testing.T) {
 		}
 		p.pub("sn/x", 1, false, "m")
 	}
-	got := map[string]int{}
-	deadline := time.After(wait)
-	for got["m1"]+got["m2"] < n {
-		select {
-		case <-m1.msgs:
-			got["m1"]++
-		case <-m2.msgs:
-			got["m2"]++
-		case <-deadline:
-			t.Fatalf("the group got %d of %d messages: %v", got["m1"]+got["m2"], n, got)
-		}
-	}
-	m1.expectNone(300 * time.Millisecond)
-	m2.expectNone(0)
-	if got["m1"] == 0 || got["m2"] == 0 {
-		t.Fatalf("one member got all %d messages: %v", n, got)
-	}
+	expectSplit(t, n, m1, m2)
 
 	m2.close()
 	const single = "served by one node again"
@@ -144,23 +150,7 @@ func TestQoS0AcrossNodes(t *testing.T) {
 	for range n {
 		pub.pub("q0s/x", 0, false, "s")
 	}
-	got := map[string]int{}
-	deadline := time.After(wait)
-	for got["m1"]+got["m2"] < n {
-		select {
-		case <-m1.msgs:
-			got["m1"]++
-		case <-m2.msgs:
-			got["m2"]++
-		case <-deadline:
-			t.Fatalf("the group got %d of %d QoS 0 messages: %v", got["m1"]+got["m2"], n, got)
-		}
-	}
-	m1.expectNone(200 * time.Millisecond)
-	m2.expectNone(0)
-	if got["m1"] == 0 || got["m2"] == 0 {
-		t.Fatalf("one member got all %d messages: %v", n, got)
-	}
+	expectSplit(t, n, m1, m2)
 
 	will := &paho.Connect{ClientID: "q0-will", CleanStart: true, KeepAlive: 30, WillMessage: &paho.WillMessage{Topic: "q0/will", QoS: 0, Payload: []byte("gone")}}
 	w, err := dial5(t, bAddr, will, nil)
@@ -196,16 +186,7 @@ func TestReplaySkipsQoS0OfNodes(t *testing.T) {
 func TestWillOfStoppedNodePublishedByAnother(t *testing.T) {
 	var logA logText
 	a := startBroker(t, func(o *mqtt.Options) { o.NodeID, o.Logger = "A", logA.logger() })
-	b, err := mqtt.New(a.DB(), mqtt.Options{NodeID: "B"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() { defer close(served); _ = b.Serve(ln) }()
+	bAddr, b := serveNode(t, a.DB(), mqtt.Options{NodeID: "B"})
 
 	sub := connect5(t, a.Addr, "gone-sub", true, 0)
 	sub.sub("gone/#", 1)
@@ -213,12 +194,11 @@ func TestWillOfStoppedNodePublishedByAnother(t *testing.T) {
 		Properties:     &paho.ConnectProperties{SessionExpiryInterval: u32(3600)},
 		WillMessage:    &paho.WillMessage{Topic: "gone/dev", Payload: []byte("offline"), QoS: 1},
 		WillProperties: &paho.WillProperties{WillDelayInterval: u32(1)}}
-	if _, err := dial5(t, ln.Addr().String(), cp, nil); err != nil {
+	if _, err := dial5(t, bAddr, cp, nil); err != nil {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
 	_ = b.Close() // the device's connection ends with node B, before its will is due
-	<-served
 	select {
 	case m := <-sub.msgs:
 		if m.Topic != "gone/dev" || string(m.Payload) != "offline" {

@@ -26,6 +26,15 @@ func startNode(t *testing.T, db *table.DB, node string, edit ...func(*mqtt.Optio
 	for _, f := range edit {
 		f(&o)
 	}
+	addr, _ := serveNode(t, db, o)
+	return addr
+}
+
+// serveNode starts a broker with o on db, listening on a free loopback
+// port, and returns its address and the broker, which a test may close
+// early; it is closed when the test ends, before the store.
+func serveNode(t *testing.T, db *table.DB, o mqtt.Options) (string, *mqtt.Broker) {
+	t.Helper()
 	b, err := mqtt.New(db, o)
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +53,7 @@ func startNode(t *testing.T, db *table.DB, node string, edit ...func(*mqtt.Optio
 		_ = b.Close()
 		<-served
 	})
-	return ln.Addr().String()
+	return ln.Addr().String(), b
 }
 
 // followClaims queues the takeover claims committed from now on.
