@@ -234,3 +234,32 @@ func TestNodeIDInUseRefused(t *testing.T) {
 	}
 	_ = b.Close()
 }
+
+// A node that crashed left its shares record: restarted, it replaces the
+// record at its first beat, so the other nodes do not keep picking it for
+// members it no longer has (every message picked for it would be lost).
+func TestStaleSharesRecordReplaced(t *testing.T) {
+	var logA logText
+	a := startBroker(t, func(o *mqtt.Options) { o.NodeID, o.Logger = "A", logA.logger() })
+	// Node B's shares record as a crash left it: 5 members of g/st/#
+	// (group, filter and count, each length-prefixed as stored).
+	stale := append([]byte{1, 'g', 4}, "st/#"...)
+	stale = append(stale, 5)
+	tx := a.DB().Begin()
+	if err := tx.PutStateUnchecked("mqtt.nodes", "B\x00shares", stale); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+	m1 := connect5(t, a.Addr, "stale-m1", true, 0)
+	m1.sub("$share/g/st/#", 1)
+	startNode(t, a.DB(), "B")   // restarted, with no member of the group
+	time.Sleep(3 * time.Second) // a few beats of both nodes
+	pub := connect5(t, a.Addr, "stale-pub", true, 0)
+	for range 20 {
+		pub.pub("st/x", 1, false, "m")
+	}
+	m1.expect(20)
+	m1.expectNone(200 * time.Millisecond)
+}

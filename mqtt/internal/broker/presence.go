@@ -52,12 +52,17 @@ func (b *Broker) beat() {
 	// observing is since when every write and read of the records has
 	// succeeded: a node's record seen unchanged only counts from then.
 	var observing time.Time
-	var shares []byte // the shares record as last written (nil: none)
+	// shares is the shares record as last written (nil: none); until
+	// written is set, a record an earlier run of this node left (one that
+	// crashed) may stand, and the first beat replaces it.
+	var shares []byte
+	written := false
 	for n := uint64(1); ; n++ {
 		next := b.encodeShares(b.router.Index().Shares())
-		err := b.writePresence(b.ctx, start, n, shares, next)
+		change := !written || !bytes.Equal(shares, next)
+		err := b.writePresence(b.ctx, start, n, change, next)
 		if err == nil {
-			shares = next
+			shares, written = next, true
 		}
 		now := time.Now()
 		var view shareView
@@ -82,7 +87,7 @@ func (b *Broker) beat() {
 		select {
 		case <-b.ctx.Done():
 			ctx, cancel := context.WithTimeout(context.Background(), nodeBeat)
-			_ = b.writePresence(ctx, start, n+1, shares, nil)
+			_ = b.writePresence(ctx, start, n+1, true, nil)
 			cancel()
 			return
 		case <-t.C:
@@ -90,11 +95,11 @@ func (b *Broker) beat() {
 	}
 }
 
-// writePresence writes this node's presence record for beat n, and its
-// shares record when it changed from old to shares (nil deletes it), in
-// one commit, and waits for it up to nodeGone: a store that takes longer
-// (a NATS leader change) fails the beat, and the next one tries again.
-func (b *Broker) writePresence(ctx context.Context, start int64, n uint64, old, shares []byte) error {
+// writePresence writes this node's presence record for beat n, and with
+// change its shares record (nil deletes it), in one commit, and waits for
+// it up to nodeGone: a store that takes longer (a NATS leader change)
+// fails the beat, and the next one tries again.
+func (b *Broker) writePresence(ctx context.Context, start int64, n uint64, change bool, shares []byte) error {
 	ctx, cancel := context.WithTimeout(ctx, nodeGone)
 	defer cancel()
 	tx := b.db.Begin()
@@ -102,7 +107,7 @@ func (b *Broker) writePresence(ctx context.Context, start int64, n uint64, old, 
 	if err := tx.PutStateUnchecked(tableNodes, b.opts.NodeID, binary.BigEndian.AppendUint64(v, n)); err != nil {
 		return err
 	}
-	if !bytes.Equal(old, shares) {
+	if change {
 		id := b.opts.NodeID + sharesSuffix
 		var err error
 		if shares == nil {
