@@ -175,14 +175,18 @@ func (b *Broker) recoverGoneNodes(seen map[string]*presenceSeen, recovered map[s
 		return
 	}
 	for _, id := range gone {
-		n := b.recoverSessions(func(s *session.Record) bool { return s.Node == id })
-		if b.ctx.Err() != nil {
-			return
-		}
-		if n > 0 {
-			b.log.Info("node stopped beating: its sessions recovered here", "node", id, "sessions", n)
-		}
 		recovered[id] = string(seen[id].value)
+		// Off the beat's goroutine: a recovery reads every session the
+		// recovery index names, and this node must go on beating
+		// meanwhile, or the others would take it for gone in turn.
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			n := b.recoverSessions(func(s *session.Record) bool { return s.Node == id })
+			if n > 0 && b.ctx.Err() == nil {
+				b.log.Info("node stopped beating: its sessions recovered here", "node", id, "sessions", n)
+			}
+		}()
 	}
 }
 
