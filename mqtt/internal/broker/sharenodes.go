@@ -21,19 +21,19 @@ import (
 // those nodes would deliver the message: the group would get it once per
 // node. So each node publishes, in a shares record beside its presence
 // record (see beat), how many online members it has for each share, and
-// reads the other nodes' records at each beat: a message of a share with members on several
-// nodes goes to the node a hash of the message's log position picks,
-// weighted by those counts, the same pick on every node, and only that
-// node offers it to one of its members.
+// reads the other nodes' records at each beat: a message of a share goes
+// to the node a hash of the message's log position picks among the nodes
+// that publish members of it, weighted by their counts, the same pick on
+// every node, and only that node offers it to one of its members.
 //
 // The counts a node acts on are the published ones, its own included, so
 // that all nodes decide alike. They lag a member's arrival or departure
 // by up to a beat on the node it is on and by up to two on the others:
-// meanwhile a message can reach two members of the group, or none (one
-// picked for a node whose member has just gone), as a shared message can
-// be lost today when its member's connection ends before it is sent. A
-// node that stops cleanly publishes no shares as it goes; one that dies
-// is left out once its record has not changed for nodeGone.
+// while two nodes' views differ, a message can reach two members of the
+// group, or none (one picked for a node whose member has just gone, as a
+// message is lost when no member is online). A node that stops cleanly
+// deletes its shares record as it goes; one that dies is left out once
+// its presence record has not changed for nodeGone.
 
 // sharedStore reports whether other nodes may share the broker's store
 // (it has a node id): what one node publishes must then reach the
