@@ -64,6 +64,9 @@ func (b *Broker) routeShared(ev table.Event, subs []topic.Subscription) {
 // may take it gets it past its queue's bound. A message none takes is
 // counted dropped as slow. b.mu held.
 func (b *Broker) offerShareLocked(m *Message, pick topic.Subscription, exclude string, force bool) bool {
+	if pick.Client != exclude && b.offerMemberLocked(m, pick, true) {
+		return true // the common case: the group's members are not read
+	}
 	members := b.router.Index().Members(topic.Share{Group: pick.Group, Filter: pick.Filter})
 	start := slices.IndexFunc(members, func(s topic.Subscription) bool { return s.Client == pick.Client })
 	bounds := []bool{true}
@@ -71,7 +74,7 @@ func (b *Broker) offerShareLocked(m *Message, pick topic.Subscription, exclude s
 		bounds = append(bounds, false)
 	}
 	for _, bound := range bounds {
-		if pick.Client != exclude && b.offerMemberLocked(m, pick, bound) {
+		if !bound && pick.Client != exclude && b.offerMemberLocked(m, pick, bound) {
 			return true
 		}
 		for i := 1; i <= len(members); i++ {
