@@ -396,6 +396,18 @@ func connectRaw(t *testing.T, addr string, cp *packet.Connect) (*rawClient, *pac
 	return r, r.Connect(cp)
 }
 
+// subscribeRaw5 connects a raw 5.0 client id with receive maximum
+// receiveMax and a clean start, and subscribes it to filter at QoS 1.
+func subscribeRaw5(t *testing.T, addr, id string, receiveMax uint16, filter string) *rawClient {
+	t.Helper()
+	cp := connect5Packet(id, true, 0)
+	cp.Properties.SetReceiveMaximum(receiveMax)
+	c, _ := connectRaw(t, addr, cp)
+	c.Send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: filter, QoS: 1}}})
+	c.Expect(packet.TypeSuback, 1)
+	return c
+}
+
 func connect5Packet(id string, clean bool, expiry uint32) *packet.Connect {
 	cp := &packet.Connect{Version: packet.V5, ClientID: id, CleanStart: clean, KeepAlive: 30}
 	if expiry > 0 {

@@ -414,11 +414,7 @@ func TestRetainedAllDeliveredPastTheQueue(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cp := connect5Packet("rq-sub", true, 0)
-	cp.Properties.SetReceiveMaximum(10)
-	sub, _ := connectRaw(t, s.Addr, cp)
-	sub.Send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "rq/#", QoS: 1}}})
-	sub.Expect(packet.TypeSuback, 1)
+	sub := subscribeRaw5(t, s.Addr, "rq-sub", 10, "rq/#")
 	got := map[string]bool{}
 	for len(got) < n {
 		p := sub.ReadPublish()

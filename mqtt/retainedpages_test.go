@@ -40,19 +40,11 @@ func TestRetainedReadInPages(t *testing.T) {
 		publish("rp/"+long+strconv.Itoa(i)+"/y", false)
 	}
 
-	quit := connect5Packet("rp-quit", true, 0)
-	quit.Properties.SetReceiveMaximum(1)
-	q, _ := connectRaw(t, s.Addr, quit)
-	q.Send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "rp/#", QoS: 1}}})
-	q.Expect(packet.TypeSuback, 1)
+	q := subscribeRaw5(t, s.Addr, "rp-quit", 1, "rp/#")
 	q.ReadPublish()
 	q.Conn().Close()
 
-	cp := connect5Packet("rp-sub", true, 0)
-	cp.Properties.SetReceiveMaximum(10)
-	sub, _ := connectRaw(t, s.Addr, cp)
-	sub.Send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "rp/+/x", QoS: 1}}})
-	sub.Expect(packet.TypeSuback, 1)
+	sub := subscribeRaw5(t, s.Addr, "rp-sub", 10, "rp/+/x")
 	got := map[string]bool{}
 	for len(got) < len(want) {
 		p := sub.ReadPublish()

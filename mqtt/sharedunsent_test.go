@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/mqtt"
-	"github.com/tidemark-io/tidemark/mqtt/packet"
 )
 
 // A shared group loses nothing to one slow member that then disconnects:
@@ -17,11 +16,7 @@ import (
 // messages reaches the member that acknowledges, and none is dropped.
 func TestSharedSlowMemberLosesNothing(t *testing.T) {
 	s := startBroker(t)
-	cp := connect5Packet("unsent-slow", true, 0)
-	cp.Properties.SetReceiveMaximum(1)
-	slow, _ := connectRaw(t, s.Addr, cp)
-	slow.Send(&packet.Subscribe{PacketID: 1, Subscriptions: []packet.Subscription{{Filter: "$share/g/un/#", QoS: 1}}})
-	slow.Expect(packet.TypeSuback, 1)
+	slow := subscribeRaw5(t, s.Addr, "unsent-slow", 1, "$share/g/un/#")
 	fast := connect5(t, s.Addr, "unsent-fast", true, 0)
 	fast.sub("$share/g/un/#", 1)
 
