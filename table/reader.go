@@ -287,6 +287,17 @@ func (r *reader) process(ctx context.Context, batch []*logEntry, deliver func(Ev
 	return nil
 }
 
+// readPast moves the read position past e. Past the last entry of a
+// transaction the position is the whole key: retention may remove that
+// key once every consumer has handled it, and the next read must then
+// start after it, not inside it.
+func (r *reader) readPast(e *logEntry) {
+	r.pos, r.past = e.pos, e.pos.cursorAfter(e.count)
+	if e.last() {
+		r.pos.idx = wholeKey
+	}
+}
+
 // handle processes one entry; pos and cur move only when it was handled.
 func (r *reader) handle(ctx context.Context, e *logEntry, deliver func(Event) error) error {
 	if e.err != nil {
@@ -297,7 +308,7 @@ func (r *reader) handle(ctx context.Context, e *logEntry, deliver func(Event) er
 	}
 	in := r.o.Table == "" || e.table == r.o.Table
 	if !in {
-		r.pos, r.past = e.pos, e.pos.cursorAfter(e.count)
+		r.readPast(e)
 		if e.last() && r.keyIn && !r.o.Composite {
 			r.move(Cursor{Key: e.pos.key})
 		}
@@ -314,7 +325,7 @@ func (r *reader) handle(ctx context.Context, e *logEntry, deliver func(Event) er
 	if err != nil {
 		return err
 	}
-	r.pos, r.past = e.pos, e.pos.cursorAfter(e.count)
+	r.readPast(e)
 	r.keyIn = true
 	switch {
 	case next == (Cursor{}):
