@@ -212,8 +212,14 @@ func TestSubscribeReplayLiveAck(t *testing.T) {
 		t.Fatalf("checkpoint before acks = %v", c)
 	}
 	_ = s.Ack(evs[0])
-	if c := s.Checkpoint(); c != (table.Cursor{}) {
-		t.Fatalf("checkpoint after acking half a transaction = %v", c)
+	// Where every record has a log key of its own (LMDB, JetStream), a
+	// and b are two transactions' worth of keys, and a alone is whole.
+	want := table.Cursor{}
+	if evs[0].Key != evs[1].Key {
+		want = table.Cursor{Key: evs[0].Key}
+	}
+	if c := s.Checkpoint(); c != want {
+		t.Fatalf("checkpoint after acking half a transaction = %v, want %v", c, want)
 	}
 	_ = s.Ack(evs[1])
 	if c := s.Checkpoint(); c.Key != evs[1].Key {
