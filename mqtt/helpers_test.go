@@ -6,6 +6,7 @@ package mqtt_test
 // in a child process that a test can SIGKILL.
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -27,8 +28,9 @@ import (
 	"github.com/tidemark-io/tidemark/table"
 )
 
-// testEngine runs every test but the all-engine restart test.
-const testEngine = "pebble"
+// testEngine runs every test but the all-engine ones: Pebble, or the
+// engine TIDEMARK_MQTT_ENGINE names.
+var testEngine = cmp.Or(os.Getenv("TIDEMARK_MQTT_ENGINE"), "pebble")
 
 // wait bounds every wait for something that should happen.
 const wait = 10 * time.Second

@@ -153,6 +153,8 @@ type Broker struct {
 	// sharesLeftOut is how many shares the last shares record left out
 	// (see encodeShares); the beat's own.
 	sharesLeftOut int
+	// retains are the retained QoS 0 writes a SUBSCRIBE waits for.
+	retains pendingRetains
 
 	// store runs store calls (see onStore); runners run the connections'
 	// ack loops and senders.

@@ -430,8 +430,12 @@ func (b *Broker) publishQoS0(ctx context.Context, m *Message, now bool) {
 	if b.sharedStore() {
 		tx := b.db.Begin()
 		err := b.addMessage(tx, m)
+		var h *engine.Handle
 		if err == nil {
-			_, err = tx.Submit(ctx)
+			h, err = tx.Submit(ctx)
+		}
+		if err == nil && m.Retain {
+			b.retains.add(h)
 		}
 		if err != nil && ctx.Err() == nil {
 			b.log.Warn("QoS 0 message not stored for the other nodes; dropped", "topic", m.Topic, "err", err)
@@ -443,7 +447,10 @@ func (b *Broker) publishQoS0(ctx context.Context, m *Message, now bool) {
 		if err == nil {
 			tx := b.db.Begin()
 			if err = b.addRetained(tx, m, enc); err == nil {
-				_, err = tx.Submit(ctx)
+				var h *engine.Handle
+				if h, err = tx.Submit(ctx); err == nil {
+					b.retains.add(h)
+				}
 			}
 		}
 		if err != nil {

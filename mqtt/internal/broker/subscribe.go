@@ -321,6 +321,7 @@ type retainedOffer struct {
 // page before: one replaced or cleared between pages is a publish
 // concurrent with the SUBSCRIBE.
 func (c *conn) readRetained(added []newSub, wants []bool) []retainedOffer {
+	c.b.retains.wait(c.ctx)
 	out := make([]retainedOffer, len(added))
 	for i, a := range added {
 		if !wants[i] {
