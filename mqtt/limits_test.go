@@ -242,7 +242,8 @@ func TestPublishRateLimit(t *testing.T) {
 // but not retained; replacing and deleting retained messages still work,
 // and a delete makes room.
 func TestRetainedLimit(t *testing.T) {
-	s := startBroker(t, func(o *mqtt.Options) { o.MaxRetained = 2 })
+	var logs logText
+	s := startBroker(t, func(o *mqtt.Options) { o.MaxRetained, o.Logger = 2, logs.logger() })
 	live := connect3(t, s.Addr, "rl-live", true)
 	live.sub("rl/#", 1)
 	pub := connect3(t, s.Addr, "rl-pub", true)
@@ -254,6 +255,9 @@ func TestRetainedLimit(t *testing.T) {
 	live.expect(5)
 	if n := s.Broker().Stats().LimitHits["retained"]; n != 2 {
 		t.Fatalf("retained limit hits %d, want 2", n)
+	}
+	if n := logs.count("retain failed"); n > 0 {
+		t.Fatalf("a retained message the limit left out was logged as failed %d times", n)
 	}
 	retained := func(want ...string) {
 		t.Helper()

@@ -448,8 +448,11 @@ func (b *Broker) publishQoS0(ctx context.Context, m *Message, now bool) {
 			tx := b.db.Begin()
 			if err = b.addRetained(tx, m, enc); err == nil {
 				var h *engine.Handle
-				if h, err = tx.Submit(ctx); err == nil {
+				switch h, err = tx.Submit(ctx); {
+				case err == nil:
 					b.retains.add(h)
+				case errors.Is(err, engine.ErrEmptyBatch):
+					err = nil // not admitted past --max-retained, which warned
 				}
 			}
 		}
