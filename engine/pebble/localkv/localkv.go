@@ -15,6 +15,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // Options sizes a store.
@@ -51,7 +52,9 @@ func Open(dir string, o Options) (*DB, error) {
 	}
 	cache := pebble.NewCache(o.CacheBytes)
 	popts := &pebble.Options{
-		FS:           noSyncFS{pebble.DefaultOptions().FS},
+		// vfs.Default, not DefaultOptions().FS: that one checks disk
+		// health with a goroutine only its discarded closer stops.
+		FS:           noSyncFS{vfs.Default},
 		Cache:        cache,
 		MemTableSize: o.MemTableBytes,
 		DisableWAL:   true,

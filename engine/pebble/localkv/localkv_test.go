@@ -3,6 +3,8 @@ package localkv
 import (
 	"fmt"
 	"testing"
+
+	"go.uber.org/goleak"
 )
 
 func TestBatchSnapshotAndIterator(t *testing.T) {
@@ -65,5 +67,23 @@ func TestBatchSnapshotAndIterator(t *testing.T) {
 	}
 	if _, ok, _ := db.Get([]byte("a")); ok {
 		t.Fatal("a survived its delete")
+	}
+}
+
+// A store opened, written and closed leaves no goroutine behind: the JetStream
+// engine opens one per engine.
+func TestCloseLeaksNoGoroutine(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	for range 3 {
+		db, err := Open(t.TempDir(), Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Set([]byte("a"), []byte("1")); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
