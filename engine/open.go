@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/tidemark-io/tidemark/engine/driver"
+	"github.com/tidemark-io/tidemark/engine/internal/dirlock"
 )
 
 // Info describes a registered engine.
@@ -32,6 +33,10 @@ func Lookup(name string) (Info, error) {
 
 // Drivers returns the names of the engines compiled in, sorted.
 func Drivers() []string { return driver.Drivers() }
+
+// DirEngine names the engine whose store the data directory dir holds
+// (the one that first opened it), or "" when it holds none.
+func DirEngine(dir string) (string, error) { return dirlock.Owner(dir) }
 
 // Unavailable returns the engines left out of this build and why.
 func Unavailable() map[string]string { return driver.Unavailable() }

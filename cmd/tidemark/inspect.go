@@ -39,13 +39,21 @@ func inspectCmd() *cobra.Command {
 		Short: "Describe the data in a data directory: tables, sessions, the change log",
 		Long: `Open a data directory (the broker must not be running on it) and print its
 tables with record counts, the MQTT sessions with their checkpoints,
-subscriptions and in-flight QoS 2 state, and the change log's size and keys.`,
+subscriptions and in-flight QoS 2 state, and the change log's size and keys.
+Without --engine, the directory is opened with the engine that wrote it.`,
 		Example: `  tidemark inspect --data ./data
   tidemark inspect --data /var/lib/tidemark --engine badger --json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if _, err := applyConfig(cmd.Flags(), ""); err != nil {
 				return err
+			}
+			// The directory names its engine: without --engine, that
+			// one opens it.
+			if !cmd.Flags().Changed("engine") && ef.natsURL == "" {
+				if owner, err := engine.DirEngine(ef.data); err == nil && owner != "" {
+					ef.name = owner
+				}
 			}
 			opts, err := ef.options()
 			if err != nil {

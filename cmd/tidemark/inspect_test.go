@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/tidemark-io/tidemark/engine"
+	_ "github.com/tidemark-io/tidemark/engine/lmdb"
 	_ "github.com/tidemark-io/tidemark/engine/pebble"
 	"github.com/tidemark-io/tidemark/mqtt"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
@@ -115,5 +116,30 @@ func TestInspectShowsRetentionRules(t *testing.T) {
 	}
 	if keep != "keep/# 5msgs 5" || none != "none/# 1h0m0s 0" {
 		t.Fatalf("retention rows %q and %q, want keep/# keeping 5 messages and none/# none:\n%s", keep, none, out)
+	}
+}
+
+// TestInspectTakesTheDirectorysEngine: without --engine, `tidemark inspect`
+// opens a data directory with the engine that wrote it, not the default.
+func TestInspectTakesTheDirectorysEngine(t *testing.T) {
+	bin := tidemarkBinary(t)
+	dir := t.TempDir()
+	ctx := context.Background()
+	e, err := engine.Open(ctx, "lmdb", engine.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := table.Open(ctx, e, table.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mqtt.AddOfflineSessions(ctx, db, []mqtt.OfflineSession{{ClientID: "insp-lmdb", Version: packet.V5, ExpirySeconds: 3600}}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	e.Close()
+	out, err := exec.Command(bin, "inspect", "--data", dir).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "engine lmdb") || !strings.Contains(string(out), "insp-lmdb") {
+		t.Fatalf("inspect of an LMDB directory without --engine: %v\n%s", err, out)
 	}
 }

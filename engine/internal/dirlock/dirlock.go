@@ -9,6 +9,7 @@
 package dirlock
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -74,6 +75,14 @@ func Check(engineName, dir string) error {
 	return foreign(engineName, dir, owner, why)
 }
 
+// Owner names the engine whose store dir holds, by its marker or, for a
+// store from before markers, by the files only that engine writes; ""
+// when dir holds no store (or does not exist).
+func Owner(dir string) (string, error) {
+	owner, _, err := ownerOf("", dir)
+	return owner, err
+}
+
 // ownerOf names the engine whose store dir holds and why it says so: the
 // engine its marker names, or, without a marker, one other than
 // engineName whose files it holds; "" when neither.
@@ -83,7 +92,7 @@ func ownerOf(engineName, dir string) (owner, why string, err error) {
 	case err == nil:
 		return strings.TrimSpace(string(b)), MarkerName + " names it", nil
 	case !errors.Is(err, fs.ErrNotExist):
-		return "", "", fmt.Errorf("%s: data directory: %w", engineName, err)
+		return "", "", fmt.Errorf("%s: data directory: %w", cmp.Or(engineName, "engine"), err)
 	}
 	names := make([]string, 0, len(signatures))
 	for name := range signatures {
