@@ -12,7 +12,7 @@ FUZZTIME  ?= 30s
 # builds leave out.
 TEST_TAGS ?= faults
 
-.PHONY: build build-pebble run test bench fuzz lint conformance clean deps torture
+.PHONY: build build-pebble run test test-engines bench fuzz lint conformance clean deps torture
 
 # The MQTT.js interop test runs the npm packages locked in mqtt/interop;
 # they are installed again only when the lock file changes.
@@ -77,6 +77,14 @@ bench:
 conformance:
 	$(GO) build -tags $(TEST_TAGS) -o $(BIN)-faults ./cmd/tidemark
 	$(BIN)-faults conformance
+
+# test-engines runs the broker's whole test suite (and the table layer's)
+# on each engine besides Pebble, which `make test` runs it on (about two
+# minutes per engine).
+test-engines: deps
+	for e in badger lmdb jetstream; do \
+	  TIDEMARK_MQTT_ENGINE=$$e TIDEMARK_TABLE_ENGINE=$$e $(GO) test -tags $(TEST_TAGS) -count=1 -timeout 14m ./mqtt/ ./table/ || exit 1; \
+	done
 
 fuzz:
 	@for pkg in $$($(GO) list ./...); do \
