@@ -34,6 +34,10 @@ func Lookup(name string) (Info, error) {
 // Drivers returns the names of the engines compiled in, sorted.
 func Drivers() []string { return driver.Drivers() }
 
+// DirMarker is the file in a data directory that names the engine whose
+// store it holds.
+const DirMarker = dirlock.MarkerName
+
 // DirEngine names the engine whose store the data directory dir holds
 // (the one that first opened it), or "" when it holds none.
 func DirEngine(dir string) (string, error) { return dirlock.Owner(dir) }

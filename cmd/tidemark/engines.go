@@ -33,7 +33,7 @@ type engineFlags struct {
 }
 
 func (f *engineFlags) register(fs *pflag.FlagSet) {
-	fs.StringVar(&f.name, "engine", "pebble", "storage engine: "+strings.Join(engine.Drivers(), ", "))
+	fs.StringVar(&f.name, "engine", "pebble", "storage engine: "+strings.Join(engine.Drivers(), ", ")+"; unset, the one that wrote the data directory, or else pebble")
 	fs.StringVar(&f.data, "data", "./data", "data directory")
 	fs.StringVar(&f.sync, "sync", "always", "durability: always, interval or none")
 	fs.DurationVar(&f.syncInterval, "sync-interval", engine.DefaultSyncInterval, "sync period for --sync interval")
@@ -44,6 +44,21 @@ func (f *engineFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.natsTLSCA, "nats-tls-ca", "", "jetstream engine with --nats-url: PEM CA file the NATS server's certificate must chain to")
 	fs.IntVar(&f.replicas, "replicas", 1, "jetstream engine: stream replicas (1, or 3 on a cluster)")
 	fs.StringSliceVar(&f.params, "engine-param", nil, "engine-specific parameter name=value (repeatable)")
+}
+
+// fromDirectory sets the engine to the one whose store the data
+// directory holds, unless --engine (or its variable or config key) named
+// one; it reports whether it did.
+func (f *engineFlags) fromDirectory(fs *pflag.FlagSet) bool {
+	if fs.Changed("engine") || f.natsURL != "" || f.data == "" {
+		return false
+	}
+	owner, err := engine.DirEngine(f.data)
+	if err != nil || owner == "" || owner == f.name {
+		return false
+	}
+	// Set through the flag set, so --print-config shows it.
+	return fs.Set("engine", owner) == nil
 }
 
 // options validates the flags and returns engine options, naming the flag

@@ -48,13 +48,7 @@ Without --engine, the directory is opened with the engine that wrote it.`,
 			if _, err := applyConfig(cmd.Flags(), ""); err != nil {
 				return err
 			}
-			// The directory names its engine: without --engine, that
-			// one opens it.
-			if !cmd.Flags().Changed("engine") && ef.natsURL == "" {
-				if owner, err := engine.DirEngine(ef.data); err == nil && owner != "" {
-					ef.name = owner
-				}
-			}
+			ef.fromDirectory(cmd.Flags())
 			opts, err := ef.options()
 			if err != nil {
 				return err

@@ -120,7 +120,8 @@ func TestInspectShowsRetentionRules(t *testing.T) {
 }
 
 // TestInspectTakesTheDirectorysEngine: without --engine, `tidemark inspect`
-// opens a data directory with the engine that wrote it, not the default.
+// and `tidemark serve` open a data directory with the engine that wrote
+// it, not the default; with one, that one.
 func TestInspectTakesTheDirectorysEngine(t *testing.T) {
 	bin := tidemarkBinary(t)
 	dir := t.TempDir()
@@ -141,5 +142,13 @@ func TestInspectTakesTheDirectorysEngine(t *testing.T) {
 	out, err := exec.Command(bin, "inspect", "--data", dir).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "engine lmdb") || !strings.Contains(string(out), "insp-lmdb") {
 		t.Fatalf("inspect of an LMDB directory without --engine: %v\n%s", err, out)
+	}
+	out, err = exec.Command(bin, "serve", "--data", dir, "--print-config").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "engine: lmdb  # the data directory's tidemark.engine") {
+		t.Fatalf("serve --print-config on an LMDB directory without --engine: %v\n%s", err, out)
+	}
+	out, err = exec.Command(bin, "serve", "--data", dir, "--engine", "pebble", "--print-config").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "engine: pebble") {
+		t.Fatalf("serve --print-config with --engine pebble: %v\n%s", err, out)
 	}
 }

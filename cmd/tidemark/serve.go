@@ -79,6 +79,10 @@ a flag wins over the environment, which wins over the file.`,
 			if err != nil {
 				return err
 			}
+			fromDir := f.fromDirectory(cmd.Flags())
+			if fromDir {
+				src["engine"] = "the data directory's " + engine.DirMarker
+			}
 			if f.printConfig {
 				fmt.Fprint(cmd.OutOrStdout(), printConfig(cmd.Flags(), src))
 				return nil
@@ -117,6 +121,9 @@ a flag wins over the environment, which wins over the file.`,
 			e, err := engine.Open(ctx, f.name, opts)
 			if err != nil {
 				return fmt.Errorf("open engine %s in %s: %w", f.name, f.data, err)
+			}
+			if fromDir {
+				log.Info("no --engine given: opening the data directory with the engine that wrote it", "engine", f.name, "data", f.data)
 			}
 			log.Info("engine open", "engine", f.name, "data", f.data, "sync", opts.Sync.String(), "defer", opts.Deferral().String(), "granularity", e.Granularity().String(), "shared", f.sharedStore())
 			err = runBroker(ctx, log, instrument(e), f.mqttAddr, f.metrics, &f.securityFlags, bopts)
