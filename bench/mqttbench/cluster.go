@@ -28,7 +28,9 @@ type ClusterConfig struct {
 	Nodes []int
 	// Servers is the NATS cluster's size and Replicas the stream's.
 	Servers, Replicas int
-	// QoS are the levels to measure (1, 2).
+	// QoS are the levels to measure (0, 1, 2). On a cluster QoS 0 goes
+	// through the stream too; its publishers count a message done when
+	// its subscriber has it.
 	QoS []int
 	// Conns publishers at Window each, spread over the nodes.
 	Conns, Window int
@@ -59,7 +61,7 @@ type ClusterResult struct {
 	Err                     error
 }
 
-// ClusterRun measures aggregate QoS 1 and QoS 2 throughput through 1, 2,
+// ClusterRun measures aggregate QoS 0, 1 and 2 throughput through 1, 2,
 // 3... Tidemark nodes on one NATS cluster. Publisher i connects to node
 // i mod n and publishes on a topic that a subscriber on the next node
 // (i+1 mod n) takes, so with more than one node every message crosses
@@ -203,6 +205,13 @@ func loadCluster(ctx context.Context, cfg ClusterConfig, addrs []string, q int, 
 		}
 		defer c.close()
 		pubs[i] = newPublisher(c, run, uint32(i), qos, cfg.Window, fmt.Sprintf("%s/%d/%d", prefix, (i+1)%n, i))
+	}
+	if qos == packet.QoS0 {
+		for _, s := range subs {
+			s.mu.Lock()
+			s.notify = func(pub uint32, seq uint64, at time.Time) { pubs[pub].delivered(seq, at) }
+			s.mu.Unlock()
+		}
 	}
 	warmup := cfg.Duration / 5
 	stop := make(chan struct{})

@@ -20,17 +20,18 @@ func clusterBenchCmd() *cobra.Command {
 	var syncMode, dir string
 	cmd := &cobra.Command{
 		Use:   "cluster",
-		Short: "Measure aggregate QoS 1 and QoS 2 throughput through 1, 2, 3 Tidemark nodes on one NATS cluster",
+		Short: "Measure aggregate QoS 0, 1 and 2 throughput through 1, 2, 3 Tidemark nodes on one NATS cluster",
 		Long: `Starts a NATS JetStream cluster on 127.0.0.1 inside this process (--servers servers, the
 stream at --replicas replicas) and, for each node count, that many 'tidemark serve --engine
 jetstream' processes on it, each with its own node id. Publisher i connects to node i mod n and
 publishes on a topic a subscriber on node i+1 mod n takes, so with two nodes or more every message
-crosses between nodes through the stream. Prints the publishers' acknowledged messages per second,
-all nodes together, the ratio to one node, acknowledgement latency, lost and duplicated messages,
+crosses between nodes through the stream. Prints the publishers' acknowledged messages per second
+(QoS 0: delivered ones, a publisher keeping --window undelivered at most), all nodes together, the ratio to one node, acknowledgement latency, lost and duplicated messages,
 and CPU per message of the nodes and of this process (the load and the NATS servers). Every point
 starts on a fresh cluster and stops it after.`,
 		Example: `  tidemark bench cluster
-  tidemark bench cluster --nodes 1,2,3 --qos 1,2 --conns 24 --window 16 --duration 5s`,
+  tidemark bench cluster --nodes 1,2,3 --qos 1,2 --conns 24 --window 16 --duration 5s
+  tidemark bench cluster --nodes 1,2 --qos 0,1`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if _, err := engine.Lookup("jetstream"); err != nil {
@@ -44,14 +45,13 @@ starts on a fresh cluster and stops it after.`,
 			if err != nil {
 				return err
 			}
-			qs, err := positiveInts("--qos", "1,2", qos)
-			if err != nil {
-				return err
-			}
-			for _, q := range qs {
-				if q > 2 {
-					return fmt.Errorf("--qos %d: want 1 or 2", q)
+			var qs []int
+			for _, v := range qos {
+				q, err := strconv.Atoi(strings.TrimSpace(v))
+				if err != nil || q < 0 || q > 2 {
+					return fmt.Errorf("--qos %q: want 0, 1 or 2, e.g. 0,1,2", v)
 				}
+				qs = append(qs, q)
 			}
 			if servers < 1 || replicas < 1 || replicas > servers {
 				return fmt.Errorf("--servers %d --replicas %d: want 1 or more servers and at most as many replicas", servers, replicas)

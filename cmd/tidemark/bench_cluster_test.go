@@ -8,20 +8,26 @@ import (
 )
 
 // TestBenchClusterSmall runs `tidemark bench cluster` with two nodes on a
-// three-server NATS cluster at QoS 2, where every message crosses from
-// one node to the other through the stream, and checks the table: a row
-// for two nodes with messages, none lost or duplicated, and exit 0. A
-// bad flag is refused naming the fix.
+// three-server NATS cluster at QoS 0 and 2, where every message crosses
+// from one node to the other through the stream, and checks the table: a
+// row for two nodes at each QoS with messages, none lost or duplicated,
+// and exit 0. A bad flag is refused naming the fix.
 func TestBenchClusterSmall(t *testing.T) {
 	bin := tidemarkBinary(t)
-	out, err := exec.Command(bin, "bench", "cluster", "--nodes", "2", "--qos", "2", "--conns", "4", "--window", "8",
+	out, err := exec.Command(bin, "bench", "cluster", "--nodes", "2", "--qos", "0,2", "--conns", "4", "--window", "8",
 		"--duration", "500ms").CombinedOutput()
 	if err != nil {
 		t.Fatalf("bench cluster: %v\n%s", err, out)
 	}
-	row := regexp.MustCompile(`(?m)^\s+2\s+2\s+\d+\s+-\s+[\d.]+\s+[\d.]+\s+([1-9]\d*)\s+0\s+0\s`)
-	if !row.Match(out) {
-		t.Fatalf("no row for 2 nodes at QoS 2 with messages, none lost or duplicated:\n%s", out)
+	for _, q := range []string{"0", "2"} {
+		row := regexp.MustCompile(`(?m)^\s+2\s+` + q + `\s+\d+\s+-\s+[\d.]+\s+[\d.]+\s+([1-9]\d*)\s+0\s+0\s`)
+		if !row.Match(out) {
+			t.Fatalf("no row for 2 nodes at QoS %s with messages, none lost or duplicated:\n%s", q, out)
+		}
+	}
+	out, err = exec.Command(bin, "bench", "cluster", "--qos", "3").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `--qos "3": want 0, 1 or 2`) {
+		t.Fatalf("--qos 3 was not refused by name: %v\n%s", err, out)
 	}
 	out, err = exec.Command(bin, "bench", "cluster", "--replicas", "5").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "--replicas 5") {
