@@ -23,26 +23,12 @@ import (
 // negative one naming the flag.
 func TestInspectListsSomeCountsAll(t *testing.T) {
 	bin := tidemarkBinary(t)
-	dir := t.TempDir()
-	ctx := context.Background()
-	e, err := engine.Open(ctx, "pebble", engine.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := table.Open(ctx, e, table.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var ss []mqtt.OfflineSession
 	for i := range 5 {
 		ss = append(ss, mqtt.OfflineSession{ClientID: fmt.Sprintf("insp-%d", i), Version: packet.V5, ExpirySeconds: 3600,
 			Subscriptions: []topic.Subscription{{Filter: fmt.Sprintf("insp/%d", i), QoS: 1}}})
 	}
-	if err := mqtt.AddOfflineSessions(ctx, db, ss); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
-	e.Close()
+	dir := storeSessions(t, "pebble", ss)
 	out, err := exec.Command(bin, "inspect", "--data", dir, "--sessions", "2").CombinedOutput()
 	if err != nil {
 		t.Fatalf("inspect: %v\n%s", err, out)
@@ -124,21 +110,7 @@ func TestInspectShowsRetentionRules(t *testing.T) {
 // it, not the default; with one, that one.
 func TestInspectTakesTheDirectorysEngine(t *testing.T) {
 	bin := tidemarkBinary(t)
-	dir := t.TempDir()
-	ctx := context.Background()
-	e, err := engine.Open(ctx, "lmdb", engine.Options{Dir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	db, err := table.Open(ctx, e, table.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := mqtt.AddOfflineSessions(ctx, db, []mqtt.OfflineSession{{ClientID: "insp-lmdb", Version: packet.V5, ExpirySeconds: 3600}}); err != nil {
-		t.Fatal(err)
-	}
-	db.Close()
-	e.Close()
+	dir := storeSessions(t, "lmdb", []mqtt.OfflineSession{{ClientID: "insp-lmdb", Version: packet.V5, ExpirySeconds: 3600}})
 	out, err := exec.Command(bin, "inspect", "--data", dir).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "engine lmdb") || !strings.Contains(string(out), "insp-lmdb") {
 		t.Fatalf("inspect of an LMDB directory without --engine: %v\n%s", err, out)
@@ -151,4 +123,26 @@ func TestInspectTakesTheDirectorysEngine(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "engine: pebble") {
 		t.Fatalf("serve --print-config with --engine pebble: %v\n%s", err, out)
 	}
+}
+
+// storeSessions writes ss, as offline sessions, to a new data directory of
+// engine name and returns the directory, closed.
+func storeSessions(t *testing.T, name string, ss []mqtt.OfflineSession) string {
+	t.Helper()
+	dir := t.TempDir()
+	ctx := context.Background()
+	e, err := engine.Open(ctx, name, engine.Options{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := table.Open(ctx, e, table.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mqtt.AddOfflineSessions(ctx, db, ss); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	e.Close()
+	return dir
 }
