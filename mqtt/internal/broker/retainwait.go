@@ -12,8 +12,8 @@ import (
 // retained messages the broker took before it.
 //
 // A QoS 0 PUBLISH is not acknowledged, so its retained write is not
-// waited for; on an engine whose commit becomes visible only once it is
-// durable (LMDB, JetStream), a SUBSCRIBE a millisecond later read the
+// waited for; on an engine whose commit becomes readable only once its
+// writer has committed it (Badger, LMDB), a SUBSCRIBE a moment later read the
 // retained store without it. Its in-memory fan-out had already passed the
 // new subscription by then, so the subscriber got neither the retained
 // copy nor a live one. A SUBSCRIBE now waits, after its subscriptions are
