@@ -55,3 +55,28 @@ func TestSharedSlowMemberLosesNothing(t *testing.T) {
 		t.Fatalf("%d shared deliveries dropped as slow", d)
 	}
 }
+
+// A shared group's only member leaving with messages it had not sent or
+// had not had acknowledged: with no member to take them they are counted
+// as dropped for that reason ("no_member", not "slow") and logged once
+// for the group.
+func TestSharedLastMemberLeavingCountsNoMember(t *testing.T) {
+	var logs logText
+	s := startBroker(t, func(o *mqtt.Options) { o.Logger = logs.logger() })
+	slow := subscribeRaw5(t, s.Addr, "lone-slow", 1, "$share/lone/ln/#")
+	const n = 5
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	for i := range n {
+		if err := s.Broker().Publish(ctx, mqtt.Message{Topic: "ln/x", Payload: []byte(strconv.Itoa(i)), QoS: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	slow.ReadPublish() // and never acknowledged; the rest wait for the window
+	slow.Conn().Close()
+	logs.waitFor(t, `no other member is online" component=mqtt group=lone filter=ln/# messages=5`, 1)
+	st := s.Broker().Stats()
+	if st.Dropped["no_member"] != n || st.Dropped["slow"] != 0 {
+		t.Fatalf("dropped %v, want no_member %d and slow 0", st.Dropped, n)
+	}
+}

@@ -16,7 +16,9 @@ type Stats struct {
 	// resumed below the truncated log, one per resume), "slow" (an in-memory delivery queue was full), "too_large"
 	// (over the client's maximum packet size), "expired" (message expiry
 	// passed before delivery), "memory" (a QoS 0 PUBLISH over
-	// Options.MaxMemory).
+	// Options.MaxMemory), "no_member" (a shared subscription's message a
+	// leaving member held, unsent or unacknowledged, with no other member
+	// online on the node to take it).
 	Dropped map[string]uint64
 	// PipelineDepth is the number of acknowledgements waiting for their
 	// commit across all connections; InflightOut the QoS 1/2 PUBLISHes

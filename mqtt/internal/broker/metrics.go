@@ -51,7 +51,7 @@ func (b *Broker) Stats() Stats {
 		Dropped: map[string]uint64{
 			"retention": m.DroppedRetention.Load(), "slow": m.DroppedSlow.Load(),
 			"too_large": m.DroppedTooLarge.Load(), "expired": m.DroppedExpired.Load(),
-			"memory": m.DroppedMemory.Load(),
+			"memory": m.DroppedMemory.Load(), "no_member": m.DroppedNoMember.Load(),
 		},
 	}
 	s.Sockets, s.AwaitingConnect = b.gate.Counts()

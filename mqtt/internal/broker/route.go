@@ -119,6 +119,12 @@ func (b *Broker) reofferShared(client, leaving string, ds []delivery.Direct) {
 	if len(ds) == 0 {
 		return
 	}
+	dropped := map[topic.Share]int{}
+	defer func() { // after the unlock
+		for sh, n := range dropped {
+			b.log.Warn("shared subscription messages dropped: the member that held them left and no other member is online", "group", sh.Group, "filter", sh.Filter, "messages", n, "leaving", client)
+		}
+	}()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, d := range ds {
@@ -127,7 +133,8 @@ func (b *Broker) reofferShared(client, leaving string, ds []delivery.Direct) {
 		}
 		members := b.router.Index().Members(d.Share)
 		if len(members) == 0 {
-			b.metrics.DroppedSlow.Add(1)
+			b.metrics.DroppedNoMember.Add(1)
+			dropped[d.Share]++
 			continue
 		}
 		// The rotation goes on from client (a newer connection of it

@@ -42,6 +42,7 @@ type Counters struct {
 	BytesOut         atomic.Uint64    // payload bytes sent
 	DroppedRetention atomic.Uint64
 	DroppedSlow      atomic.Uint64
+	DroppedNoMember  atomic.Uint64
 	DroppedTooLarge  atomic.Uint64
 	DroppedExpired   atomic.Uint64
 	Truncations      atomic.Uint64
