@@ -28,6 +28,7 @@ func init() {
 		Case{Name: "ordered_range_iteration", Run: caseOrderedIteration},
 		Case{Name: "async_completion_order", Run: caseCompletionOrder},
 		Case{Name: "deferred_commits", Run: caseDeferred},
+		Case{Name: "ordered_callback", Run: caseOrdered},
 		Case{Name: "log_keys_ordered_across_commits", Run: caseLogOrder},
 		Case{Name: "log_key_granularity", Run: caseGranularity},
 		Case{Name: "exclusive_scan_skips_whole_key", Run: caseExclusiveScan},

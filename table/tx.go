@@ -371,7 +371,19 @@ func (tx *Tx) Submit(ctx context.Context) (*engine.Handle, error) {
 	}
 	db := tx.db
 	db.mu.Lock()
-	defer db.mu.Unlock()
+	// Held until the engine has ordered the commit: versions follow log
+	// order. An engine that then waits for the write says when
+	// (Batch.Ordered, on this goroutine), and the next commit need not
+	// wait for that write: it shares it.
+	locked := true
+	unlock := func() {
+		if locked {
+			locked = false
+			db.mu.Unlock()
+		}
+	}
+	defer unlock()
+	b.Ordered = unlock
 	if db.closed {
 		return nil, ErrClosed
 	}

@@ -63,6 +63,14 @@ type Batch struct {
 	// only when the commit is durable; checks, ordering and visibility are
 	// those of any commit.
 	Defer bool
+	// Ordered, when set, is called by an engine whose Submit waits for
+	// the commit's write before it returns: on the submitting goroutine,
+	// at most once, once the commit's checks passed, its log keys are
+	// assigned and it is visible to reads, before the wait. A caller that
+	// serializes its submits (to keep its own order equal to the log's)
+	// may let the next one in from there: commits submitted meanwhile
+	// share the write. Engines that return without waiting do not call it.
+	Ordered func()
 }
 
 // Put appends a put of key to value.

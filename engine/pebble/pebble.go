@@ -325,6 +325,11 @@ func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error
 		// Close waits for the write: Pebble must not close under it.
 		d.writing.Add(1)
 		d.mu.Unlock()
+		// The commit's place and visibility are fixed: a caller that
+		// orders its submits lets the next one in to share the write.
+		if b.Ordered != nil {
+			b.Ordered()
+		}
 		err = pb.SyncWait()
 		_ = pb.Close()
 		d.writing.Done()
