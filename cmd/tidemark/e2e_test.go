@@ -26,7 +26,7 @@ func TestServeEndToEnd(t *testing.T) {
 	bin := tidemarkBinary(t)
 	mqttAddr, metricsAddr := freeAddr(t), freeAddr(t)
 	cfg := filepath.Join(dir, "tidemark.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("data: %s\nmqtt: %s\nmetrics: %s\nlog-level: debug\n",
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("data: %s\nmqtt: %s\nmetrics: %s\nlog-level: debug\nlock-profile-rate: 1\n",
 		filepath.Join(dir, "data"), mqttAddr, metricsAddr)), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -51,6 +51,7 @@ func TestServeEndToEnd(t *testing.T) {
 		{"--max-packet-size", "8388608", "--max-packet-size 8388608: allowed 64 to 3932160 bytes"},
 		{"--max-queued-bytes", "-1", "--max-queued-bytes -1: must be 0 (no limit) or positive"},
 		{"--session-expiry", "500ms", "--session-expiry 500ms: must be 0 (never) or at least 1s"},
+		{"--lock-profile-rate", "-1", "--lock-profile-rate -1: must be 0 (off) or positive"},
 		{"--gc-percent", "5", "--gc-percent 5: must be at least 10"}, {"--gc-percent", "-1", "--gc-percent -1 turns the collector off until the memory budget"}} {
 		bad := exec.Command(bin, "serve", "--config", cfg, args[0], args[1])
 		if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(string(out), args[2]) {
@@ -87,6 +88,16 @@ func TestServeEndToEnd(t *testing.T) {
 		if !strings.Contains(string(body), want) {
 			t.Fatalf("/metrics lacks %q", want)
 		}
+	}
+	// Contended locks are sampled, one in --lock-profile-rate.
+	resp, err = http.Get("http://" + metricsAddr + "/debug/pprof/mutex?debug=1")
+	if err != nil {
+		t.Fatalf("mutex profile: %v", err)
+	}
+	body, _ = io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), "sampling period=1") {
+		t.Fatalf("the mutex profile does not sample every contended lock:\n%.300s", body)
 	}
 	resp, err = http.Get("http://" + metricsAddr + "/healthz")
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"time"
@@ -48,6 +49,7 @@ type serveFlags struct {
 	maxMemMB       int
 	gcPercent      int
 	gcWhenQuiet    bool
+	lockProfile    int
 	sessionExpiry  time.Duration
 	nodeIDFlag     string
 
@@ -99,6 +101,9 @@ a flag wins over the environment, which wins over the file.`,
 				bopts.Logger = log
 			}
 			opts.Logger = log
+			if f.lockProfile > 0 {
+				runtime.SetMutexProfileFraction(f.lockProfile)
+			}
 			if bopts.MaxMemory > 0 {
 				// Garbage must not count against the budget: the
 				// collector works harder as the heap nears it.
@@ -165,6 +170,7 @@ a flag wins over the environment, which wins over the file.`,
 	fs.Float64Var(&f.maxPubRate, "max-publish-rate", 0, "PUBLISHes per second one connection may send, in bursts of a second's worth; past it the connection is read more slowly, not refused (0: no limit)")
 	fs.IntVar(&f.maxMemMB, "max-memory-mb", 0, "memory budget in MiB: over it new publishes are refused (QoS 0 dropped; QoS 1/2: quota exceeded 0x97 on 5.0, connection closed on 3.1.1) and Go's memory limit is set to it (0: none)")
 	fs.IntVar(&f.gcPercent, "gc-percent", defaultGCPercent, "how far, in percent of the live heap, the heap may grow before the Go collector runs (GOGC): higher spends less CPU collecting and delays deliveries less, for more memory; -1 collects only at --max-memory-mb (default 200, or GOGC when that is set)")
+	fs.IntVar(&f.lockProfile, "lock-profile-rate", 0, "with --metrics: sample 1 in this many contended locks for /debug/pprof/mutex, to find where the broker queues (0: off; 100 costs little)")
 	fs.BoolVar(&f.gcWhenQuiet, "gc-when-quiet", true, "run a Go collection that is more than half due when the process has been quiet for a quarter of a second, so the next burst of traffic does not meet it (not with --gc-percent -1)")
 	fs.StringVar(&f.nodeIDFlag, "node-id", "", "this node's name among Tidemark nodes sharing one JetStream stream, unique among them (default with --nats-url: generated once and kept in <data>/node-id)")
 	fs.DurationVar(&f.sessionExpiry, "session-expiry", mqtt.DefaultSessionExpiry, "longest any session is kept after its client disconnects, 3.1.1 persistent sessions included, so a client that never returns stops holding the message log (0: never expire, not recommended)")
@@ -207,6 +213,12 @@ func (f *serveFlags) validate() (engine.Options, mqtt.Options, *slog.Logger, err
 		if _, _, err := net.SplitHostPort(f.metrics); err != nil {
 			return opts, bo, nil, fmt.Errorf("--metrics %q: want host:port, e.g. 127.0.0.1:9090", f.metrics)
 		}
+	}
+	switch {
+	case f.lockProfile < 0:
+		return opts, bo, nil, fmt.Errorf("--lock-profile-rate %d: must be 0 (off) or positive", f.lockProfile)
+	case f.lockProfile > 0 && f.metrics == "":
+		return opts, bo, nil, fmt.Errorf("--lock-profile-rate %d: the profile is served under --metrics; give --metrics an address too", f.lockProfile)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
