@@ -52,11 +52,15 @@ func TestServeEndToEnd(t *testing.T) {
 		{"--max-queued-bytes", "-1", "--max-queued-bytes -1: must be 0 (no limit) or positive"},
 		{"--session-expiry", "500ms", "--session-expiry 500ms: must be 0 (never) or at least 1s"},
 		{"--lock-profile-rate", "-1", "--lock-profile-rate -1: must be 0 (off) or positive"},
+		{"--mqtt", "127.0.0.1:99999", `--mqtt "127.0.0.1:99999": port "99999"`}, {"--metrics", "127.0.0.1:x9", `--metrics "127.0.0.1:x9": port "x9"`},
 		{"--gc-percent", "5", "--gc-percent 5: must be at least 10"}, {"--gc-percent", "-1", "--gc-percent -1 turns the collector off until the memory budget"}} {
 		bad := exec.Command(bin, "serve", "--config", cfg, args[0], args[1])
 		if out, err := bad.CombinedOutput(); err == nil || !strings.Contains(string(out), args[2]) {
 			t.Fatalf("bad %s accepted: %v\n%s", args[0], err, out)
 		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data")); !os.IsNotExist(err) {
+		t.Fatalf("a refused setting left a data directory behind: %v", err)
 	}
 
 	srv := startServe(t, bin, cfg, mqttAddr)

@@ -41,6 +41,20 @@ func (s *securityFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&s.maxKeepAlive, "max-keep-alive", 0, "largest keep alive in seconds a client may use; 5.0 clients asking more or 0 are told it, 3.1.1 ones refused (0: no cap)")
 }
 
+// checkListenAddr reports an address a listener could not take: not
+// host:port, or a port that is neither a number up to 65535 nor a
+// service name.
+func checkListenAddr(addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return fmt.Errorf("port %q: %w", port, err)
+	}
+	return nil
+}
+
 // validate checks the settings before anything is opened; plain is the
 // --mqtt address (empty: no plain listener).
 func (s *securityFlags) validate(plain string) error {
@@ -48,8 +62,8 @@ func (s *securityFlags) validate(plain string) error {
 		if a.addr == "" {
 			continue
 		}
-		if _, _, err := net.SplitHostPort(a.addr); err != nil {
-			return fmt.Errorf("%s %q: want host:port, e.g. 127.0.0.1:8883", a.flag, a.addr)
+		if err := checkListenAddr(a.addr); err != nil {
+			return fmt.Errorf("%s %q: %w; want host:port, e.g. 127.0.0.1:8883", a.flag, a.addr, err)
 		}
 	}
 	if plain == "" && s.mqtts == "" && s.ws == "" && s.wss == "" {

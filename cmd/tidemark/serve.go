@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -206,12 +205,12 @@ func (f *serveFlags) validate() (engine.Options, mqtt.Options, *slog.Logger, err
 	if err := f.securityFlags.validate(f.mqttAddr); err != nil {
 		return opts, bo, nil, err
 	}
-	if _, _, err := net.SplitHostPort(f.mqttAddr); f.mqttAddr != "" && err != nil {
-		return opts, bo, nil, fmt.Errorf("--mqtt %q: want host:port, e.g. 127.0.0.1:1883", f.mqttAddr)
+	if err := checkListenAddr(f.mqttAddr); f.mqttAddr != "" && err != nil {
+		return opts, bo, nil, fmt.Errorf("--mqtt %q: %w; want host:port, e.g. 127.0.0.1:1883", f.mqttAddr, err)
 	}
 	if f.metrics != "" {
-		if _, _, err := net.SplitHostPort(f.metrics); err != nil {
-			return opts, bo, nil, fmt.Errorf("--metrics %q: want host:port, e.g. 127.0.0.1:9090", f.metrics)
+		if err := checkListenAddr(f.metrics); err != nil {
+			return opts, bo, nil, fmt.Errorf("--metrics %q: %w; want host:port, e.g. 127.0.0.1:9090", f.metrics, err)
 		}
 	}
 	switch {
