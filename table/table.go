@@ -119,10 +119,15 @@ type DB struct {
 
 	// mu orders version assignment with engine submission, so a record's
 	// versions increase in log order.
-	mu       sync.Mutex
-	closed   bool
-	hinted   time.Time // when a commit last carried the head hint
-	reserved Version   // versions below it are covered by a hint
+	mu     sync.Mutex
+	closed bool
+	// submitting is the Tx whose Submit holds mu, and ordered the
+	// engine.Batch.Ordered of every Submit: made once, so that letting mu
+	// go early costs a commit no allocation (see Tx.Submit).
+	submitting *Tx
+	ordered    func()
+	hinted     time.Time // when a commit last carried the head hint
+	reserved   Version   // versions below it are covered by a hint
 
 	tail   *tail
 	ctx    context.Context // ends when the DB closes
@@ -165,6 +170,7 @@ func Open(ctx context.Context, e engine.Engine, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("table: open: %w", err)
 	}
 	db := &DB{e: e, log: logger.With("layer", "table")}
+	db.ordered = db.releaseOrdered
 	db.hlc = hlc.New(opts.Clock, engine.LogKey(max(uint64(maxVer), uint64(top), uint64(head.key))))
 	tctx, cancel := context.WithCancel(context.Background())
 	db.ctx, db.cancel = tctx, cancel

@@ -40,6 +40,9 @@ type Tx struct {
 	done    bool
 	deferd  bool
 	version Version
+	// released says the engine ordered the commit and Submit let the
+	// DB's lock go then (see DB.releaseOrdered).
+	released bool
 
 	// The engine batch Submit builds, with first backing arrays for its
 	// ops and log entries: the Tx is allocated anyway and lives until the
@@ -375,15 +378,14 @@ func (tx *Tx) Submit(ctx context.Context) (*engine.Handle, error) {
 	// order. An engine that then waits for the write says when
 	// (Batch.Ordered, on this goroutine), and the next commit need not
 	// wait for that write: it shares it.
-	locked := true
-	unlock := func() {
-		if locked {
-			locked = false
+	db.submitting = tx
+	b.Ordered = db.ordered
+	defer func() {
+		if !tx.released {
+			db.submitting = nil
 			db.mu.Unlock()
 		}
-	}
-	defer unlock()
-	b.Ordered = unlock
+	}()
 	if db.closed {
 		return nil, ErrClosed
 	}
@@ -444,4 +446,16 @@ func (tx *Tx) Commit(ctx context.Context) error {
 		return fmt.Errorf("table: commit: %w", err)
 	}
 	return nil
+}
+
+// releaseOrdered is every Submit's engine.Batch.Ordered: the engine calls
+// it on the submitting goroutine while that Submit holds mu, so
+// submitting is that Submit's Tx, which learns it need not unlock.
+func (db *DB) releaseOrdered() {
+	tx := db.submitting
+	if tx == nil {
+		return // not inside a Submit; an engine calls it once per commit
+	}
+	db.submitting, tx.released = nil, true
+	db.mu.Unlock()
 }
