@@ -144,6 +144,51 @@ func TestGroupedStagingWithATakenSlot(t *testing.T) {
 	sub.expectNone(300 * time.Millisecond)
 }
 
+// TestGroupedReleaseWithAReleasedCopy: the PUBRELs of a burst share one
+// commit; when one copy was released elsewhere first (its slot emptied, as
+// another node's release leaves it), nothing of the group applies, and
+// the others are still released once each, in order.
+func TestGroupedReleaseWithAReleasedCopy(t *testing.T) {
+	s := startBroker(t)
+	sub := connect5(t, s.Addr, "gr-sub", true, 0)
+	sub.sub("gr/#", 2)
+
+	r, _ := connectRaw(t, s.Addr, connect5Packet("gr-pub", false, 3600))
+	for pi := uint16(1); pi <= 10; pi++ {
+		r.Send(&packet.Publish{QoS: packet.QoS2, PacketID: pi, Topic: "gr/t", Payload: []byte(fmt.Sprintf("m%d", pi))})
+		if rec, ok := r.Read("packet").(*packet.Pubrec); !ok || rec.PacketID != pi || rec.ReasonCode != 0 {
+			t.Fatalf("PUBREC %d: got %+v", pi, rec)
+		}
+	}
+	tx := s.DB().Begin()
+	tx.DeleteStateUnchecked("mqtt.qos2in", "gr-pub\x0000005")
+	if err := tx.Commit(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+
+	var burst bytes.Buffer
+	w := packet.NewWriter(&burst, packet.V5)
+	for pi := uint16(1); pi <= 10; pi++ {
+		if err := w.WritePacket(&packet.Pubrel{PacketID: pi}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.SendBytes(burst.Bytes())
+	for pi := uint16(1); pi <= 10; pi++ {
+		if comp, ok := r.Read("packet").(*packet.Pubcomp); !ok || comp.PacketID != pi || comp.ReasonCode != 0 {
+			t.Fatalf("PUBCOMP %d: got %+v", pi, comp)
+		}
+	}
+	var got []string
+	for _, m := range sub.expect(9) {
+		got = append(got, string(m.Payload))
+	}
+	if want := "[m1 m2 m3 m4 m6 m7 m8 m9 m10]"; fmt.Sprint(got) != want {
+		t.Fatalf("delivered %v, want %s", got, want)
+	}
+	sub.expectNone(300 * time.Millisecond)
+}
+
 // TestEndedExchangesLeaveNoState: the end of an outbound QoS 2 exchange is
 // stored with a later commit, not one of its own; once traffic stops, the
 // next checkpoints still remove every in-flight record and completion

@@ -26,13 +26,22 @@ const maxGroup = 256
 // group applied: the ack loop, at the group's first acknowledgement, then
 // commits each staging on its own, in order, so only those whose checks
 // fail see the conflict. Stagings commit no log entry, so redoing them
-// after later commits changes no order anyone sees. Other checked writes
-// (releases, session records) are never grouped.
+// after later commits changes no order anyone sees. The releases of
+// QoS 2 messages this connection staged go in checked groups too, never
+// with stagings: a release's check fails only when another connection of
+// the session released the copy first (a takeover race, where the two
+// connections' releases are in no order anyway), so a group of releases
+// is redone, releasing each exactly once but after later commits, only
+// then; a staging's failed check (a duplicate) must not send releases
+// behind later ones. Other checked writes (session records, releases of
+// copies read from the store) are never grouped.
 type group struct {
 	tx      *table.Tx
 	entries []ackEntry
 	checked bool
 	parts   []checkedPart // with checked: one per entry
+	// releases: a checked group of releases (see checkedPart.release).
+	releases bool
 	// urgent: a write the client waits on (a message it published), not
 	// only delivery state; a group without one is deferred (table.Tx's
 	// Defer), since the subscriber's window keeps deliveries going.
@@ -40,12 +49,23 @@ type group struct {
 }
 
 // checkedPart is one write of a checked group: how to redo it alone, and
-// what learns of the group's commit at submission: its handle, the
-// version the write carries if the commit applies, and the group's redo
-// (nil for a group of one), to wait for when the commit fails a check.
+// what learns of the group's commit at submission (bind, if not nil): its
+// handle, the version the write carries if the commit applies, and the
+// group's redo (nil for a group of one), to wait for when the commit fails
+// a check.
 type checkedPart struct {
-	write func(tx *table.Tx) error
+	write func(tx *table.Tx) error // nil for a release
 	bind  func(h *engine.Handle, v table.Version, r *redo)
+	// release is the part's writes when write is nil.
+	release releaseWrite
+}
+
+// apply adds the part's writes to tx.
+func (p *checkedPart) apply(b *Broker, tx *table.Tx) error {
+	if p.write == nil {
+		return p.release.write(b, tx)
+	}
+	return p.write(tx)
 }
 
 // redo holds the outcomes of a checked group's writes committed one by
@@ -66,9 +86,9 @@ func (r *redo) run(c *conn, parts []checkedPart) {
 	r.ran = true
 	defer close(r.done)
 	r.errs = make([]error, len(parts))
-	for i, p := range parts {
+	for i := range parts {
 		tx := c.b.db.Begin()
-		if err := p.write(tx); err != nil {
+		if err := parts[i].apply(c.b, tx); err != nil {
 			r.errs[i] = err
 			continue
 		}
@@ -110,13 +130,14 @@ func (c *conn) addLater(write func(tx *table.Tx) error, e ackEntry, urgent bool)
 // laterChecked adds a checked write (a QoS 2 staging) to a checked group
 // (see group). Read loop only. False means the connection is ending.
 func (c *conn) laterChecked(part checkedPart, e ackEntry) bool {
-	if c.grp.tx != nil && !c.grp.checked && !c.flushGroup() {
+	releases := part.write == nil
+	if c.grp.tx != nil && (!c.grp.checked || c.grp.releases != releases) && !c.flushGroup() {
 		return false
 	}
 	if c.grp.tx == nil {
-		c.grp.tx, c.grp.checked = c.b.db.Begin(), true
+		c.grp.tx, c.grp.checked, c.grp.releases = c.b.db.Begin(), true, releases
 	}
-	if err := part.write(c.grp.tx); err != nil {
+	if err := part.apply(c.b, c.grp.tx); err != nil {
 		c.disconnect(packet.UnspecifiedError, err.Error())
 		return false
 	}
@@ -186,13 +207,17 @@ func (c *conn) flushGroup() bool {
 // g.parts: the next group must not reuse them.
 func (c *conn) bindChecked(g group, h *engine.Handle) {
 	if len(g.parts) == 1 {
-		g.parts[0].bind(h, g.tx.Version(), nil)
+		if g.parts[0].bind != nil {
+			g.parts[0].bind(h, g.tx.Version(), nil)
+		}
 		g.parts[0] = checkedPart{} // its staged bytes are not the next group's to keep
 		return
 	}
 	r := &redo{done: make(chan struct{})}
 	for _, p := range g.parts {
-		p.bind(h, g.tx.Version(), r)
+		if p.bind != nil {
+			p.bind(h, g.tx.Version(), r)
+		}
 	}
 	c.grp.parts = nil
 	for i := range g.entries {

@@ -242,10 +242,13 @@ func (c *conn) publishQoS2(p *packet.Publish, m *Message) bool {
 func (c *conn) handlePubrel(p *packet.Pubrel) bool {
 	pi := p.PacketID
 	c.b.at(PointPubrelRead, c.client, pi)
-	if !c.flushGroup() { // the staging this PUBREL may wait for
+	ex := c.exchanges[pi]
+	if (ex == nil || ex.h == nil) && !c.flushGroup() {
+		// The staging this PUBREL waits for is in the pending group, or
+		// the store is read below: either way it goes first. Releases
+		// of stagings already submitted join the pending group instead.
 		return false
 	}
-	ex := c.exchanges[pi]
 	if ex != nil && ex.released {
 		// Released already; never consult the store again for it.
 		return c.ack(ackEntry{ack: packet.TypePubcomp, pi: pi, atSent: PointPubcompSent})
@@ -253,7 +256,11 @@ func (c *conn) handlePubrel(p *packet.Pubrel) bool {
 	if ex != nil {
 		// Staged by this connection: the read below must see the staging
 		// (only this id's commit is waited for, so PUBRELs that read the
-		// store do not queue behind every commit before them).
+		// store do not queue behind every commit before them). The
+		// pending group does not wait with it.
+		if !done(ex.h) && !c.flushGroup() {
+			return false
+		}
 		select {
 		case <-ex.h.Done():
 		case <-c.ctx.Done():
@@ -322,31 +329,65 @@ type staged struct {
 // copy in one commit, conditional on the copy still being the one staged
 // (its version and bytes): of two releases racing (a retried PUBREL here
 // or on another node), exactly one delivers. id is pi's slot.
+//
+// The release of a copy this connection staged joins the pending checked
+// group (see group): the PUBRELs of a pipelining client share a commit,
+// as their PUBLISHes' stagings do. A release of a copy read from the
+// store commits alone.
 func (c *conn) release(pi uint16, id string, m *Message, st staged) bool {
-	tx := c.b.db.Begin()
-	tx.ExpectState(tableStaged, id, st.version, st.enc)
-	if st.read {
-		tx.DeleteState(tableStaged, id) // the version entry too, if there is one
-	} else {
-		tx.DeleteStateUnchecked(tableStaged, id)
+	entry := ackEntry{ack: packet.TypePubcomp, after: releaseOutcome,
+		kind: KindRelease, pi: pi, atDone: PointReleaseCommitted, atSent: PointPubcompSent}
+	c.b.beforeSubmit(KindRelease, c.client)
+	// The part carries its release by value: a closure would cost an
+	// allocation per message.
+	rel := releaseWrite{id: id, m: m, st: st}
+	if !st.read {
+		c.forget(pi)
+		c.exchanges[pi] = releasedExchange
+		return c.laterChecked(checkedPart{release: rel}, entry)
 	}
-	if err := c.b.addMessageEnc(tx, m, st.enc); err != nil {
+	tx := c.b.db.Begin()
+	if err := rel.write(c.b, tx); err != nil {
 		c.disconnect(packet.UnspecifiedError, err.Error())
 		return false
 	}
-	c.b.beforeSubmit(KindRelease, c.client)
 	h, err := c.submit(tx)
 	if err != nil {
 		return false
 	}
 	c.forget(pi)
 	c.exchanges[pi] = releasedExchange
-	return c.ack(ackEntry{ack: packet.TypePubcomp, h: h, after: func(err error) error {
-		if errors.Is(err, engine.ErrConflict) {
-			return nil // released by an earlier PUBREL: deliver nothing more
-		}
-		return err
-	}, kind: KindRelease, pi: pi, atDone: PointReleaseCommitted, atSent: PointPubcompSent})
+	entry.h = h
+	return c.ack(entry)
+}
+
+// releaseWrite is a release's writes: the staged copy st of slot id
+// deleted, conditional on its being the one staged, and m appended to the
+// log.
+type releaseWrite struct {
+	id string
+	m  *Message
+	st staged
+}
+
+func (r *releaseWrite) write(b *Broker, tx *table.Tx) error {
+	tx.ExpectState(tableStaged, r.id, r.st.version, r.st.enc)
+	if r.st.read {
+		tx.DeleteState(tableStaged, r.id) // the version entry too, if there is one
+	} else {
+		tx.DeleteStateUnchecked(tableStaged, r.id)
+	}
+	return b.addMessageEnc(tx, r.m, r.st.enc)
+}
+
+// releaseOutcome judges a release's commit: a failed check means an
+// earlier PUBREL (here or on another node) released the copy, and this
+// one delivers nothing more.
+func releaseOutcome(err error) error {
+	if errors.Is(err, engine.ErrConflict) {
+		return nil
+	}
+	return err
 }
 
 // forget drops the copy held for pi; the exchange no longer counts
