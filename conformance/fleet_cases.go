@@ -16,6 +16,7 @@ import (
 func init() {
 	register("fleet",
 		Case{Name: "F01_routing_many_sessions_wildcards_shared_groups", Run: caseFleetRouting},
+		Case{Name: "F02_shared_group_queue_while_no_member_online", Run: caseFleetSharedQueue},
 	)
 }
 

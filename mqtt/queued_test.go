@@ -403,7 +403,35 @@ func TestQueueLimitSkipsSharedAndQoS0(t *testing.T) {
 	}
 	pub.pubBurst(1, pubs...) // 100 to busy/b, 110 to zero/z, 10 to quiet/a
 	pub.close()
-	expectQuietKept(t, s, "mixed-sub")
+	// The session kept its own 10; the shared group, whose only member
+	// it is, kept the first 50 of busy/b in its own queue, which the
+	// session's limit does not count and which holds as many.
+	retainDown(t, s, logKey(t, s.DB(), "quiet/a", "a0"))
+	st := s.Broker().Stats()
+	if st.Dropped["retention"] != 0 || st.Dropped["shared_queue"] != 50 || st.SharedQueued != 50 {
+		t.Fatalf("dropped %v, shared queued %d; want no retention drop, 50 shared queued and 50 past the group's bound", st.Dropped, st.SharedQueued)
+	}
+	sub = connect5(t, s.Addr, "mixed-sub", false, 3600)
+	var quiet, busy []string
+	for _, m := range sub.expect(60) {
+		switch m.Topic {
+		case "quiet/a":
+			quiet = append(quiet, m.Topic+"="+string(m.Payload))
+		case "busy/b":
+			busy = append(busy, string(m.Payload))
+		default:
+			t.Fatalf("unexpected message %q %q", m.Topic, m.Payload)
+		}
+	}
+	if !slices.Equal(quiet, wantQuiet(0, 10)) {
+		t.Fatalf("received %v, want %v", quiet, wantQuiet(0, 10))
+	}
+	for i, p := range busy {
+		if p != fmt.Sprintf("b%d", i) {
+			t.Fatalf("the group's queue delivered %v, want b0..b49 in order", busy)
+		}
+	}
+	sub.expectNone(200 * time.Millisecond)
 }
 
 // expectQuietKept checks that client's offline session, subscribed to

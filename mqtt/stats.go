@@ -18,7 +18,9 @@ type Stats struct {
 	// passed before delivery), "memory" (a QoS 0 PUBLISH over
 	// Options.MaxMemory), "no_member" (a shared subscription's message a
 	// leaving member held, unsent or unacknowledged, with no other member
-	// online on the node to take it).
+	// online on the node to take it and no persistent member to keep it
+	// for), "shared_queue" (a shared group with no member online had
+	// Options.MaxQueuedMessages messages queued already).
 	Dropped map[string]uint64
 	// PipelineDepth is the number of acknowledgements waiting for their
 	// commit across all connections; InflightOut the QoS 1/2 PUBLISHes
@@ -32,6 +34,10 @@ type Stats struct {
 	// replays sent.
 	Replays          map[string]uint64
 	MessagesReplayed uint64
+	// SharedQueued counts the messages this node kept in a shared
+	// subscription group's queue while none of the group's members was
+	// online (the first member back receives them).
+	SharedQueued uint64
 	// TableWrites counts PUBLISHes written to a table under
 	// Options.TablesPrefix (docs/tables.md), TableDeliveries the records
 	// and changes sent to table subscriptions, and TableRefused the

@@ -221,6 +221,7 @@ var (
 	descTrunc    = prometheus.NewDesc("tidemark_retention_truncations_total", "Retention passes that removed log entries.", nil, nil)
 	descReplays  = prometheus.NewDesc("tidemark_replays_total", "Subscriptions asking for a replay of the message log, by result: started, refused.", []string{"result"}, nil)
 	descReplayed = prometheus.NewDesc("tidemark_replayed_messages_total", "Messages sent by replays.", nil, nil)
+	descSharedQ  = prometheus.NewDesc("tidemark_shared_queued_messages_total", "Messages kept in a shared subscription group's queue while none of its members was online.", nil, nil)
 	descTables   = prometheus.NewDesc("tidemark_table_topics_total", "Traffic of the tables namespace (--tables-prefix), by kind: write (PUBLISHes written to a table), delivery (records and changes sent to table subscriptions), refused (invalid table topics or filters).", []string{"kind"}, nil)
 	descRuleMsgs = prometheus.NewDesc("tidemark_retention_rule_messages", "Messages of each --retention rule's filter that the rule keeps in the message log.", []string{"filter", "keep"}, nil)
 	descRuleB    = prometheus.NewDesc("tidemark_retention_rule_bytes", "Stored bytes of the messages each --retention rule keeps.", []string{"filter", "keep"}, nil)
@@ -235,7 +236,7 @@ var (
 )
 
 func (c *brokerCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descConns, descSessions, descConnects, descIn, descOut, descBytesIn, descBytesOut, descDropped, descPipeline, descInflight, descLogN, descLogB, descTrunc, descReplays, descReplayed, descTables, descRuleMsgs, descRuleB, descRuleAge, descSockets, descRefused, descAcceptEr, descStoreErr, descLimits, descAuthRef, descDenied} {
+	for _, d := range []*prometheus.Desc{descConns, descSessions, descConnects, descIn, descOut, descBytesIn, descBytesOut, descDropped, descPipeline, descInflight, descLogN, descLogB, descTrunc, descReplays, descReplayed, descSharedQ, descTables, descRuleMsgs, descRuleB, descRuleAge, descSockets, descRefused, descAcceptEr, descStoreErr, descLimits, descAuthRef, descDenied} {
 		ch <- d
 	}
 }
@@ -260,6 +261,7 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descReplays, prometheus.CounterValue, float64(n), result)
 	}
 	ch <- prometheus.MustNewConstMetric(descReplayed, prometheus.CounterValue, float64(s.MessagesReplayed))
+	ch <- prometheus.MustNewConstMetric(descSharedQ, prometheus.CounterValue, float64(s.SharedQueued))
 	ch <- prometheus.MustNewConstMetric(descTables, prometheus.CounterValue, float64(s.TableWrites), "write")
 	ch <- prometheus.MustNewConstMetric(descTables, prometheus.CounterValue, float64(s.TableDeliveries), "delivery")
 	ch <- prometheus.MustNewConstMetric(descTables, prometheus.CounterValue, float64(s.TableRefused), "refused")

@@ -240,6 +240,13 @@ func (ix *Index) Shares() map[Share]int {
 	return m
 }
 
+// MemberCount returns how many members share s has in the index.
+func (ix *Index) MemberCount(s Share) int {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return ix.shares[s]
+}
+
 // Members returns the subscriptions of share s's members, in client
 // order.
 func (ix *Index) Members(s Share) []Subscription {

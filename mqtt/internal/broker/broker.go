@@ -34,6 +34,7 @@ import (
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/internal/tabletopic"
 	"github.com/tidemark-io/tidemark/mqtt/internal/workers"
+	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
 )
 
@@ -155,6 +156,15 @@ type Broker struct {
 	sharesLeftOut int
 	// retains are the retained QoS 0 writes a SUBSCRIBE waits for.
 	retains pendingRetains
+	// offline are the shared subscriptions of sessions not online here;
+	// shareQ the messages for their groups' queues, written after mu is
+	// let go; shareSeq numbers those without a log position; draining,
+	// under mu, the shares whose queue a goroutine is handing over (true:
+	// go round once more). See sharequeue.go.
+	offline  offlineShares
+	shareQ   []queuedShare
+	shareSeq atomic.Uint64
+	draining map[topic.Share]bool
 
 	// store runs store calls (see onStore); runners run the connections'
 	// ack loops and senders.
@@ -231,7 +241,7 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 	b.guard = access.New(opts.Authenticator, opts.Authorizer, opts.AuthConcurrency, &b.metrics)
 	b.queues = &queuelimit.Limiter{DB: db, Log: b.log, Counters: &b.metrics, MaxMessages: opts.MaxQueuedMessages, MaxBytes: opts.MaxQueuedBytes,
 		Online: b.onlineCheckpoint, BeginCut: b.beginQueueCut, BeforeCut: func(client string) { b.beforeSubmit(KindQueueCut, client) }}
-	b.sessions = &session.Store{DB: db, Log: b.log, MaxDeletes: b.maxStateDeletes, Online: b.onlineCheckpoint}
+	b.sessions = &session.Store{DB: db, Log: b.log, MaxDeletes: b.maxStateDeletes, Online: b.onlineCheckpoint, Gone: b.offline.remove}
 	if err := b.startRouter(ctx); err != nil {
 		cancel()
 		return nil, err
@@ -244,11 +254,17 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 		CheckpointEvery: opts.CheckpointEvery, RetentionEvery: opts.RetentionEvery, MaxInflightBytes: opts.MaxInflightBytes,
 		MaxLazy: b.maxLazy(), MaxStateDeletes: b.maxStateDeletes(),
 		OnStore: b.onStore, BeforeCheckpoint: func(client string) { b.beforeSubmit(KindCheckpoint, client) },
+		Joined: b.sharesOnline,
 	}
 	if err := b.sessions.IndexCheckpoints(ctx); err != nil {
 		cancel()
 		b.router.Close()
 		return nil, err
+	}
+	if err := b.loadOfflineShares(ctx); err != nil {
+		cancel()
+		b.router.Close()
+		return nil, fmt.Errorf("mqtt: read the shared subscriptions' members: %w", err)
 	}
 	if err := b.countRetained(ctx); err != nil {
 		cancel()
@@ -309,6 +325,7 @@ func (b *Broker) Close() error {
 	for _, c := range conns {
 		c.shutdown()
 	}
+	b.settleRouter(2 * time.Second)
 	b.cancel()
 	// A connection registered after the list above was taken may have
 	// parked before the broker's context ended: its end is reported to

@@ -198,7 +198,8 @@ func (c *conn) restoreSession(ctx context.Context, t *connectTerms) (sessionSetu
 	c.b.mu.Unlock()
 	// The restored subscriptions are indexed before the read loop goes
 	// on, so a SUBSCRIBE behind the CONNECT replaces them, never the
-	// reverse.
+	// reverse. Its groups' queues come to it once it joins the route.
+	c.b.offline.remove(c.client)
 	for _, s := range c.rec.Subs {
 		sub := s.Subscription(c.client)
 		if sub.Group != "" {

@@ -22,6 +22,7 @@ type Stats struct {
 	Truncations                                uint64
 	Replays                                    map[string]uint64
 	MessagesReplayed                           uint64
+	SharedQueued                               uint64
 	TableWrites, TableDeliveries, TableRefused uint64
 	Retention                                  []RetentionStat
 	Sockets, AwaitingConnect                   int
@@ -46,12 +47,14 @@ func (b *Broker) Stats() Stats {
 		Truncations:      m.Truncations.Load(),
 		Replays:          map[string]uint64{"started": m.ReplaysStarted.Load(), "refused": m.ReplaysRefused.Load()},
 		MessagesReplayed: m.MsgsReplayed.Load(),
+		SharedQueued:     m.SharedQueued.Load(),
 		TableWrites:      m.TableWrites.Load(), TableDeliveries: m.TableDelivered.Load(), TableRefused: m.TableRefused.Load(),
 		Retention: b.rules.Stats(time.Now()),
 		Dropped: map[string]uint64{
 			"retention": m.DroppedRetention.Load(), "slow": m.DroppedSlow.Load(),
 			"too_large": m.DroppedTooLarge.Load(), "expired": m.DroppedExpired.Load(),
 			"memory": m.DroppedMemory.Load(), "no_member": m.DroppedNoMember.Load(),
+			"shared_queue": m.DroppedSharedQueue.Load(),
 		},
 	}
 	s.Sockets, s.AwaitingConnect = b.gate.Counts()

@@ -63,6 +63,9 @@ func (b *Broker) Retain(ctx context.Context) error {
 			return fmt.Errorf("mqtt: queued-message limit: %w", err)
 		}
 	}
+	if err := b.dropOrphanQueues(ctx); err != nil {
+		return fmt.Errorf("mqtt: shared groups' queues: %w", err)
+	}
 	low, ok, err := b.sessions.LowestCheckpoint(ctx, head)
 	if err != nil || !ok {
 		return err

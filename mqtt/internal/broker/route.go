@@ -31,7 +31,7 @@ func (b *Broker) startRouter(ctx context.Context) error {
 	}
 	b.router, err = route.Start(b.ctx, b.db, route.Options{
 		Table: tableMsgs, Start: head, MaxQueue: b.opts.RouteQueue,
-		Observe: observe, Shared: b.routeShared, Logger: b.log,
+		Observe: observe, Shared: b.routeShared, Offline: b.offline.match, Logger: b.log,
 	})
 	if err != nil {
 		return fmt.Errorf("mqtt: start the router: %w", err)
@@ -47,12 +47,16 @@ func (b *Broker) routeShared(ev table.Event, subs []topic.Subscription) {
 		return
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	for _, s := range subs {
 		if (s.NoLocal && s.Client == m.From) || !b.servesShare(ev, s) {
 			continue
 		}
-		b.offerShareLocked(&m, s, "", false)
+		b.offerShareLocked(&m, s, "", false, &sharePos{key: ev.Key, index: ev.Index})
+	}
+	queued := len(b.shareQ) > 0
+	b.mu.Unlock()
+	if queued {
+		b.flushShareQueue()
 	}
 }
 
@@ -61,10 +65,12 @@ func (b *Broker) routeShared(ev table.Event, subs []topic.Subscription) {
 // topic, its queue of in-memory deliveries full), to the share's other
 // online members in turn, passing over exclude (a member that is
 // leaving). With force, when every queue is full, the first member that
-// may take it gets it past its queue's bound. A message none takes is
-// counted dropped as slow. b.mu held.
-func (b *Broker) offerShareLocked(m *Message, pick topic.Subscription, exclude string, force bool) bool {
-	if pick.Client != exclude && b.offerMemberLocked(m, pick, true) {
+// may take it gets it past its queue's bound. With no member online, it
+// goes to the share's queue when the share has offline members (see
+// sharequeue.go; pos is m's log position, nil when unknown). A message
+// none takes is counted dropped as slow. b.mu held.
+func (b *Broker) offerShareLocked(m *Message, pick topic.Subscription, exclude string, force bool, pos *sharePos) bool {
+	if pick.Client != exclude && b.offerMemberLocked(m, pick, true, pos) {
 		return true // the common case: the group's members are not read
 	}
 	members := b.router.Index().Members(topic.Share{Group: pick.Group, Filter: pick.Filter})
@@ -74,26 +80,43 @@ func (b *Broker) offerShareLocked(m *Message, pick topic.Subscription, exclude s
 		bounds = append(bounds, false)
 	}
 	for _, bound := range bounds {
-		if !bound && pick.Client != exclude && b.offerMemberLocked(m, pick, bound) {
+		if !bound && pick.Client != exclude && b.offerMemberLocked(m, pick, bound, pos) {
 			return true
 		}
 		for i := 1; i <= len(members); i++ {
 			s := members[(start+i+len(members))%len(members)]
-			if s.Client != exclude && s.Client != pick.Client && b.offerMemberLocked(m, s, bound) {
+			if s.Client != exclude && s.Client != pick.Client && b.offerMemberLocked(m, s, bound, pos) {
 				return true
 			}
 		}
+	}
+	online := slices.ContainsFunc(members, func(s topic.Subscription) bool {
+		return s.Client != exclude && b.memberOnlineLocked(s.Client)
+	})
+	sh := topic.Share{Group: pick.Group, Filter: pick.Filter}
+	if !online && b.queueShareLocked(m, sh, pos) {
+		return true
 	}
 	b.metrics.DroppedSlow.Add(1)
 	return false
 }
 
+// memberOnlineLocked reports whether client's session is online here
+// and on the route. b.mu held.
+func (b *Broker) memberOnlineLocked(client string) bool {
+	c := b.conns[client]
+	return c != nil && c.out != nil && b.router.Online(client)
+}
+
 // offerMemberLocked queues m for s's session, reporting false when it is
 // not online here, may not read m's topic, or (with bound) has no room.
 // b.mu held.
-func (b *Broker) offerMemberLocked(m *Message, s topic.Subscription, bound bool) bool {
+func (b *Broker) offerMemberLocked(m *Message, s topic.Subscription, bound bool, pos *sharePos) bool {
+	if !b.memberOnlineLocked(s.Client) {
+		return false
+	}
 	c := b.conns[s.Client]
-	if c == nil || c.out == nil || !b.router.Online(s.Client) || !b.guard.Allow(b.ctx, c.id, auth.AccessRead, m.Topic) {
+	if !b.guard.Allow(b.ctx, c.id, auth.AccessRead, m.Topic) {
 		return false
 	}
 	var ids []uint32
@@ -102,6 +125,9 @@ func (b *Broker) offerMemberLocked(m *Message, s topic.Subscription, bound bool)
 	}
 	d := delivery.Direct{Msg: m, QoS: min(s.QoS, m.QoS), IDs: ids, Retain: m.Retain && s.RetainAsPublished,
 		Share: topic.Share{Group: s.Group, Filter: s.Filter}}
+	if pos != nil {
+		d.At = delivery.LogPos{Key: pos.key, Index: pos.index, Set: true}
+	}
 	if !bound {
 		c.out.OfferOwed(d)
 		return true
@@ -121,6 +147,7 @@ func (b *Broker) reofferShared(client, leaving string, ds []delivery.Direct) {
 	}
 	dropped := map[topic.Share]int{}
 	defer func() { // after the unlock
+		b.flushShareQueue()
 		for sh, n := range dropped {
 			b.log.Warn("shared subscription messages dropped: the member that held them left and no other member is online", "group", sh.Group, "filter", sh.Filter, "messages", n, "leaving", client)
 		}
@@ -133,6 +160,9 @@ func (b *Broker) reofferShared(client, leaving string, ds []delivery.Direct) {
 		}
 		members := b.router.Index().Members(d.Share)
 		if len(members) == 0 {
+			if b.queueShareLocked(d.Msg, d.Share, directPos(d)) {
+				continue // the group's queue keeps it for its next member
+			}
 			b.metrics.DroppedNoMember.Add(1)
 			dropped[d.Share]++
 			continue
@@ -145,6 +175,6 @@ func (b *Broker) reofferShared(client, leaving string, ds []delivery.Direct) {
 		}
 		// Past the queues' bound if need be: these are owed to the group
 		// and in memory already, at most a queue and a window of them.
-		b.offerShareLocked(d.Msg, pick, leaving, true)
+		b.offerShareLocked(d.Msg, pick, leaving, true, directPos(d))
 	}
 }

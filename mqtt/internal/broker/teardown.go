@@ -26,6 +26,7 @@ func (c *conn) teardown() {
 	// client id waits for this connection to finish, so it always loads
 	// the session this connection leaves behind.
 	handoff := c.handoff.Load()
+	persisted := false
 	switch {
 	case handoff != nil:
 		if err := c.handOff(ctx, *handoff); err != nil {
@@ -45,6 +46,7 @@ func (c *conn) teardown() {
 		if err := c.out.Persist(ctx, true); err != nil {
 			c.log.Warn("persist session", "err", err)
 		}
+		persisted = true
 	}
 	b.mu.Lock()
 	current := b.conns[c.client] == c
@@ -54,6 +56,11 @@ func (c *conn) teardown() {
 	b.mu.Unlock()
 	if current {
 		c.out.Unindex()
+		if persisted {
+			// Its groups keep their messages for it while it is away
+			// (see sharequeue.go).
+			b.offline.add(c.client, c.out.Shares())
+		}
 	}
 	if b.ctx.Err() == nil {
 		// A newer connection of the client (a takeover) is a member too.

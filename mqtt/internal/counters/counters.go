@@ -45,15 +45,21 @@ type Counters struct {
 	DroppedNoMember  atomic.Uint64
 	DroppedTooLarge  atomic.Uint64
 	DroppedExpired   atomic.Uint64
-	Truncations      atomic.Uint64
-	ReplaysStarted   atomic.Uint64
-	ReplaysRefused   atomic.Uint64
-	MsgsReplayed     atomic.Uint64
-	TableWrites      atomic.Uint64
-	TableDelivered   atomic.Uint64
-	TableRefused     atomic.Uint64
-	PipelineDepth    atomic.Int64 // acknowledgements waiting for their commit
-	InflightOut      atomic.Int64 // QoS 1/2 PUBLISHes sent, not yet acknowledged
+	// SharedQueued counts the messages this node put in a shared
+	// group's queue while none of its members was online.
+	SharedQueued atomic.Uint64
+	// DroppedSharedQueue counts the messages a shared group's full
+	// queue did not take.
+	DroppedSharedQueue atomic.Uint64
+	Truncations        atomic.Uint64
+	ReplaysStarted     atomic.Uint64
+	ReplaysRefused     atomic.Uint64
+	MsgsReplayed       atomic.Uint64
+	TableWrites        atomic.Uint64
+	TableDelivered     atomic.Uint64
+	TableRefused       atomic.Uint64
+	PipelineDepth      atomic.Int64 // acknowledgements waiting for their commit
+	InflightOut        atomic.Int64 // QoS 1/2 PUBLISHes sent, not yet acknowledged
 
 	// Sockets closed before their CONNECT was served, by reason (see
 	// Refused), and failed Accepts.

@@ -76,7 +76,7 @@ func (o *Session) deliverDirect(d Direct) {
 	if d.Msg.Expired(time.Now()) {
 		return
 	}
-	o.send(delivery{msg: d.Msg, qos: d.QoS, ids: d.IDs, retain: d.Retain, share: d.Share})
+	o.send(delivery{msg: d.Msg, qos: d.QoS, ids: d.IDs, retain: d.Retain, share: d.Share, at: d.At})
 }
 
 // OfferRetained queues the retained messages a SUBSCRIBE matched, all of
@@ -150,6 +150,8 @@ type delivery struct {
 	// share is the shared subscription of an in-memory delivery, zero
 	// for any other.
 	share topic.Share
+	// at is a shared delivery's log position (Direct.At).
+	at LogPos
 }
 
 // send writes one PUBLISH; QoS 1/2 ones enter the in-flight window.
@@ -170,7 +172,7 @@ func (o *Session) send(d delivery) {
 	}
 	o.mu.Lock()
 	pi := o.packetIDLocked(d)
-	om := &outMsg{pi: pi, qos: qos, ev: ev, hasEv: hasEv, pos: ev.Cursor(), msg: m, state: outSent, rp: rp, gauged: true, share: d.share}
+	om := &outMsg{pi: pi, qos: qos, ev: ev, hasEv: hasEv, pos: ev.Cursor(), msg: m, state: outSent, rp: rp, gauged: true, share: d.share, at: d.at}
 	o.track(om)
 	o.mu.Unlock()
 	o.env.Counters.InflightOut.Add(1)

@@ -3,6 +3,8 @@ package delivery
 import (
 	"sync"
 
+	"github.com/tidemark-io/tidemark/engine"
+
 	"github.com/tidemark-io/tidemark/mqtt/internal/message"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 )
@@ -26,6 +28,18 @@ type Direct struct {
 	// any other: what the session could not deliver of it goes back to
 	// the group (see Session.Unsent).
 	Share topic.Share
+	// At is the message's log position, when it was read from the log:
+	// a shared group's queue keeps a delivery the session hands back
+	// (Session.Unsent) under it, so the queue stays in log order.
+	At LogPos
+}
+
+// LogPos is a message's place in the log: entry Index of the entries
+// under log key Key, when Set.
+type LogPos struct {
+	Key   engine.LogKey
+	Index uint32
+	Set   bool
 }
 
 // directQueue is a session's in-memory deliveries waiting for its sender.

@@ -33,8 +33,9 @@ type outMsg struct {
 	// it completes or the connection ends; under o.mu.
 	gauged bool
 	// share is the shared subscription of an in-memory delivery, zero
-	// for any other (see Session.Unsent).
+	// for any other, and at its log position (see Session.Unsent).
 	share topic.Share
+	at    LogPos
 }
 
 // The states of a QoS 2 exchange, as outMsg.state and in its stored
@@ -228,7 +229,7 @@ func (o *Session) Unsent() []Direct {
 	defer o.mu.Unlock()
 	for _, om := range o.inflight {
 		if om.qos == 1 && !om.hasEv && om.share != (topic.Share{}) {
-			out = append(out, Direct{Msg: om.msg, QoS: 1, Share: om.share})
+			out = append(out, Direct{Msg: om.msg, QoS: 1, Share: om.share, At: om.at})
 		}
 	}
 	return out

@@ -143,6 +143,11 @@ type Env struct {
 	// BeforeCheckpoint, when set, runs before a checkpoint commit is
 	// submitted (a test hook).
 	BeforeCheckpoint func(client string)
+	// Joined, when set, is told of the shared subscriptions of a session
+	// that just joined the route, and of each one a joined session adds,
+	// from the session's goroutines and with no lock held; it must not
+	// block.
+	Joined func(client string, shares []topic.Subscription)
 
 	// publishes holds the PUBLISH packets of writes in passing (see
 	// SendNow), which no session keeps between messages.
@@ -353,6 +358,19 @@ func (o *Session) subscribe(from table.Cursor) error {
 	o.sub = m
 	o.mu.Unlock()
 	o.env.Router.Join(o.client, m)
+	if o.env.Joined != nil {
+		var shares []topic.Subscription
+		o.mu.Lock()
+		for _, s := range o.subs {
+			if s.Group != "" {
+				shares = append(shares, s)
+			}
+		}
+		o.mu.Unlock()
+		if len(shares) > 0 {
+			o.env.Joined(o.client, shares)
+		}
+	}
 	return nil
 }
 
@@ -386,6 +404,19 @@ func (o *Session) wants(name string) bool {
 		}
 	}
 	return false
+}
+
+// Shares returns the shares the session subscribes to.
+func (o *Session) Shares() []topic.Share {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []topic.Share
+	for _, s := range o.subs {
+		if s.Group != "" {
+			out = append(out, topic.Share{Group: s.Group, Filter: s.Filter})
+		}
+	}
+	return out
 }
 
 // Unindex removes the session's subscriptions from the broker's index:

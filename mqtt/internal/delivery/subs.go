@@ -26,12 +26,23 @@ type NewSubscription struct {
 // many subscriptions the session holds, decides whether a new one is
 // allowed; added[i] is false when it is not, and that one changed
 // nothing.
+//
+// A new shared subscription of a session on the route is told to
+// Env.Joined, which hands the group's queue over.
 func (o *Session) AddSubscriptions(subs []NewSubscription, since table.Cursor, mayAdd func(have int) bool) (existed, added []bool) {
 	existed, added = make([]bool, len(subs)), make([]bool, len(subs))
+	var shares []topic.Subscription
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	for i, ns := range subs {
 		existed[i], added[i] = o.addSubscriptionLocked(ns.Sub, since, ns.Replay, mayAdd)
+		if added[i] && ns.Sub.Group != "" {
+			shares = append(shares, ns.Sub)
+		}
+	}
+	joined := o.sub != nil
+	o.mu.Unlock()
+	if joined && len(shares) > 0 && o.env.Joined != nil {
+		o.env.Joined(o.client, shares)
 	}
 	return existed, added
 }

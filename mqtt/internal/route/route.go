@@ -43,6 +43,11 @@ type Options struct {
 	// lock of the router held; it must not block. subs is reused after it
 	// returns.
 	Shared func(ev table.Event, subs []topic.Subscription)
+	// Offline, if set, calls fn with one offline member of each shared
+	// subscription whose filter matches topic (see Router.route): its
+	// groups get their messages through Shared too while no member of
+	// theirs is online here.
+	Offline func(topic string, fn func(topic.Subscription))
 	// Logger receives the follower's warnings.
 	Logger *slog.Logger
 }
@@ -57,6 +62,7 @@ type Router struct {
 	fan      *table.Fanout
 	observe  func(table.Event)
 	onShared func(table.Event, []topic.Subscription)
+	offline  func(string, func(topic.Subscription))
 
 	mu      sync.Mutex
 	members map[string]*table.Member // online session -> its member
@@ -72,7 +78,7 @@ type Router struct {
 
 // Start starts a router on db until ctx ends or Close.
 func Start(ctx context.Context, db *table.DB, o Options) (*Router, error) {
-	r := &Router{observe: o.Observe, onShared: o.Shared, members: map[string]*table.Member{}}
+	r := &Router{observe: o.Observe, onShared: o.Shared, offline: o.Offline, members: map[string]*table.Member{}}
 	var err error
 	r.fan, err = db.NewFanout(ctx, table.FanoutOptions{
 		Table: o.Table, Start: o.Start, Route: r.route, MaxQueue: o.MaxQueue, Logger: o.Logger,
@@ -151,6 +157,20 @@ func (r *Router) route(ev table.Event, deliver func(*table.Member)) {
 			r.shared = append(r.shared, s)
 		}
 	})
+	if sharedOn && r.offline != nil {
+		// Groups with no member online here: their offline member
+		// stands for them, so the broker can keep the message for the
+		// group.
+		online := len(r.shared)
+		r.offline(ev.ID, func(s topic.Subscription) {
+			for _, o := range r.shared[:online] {
+				if o.Group == s.Group && o.Filter == s.Filter {
+					return
+				}
+			}
+			r.shared = append(r.shared, s)
+		})
+	}
 	if len(r.plain) > 0 {
 		r.mu.Lock()
 		for _, client := range r.plain {

@@ -3,10 +3,12 @@ package session
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
 )
 
@@ -36,12 +38,38 @@ import (
 // that expires, under its deadline, so an expiry pass reads only what is
 // due. An entry may outlive the session's offline spell: the reader
 // checks the record.
+//
+// The share-members index (SharesTable) holds one entry per shared
+// subscription of a stored session, online or not, so that a node knows
+// the groups that still have members while none of them is connected
+// (their messages wait in the group's queue) without reading every
+// session record.
 const (
-	Table           = "mqtt.sessions"    // id = client id
-	CheckpointTable = "mqtt.checkpoints" // id = checkpoint (hex key, hex index), Sep, client id (unchecked state)
-	RecoverTable    = "mqtt.recover"     // id = client id of a session online or holding a will (unchecked state)
-	ExpiryTable     = "mqtt.expiry"      // id = deadline (hex Unix ms), Sep, client id: offline sessions that expire (unchecked state)
+	Table           = "mqtt.sessions"     // id = client id
+	CheckpointTable = "mqtt.checkpoints"  // id = checkpoint (hex key, hex index), Sep, client id (unchecked state)
+	RecoverTable    = "mqtt.recover"      // id = client id of a session online or holding a will (unchecked state)
+	ExpiryTable     = "mqtt.expiry"       // id = deadline (hex Unix ms), Sep, client id: offline sessions that expire (unchecked state)
+	SharesTable     = "mqtt.sharemembers" // id = ShareMemberID(group, filter, client) (unchecked state)
 )
+
+// ShareMemberID is the share-members index's id of client's subscription
+// to filter in group: ids of one share's members share the prefix
+// ShareMembers(group, filter). MQTT strings hold no U+0000, so the parts
+// cannot run into one another.
+func ShareMemberID(group, filter, client string) string {
+	return ShareMembers(group, filter) + client
+}
+
+// ShareMembers is the prefix of the share-members index's ids of the
+// members of share group/filter.
+func ShareMembers(group, filter string) string { return group + Sep + filter + Sep }
+
+// ParseShareMemberID reverses ShareMemberID; false for any other id.
+func ParseShareMemberID(id string) (group, filter, client string, ok bool) {
+	group, rest, ok1 := strings.Cut(id, Sep)
+	filter, client, ok2 := strings.Cut(rest, Sep)
+	return group, filter, client, ok1 && ok2 && group != "" && filter != "" && client != ""
+}
 
 // Sep separates a client id from the rest of a per-client record id;
 // client ids cannot contain U+0000, so one client's records never share a
@@ -82,6 +110,7 @@ func SlotID(client string, pi uint16) string {
 const (
 	CheckpointsIndexed = "~indexed"
 	ExpiryIndexed      = "~indexed"
+	SharesIndexed      = "~indexed"
 )
 
 // Put adds the session record s of client to tx, with its entries in the
@@ -165,6 +194,59 @@ func ParseCheckpointID(id string) (table.Cursor, string, bool) {
 func (s *Record) Loaded() {
 	s.indexed, s.hasIndexed = s.Checkpoint, true
 	s.flagged = s.Online || s.Will != nil
+	s.shares = s.shareKeys()
+}
+
+// shareKeys returns the shares s subscribes to, in subscription order.
+func (s *Record) shareKeys() []topic.Share {
+	var out []topic.Share
+	for _, sub := range s.Subs {
+		if sub.Group != "" {
+			out = append(out, topic.Share{Group: sub.Group, Filter: sub.Filter})
+		}
+	}
+	return out
+}
+
+// sameShares reports whether s subscribes to exactly the shares it
+// indexed, without allocating: Put runs at every checkpoint write.
+func (s *Record) sameShares() bool {
+	i := 0
+	for _, sub := range s.Subs {
+		if sub.Group == "" {
+			continue
+		}
+		if i == len(s.shares) || s.shares[i] != (topic.Share{Group: sub.Group, Filter: sub.Filter}) {
+			return false
+		}
+		i++
+	}
+	return i == len(s.shares)
+}
+
+// indexShares adds to tx the share-members entries of the shares s
+// gained and the deletion of those it lost since it was indexed.
+func (s *Record) indexShares(tx *table.Tx, client string) error {
+	if s.sameShares() {
+		return nil
+	}
+	now := s.shareKeys()
+	for _, sh := range s.shares {
+		if !slices.Contains(now, sh) {
+			if err := tx.DeleteStateUnchecked(SharesTable, ShareMemberID(sh.Group, sh.Filter, client)); err != nil {
+				return err
+			}
+		}
+	}
+	for _, sh := range now {
+		if !slices.Contains(s.shares, sh) {
+			if err := tx.PutStateUnchecked(SharesTable, ShareMemberID(sh.Group, sh.Filter, client), nil); err != nil {
+				return err
+			}
+		}
+	}
+	s.shares = now
+	return nil
 }
 
 // Index adds to tx the index entries of s as it is being written: its
@@ -198,7 +280,7 @@ func Index(tx *table.Tx, client string, s *Record) error {
 		}
 		s.flagged = false
 	}
-	return nil
+	return s.indexShares(tx, client)
 }
 
 // Unindex adds to tx the deletion of the index entries of s, a record
@@ -209,5 +291,8 @@ func Unindex(tx *table.Tx, client string, s *Record) {
 	}
 	if s.flagged {
 		_ = tx.DeleteStateUnchecked(RecoverTable, client)
+	}
+	for _, sh := range s.shares {
+		_ = tx.DeleteStateUnchecked(SharesTable, ShareMemberID(sh.Group, sh.Filter, client))
 	}
 }

@@ -193,3 +193,56 @@ func TestSlotIDFormat(t *testing.T) {
 		}
 	}
 }
+
+// TestShareMembersIndex checks that the share-members index follows a
+// session's shared subscriptions through its record's writes: an entry
+// per share while the record holds it, none after an unsubscribe or the
+// record's deletion, and that the ids parse back.
+func TestShareMembersIndex(t *testing.T) {
+	db := tabletest.Open(t)
+	ctx := context.Background()
+	entries := func() []string {
+		var ids []string
+		if err := db.Range(ctx, session.SharesTable, "", func(r table.Record) bool {
+			ids = append(ids, r.ID)
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	put := func(rec *session.Record) {
+		t.Helper()
+		tx := db.Begin()
+		if err := session.Put(tx, "c1", rec); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := &session.Record{Expiry: 60, Subs: []session.Sub{
+		{Filter: "a/#", Group: "g1"}, {Filter: "plain/+"}, {Filter: "b", Group: "g2"},
+	}}
+	put(rec)
+	want := []string{session.ShareMemberID("g1", "a/#", "c1"), session.ShareMemberID("g2", "b", "c1")}
+	if got := entries(); !slices.Equal(got, want) {
+		t.Fatalf("entries %q, want %q", got, want)
+	}
+	put(rec) // a checkpoint write: nothing changes
+	rec.Subs = rec.Subs[:2]
+	put(rec)
+	if got := entries(); !slices.Equal(got, want[:1]) {
+		t.Fatalf("after unsubscribing from g2: %q, want %q", got, want[:1])
+	}
+	if g, f, c, ok := session.ParseShareMemberID(want[0]); !ok || g != "g1" || f != "a/#" || c != "c1" {
+		t.Fatalf("%q parsed as %q %q %q %v", want[0], g, f, c, ok)
+	}
+	st := &session.Store{DB: db, MaxDeletes: func() int { return 100 }}
+	if err := st.Discard(ctx, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := entries(); len(got) != 0 {
+		t.Fatalf("after the discard: %q, want none", got)
+	}
+}

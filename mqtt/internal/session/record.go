@@ -73,6 +73,9 @@ type Record struct {
 	indexed    table.Cursor
 	hasIndexed bool
 	flagged    bool
+	// shares are the shares the share-members index holds entries of
+	// for this session, as far as this copy knows.
+	shares []topic.Share
 }
 
 // Q1Slot is one unacknowledged QoS 1 delivery: its log position and

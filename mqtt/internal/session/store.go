@@ -28,6 +28,16 @@ type Store struct {
 	// its acknowledged checkpoint, at least persisted: newer than the
 	// persisted one, which retention may then pass.
 	Online func(client string, persisted table.Cursor) (table.Cursor, bool)
+	// Gone, if set, is told of a session discarded (expired, or
+	// replaced by a clean start) once the discard committed.
+	Gone func(client string)
+}
+
+// gone tells Gone of client's discarded session.
+func (st *Store) gone(client string) {
+	if st.Gone != nil {
+		st.Gone(client)
+	}
 }
 
 // MaxLoadAttempts bounds the reads of a session record (and its rows)
@@ -88,7 +98,11 @@ func (st *Store) DiscardIfAt(ctx context.Context, client string, ver table.Versi
 	if err != nil || tx == nil {
 		return err
 	}
-	return tx.Commit(ctx)
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	st.gone(client)
+	return nil
 }
 
 // Discard deletes every piece of state of client: the session
@@ -99,7 +113,11 @@ func (st *Store) Discard(ctx context.Context, client string) error {
 	if err != nil || tx == nil {
 		return err
 	}
-	return tx.Commit(ctx)
+	if err := tx.Commit(ctx); err != nil {
+		return err
+	}
+	st.gone(client)
+	return nil
 }
 
 // DiscardOptions are the choices of a DiscardTx.
@@ -248,6 +266,51 @@ func (st *Store) IndexExpiries(ctx context.Context) error {
 		return err
 	}
 	return tx.Commit(ctx)
+}
+
+// IndexShares writes the share-members index entries of every stored
+// session once, for a store written before the index existed, and then
+// the marker that says it is complete.
+func (st *Store) IndexShares(ctx context.Context) error {
+	if _, err := st.DB.Get(ctx, SharesTable, SharesIndexed); err == nil {
+		return nil
+	} else if !errors.Is(err, table.ErrNotFound) {
+		return fmt.Errorf("mqtt: index shared subscriptions: %w", err)
+	}
+	tx := st.DB.Begin()
+	n, chunk := 0, st.MaxDeletes()
+	var werr error
+	err := st.DB.Range(ctx, Table, "", func(r table.Record) bool {
+		var s Record
+		if r.Deleted || Decode(r.Value, &s) != nil {
+			return true
+		}
+		for _, sh := range s.shareKeys() {
+			if werr = tx.PutStateUnchecked(SharesTable, ShareMemberID(sh.Group, sh.Filter, r.ID), nil); werr != nil {
+				return false
+			}
+			if n++; n >= chunk {
+				if werr = tx.Commit(ctx); werr != nil {
+					return false
+				}
+				tx, n = st.DB.Begin(), 0
+			}
+		}
+		return true
+	})
+	if err == nil {
+		err = werr
+	}
+	if err == nil {
+		err = tx.PutStateUnchecked(SharesTable, SharesIndexed, nil)
+	}
+	if err == nil {
+		err = tx.Commit(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("mqtt: index shared subscriptions: %w", err)
+	}
+	return nil
 }
 
 // IndexCheckpoints writes the checkpoint and recovery index entries of every

@@ -1,0 +1,510 @@
+package broker
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/delivery"
+	"github.com/tidemark-io/tidemark/mqtt/internal/session"
+	"github.com/tidemark-io/tidemark/mqtt/topic"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// A shared subscription group while none of its members is online.
+//
+// A persistent session's subscriptions leave the router's index when it
+// goes offline, and a message matching a group with no online member
+// used to reach nobody. The group now keeps it: the node that would have
+// served the message (servesShare) writes it to the group's queue
+// (tableShareQ), and the first member to come online takes the queue
+// over (drainShare), in log order. Only QoS 1 and 2 messages wait, as
+// for an offline session.
+//
+// Which groups have offline members a node knows from offlineShares: the
+// share-members index of the stored sessions (session.SharesTable), read
+// at start, then kept as this node's sessions go offline, come back and
+// are discarded. On a cluster a member that came back on another node is
+// still listed here; that node then publishes the group's online member
+// and serves its messages, so this node queues nothing for it.
+//
+// A queued message's id is its group's prefix and its log position, the
+// same on every node: nodes that each see no online member write it once
+// between them (first write wins). Messages a leaving member held
+// (reofferShared) have no position here; they get an id of this node's
+// own, after the positioned ones.
+
+// tableShareQ holds the queued messages of shared groups: id =
+// session.ShareMembers(group, filter) then a 24-digit hex log position
+// (or "~" and a node-local sequence), value = the stored message
+// (unchecked state).
+const tableShareQ = "mqtt.sharedq"
+
+// drainBatch bounds the queued messages one claim commit takes.
+const drainBatch = 128
+
+// offlineShares are the shared subscriptions of the stored sessions not
+// online on this node. Safe for concurrent use.
+type offlineShares struct {
+	mu       sync.Mutex
+	byClient map[string][]topic.Share
+	ix       topic.Index // one subscription per member, for Match
+	n        atomic.Int64
+	// queued counts, under mu, the messages of each share's queue as
+	// this node wrote and claimed them (and found them at start), for
+	// Options.MaxQueuedMessages; on a cluster it is this node's view.
+	queued map[topic.Share]int
+}
+
+// admit counts one more message in sh's queue, reporting false when the
+// queue holds max already (max 0: no bound).
+func (o *offlineShares) admit(sh topic.Share, max int) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if max > 0 && o.queued[sh] >= max {
+		return false
+	}
+	if o.queued == nil {
+		o.queued = map[topic.Share]int{}
+	}
+	o.queued[sh]++
+	return true
+}
+
+// forget drops share sh: its queue count and its offline members.
+func (o *offlineShares) forget(sh topic.Share) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.queued, sh)
+	for _, s := range o.ix.Members(sh) {
+		if o.ix.Remove(s.Client, sh.Group, sh.Filter) {
+			o.n.Add(-1)
+		}
+		o.byClient[s.Client] = slices.DeleteFunc(o.byClient[s.Client], func(x topic.Share) bool { return x == sh })
+		if len(o.byClient[s.Client]) == 0 {
+			delete(o.byClient, s.Client)
+		}
+	}
+}
+
+// claimed counts n messages of sh's queue gone.
+func (o *offlineShares) claimed(sh topic.Share, n int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.queued[sh] <= n {
+		delete(o.queued, sh)
+		return
+	}
+	o.queued[sh] -= n
+}
+
+// add lists client's subscriptions to shares as offline.
+func (o *offlineShares) add(client string, shares []topic.Share) {
+	if len(shares) == 0 {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.byClient == nil {
+		o.byClient = map[string][]topic.Share{}
+	}
+	for _, sh := range shares {
+		if !o.ix.Add(topic.Subscription{Client: client, Group: sh.Group, Filter: sh.Filter, QoS: 2}) {
+			o.byClient[client] = append(o.byClient[client], sh)
+			o.n.Add(1)
+		}
+	}
+}
+
+// remove drops client's offline subscriptions (it came online, or its
+// session is gone).
+func (o *offlineShares) remove(client string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, sh := range o.byClient[client] {
+		if o.ix.Remove(client, sh.Group, sh.Filter) {
+			o.n.Add(-1)
+		}
+	}
+	delete(o.byClient, client)
+}
+
+// has reports whether share sh has an offline member.
+func (o *offlineShares) has(sh topic.Share) bool {
+	return o.n.Load() > 0 && o.ix.MemberCount(sh) > 0
+}
+
+// match calls fn with one offline member of each share whose filter
+// matches name.
+func (o *offlineShares) match(name string, fn func(topic.Subscription)) {
+	if o.n.Load() == 0 {
+		return
+	}
+	o.ix.Match(name, func(s topic.Subscription) {
+		if s.Group != "" {
+			fn(s)
+		}
+	})
+}
+
+// loadOfflineShares lists the shared subscriptions of the stored
+// sessions, none online yet, as offline; it builds the share-members
+// index first on a store written before it existed.
+func (b *Broker) loadOfflineShares(ctx context.Context) error {
+	if err := b.sessions.IndexShares(ctx); err != nil {
+		return err
+	}
+	byClient := map[string][]topic.Share{}
+	err := b.db.Range(ctx, session.SharesTable, "", func(r table.Record) bool {
+		if group, filter, client, ok := session.ParseShareMemberID(r.ID); ok && !r.Deleted {
+			byClient[client] = append(byClient[client], topic.Share{Group: group, Filter: filter})
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	for client, shares := range byClient {
+		b.offline.add(client, shares)
+	}
+	err = b.db.Range(ctx, tableShareQ, "", func(r table.Record) bool {
+		if group, rest, ok := strings.Cut(r.ID, session.Sep); ok && !r.Deleted {
+			if filter, _, ok := strings.Cut(rest, session.Sep); ok {
+				b.offline.admit(topic.Share{Group: group, Filter: filter}, 0)
+			}
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	if len(byClient) > 0 {
+		b.router.StartShared()
+	}
+	return nil
+}
+
+// sharePos is a message's log position, which names it in a group's
+// queue.
+type sharePos struct {
+	key   engine.LogKey
+	index uint32
+}
+
+// directPos is d's log position, nil when it has none.
+func directPos(d delivery.Direct) *sharePos {
+	if !d.At.Set {
+		return nil
+	}
+	return &sharePos{key: d.At.Key, index: d.At.Index}
+}
+
+// queuedPos is the log position of the queued message whose id, after
+// its share's prefix, is suffix; nil for a node-local id.
+func queuedPos(suffix string) *sharePos {
+	p, err := hex.DecodeString(suffix)
+	if err != nil || len(p) != 12 {
+		return nil
+	}
+	return &sharePos{key: engine.LogKey(binary.BigEndian.Uint64(p[:8])), index: binary.BigEndian.Uint32(p[8:])}
+}
+
+// queuedShare is a message for a group's queue, written once b.mu is let
+// go (flushShareQueue).
+type queuedShare struct {
+	id  string
+	enc []byte
+}
+
+// queueShareLocked queues m for share sh when sh has an offline member
+// and m waits for one (QoS 1 or 2); pos is its log position (nil: a
+// node-local id). It reports whether m was queued. b.mu held.
+//
+// A member in the router's index that is not online yet (its session is
+// joining the route) counts as offline: its drain takes the message.
+func (b *Broker) queueShareLocked(m *Message, sh topic.Share, pos *sharePos) bool {
+	if m.QoS == 0 || (!b.offline.has(sh) && b.router.Index().MemberCount(sh) == 0) {
+		return false
+	}
+	if !b.offline.admit(sh, b.opts.MaxQueuedMessages) {
+		// Kept for the group, but past its bound: like an offline
+		// session's queue, the group's holds Options.MaxQueuedMessages.
+		b.metrics.DroppedSharedQueue.Add(1)
+		return true
+	}
+	enc, err := m.MarshalBinary()
+	if err != nil {
+		return false
+	}
+	id := []byte(session.ShareMembers(sh.Group, sh.Filter))
+	if pos != nil {
+		var p [12]byte
+		binary.BigEndian.PutUint64(p[:8], uint64(pos.key))
+		binary.BigEndian.PutUint32(p[8:], pos.index)
+		id = hex.AppendEncode(id, p[:])
+	} else {
+		var p [16]byte
+		binary.BigEndian.PutUint64(p[:8], uint64(time.Now().UnixNano()))
+		binary.BigEndian.PutUint64(p[8:], b.shareSeq.Add(1))
+		id = hex.AppendEncode(append(id, '~'), p[:])
+	}
+	b.shareQ = append(b.shareQ, queuedShare{id: string(id), enc: enc})
+	return true
+}
+
+// flushShareQueue writes the messages queueShareLocked queued. It does
+// not wait for their commits (the router must not): a goroutine counts
+// those that applied. Another node may have queued the same message
+// first (a conflict), which is as it should be.
+func (b *Broker) flushShareQueue() {
+	b.mu.Lock()
+	q := b.shareQ
+	b.shareQ = nil
+	b.mu.Unlock()
+	if len(q) == 0 {
+		return
+	}
+	hs := make([]*engine.Handle, 0, len(q))
+	for _, qs := range q {
+		tx := b.db.Begin()
+		tx.ExpectNoState(tableShareQ, qs.id)
+		tx.PutStateUnchecked(tableShareQ, qs.id, qs.enc)
+		h, err := tx.Submit(b.ctx)
+		if err != nil {
+			if b.ctx.Err() == nil {
+				b.log.Warn("queue a shared subscription's message", "err", err)
+			}
+			continue
+		}
+		hs = append(hs, h)
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), b.opts.StoreTimeout)
+		defer cancel()
+		for _, h := range hs {
+			_, err := h.Wait(ctx)
+			switch {
+			case err == nil:
+				b.metrics.SharedQueued.Add(1)
+			case !errors.Is(err, engine.ErrConflict):
+				b.log.Warn("queue a shared subscription's message", "err", err)
+			}
+		}
+	}()
+}
+
+// sharesOnline hands the queues of shares to client, whose session just
+// joined the route with subscriptions to them (delivery.Env.Joined).
+func (b *Broker) sharesOnline(client string, subs []topic.Subscription) {
+	for _, s := range subs {
+		sh := topic.Share{Group: s.Group, Filter: s.Filter}
+		b.mu.Lock()
+		if b.draining == nil {
+			b.draining = map[topic.Share]bool{}
+		}
+		_, running := b.draining[sh]
+		b.draining[sh] = true // a running drain goes round once more
+		closing := b.closing
+		b.mu.Unlock()
+		if running || closing {
+			continue
+		}
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			b.drainShare(sh)
+		}()
+	}
+}
+
+// drainShare offers the queue of share sh to its online members, oldest
+// first, until the queue is empty or no member is online; it goes round
+// again when a member came online meanwhile.
+func (b *Broker) drainShare(sh topic.Share) {
+	for {
+		b.mu.Lock()
+		b.draining[sh] = false
+		b.mu.Unlock()
+		b.drainShareOnce(sh)
+		b.mu.Lock()
+		again := b.draining[sh]
+		if !again || b.closing {
+			delete(b.draining, sh)
+			b.mu.Unlock()
+			return
+		}
+		b.mu.Unlock()
+	}
+}
+
+// drainShareOnce claims the queue of sh in batches (each queued message
+// deleted by exactly one claim, on any node) and offers each message to
+// an online member; with none online, what it claimed goes back to the
+// queue and it stops.
+func (b *Broker) drainShareOnce(sh topic.Share) {
+	prefix := session.ShareMembers(sh.Group, sh.Filter)
+	for b.ctx.Err() == nil {
+		var recs []table.Record
+		err := b.db.Range(b.ctx, tableShareQ, prefix, func(r table.Record) bool {
+			if !r.Deleted {
+				recs = append(recs, r)
+			}
+			return len(recs) < drainBatch
+		})
+		if err != nil || len(recs) == 0 {
+			if err != nil && b.ctx.Err() == nil {
+				b.log.Warn("read a shared subscription's queue", "group", sh.Group, "filter", sh.Filter, "err", err)
+			}
+			return
+		}
+		claimed := b.claimQueued(recs)
+		b.offline.claimed(sh, len(claimed))
+		more := b.offerQueued(sh, claimed)
+		b.flushShareQueue()
+		if !more || len(recs) < drainBatch {
+			return
+		}
+	}
+}
+
+// claimQueued deletes recs from the queue, each conditional on its being
+// there still, and returns those this node deleted: in one commit, or one
+// by one when another node claimed some first.
+func (b *Broker) claimQueued(recs []table.Record) []table.Record {
+	claim := func(rs []table.Record) error {
+		tx := b.db.Begin()
+		for _, r := range rs {
+			tx.ExpectState(tableShareQ, r.ID, r.Version, r.Value)
+			tx.DeleteStateUnchecked(tableShareQ, r.ID)
+		}
+		return tx.Commit(b.ctx)
+	}
+	err := claim(recs)
+	if err == nil {
+		return recs
+	}
+	if !errors.Is(err, engine.ErrConflict) {
+		b.log.Warn("claim a shared subscription's queued messages", "err", err)
+		return nil
+	}
+	var out []table.Record
+	for _, r := range recs {
+		if claim([]table.Record{r}) == nil {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// offerQueued offers the claimed messages of sh to its online members
+// (past the queues' bound: they are owed); with no member online they go
+// back to the queue, and it reports false.
+func (b *Broker) offerQueued(sh topic.Share, recs []table.Record) bool {
+	prefix := session.ShareMembers(sh.Group, sh.Filter)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	more := true
+	now := time.Now()
+	members := b.router.Index().Members(sh)
+	for _, r := range recs {
+		m := new(Message)
+		if m.UnmarshalBinary(r.Value) != nil {
+			continue
+		}
+		if m.Expired(now) {
+			b.metrics.DroppedExpired.Add(1)
+			continue
+		}
+		pos := queuedPos(r.ID[len(prefix):])
+		if len(members) == 0 {
+			more = false
+			b.queueShareLocked(m, sh, pos)
+			continue
+		}
+		if !b.offerShareLocked(m, members[0], "", true, pos) && b.router.Index().MemberCount(sh) == 0 {
+			members = nil // the last member left meanwhile: the rest go back
+		}
+	}
+	return more
+}
+
+// settleRouter waits, for at most d, until the router has routed what
+// the log held when it was called: a shared group's message committed
+// just before a shutdown must reach the group's queue, since the router
+// of the next start begins at the log's end.
+func (b *Broker) settleRouter(d time.Duration) {
+	if b.offline.n.Load() == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(b.ctx, d)
+	defer cancel()
+	head, err := b.db.Head(ctx)
+	if err != nil {
+		return
+	}
+	for b.router.Frontier().Less(head) && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	b.flushShareQueue()
+}
+
+// dropOrphanQueues deletes the queues of the shares this node counts
+// messages for that no stored session subscribes to any more (their
+// members expired or unsubscribed), and forgets those shares' offline
+// members, whose sessions the store no longer has. A retention pass
+// runs it.
+func (b *Broker) dropOrphanQueues(ctx context.Context) error {
+	b.offline.mu.Lock()
+	shares := make([]topic.Share, 0, len(b.offline.queued))
+	for sh := range b.offline.queued {
+		shares = append(shares, sh)
+	}
+	b.offline.mu.Unlock()
+	for _, sh := range shares {
+		if b.router.Index().MemberCount(sh) > 0 {
+			continue
+		}
+		members := false
+		err := b.db.Range(ctx, session.SharesTable, session.ShareMembers(sh.Group, sh.Filter), func(r table.Record) bool {
+			members = !r.Deleted
+			return !members
+		})
+		if err != nil {
+			return err
+		}
+		if members {
+			continue
+		}
+		var ids []string
+		prefix := session.ShareMembers(sh.Group, sh.Filter)
+		if err := b.db.Range(ctx, tableShareQ, prefix, func(r table.Record) bool {
+			ids = append(ids, r.ID)
+			return true
+		}); err != nil {
+			return err
+		}
+		for len(ids) > 0 {
+			n := min(len(ids), b.maxStateDeletes())
+			tx := b.db.Begin()
+			for _, id := range ids[:n] {
+				tx.DeleteStateUnchecked(tableShareQ, id)
+			}
+			if err := tx.Commit(ctx); err != nil {
+				return err
+			}
+			ids = ids[n:]
+		}
+		b.offline.forget(sh)
+		b.log.Info("shared subscription group has no members left: its queue is deleted", "group", sh.Group, "filter", sh.Filter)
+	}
+	return nil
+}
