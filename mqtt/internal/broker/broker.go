@@ -158,13 +158,15 @@ type Broker struct {
 	retains pendingRetains
 	// offline are the shared subscriptions of sessions not online here;
 	// shareQ the messages for their groups' queues, written after mu is
-	// let go; shareSeq numbers those without a log position; draining,
-	// under mu, the shares whose queue a goroutine is handing over (true:
-	// go round once more). See sharequeue.go.
-	offline  offlineShares
-	shareQ   []queuedShare
-	shareSeq atomic.Uint64
-	draining map[topic.Share]bool
+	// let go, and unsettled how many of each share's are not written yet;
+	// shareSeq numbers those without a log position; draining, under mu,
+	// the shares whose queue a goroutine is handing over (true: go round
+	// once more). See sharequeue.go.
+	offline   offlineShares
+	shareQ    []queuedShare
+	shareSeq  atomic.Uint64
+	draining  map[topic.Share]bool
+	unsettled map[topic.Share]int // under mu: queue writes not yet done
 
 	// store runs store calls (see onStore); runners run the connections'
 	// ack loops and senders.

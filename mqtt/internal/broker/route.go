@@ -69,7 +69,22 @@ func (b *Broker) routeShared(ev table.Event, subs []topic.Subscription) {
 // goes to the share's queue when the share has offline members (see
 // sharequeue.go; pos is m's log position, nil when unknown). A message
 // none takes is counted dropped as slow. b.mu held.
+//
+// While a member takes the share's queue over (drainShare), m joins the
+// queue behind what is there, so the group gets its messages in log
+// order.
 func (b *Broker) offerShareLocked(m *Message, pick topic.Subscription, exclude string, force bool, pos *sharePos) bool {
+	if m.QoS > 0 {
+		sh := topic.Share{Group: pick.Group, Filter: pick.Filter}
+		if _, draining := b.draining[sh]; draining && b.queueShareLocked(m, sh, pos) {
+			return true
+		}
+	}
+	return b.offerShareLiveLocked(m, pick, exclude, force, pos)
+}
+
+// offerShareLiveLocked is offerShareLocked past the queue. b.mu held.
+func (b *Broker) offerShareLiveLocked(m *Message, pick topic.Subscription, exclude string, force bool, pos *sharePos) bool {
 	if pick.Client != exclude && b.offerMemberLocked(m, pick, true, pos) {
 		return true // the common case: the group's members are not read
 	}

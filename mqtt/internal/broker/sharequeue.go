@@ -219,6 +219,7 @@ func queuedPos(suffix string) *sharePos {
 // queuedShare is a message for a group's queue, written once b.mu is let
 // go (flushShareQueue).
 type queuedShare struct {
+	sh  topic.Share
 	id  string
 	enc []byte
 }
@@ -255,8 +256,22 @@ func (b *Broker) queueShareLocked(m *Message, sh topic.Share, pos *sharePos) boo
 		binary.BigEndian.PutUint64(p[8:], b.shareSeq.Add(1))
 		id = hex.AppendEncode(append(id, '~'), p[:])
 	}
-	b.shareQ = append(b.shareQ, queuedShare{id: string(id), enc: enc})
+	b.shareQ = append(b.shareQ, queuedShare{sh: sh, id: string(id), enc: enc})
+	if b.unsettled == nil {
+		b.unsettled = map[topic.Share]int{}
+	}
+	b.unsettled[sh]++
 	return true
+}
+
+// settledLocked counts one queue write of sh done (applied or not). b.mu
+// held.
+func (b *Broker) settledLocked(sh topic.Share) {
+	if b.unsettled[sh] <= 1 {
+		delete(b.unsettled, sh)
+		return
+	}
+	b.unsettled[sh]--
 }
 
 // flushShareQueue writes the messages queueShareLocked queued. It does
@@ -271,7 +286,11 @@ func (b *Broker) flushShareQueue() {
 	if len(q) == 0 {
 		return
 	}
-	hs := make([]*engine.Handle, 0, len(q))
+	type written struct {
+		sh topic.Share
+		h  *engine.Handle
+	}
+	ws := make([]written, 0, len(q))
 	for _, qs := range q {
 		tx := b.db.Begin()
 		tx.ExpectNoState(tableShareQ, qs.id)
@@ -281,23 +300,29 @@ func (b *Broker) flushShareQueue() {
 			if b.ctx.Err() == nil {
 				b.log.Warn("queue a shared subscription's message", "err", err)
 			}
+			b.mu.Lock()
+			b.settledLocked(qs.sh)
+			b.mu.Unlock()
 			continue
 		}
-		hs = append(hs, h)
+		ws = append(ws, written{qs.sh, h})
 	}
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), b.opts.StoreTimeout)
 		defer cancel()
-		for _, h := range hs {
-			_, err := h.Wait(ctx)
+		for _, w := range ws {
+			_, err := w.h.Wait(ctx)
 			switch {
 			case err == nil:
 				b.metrics.SharedQueued.Add(1)
 			case !errors.Is(err, engine.ErrConflict):
 				b.log.Warn("queue a shared subscription's message", "err", err)
 			}
+			b.mu.Lock()
+			b.settledLocked(w.sh)
+			b.mu.Unlock()
 		}
 	}()
 }
@@ -306,51 +331,79 @@ func (b *Broker) flushShareQueue() {
 // joined the route with subscriptions to them (delivery.Env.Joined).
 func (b *Broker) sharesOnline(client string, subs []topic.Subscription) {
 	for _, s := range subs {
-		sh := topic.Share{Group: s.Group, Filter: s.Filter}
-		b.mu.Lock()
-		if b.draining == nil {
-			b.draining = map[topic.Share]bool{}
-		}
-		_, running := b.draining[sh]
-		b.draining[sh] = true // a running drain goes round once more
-		closing := b.closing
-		b.mu.Unlock()
-		if running || closing {
-			continue
-		}
-		b.wg.Add(1)
-		go func() {
-			defer b.wg.Done()
-			b.drainShare(sh)
-		}()
+		b.startDrain(topic.Share{Group: s.Group, Filter: s.Filter})
 	}
 }
 
+// startDrain starts handing share sh's queue to its online members, or
+// makes the running drain go round once more.
+func (b *Broker) startDrain(sh topic.Share) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.draining == nil {
+		b.draining = map[topic.Share]bool{}
+	}
+	_, running := b.draining[sh]
+	b.draining[sh] = true
+	if running || b.closing {
+		return
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		b.drainShare(sh)
+	}()
+}
+
 // drainShare offers the queue of share sh to its online members, oldest
-// first, until the queue is empty or no member is online; it goes round
-// again when a member came online meanwhile.
+// first, until the queue is empty or no member is online. Meanwhile the
+// group's new messages join the queue (offerShareLocked), so they come
+// after it. It ends, and the group's messages go to members directly
+// again, only when the queue is empty with no write to it pending:
+// decided under b.mu, which every queueing holds, so nothing can slip in
+// between.
 func (b *Broker) drainShare(sh topic.Share) {
-	for {
+	defer func() {
+		b.mu.Lock()
+		delete(b.draining, sh)
+		b.mu.Unlock()
+	}()
+	for b.ctx.Err() == nil {
 		b.mu.Lock()
 		b.draining[sh] = false
 		b.mu.Unlock()
-		b.drainShareOnce(sh)
+		if !b.drainShareOnce(sh) {
+			return // no member online: what it claimed went back
+		}
 		b.mu.Lock()
 		again := b.draining[sh]
-		if !again || b.closing {
-			delete(b.draining, sh)
-			b.mu.Unlock()
+		done := !again && b.unsettled[sh] == 0 && len(b.shareQ) == 0 && b.queueEmptyLocked(sh)
+		b.mu.Unlock()
+		if done {
 			return
 		}
-		b.mu.Unlock()
+		if !again {
+			time.Sleep(time.Millisecond) // a write to the queue is under way
+		}
 	}
+}
+
+// queueEmptyLocked reports whether share sh's queue is empty (or cannot
+// be read). b.mu held: a read of the store, once at the end of a drain.
+func (b *Broker) queueEmptyLocked(sh topic.Share) bool {
+	empty := true
+	err := b.db.Range(b.ctx, tableShareQ, session.ShareMembers(sh.Group, sh.Filter), func(r table.Record) bool {
+		empty = r.Deleted
+		return empty
+	})
+	return empty || err != nil
 }
 
 // drainShareOnce claims the queue of sh in batches (each queued message
 // deleted by exactly one claim, on any node) and offers each message to
-// an online member; with none online, what it claimed goes back to the
-// queue and it stops.
-func (b *Broker) drainShareOnce(sh topic.Share) {
+// an online member, until the queue is empty. With no member online,
+// what it claimed goes back to the queue, and it reports false.
+func (b *Broker) drainShareOnce(sh topic.Share) bool {
 	prefix := session.ShareMembers(sh.Group, sh.Filter)
 	for b.ctx.Err() == nil {
 		var recs []table.Record
@@ -360,20 +413,24 @@ func (b *Broker) drainShareOnce(sh topic.Share) {
 			}
 			return len(recs) < drainBatch
 		})
-		if err != nil || len(recs) == 0 {
-			if err != nil && b.ctx.Err() == nil {
+		if err != nil {
+			if b.ctx.Err() == nil {
 				b.log.Warn("read a shared subscription's queue", "group", sh.Group, "filter", sh.Filter, "err", err)
 			}
-			return
+			return true
+		}
+		if len(recs) == 0 {
+			return true
 		}
 		claimed := b.claimQueued(recs)
 		b.offline.claimed(sh, len(claimed))
 		more := b.offerQueued(sh, claimed)
 		b.flushShareQueue()
-		if !more || len(recs) < drainBatch {
-			return
+		if !more {
+			return false
 		}
 	}
+	return true
 }
 
 // claimQueued deletes recs from the queue, each conditional on its being
@@ -430,7 +487,7 @@ func (b *Broker) offerQueued(sh topic.Share, recs []table.Record) bool {
 			b.queueShareLocked(m, sh, pos)
 			continue
 		}
-		if !b.offerShareLocked(m, members[0], "", true, pos) && b.router.Index().MemberCount(sh) == 0 {
+		if !b.offerShareLiveLocked(m, members[0], "", true, pos) && b.router.Index().MemberCount(sh) == 0 {
 			members = nil // the last member left meanwhile: the rest go back
 		}
 	}
@@ -471,6 +528,10 @@ func (b *Broker) dropOrphanQueues(ctx context.Context) error {
 	b.offline.mu.Unlock()
 	for _, sh := range shares {
 		if b.router.Index().MemberCount(sh) > 0 {
+			// A message queued while members came online (on a
+			// cluster, by a node that had not seen them yet) waits for
+			// no next arrival.
+			b.startDrain(sh)
 			continue
 		}
 		members := false
