@@ -160,6 +160,41 @@ func (d *fleetDevice) took() []fleetTook {
 	return append([]fleetTook(nil), d.got...)
 }
 
+// fleetPublish publishes messages from, from+1, ... (n of them), message
+// k on topicOf(k) with payload k, odd ones at QoS 2, from one 3.1.1
+// connection of client in bursts of up to 20: the acknowledgements come
+// in packet order, then the releases. It returns from+n.
+func fleetPublish(t T, addr, client string, topicOf func(int) string, from, n int) int {
+	pub, _ := connectRaw(t, "pub", addr, client, packet.V311, true)
+	next := from
+	for n > 0 {
+		k := min(20, n)
+		var burst, rels []packet.Packet
+		var want, comps []ack
+		for i := range k {
+			pi := uint16(1 + i)
+			payload := strconv.Itoa(next)
+			if next%2 == 0 {
+				burst = append(burst, pubQoS1(pi, topicOf(next), payload))
+				want = append(want, ack{Type: packet.TypePuback, PacketID: pi})
+			} else {
+				burst = append(burst, pubQoS2(pi, topicOf(next), payload))
+				want = append(want, ack{Type: packet.TypePubrec, PacketID: pi})
+				rels = append(rels, pubrel(pi))
+				comps = append(comps, ack{Type: packet.TypePubcomp, PacketID: pi})
+			}
+			next++
+		}
+		pub.Send(burst...)
+		pub.ExpectSeq(want...)
+		pub.Send(rels...)
+		pub.ExpectSeq(comps...)
+		n -= k
+	}
+	pub.Disconnect()
+	return next
+}
+
 // fleetTopic is the topic of message n: device topics and group topics.
 func fleetTopic(n int) string {
 	if n%3 == 0 {
@@ -222,36 +257,7 @@ func caseFleetRouting(t T, tg Target) {
 	time.Sleep(quiet) // every SUBACK in
 	const per = fleetSize
 	next := 0
-	publish := func(n int) {
-		pub, _ := connectRaw(t, "pub", s.Addr, "f01-pub", packet.V311, true)
-		for n > 0 {
-			// A burst of up to 20, odd numbers at QoS 2: the
-			// acknowledgements come in packet order, then the releases.
-			k := min(20, n)
-			var burst, rels []packet.Packet
-			var want, comps []ack
-			for i := range k {
-				pi := uint16(1 + i)
-				payload := strconv.Itoa(next)
-				if next%2 == 0 {
-					burst = append(burst, pubQoS1(pi, fleetTopic(next), payload))
-					want = append(want, ack{Type: packet.TypePuback, PacketID: pi})
-				} else {
-					burst = append(burst, pubQoS2(pi, fleetTopic(next), payload))
-					want = append(want, ack{Type: packet.TypePubrec, PacketID: pi})
-					rels = append(rels, pubrel(pi))
-					comps = append(comps, ack{Type: packet.TypePubcomp, PacketID: pi})
-				}
-				next++
-			}
-			pub.Send(burst...)
-			pub.ExpectSeq(want...)
-			pub.Send(rels...)
-			pub.ExpectSeq(comps...)
-			n -= k
-		}
-		pub.Disconnect()
-	}
+	publish := func(n int) { next = fleetPublish(t, s.Addr, "f01-pub", fleetTopic, next, n) }
 	publish(per)
 	dropped := func(i int) bool { return i%4 == 1 && devs[i].group == "" }
 	for i, d := range devs {

@@ -38,34 +38,7 @@ func caseFleetSharedQueue(t T, tg Target) {
 	time.Sleep(quiet) // every session persisted
 	topicOf := func(n int) string { return "f02/t/" + strconv.Itoa(n%5) }
 	next := 0
-	publish := func(n int) {
-		pub, _ := connectRaw(t, "pub", s.Addr, "f02-pub", packet.V311, true)
-		for n > 0 {
-			k := min(20, n)
-			var burst, rels []packet.Packet
-			var want, comps []ack
-			for i := range k {
-				pi := uint16(1 + i)
-				payload := strconv.Itoa(next)
-				if next%2 == 0 {
-					burst = append(burst, pubQoS1(pi, topicOf(next), payload))
-					want = append(want, ack{Type: packet.TypePuback, PacketID: pi})
-				} else {
-					burst = append(burst, pubQoS2(pi, topicOf(next), payload))
-					want = append(want, ack{Type: packet.TypePubrec, PacketID: pi})
-					rels = append(rels, pubrel(pi))
-					comps = append(comps, ack{Type: packet.TypePubcomp, PacketID: pi})
-				}
-				next++
-			}
-			pub.Send(burst...)
-			pub.ExpectSeq(want...)
-			pub.Send(rels...)
-			pub.ExpectSeq(comps...)
-			n -= k
-		}
-		pub.Disconnect()
-	}
+	publish := func(n int) { next = fleetPublish(t, s.Addr, "f02-pub", topicOf, next, n) }
 	publish(200)
 	if err := s.Restart(); err != nil {
 		t.Fatalf("restart: %v", err)

@@ -32,6 +32,25 @@ func publishN(t *testing.T, s *mqtttest.Server, topic, prefix string, n int, qos
 	}
 }
 
+// leaveMember connects a client with a session of expiry seconds,
+// subscribes it to filter, and disconnects it.
+func leaveMember(t *testing.T, addr, id string, expiry uint32, filter string, qos byte) {
+	t.Helper()
+	c := connect5(t, addr, id, true, expiry)
+	c.sub(filter, qos)
+	c.close()
+}
+
+// sharedQueued counts the messages in the shared groups' queues.
+func sharedQueued(t *testing.T, db *table.DB) int {
+	t.Helper()
+	n := 0
+	if err := db.Range(ctxT(t), "mqtt.sharedq", "", func(table.Record) bool { n++; return true }); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // expectPayloads checks the next messages of c are want, in order.
 func expectPayloads(t *testing.T, c *client5, want ...string) {
 	t.Helper()
@@ -44,13 +63,11 @@ func expectPayloads(t *testing.T, c *client5, want ...string) {
 
 func TestSharedGroupKeepsMessagesWhileNoMemberOnline(t *testing.T) {
 	s := startBroker(t)
-	m := connect5(t, s.Addr, "sq-m1", true, 3600)
-	m.sub("$share/g/sq/#", 1)
-	m.close()
+	leaveMember(t, s.Addr, "sq-m1", 3600, "$share/g/sq/#", 1)
 
 	publishN(t, s, "sq/x", "q", 5, 1)
 	publishN(t, s, "sq/x", "zero", 2, 0) // not kept
-	m = connect5(t, s.Addr, "sq-m1", false, 3600)
+	m := connect5(t, s.Addr, "sq-m1", false, 3600)
 	expectPayloads(t, m, "q0", "q1", "q2", "q3", "q4")
 	m.expectNone(300 * time.Millisecond)
 	if st := s.Broker().Stats(); st.SharedQueued != 5 || st.Dropped["slow"] != 0 {
@@ -66,9 +83,7 @@ func TestSharedGroupKeepsMessagesWhileNoMemberOnline(t *testing.T) {
 func TestSharedQueueGoesToTheFirstMemberBack(t *testing.T) {
 	s := startBroker(t)
 	for _, id := range []string{"sqf-a", "sqf-b"} {
-		c := connect5(t, s.Addr, id, true, 3600)
-		c.sub("$share/first/sqf/#", 2)
-		c.close()
+		leaveMember(t, s.Addr, id, 3600, "$share/first/sqf/#", 2)
 	}
 	publishN(t, s, "sqf/t", "m", 6, 2)
 	a := connect5(t, s.Addr, "sqf-a", false, 3600)
@@ -82,13 +97,11 @@ func TestSharedQueueGoesToTheFirstMemberBack(t *testing.T) {
 // survive a restart of the broker.
 func TestSharedQueueAcrossRestart(t *testing.T) {
 	s := startBroker(t)
-	m := connect5(t, s.Addr, "sqr-m", true, 3600)
-	m.sub("$share/r/sqr/#", 1)
-	m.close()
+	leaveMember(t, s.Addr, "sqr-m", 3600, "$share/r/sqr/#", 1)
 	publishN(t, s, "sqr/t", "before", 2, 1)
 	restart(t, s)
 	publishN(t, s, "sqr/t", "after", 2, 1)
-	m = connect5(t, s.Addr, "sqr-m", false, 3600)
+	m := connect5(t, s.Addr, "sqr-m", false, 3600)
 	expectPayloads(t, m, "before0", "before1", "after0", "after1")
 	m.expectNone(300 * time.Millisecond)
 }
@@ -97,9 +110,7 @@ func TestSharedQueueAcrossRestart(t *testing.T) {
 // nothing; nor does one whose member unsubscribed before going.
 func TestSharedQueueOnlyForPersistentMembers(t *testing.T) {
 	s := startBroker(t)
-	c := connect5(t, s.Addr, "sqn-clean", true, 0)
-	c.sub("$share/n/sqn/#", 1)
-	c.close()
+	leaveMember(t, s.Addr, "sqn-clean", 0, "$share/n/sqn/#", 1)
 	u := connect5(t, s.Addr, "sqn-unsub", true, 3600)
 	u.sub("$share/u/sqn/#", 1)
 	if _, err := u.Unsubscribe(ctxT(t), &paho.Unsubscribe{Topics: []string{"$share/u/sqn/#"}}); err != nil {
@@ -107,7 +118,7 @@ func TestSharedQueueOnlyForPersistentMembers(t *testing.T) {
 	}
 	u.close()
 	publishN(t, s, "sqn/t", "m", 3, 1)
-	c = connect5(t, s.Addr, "sqn-clean", true, 0)
+	c := connect5(t, s.Addr, "sqn-clean", true, 0)
 	c.sub("$share/n/sqn/#", 1)
 	u = connect5(t, s.Addr, "sqn-unsub", false, 3600)
 	u.sub("$share/u/sqn/#", 1)
@@ -147,20 +158,16 @@ func TestSharedLeavingPersistentMemberKeepsItsMessages(t *testing.T) {
 // member coming back on another node than the one it left takes it.
 func TestSharedQueueAcrossNodes(t *testing.T) {
 	a := startBroker(t, func(o *mqtt.Options) { o.NodeID = "A" })
-	m := connect5(t, a.Addr, "sqn-m", true, 3600)
-	m.sub("$share/nodes/sqx/#", 1)
-	m.close()
+	leaveMember(t, a.Addr, "sqn-m", 3600, "$share/nodes/sqx/#", 1)
 	bAddr, b := serveNode(t, a.DB(), mqtt.Options{NodeID: "B"}) // knows the member from the store
 	pub := connect5(t, bAddr, "sqn-pub", true, 0)
 	for i := range 6 {
 		pub.pub("sqx/t", 1, false, "m"+strconv.Itoa(i))
 	}
 	waitFor(t, "the group's queue to hold the 6", func() bool {
-		n := 0
-		err := a.DB().Range(ctxT(t), "mqtt.sharedq", "", func(table.Record) bool { n++; return true })
-		return err == nil && n == 6 && a.Broker().Stats().SharedQueued+b.Stats().SharedQueued == 6
+		return sharedQueued(t, a.DB()) == 6 && a.Broker().Stats().SharedQueued+b.Stats().SharedQueued == 6
 	})
-	m = connect5(t, bAddr, "sqn-m", false, 3600)
+	m := connect5(t, bAddr, "sqn-m", false, 3600)
 	expectPayloads(t, m, "m0", "m1", "m2", "m3", "m4", "m5")
 	m.expectNone(300 * time.Millisecond)
 }
@@ -169,17 +176,9 @@ func TestSharedQueueAcrossNodes(t *testing.T) {
 // it at the next retention pass, and the group keeps nothing more.
 func TestSharedQueueDroppedWithTheLastMember(t *testing.T) {
 	s := startBroker(t)
-	m := connect5(t, s.Addr, "sqe-m", true, 60)
-	m.sub("$share/gone/sqe/#", 1)
-	m.close()
+	leaveMember(t, s.Addr, "sqe-m", 60, "$share/gone/sqe/#", 1)
 	publishN(t, s, "sqe/t", "m", 3, 1)
-	queued := func() int {
-		n := 0
-		if err := s.DB().Range(ctxT(t), "mqtt.sharedq", "", func(table.Record) bool { n++; return true }); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
+	queued := func() int { return sharedQueued(t, s.DB()) }
 	waitFor(t, "3 queued", func() bool { return queued() == 3 })
 	if err := s.Broker().ExpireSessionsAt(ctxT(t), time.Now().Add(2*time.Minute)); err != nil {
 		t.Fatal(err)

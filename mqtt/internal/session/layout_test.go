@@ -201,16 +201,7 @@ func TestSlotIDFormat(t *testing.T) {
 func TestShareMembersIndex(t *testing.T) {
 	db := tabletest.Open(t)
 	ctx := context.Background()
-	entries := func() []string {
-		var ids []string
-		if err := db.Range(ctx, session.SharesTable, "", func(r table.Record) bool {
-			ids = append(ids, r.ID)
-			return true
-		}); err != nil {
-			t.Fatal(err)
-		}
-		return ids
-	}
+	entries := func() []string { return ids(t, db, session.SharesTable) }
 	put := func(rec *session.Record) {
 		t.Helper()
 		tx := db.Begin()

@@ -277,24 +277,45 @@ func (st *Store) IndexShares(ctx context.Context) error {
 	} else if !errors.Is(err, table.ErrNotFound) {
 		return fmt.Errorf("mqtt: index shared subscriptions: %w", err)
 	}
+	_, err := st.indexEvery(ctx, SharesTable, SharesIndexed, func(tx *table.Tx, client string, s *Record) (int, error) {
+		shares := s.shareKeys()
+		for _, sh := range shares {
+			if err := tx.PutStateUnchecked(SharesTable, ShareMemberID(sh.Group, sh.Filter, client), nil); err != nil {
+				return 0, err
+			}
+		}
+		return len(shares), nil
+	})
+	if err != nil {
+		return fmt.Errorf("mqtt: index shared subscriptions: %w", err)
+	}
+	return nil
+}
+
+// indexEvery runs add on every stored session it can decode, committing
+// what add writes (it returns how many writes) in commits of the store's
+// size, and then marker, in markerTable, in the last commit. It returns
+// how many sessions it ran add on.
+func (st *Store) indexEvery(ctx context.Context, markerTable, marker string, add func(tx *table.Tx, client string, s *Record) (int, error)) (int, error) {
 	tx := st.DB.Begin()
-	n, chunk := 0, st.MaxDeletes()
+	n, sessions, chunk := 0, 0, st.MaxDeletes()
 	var werr error
 	err := st.DB.Range(ctx, Table, "", func(r table.Record) bool {
 		var s Record
 		if r.Deleted || Decode(r.Value, &s) != nil {
 			return true
 		}
-		for _, sh := range s.shareKeys() {
-			if werr = tx.PutStateUnchecked(SharesTable, ShareMemberID(sh.Group, sh.Filter, r.ID), nil); werr != nil {
+		var k int
+		if k, werr = add(tx, r.ID, &s); werr != nil {
+			return false
+		}
+		n += k
+		sessions++
+		if n >= chunk {
+			if werr = tx.Commit(ctx); werr != nil {
 				return false
 			}
-			if n++; n >= chunk {
-				if werr = tx.Commit(ctx); werr != nil {
-					return false
-				}
-				tx, n = st.DB.Begin(), 0
-			}
+			tx, n = st.DB.Begin(), 0
 		}
 		return true
 	})
@@ -302,15 +323,12 @@ func (st *Store) IndexShares(ctx context.Context) error {
 		err = werr
 	}
 	if err == nil {
-		err = tx.PutStateUnchecked(SharesTable, SharesIndexed, nil)
+		err = tx.PutStateUnchecked(markerTable, marker, nil)
 	}
 	if err == nil {
 		err = tx.Commit(ctx)
 	}
-	if err != nil {
-		return fmt.Errorf("mqtt: index shared subscriptions: %w", err)
-	}
-	return nil
+	return sessions, err
 }
 
 // IndexCheckpoints writes the checkpoint and recovery index entries of every
@@ -325,36 +343,10 @@ func (st *Store) IndexCheckpoints(ctx context.Context) error {
 		return fmt.Errorf("mqtt: index sessions: %w", err)
 	}
 	start := time.Now()
-	tx := st.DB.Begin()
-	n, sessions, chunk := 0, 0, st.MaxDeletes()
-	var werr error
-	err := st.DB.Range(ctx, Table, "", func(r table.Record) bool {
-		var s Record
-		if Decode(r.Value, &s) != nil {
-			return true
-		}
-		if werr = Index(tx, r.ID, &s); werr != nil {
-			return false
-		}
-		n += 2
-		sessions++
-		if n >= chunk {
-			if werr = tx.Commit(ctx); werr != nil {
-				return false
-			}
-			tx, n = st.DB.Begin(), 0
-		}
-		return true
+	sessions, err := st.indexEvery(ctx, CheckpointTable, CheckpointsIndexed, func(tx *table.Tx, client string, s *Record) (int, error) {
+		// Index writes the share-members entries too.
+		return 2 + len(s.shareKeys()), Index(tx, client, s)
 	})
-	if err == nil {
-		err = werr
-	}
-	if err == nil {
-		err = tx.PutStateUnchecked(CheckpointTable, CheckpointsIndexed, nil)
-	}
-	if err == nil {
-		err = tx.Commit(ctx)
-	}
 	if err != nil {
 		return fmt.Errorf("mqtt: index sessions: %w", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -160,5 +161,37 @@ func TestStoreLowestCheckpoint(t *testing.T) {
 	want := []string{session.CheckpointID(table.Cursor{Key: 20}, "on"), session.CheckpointID(table.Cursor{Key: 50}, "off")}
 	if got := ids(t, db, session.CheckpointTable); len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("checkpoint index %q, want %q", got, want)
+	}
+}
+
+// TestIndexSharesOnce: a store whose session records predate the
+// share-members index gets an entry per shared subscription, in commits
+// of MaxDeletes, and the marker, once.
+func TestIndexSharesOnce(t *testing.T) {
+	ctx := context.Background()
+	db := tabletest.Open(t)
+	for _, c := range []string{"a", "b", "c"} {
+		rec := session.Record{Version: packet.V5, Expiry: 60, Subs: []session.Sub{{Filter: "x/#", Group: "g"}, {Filter: "y"}, {Filter: "z", Group: "h"}}}
+		tx := db.Begin()
+		if err := tx.PutState(session.Table, c, session.Encode(&rec)); err != nil { // no index entries
+			t.Fatal(err)
+		}
+		commit(t, tx)
+	}
+	st := newStore(db, nil)
+	for range 2 {
+		if err := st.IndexShares(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var want []string
+	for _, sh := range [][2]string{{"g", "x/#"}, {"h", "z"}} {
+		for _, c := range []string{"a", "b", "c"} {
+			want = append(want, session.ShareMemberID(sh[0], sh[1], c))
+		}
+	}
+	want = append(want, session.SharesIndexed)
+	if got := ids(t, db, session.SharesTable); !slices.Equal(got, want) {
+		t.Fatalf("share-members entries %q, want %q", got, want)
 	}
 }
