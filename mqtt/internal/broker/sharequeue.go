@@ -327,17 +327,24 @@ func (b *Broker) flushShareQueue() {
 	}()
 }
 
-// sharesOnline hands the queues of shares to client, whose session just
-// joined the route with subscriptions to them (delivery.Env.Joined).
+// sharesOnline hands the queues of shares to client, whose session is
+// about to join the route with subscriptions to them
+// (delivery.Env.Joined).
 func (b *Broker) sharesOnline(client string, subs []topic.Subscription) {
 	for _, s := range subs {
-		b.startDrain(topic.Share{Group: s.Group, Filter: s.Filter})
+		b.startDrain(topic.Share{Group: s.Group, Filter: s.Filter}, client)
 	}
 }
 
+// memberWait bounds how long a drain waits for the member it was started
+// for to be on the route with its subscription.
+const memberWait = 5 * time.Second
+
 // startDrain starts handing share sh's queue to its online members, or
-// makes the running drain go round once more.
-func (b *Broker) startDrain(sh topic.Share) {
+// makes the running drain go round once more. From now on the group's
+// messages join its queue. A drain started for a member (client, not "")
+// first waits for it to be on the route with its subscription to sh.
+func (b *Broker) startDrain(sh topic.Share, client string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.draining == nil {
@@ -351,8 +358,26 @@ func (b *Broker) startDrain(sh topic.Share) {
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()
+		b.waitMember(sh, client)
 		b.drainShare(sh)
 	}()
+}
+
+// waitMember waits, for at most memberWait, until client is online here
+// with its subscription to sh in the router's index.
+func (b *Broker) waitMember(sh topic.Share, client string) {
+	if client == "" {
+		return
+	}
+	for deadline := time.Now().Add(memberWait); time.Now().Before(deadline) && b.ctx.Err() == nil; time.Sleep(time.Millisecond) {
+		b.mu.Lock()
+		ready := b.memberOnlineLocked(client) &&
+			slices.ContainsFunc(b.router.Index().Members(sh), func(s topic.Subscription) bool { return s.Client == client })
+		b.mu.Unlock()
+		if ready {
+			return
+		}
+	}
 }
 
 // drainShare offers the queue of share sh to its online members, oldest
@@ -531,7 +556,7 @@ func (b *Broker) dropOrphanQueues(ctx context.Context) error {
 			// A message queued while members came online (on a
 			// cluster, by a node that had not seen them yet) waits for
 			// no next arrival.
-			b.startDrain(sh)
+			b.startDrain(sh, "")
 			continue
 		}
 		members := false

@@ -144,9 +144,9 @@ type Env struct {
 	// submitted (a test hook).
 	BeforeCheckpoint func(client string)
 	// Joined, when set, is told of the shared subscriptions of a session
-	// that just joined the route, and of each one a joined session adds,
-	// from the session's goroutines and with no lock held; it must not
-	// block.
+	// about to join the route, and of each one a joined session is about
+	// to add, from the session's goroutines and with no lock held; it
+	// must not block.
 	Joined func(client string, shares []topic.Subscription)
 
 	// publishes holds the PUBLISH packets of writes in passing (see
@@ -357,8 +357,9 @@ func (o *Session) subscribe(from table.Cursor) error {
 	o.mu.Lock()
 	o.sub = m
 	o.mu.Unlock()
-	o.env.Router.Join(o.client, m)
 	if o.env.Joined != nil {
+		// Told before the join, so that no message of its groups goes
+		// to it ahead of their queues.
 		var shares []topic.Subscription
 		o.mu.Lock()
 		for _, s := range o.subs {
@@ -371,6 +372,7 @@ func (o *Session) subscribe(from table.Cursor) error {
 			o.env.Joined(o.client, shares)
 		}
 	}
+	o.env.Router.Join(o.client, m)
 	return nil
 }
 

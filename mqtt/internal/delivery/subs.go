@@ -31,18 +31,24 @@ type NewSubscription struct {
 // Env.Joined, which hands the group's queue over.
 func (o *Session) AddSubscriptions(subs []NewSubscription, since table.Cursor, mayAdd func(have int) bool) (existed, added []bool) {
 	existed, added = make([]bool, len(subs)), make([]bool, len(subs))
-	var shares []topic.Subscription
-	o.mu.Lock()
-	for i, ns := range subs {
-		existed[i], added[i] = o.addSubscriptionLocked(ns.Sub, since, ns.Replay, mayAdd)
-		if added[i] && ns.Sub.Group != "" {
-			shares = append(shares, ns.Sub)
+	if o.env.Joined != nil {
+		var shares []topic.Subscription
+		for _, ns := range subs {
+			if ns.Sub.Group != "" {
+				shares = append(shares, ns.Sub)
+			}
+		}
+		o.mu.Lock()
+		joined := o.sub != nil
+		o.mu.Unlock()
+		if joined && len(shares) > 0 {
+			o.env.Joined(o.client, shares) // before the route can match them
 		}
 	}
-	joined := o.sub != nil
-	o.mu.Unlock()
-	if joined && len(shares) > 0 && o.env.Joined != nil {
-		o.env.Joined(o.client, shares)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i, ns := range subs {
+		existed[i], added[i] = o.addSubscriptionLocked(ns.Sub, since, ns.Replay, mayAdd)
 	}
 	return existed, added
 }
