@@ -32,13 +32,17 @@ func publishN(t *testing.T, s *mqtttest.Server, topic, prefix string, n int, qos
 	}
 }
 
-// leaveMember connects a client with a session of expiry seconds,
-// subscribes it to filter, and disconnects it.
-func leaveMember(t *testing.T, addr, id string, expiry uint32, filter string, qos byte) {
+// leaveMember connects a client with a session of expiry seconds to b
+// at addr, subscribes it to filter, disconnects it, and waits until b
+// has let its connection go: a message routed to a member as it leaves
+// is another matter (TestSharedLeavingPersistentMemberKeepsItsMessages).
+func leaveMember(t *testing.T, b *mqtt.Broker, addr, id string, expiry uint32, filter string, qos byte) {
 	t.Helper()
+	online := b.Stats().ConnectionsOnline
 	c := connect5(t, addr, id, true, expiry)
 	c.sub(filter, qos)
 	c.close()
+	waitFor(t, id+" gone", func() bool { return b.Stats().ConnectionsOnline == online })
 }
 
 // sharedQueued counts the messages in the shared groups' queues.
@@ -63,7 +67,7 @@ func expectPayloads(t *testing.T, c *client5, want ...string) {
 
 func TestSharedGroupKeepsMessagesWhileNoMemberOnline(t *testing.T) {
 	s := startBroker(t)
-	leaveMember(t, s.Addr, "sq-m1", 3600, "$share/g/sq/#", 1)
+	leaveMember(t, s.Broker(), s.Addr, "sq-m1", 3600, "$share/g/sq/#", 1)
 
 	publishN(t, s, "sq/x", "q", 5, 1)
 	publishN(t, s, "sq/x", "zero", 2, 0) // not kept
@@ -83,7 +87,7 @@ func TestSharedGroupKeepsMessagesWhileNoMemberOnline(t *testing.T) {
 func TestSharedQueueGoesToTheFirstMemberBack(t *testing.T) {
 	s := startBroker(t)
 	for _, id := range []string{"sqf-a", "sqf-b"} {
-		leaveMember(t, s.Addr, id, 3600, "$share/first/sqf/#", 2)
+		leaveMember(t, s.Broker(), s.Addr, id, 3600, "$share/first/sqf/#", 2)
 	}
 	publishN(t, s, "sqf/t", "m", 6, 2)
 	a := connect5(t, s.Addr, "sqf-a", false, 3600)
@@ -97,7 +101,7 @@ func TestSharedQueueGoesToTheFirstMemberBack(t *testing.T) {
 // survive a restart of the broker.
 func TestSharedQueueAcrossRestart(t *testing.T) {
 	s := startBroker(t)
-	leaveMember(t, s.Addr, "sqr-m", 3600, "$share/r/sqr/#", 1)
+	leaveMember(t, s.Broker(), s.Addr, "sqr-m", 3600, "$share/r/sqr/#", 1)
 	publishN(t, s, "sqr/t", "before", 2, 1)
 	restart(t, s)
 	publishN(t, s, "sqr/t", "after", 2, 1)
@@ -110,7 +114,7 @@ func TestSharedQueueAcrossRestart(t *testing.T) {
 // nothing; nor does one whose member unsubscribed before going.
 func TestSharedQueueOnlyForPersistentMembers(t *testing.T) {
 	s := startBroker(t)
-	leaveMember(t, s.Addr, "sqn-clean", 0, "$share/n/sqn/#", 1)
+	leaveMember(t, s.Broker(), s.Addr, "sqn-clean", 0, "$share/n/sqn/#", 1)
 	u := connect5(t, s.Addr, "sqn-unsub", true, 3600)
 	u.sub("$share/u/sqn/#", 1)
 	if _, err := u.Unsubscribe(ctxT(t), &paho.Unsubscribe{Topics: []string{"$share/u/sqn/#"}}); err != nil {
@@ -158,7 +162,7 @@ func TestSharedLeavingPersistentMemberKeepsItsMessages(t *testing.T) {
 // member coming back on another node than the one it left takes it.
 func TestSharedQueueAcrossNodes(t *testing.T) {
 	a := startBroker(t, func(o *mqtt.Options) { o.NodeID = "A" })
-	leaveMember(t, a.Addr, "sqn-m", 3600, "$share/nodes/sqx/#", 1)
+	leaveMember(t, a.Broker(), a.Addr, "sqn-m", 3600, "$share/nodes/sqx/#", 1)
 	bAddr, b := serveNode(t, a.DB(), mqtt.Options{NodeID: "B"}) // knows the member from the store
 	pub := connect5(t, bAddr, "sqn-pub", true, 0)
 	for i := range 6 {
@@ -176,7 +180,7 @@ func TestSharedQueueAcrossNodes(t *testing.T) {
 // it at the next retention pass, and the group keeps nothing more.
 func TestSharedQueueDroppedWithTheLastMember(t *testing.T) {
 	s := startBroker(t)
-	leaveMember(t, s.Addr, "sqe-m", 60, "$share/gone/sqe/#", 1)
+	leaveMember(t, s.Broker(), s.Addr, "sqe-m", 60, "$share/gone/sqe/#", 1)
 	publishN(t, s, "sqe/t", "m", 3, 1)
 	queued := func() int { return sharedQueued(t, s.DB()) }
 	waitFor(t, "3 queued", func() bool { return queued() == 3 })

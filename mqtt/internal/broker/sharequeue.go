@@ -291,15 +291,18 @@ func (b *Broker) flushShareQueue() {
 		h  *engine.Handle
 	}
 	ws := make([]written, 0, len(q))
+	// Not the broker's context: a clean stop writes what the router
+	// routed last (settleRouter) as the broker's context ends, and an
+	// engine may drop a commit whose context ended before it applied.
+	ctx, cancel := context.WithTimeout(context.Background(), b.opts.StoreTimeout)
+	defer cancel()
 	for _, qs := range q {
 		tx := b.db.Begin()
 		tx.ExpectNoState(tableShareQ, qs.id)
 		tx.PutStateUnchecked(tableShareQ, qs.id, qs.enc)
-		h, err := tx.Submit(b.ctx)
+		h, err := tx.Submit(ctx)
 		if err != nil {
-			if b.ctx.Err() == nil {
-				b.log.Warn("queue a shared subscription's message", "err", err)
-			}
+			b.log.Warn("queue a shared subscription's message", "err", err)
 			b.mu.Lock()
 			b.settledLocked(qs.sh)
 			b.mu.Unlock()
