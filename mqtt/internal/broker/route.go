@@ -51,7 +51,7 @@ func (b *Broker) routeShared(ev table.Event, subs []topic.Subscription) {
 		if (s.NoLocal && s.Client == m.From) || !b.servesShare(ev, s) {
 			continue
 		}
-		b.offerShareLocked(&m, s, "", false, &sharePos{key: ev.Key, index: ev.Index})
+		b.offerShareLocked(&m, s, "", false, delivery.LogPos{Key: ev.Key, Index: ev.Index, Set: true})
 	}
 	queued := len(b.shareQ) > 0
 	b.mu.Unlock()
@@ -67,13 +67,13 @@ func (b *Broker) routeShared(ev table.Event, subs []topic.Subscription) {
 // leaving). With force, when every queue is full, the first member that
 // may take it gets it past its queue's bound. With no member online, it
 // goes to the share's queue when the share has offline members (see
-// sharequeue.go; pos is m's log position, nil when unknown). A message
+// sharequeue.go; pos is m's log position, unset when unknown). A message
 // none takes is counted dropped as slow. b.mu held.
 //
 // While a member takes the share's queue over (drainShare), m joins the
 // queue behind what is there, so the group gets its messages in log
 // order.
-func (b *Broker) offerShareLocked(m *Message, pick topic.Subscription, exclude string, force bool, pos *sharePos) bool {
+func (b *Broker) offerShareLocked(m *Message, pick topic.Subscription, exclude string, force bool, pos delivery.LogPos) bool {
 	if m.QoS > 0 {
 		sh := topic.Share{Group: pick.Group, Filter: pick.Filter}
 		if _, draining := b.draining[sh]; draining && b.queueShareLocked(m, sh, pos) {
@@ -84,7 +84,7 @@ func (b *Broker) offerShareLocked(m *Message, pick topic.Subscription, exclude s
 }
 
 // offerShareLiveLocked is offerShareLocked past the queue. b.mu held.
-func (b *Broker) offerShareLiveLocked(m *Message, pick topic.Subscription, exclude string, force bool, pos *sharePos) bool {
+func (b *Broker) offerShareLiveLocked(m *Message, pick topic.Subscription, exclude string, force bool, pos delivery.LogPos) bool {
 	if pick.Client != exclude && b.offerMemberLocked(m, pick, true, pos) {
 		return true // the common case: the group's members are not read
 	}
@@ -118,20 +118,23 @@ func (b *Broker) offerShareLiveLocked(m *Message, pick topic.Subscription, exclu
 
 // memberOnlineLocked reports whether client's session is online here
 // and on the route. b.mu held.
-func (b *Broker) memberOnlineLocked(client string) bool {
-	c := b.conns[client]
-	return c != nil && c.out != nil && b.router.Online(client)
+func (b *Broker) memberOnlineLocked(client string) bool { return b.onlineMemberLocked(client) != nil }
+
+// onlineMemberLocked returns client's connection when its session is
+// online here and on the route, nil otherwise. b.mu held.
+func (b *Broker) onlineMemberLocked(client string) *conn {
+	if c := b.conns[client]; c != nil && c.out != nil && b.router.Online(client) {
+		return c
+	}
+	return nil
 }
 
 // offerMemberLocked queues m for s's session, reporting false when it is
 // not online here, may not read m's topic, or (with bound) has no room.
 // b.mu held.
-func (b *Broker) offerMemberLocked(m *Message, s topic.Subscription, bound bool, pos *sharePos) bool {
-	if !b.memberOnlineLocked(s.Client) {
-		return false
-	}
-	c := b.conns[s.Client]
-	if !b.guard.Allow(b.ctx, c.id, auth.AccessRead, m.Topic) {
+func (b *Broker) offerMemberLocked(m *Message, s topic.Subscription, bound bool, pos delivery.LogPos) bool {
+	c := b.onlineMemberLocked(s.Client)
+	if c == nil || !b.guard.Allow(b.ctx, c.id, auth.AccessRead, m.Topic) {
 		return false
 	}
 	var ids []uint32
@@ -140,9 +143,7 @@ func (b *Broker) offerMemberLocked(m *Message, s topic.Subscription, bound bool,
 	}
 	d := delivery.Direct{Msg: m, QoS: min(s.QoS, m.QoS), IDs: ids, Retain: m.Retain && s.RetainAsPublished,
 		Share: topic.Share{Group: s.Group, Filter: s.Filter}}
-	if pos != nil {
-		d.At = delivery.LogPos{Key: pos.key, Index: pos.index, Set: true}
-	}
+	d.At = pos
 	if !bound {
 		c.out.OfferOwed(d)
 		return true
@@ -175,7 +176,7 @@ func (b *Broker) reofferShared(client, leaving string, ds []delivery.Direct) {
 		}
 		members := b.router.Index().Members(d.Share)
 		if len(members) == 0 {
-			if b.queueShareLocked(d.Msg, d.Share, directPos(d)) {
+			if b.queueShareLocked(d.Msg, d.Share, d.At) {
 				continue // the group's queue keeps it for its next member
 			}
 			b.metrics.DroppedNoMember.Add(1)
@@ -190,6 +191,6 @@ func (b *Broker) reofferShared(client, leaving string, ds []delivery.Direct) {
 		}
 		// Past the queues' bound if need be: these are owed to the group
 		// and in memory already, at most a queue and a window of them.
-		b.offerShareLocked(d.Msg, pick, leaving, true, directPos(d))
+		b.offerShareLocked(d.Msg, pick, leaving, true, d.At)
 	}
 }

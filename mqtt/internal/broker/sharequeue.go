@@ -191,29 +191,14 @@ func (b *Broker) loadOfflineShares(ctx context.Context) error {
 	return nil
 }
 
-// sharePos is a message's log position, which names it in a group's
-// queue.
-type sharePos struct {
-	key   engine.LogKey
-	index uint32
-}
-
-// directPos is d's log position, nil when it has none.
-func directPos(d delivery.Direct) *sharePos {
-	if !d.At.Set {
-		return nil
-	}
-	return &sharePos{key: d.At.Key, index: d.At.Index}
-}
-
 // queuedPos is the log position of the queued message whose id, after
-// its share's prefix, is suffix; nil for a node-local id.
-func queuedPos(suffix string) *sharePos {
+// its share's prefix, is suffix; unset for a node-local id.
+func queuedPos(suffix string) delivery.LogPos {
 	p, err := hex.DecodeString(suffix)
 	if err != nil || len(p) != 12 {
-		return nil
+		return delivery.LogPos{}
 	}
-	return &sharePos{key: engine.LogKey(binary.BigEndian.Uint64(p[:8])), index: binary.BigEndian.Uint32(p[8:])}
+	return delivery.LogPos{Key: engine.LogKey(binary.BigEndian.Uint64(p[:8])), Index: binary.BigEndian.Uint32(p[8:]), Set: true}
 }
 
 // queuedShare is a message for a group's queue, written once b.mu is let
@@ -225,12 +210,12 @@ type queuedShare struct {
 }
 
 // queueShareLocked queues m for share sh when sh has an offline member
-// and m waits for one (QoS 1 or 2); pos is its log position (nil: a
+// and m waits for one (QoS 1 or 2); pos is its log position (unset: a
 // node-local id). It reports whether m was queued. b.mu held.
 //
 // A member in the router's index that is not online yet (its session is
 // joining the route) counts as offline: its drain takes the message.
-func (b *Broker) queueShareLocked(m *Message, sh topic.Share, pos *sharePos) bool {
+func (b *Broker) queueShareLocked(m *Message, sh topic.Share, pos delivery.LogPos) bool {
 	if m.QoS == 0 || (!b.offline.has(sh) && b.router.Index().MemberCount(sh) == 0) {
 		return false
 	}
@@ -245,10 +230,10 @@ func (b *Broker) queueShareLocked(m *Message, sh topic.Share, pos *sharePos) boo
 		return false
 	}
 	id := []byte(session.ShareMembers(sh.Group, sh.Filter))
-	if pos != nil {
+	if pos.Set {
 		var p [12]byte
-		binary.BigEndian.PutUint64(p[:8], uint64(pos.key))
-		binary.BigEndian.PutUint32(p[8:], pos.index)
+		binary.BigEndian.PutUint64(p[:8], uint64(pos.Key))
+		binary.BigEndian.PutUint32(p[8:], pos.Index)
 		id = hex.AppendEncode(id, p[:])
 	} else {
 		var p [16]byte
