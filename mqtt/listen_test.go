@@ -8,6 +8,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"net"
 	"net/http"
 	"os"
@@ -32,9 +33,31 @@ func serveOn(t *testing.T, s *mqtttest.Server, ln net.Listener) string {
 	// The broker is read here, not in the goroutine: the test's cleanup
 	// may stop the server (and clear it) before the goroutine runs.
 	b := s.Broker()
-	t.Cleanup(func() { _ = ln.Close() }) // Serve after Close leaves ln open
 	go func() { _ = b.Serve(ln) }()
 	return ln.Addr().String()
+}
+
+// A listener handed to Serve as the broker closes, or after, is closed
+// too: its port is free for the next broker, as a restart needs.
+func TestServeAfterCloseClosesListener(t *testing.T) {
+	s := startBroker(t)
+	b := s.Broker()
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if err := b.Serve(ln); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Serve after Close: %v, want net.ErrClosed", err)
+	}
+	again, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("the listener Serve refused still holds its port: %v", err)
+	}
+	_ = again.Close()
 }
 
 func listenTLS(t *testing.T, conf *tls.Config) net.Listener {

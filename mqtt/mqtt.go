@@ -58,7 +58,9 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 
 // Serve accepts connections on ln until the broker closes or ln is
 // closed; a failed Accept is retried (see Options.MaxConnections for what
-// keeps the process within its descriptors).
+// keeps the process within its descriptors). The broker closes ln when it
+// closes, also when Serve is called after Close, which returns
+// net.ErrClosed at once.
 func (b *Broker) Serve(ln net.Listener) error { return b.b.Serve(ln) }
 
 // Close stops accepting, closes every connection (acknowledged messages

@@ -300,6 +300,9 @@ func (b *Broker) Serve(ln net.Listener) error {
 	b.mu.Lock()
 	if b.closing {
 		b.mu.Unlock()
+		// Closed here as Close would have: a listener handed over as the
+		// broker closes must not keep its port.
+		_ = ln.Close()
 		return net.ErrClosed
 	}
 	b.listeners = append(b.listeners, ln)
