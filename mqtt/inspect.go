@@ -28,6 +28,9 @@ type SessionInfo struct {
 	OutboundQoS2 int  `json:"outbound_qos2"`
 	StagedQoS2   int  `json:"staged_qos2"`
 	HasWill      bool `json:"has_will"`
+	// Rowless is true when the connection that left the session offline
+	// left no QoS 2 state of it in the store, so a reconnect reads none.
+	Rowless bool `json:"rowless,omitempty"`
 	// Will is the will message the session holds, if any.
 	Will *Message `json:"-"`
 	// Node and Conn name the broker node and the connection that held
@@ -71,7 +74,7 @@ func SessionOf(ctx context.Context, db *table.DB, client string) (_ SessionInfo,
 // its QoS 2 counts.
 func infoOf(r table.Record, s *session.Record) SessionInfo {
 	si := SessionInfo{ClientID: r.ID, Online: s.Online, Protocol: s.Version.String(), ExpirySeconds: s.Expiry,
-		Checkpoint: s.Checkpoint, HasWill: s.Will != nil, Node: s.Node, Conn: s.Conn, Version: r.Version}
+		Checkpoint: s.Checkpoint, HasWill: s.Will != nil, Rowless: s.Rowless, Node: s.Node, Conn: s.Conn, Version: r.Version}
 	if s.Will != nil {
 		var m Message
 		if m.UnmarshalBinary(s.Will.Msg) == nil {

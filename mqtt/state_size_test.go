@@ -9,6 +9,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt"
+	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/mqtttest"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
@@ -32,6 +33,34 @@ func addDoneMarks(t *testing.T, db *table.DB, client string, n int) {
 		if err := tx.Commit(ctxT(t)); err != nil {
 			t.Fatalf("add marks: %v", err)
 		}
+	}
+}
+
+// holdRows marks client's stored session as one that may hold rows, as
+// the connection that writes them leaves it: rows written behind the
+// broker's back while the session is offline are otherwise not looked for
+// (see session.Record.Rowless).
+func holdRows(t *testing.T, db *table.DB, client string) {
+	t.Helper()
+	r, err := db.Get(ctxT(t), session.Table, client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec session.Record
+	if err := session.Decode(r.Value, &rec); err != nil {
+		t.Fatal(err)
+	}
+	rec.Loaded()
+	rec.Rowless = false
+	tx := db.Begin()
+	if err := tx.ExpectVersion(session.Table, client, r.Version); err != nil {
+		t.Fatal(err)
+	}
+	if err := session.Put(tx, client, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctxT(t)); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -60,7 +89,9 @@ func TestSessionStateOverOneCommit(t *testing.T) {
 	c := connect5(t, s.Addr, "big", false, 3600)
 	c.sub("big/#", 2)
 	c.close()
+	waitFor(t, "big offline", func() bool { return !storedSession(t, s.DB(), "big").Online })
 
+	holdRows(t, s.DB(), "big")
 	addDoneMarks(t, s.DB(), "big", marks)
 	c = connect5(t, s.Addr, "big", false, 3600)
 	c.pub("big/1", 2, false, "one")

@@ -77,7 +77,12 @@ type conn struct {
 	// stagedBefore holds the packet ids with a message staged when the
 	// connection began (by an earlier connection of the session).
 	stagedBefore map[uint16]bool
-	grp          group // writes of the packets read so far, not yet submitted
+	// rowless says the session holds no row of this connection's inbound
+	// side and none of the outbound one it began with: it began with none
+	// (a new session, or a present one found with none) and staged no
+	// inbound QoS 2 message since (see session.Record.Rowless).
+	rowless bool
+	grp     group // writes of the packets read so far, not yet submitted
 	// encs holds the stored forms of the pending group's QoS 1 messages
 	// (see encodeLater): one buffer from encBufs, back there once the
 	// group is submitted, instead of an allocation per message.

@@ -58,6 +58,7 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 		if dtx != nil {
 			tx, settled = dtx, false
 		}
+		c.rowless = true // the discard takes every row with the record
 	} else {
 		// A session's rows go before its record (see discardTx): with no
 		// record there are none to read. The rows must be those of the
@@ -75,11 +76,19 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 			if !ok {
 				// Absent, possibly only since an earlier attempt read it.
 				present, settled, c.rec = false, settledAbsent, session.Record{}
+				c.rowless = true
 				break
 			}
 			present, settled = true, false
 			c.rec = rec
 			c.b.at(PointSessionRead, c.client, 0)
+			if rec.Rowless && c.b.opts.NodeID == "" {
+				// Left offline with no rows, and none written since: only
+				// a connection holding the session writes them, and its
+				// first write clears the flag (see stampRecord).
+				c.stagedBefore, c.rowless = nil, true
+				break
+			}
 			var same bool
 			if rows, same, err = c.loadRows(ctx, ver); err != nil {
 				return fail("load session state", err)
@@ -89,6 +98,7 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 					c.log.Debug("session loaded", "checkpoint", c.rec.Checkpoint.String(), "sent_high", c.rec.SentHigh.String(), "next_pi", c.rec.NextPI,
 						"held_by", c.rec.Node, "online", c.rec.Online, "qos2_in_flight", len(rows.Out), "qos2_completed_above_checkpoint", len(rows.Done))
 				}
+				c.rowless = len(rows.Out) == 0 && len(rows.Done) == 0 && len(c.stagedBefore) == 0
 				break
 			}
 			if attempt == session.MaxLoadAttempts {
@@ -100,7 +110,10 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 	// Whether a SUBSCRIBE waits behind the CONNECT is read before the
 	// head: it was received before the head was taken, so the head can be
 	// where its subscriptions start too (see handleSubscribe).
-	follows := tx == nil && c.subscribeFollows()
+	// A record saying the session has no rows is overwritten before any
+	// packet behind the CONNECT can write one: the SUBSCRIBE that would
+	// write it instead commits on a store goroutine of its own.
+	follows := tx == nil && !c.rec.Rowless && c.subscribeFollows()
 	head, err := c.b.db.Head(ctx)
 	if err != nil {
 		return fail("connect: log head", err)
@@ -192,6 +205,7 @@ func (c *conn) stampRecord(head table.Cursor, present bool) {
 	c.rec.Version = c.version
 	c.rec.Expiry = c.expiry
 	c.rec.Online = true
+	c.rec.Rowless = false // this connection may write rows from now on
 	c.rec.Node, c.rec.Conn, c.rec.Claimed = c.b.opts.NodeID, c.token, false
 	c.rec.DisconnectedAt = 0
 	c.rec.Will = nil

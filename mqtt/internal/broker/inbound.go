@@ -201,6 +201,7 @@ func (c *conn) publishQoS2(p *packet.Publish, m *Message) bool {
 	}, kind: KindStage, pi: pi, atSent: PointPubrecSent}
 	c.b.beforeSubmit(KindStage, c.client)
 	c.pendingQoS2++
+	c.rowless = false // from here on the session may hold a staged copy
 	// A DUP PUBLISH the connection does not know may repeat one staged by
 	// an earlier connection with other bytes: keep no copy, so the PUBREL
 	// loads whichever bytes won. The exchange is pending all the same: its

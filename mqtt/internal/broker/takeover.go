@@ -121,6 +121,7 @@ func (c *conn) claimSession(ctx context.Context) {
 			// before it saw it): claim it.
 			claim := rec
 			claim.Node, claim.Conn, claim.Claimed, claim.Online = b.opts.NodeID, c.token, true, true
+			claim.Rowless = false
 			tx := b.db.Begin()
 			tx.ExpectVersion(session.Table, c.client, ver)
 			if err := session.Put(tx, c.client, &claim); err != nil {

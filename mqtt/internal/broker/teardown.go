@@ -43,7 +43,9 @@ func (c *conn) teardown() {
 		if !c.willDue() {
 			c.rec.Will = nil // a due will stays until published (see publishWill)
 		}
-		if err := c.out.Persist(ctx, true); err != nil {
+		// A broker sharing its store leaves the rows to be read: another
+		// node's late commit may still write one.
+		if err := c.out.PersistLast(ctx, c.rowless && b.opts.NodeID == ""); err != nil {
 			c.log.Warn("persist session", "err", err)
 		}
 		persisted = true

@@ -95,6 +95,16 @@ func (o *Session) Persist(ctx context.Context, final bool) error {
 	return nil
 }
 
+// PersistLast is the final Persist of a connection leaving its session
+// offline. connRowless says the connection's own side (its inbound QoS 2
+// messages) leaves no row; with the session's outbound side leaving none
+// either, the record says so (session.Record.Rowless) and the next
+// connection skips reading them.
+func (o *Session) PersistLast(ctx context.Context, connRowless bool) error {
+	o.leaving.Store(connRowless)
+	return o.Persist(ctx, true)
+}
+
 // due reports whether a checkpoint at cp is worth a commit now. A
 // checkpoint that moved only over messages for other sessions changes
 // nothing a restart would re-send, so it is written only now and then
@@ -145,6 +155,7 @@ func (o *Session) sessionSweepTx() (*table.Tx, bool, error) {
 	memberCP := cp
 	cp = o.lowCheckpointLocked(cp)
 	o.rec.Checkpoint = cp
+	o.rec.Rowless = o.leaving.Load() && !o.wroteRows.Load()
 	o.rec.NextPI = o.nextPI
 	o.rec.SentHigh = o.sentHigh
 	o.rec.Q1 = o.rec.Q1[:0]

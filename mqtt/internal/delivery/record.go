@@ -22,6 +22,7 @@ func (o *Session) addRecord(om *outMsg) error {
 		o.grp.tx = o.env.DB.Begin()
 	}
 	om.rec = true
+	o.wroteRows.Store(true)
 	return o.grp.tx.PutStateUnchecked(session.OutTable, session.SlotID(o.client, om.pi), v)
 }
 

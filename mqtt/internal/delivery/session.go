@@ -208,6 +208,12 @@ type Session struct {
 	// deliveries come only from messages after it.
 	liveFrom table.Cursor
 	freed    chan struct{}
+	// wroteRows says the session may hold rows this connection wrote or
+	// restored (an outbound QoS 2 record, and so maybe a completion
+	// mark); leaving says the next record write is the one that takes
+	// the session offline with no rows of the connection's own side, as
+	// PersistLast was told (see session.Record.Rowless).
+	wroteRows, leaving atomic.Bool
 
 	sub       *table.Member
 	direct    directQueue
@@ -303,6 +309,9 @@ func New(env *Env, conn Conn, client string, rec *session.Record, window int, he
 	if restored != nil {
 		o.restoreRecords(restored.Out)
 		o.restoreDone(restored.Done)
+		if len(restored.Out) > 0 || len(restored.Done) > 0 {
+			o.wroteRows.Store(true)
+		}
 	}
 	return o
 }

@@ -20,7 +20,7 @@ import (
 //
 // Binary form, after the format byte sessionFormat1:
 //
-//	flags byte (sfOnline, sfClaimed, sfWill), protocol version byte,
+//	flags byte (sfOnline, sfClaimed, sfWill, sfRowless), protocol version byte,
 //	uvarint expiry, varint disconnected-at (Unix ms),
 //	string node, string conn, cursor checkpoint, cursor sent-high,
 //	uvarint next packet id,
@@ -32,12 +32,17 @@ import (
 //
 // A string or bytes is a uvarint length and its bytes; a cursor is a
 // uvarint key and a uvarint next. Nothing may follow the last field.
+//
+// sfRowless came after the format: a version that does not know it reads
+// the record as one that may hold rows, which is always safe, and writes
+// it without the flag.
 const sessionFormat1 = 0xB1
 
 const (
 	sfOnline = 1 << iota
 	sfClaimed
 	sfWill
+	sfRowless
 )
 
 const (
@@ -73,6 +78,9 @@ func Encode(s *Record) []byte {
 	}
 	if s.Will != nil {
 		flags |= sfWill
+	}
+	if s.Rowless {
+		flags |= sfRowless
 	}
 	b = append(b, sessionFormat1, flags, byte(s.Version))
 	b = binary.AppendUvarint(b, uint64(s.Expiry))
@@ -142,7 +150,7 @@ func Decode(v []byte, s *Record) error {
 	s.Version = packet.Version(d.Byte("length"))
 	s.Expiry = d.uint32()
 	s.DisconnectedAt = d.Varint("time")
-	s.Online, s.Claimed = flags&sfOnline != 0, flags&sfClaimed != 0
+	s.Online, s.Claimed, s.Rowless = flags&sfOnline != 0, flags&sfClaimed != 0, flags&sfRowless != 0
 	s.Node = d.string()
 	s.Conn = d.string()
 	s.Checkpoint = d.cursor()

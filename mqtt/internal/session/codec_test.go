@@ -28,6 +28,7 @@ func drawSession(t *rapid.T) session.Record {
 		Expiry:         rapid.Uint32().Draw(t, "expiry"),
 		Online:         rapid.Bool().Draw(t, "online"),
 		Claimed:        rapid.Bool().Draw(t, "claimed"),
+		Rowless:        rapid.Bool().Draw(t, "rowless"),
 		Node:           rapid.String().Draw(t, "node"),
 		Conn:           rapid.String().Draw(t, "conn"),
 		DisconnectedAt: rapid.Int64().Draw(t, "disc"),

@@ -46,6 +46,14 @@ type Record struct {
 	Node    string `json:"node,omitempty"`
 	Conn    string `json:"conn,omitempty"`
 	Claimed bool   `json:"claimed,omitempty"`
+	// Rowless says the session holds no rows in StagedTable, OutTable or
+	// DoneTable, so a reconnect need not look for any. Only the write
+	// that takes the session offline sets it, on a broker not sharing its
+	// store, when the connection that held it knows it leaves none; the
+	// write that brings the session online clears it, before any row of
+	// the new connection is written, and every other write keeps it, as
+	// only a connection holding the session writes its rows.
+	Rowless bool `json:"rowless,omitempty"`
 	// DisconnectedAt is when the session went offline (Unix ms).
 	DisconnectedAt int64 `json:"disc,omitempty"`
 	// Subs are the session's subscriptions.
