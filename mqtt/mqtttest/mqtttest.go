@@ -97,8 +97,11 @@ func (s *Server) Start() error {
 		}
 	}
 	var ln net.Listener
+	// Listened to as `tidemark serve` does, so what a test or benchmark
+	// measures per connection is what the broker pays there.
+	lc := net.ListenConfig{KeepAlive: -1, Control: mqtt.KeepAliveControl}
 	for i := 0; ; i++ {
-		ln, err = net.Listen("tcp", addr)
+		ln, err = lc.Listen(context.Background(), "tcp", addr)
 		if err == nil || i > 50 {
 			break
 		}
