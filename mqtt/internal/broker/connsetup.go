@@ -82,7 +82,7 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 			present, settled = true, false
 			c.rec = rec
 			c.b.at(PointSessionRead, c.client, 0)
-			if rec.Rowless && c.b.opts.NodeID == "" {
+			if rec.Rowless && !c.b.sharedStore() {
 				// Left offline with no rows, and none written since: only
 				// a connection holding the session writes them, and its
 				// first write clears the flag (see stampRecord).

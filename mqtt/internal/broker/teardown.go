@@ -45,7 +45,7 @@ func (c *conn) teardown() {
 		}
 		// A broker sharing its store leaves the rows to be read: another
 		// node's late commit may still write one.
-		if err := c.out.PersistLast(ctx, c.rowless && b.opts.NodeID == ""); err != nil {
+		if err := c.out.PersistLast(ctx, c.rowless && !b.sharedStore()); err != nil {
 			c.log.Warn("persist session", "err", err)
 		}
 		persisted = true
