@@ -94,6 +94,35 @@ func TestTxMisuse(t *testing.T) {
 	}
 }
 
+// TestBeginSized: a Tx sized for fewer writes and checks than it gets
+// takes them all, counts them in Size, and commits them all.
+func TestBeginSized(t *testing.T) {
+	db, _ := openDB(t)
+	ctx := context.Background()
+	tx := db.BeginSized(2, 1)
+	for i := range 10 {
+		id := fmt.Sprintf("k%d", i)
+		if err := tx.ExpectAbsent("sized", id); err != nil {
+			t.Fatal(err)
+		}
+		if err := tx.Put("sized", id, []byte(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w, c := tx.Size(); w != 10 || c != 10 {
+		t.Fatalf("Size() = %d writes, %d checks; want 10, 10", w, c)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		id := fmt.Sprintf("k%d", i)
+		if r, err := db.Get(ctx, "sized", id); err != nil || string(r.Value) != id {
+			t.Fatalf("%s: %q, %v", id, r.Value, err)
+		}
+	}
+}
+
 func TestMessagesAndLatestState(t *testing.T) {
 	db, _ := openDB(t)
 	ctx := context.Background()

@@ -119,6 +119,24 @@ func (db *DB) Begin() *Tx {
 	return tx
 }
 
+// BeginSized starts a transaction expected to hold about writes writes
+// and checks checks: its arrays are allocated once, at those sizes, rather
+// than grown as they fill. The sizes are a hint; a Tx takes any number.
+func (db *DB) BeginSized(writes, checks int) *Tx {
+	tx := db.Begin()
+	if writes > len(tx.small) {
+		tx.writes = make([]write, 0, writes)
+	}
+	if checks > len(tx.checks1) {
+		tx.checks = make([]check, 0, checks)
+	}
+	return tx
+}
+
+// Size reports how many writes and checks tx holds: with BeginSized, a
+// caller that commits transactions of a like size sizes the next one.
+func (tx *Tx) Size() (writes, checks int) { return len(tx.writes), len(tx.checks) }
+
 func (tx *Tx) add(w write, check error) error {
 	if tx.done {
 		return ErrTxDone

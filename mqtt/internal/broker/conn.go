@@ -83,6 +83,9 @@ type conn struct {
 	// inbound QoS 2 message since (see session.Record.Rowless).
 	rowless bool
 	grp     group // writes of the packets read so far, not yet submitted
+	// grpSize is the size of the last group's transaction, unchecked
+	// ([0]) and checked ([1]), which the next one is sized as.
+	grpSize [2]groupSize
 	// encs holds the stored forms of the pending group's QoS 1 messages
 	// (see encodeLater): one buffer from encBufs, back there once the
 	// group is submitted, instead of an allocation per message.
@@ -174,8 +177,14 @@ type ackEntry struct {
 	// ack, when pkt is nil, is the type of a success acknowledgement of
 	// packet id pi to write (see packet.Writer.WriteAck): no packet value
 	// is built for the common case.
-	ack   packet.Type
-	h     *engine.Handle
+	ack packet.Type
+	h   *engine.Handle
+	// redo, when set, is the checked group whose part the entry waits
+	// for: a failed check of the group's commit gives the entry the
+	// outcome of its part committed alone (see redo.outcome), before
+	// after judges it.
+	redo  *redo
+	part  int32
 	after func(error) error
 	then  func()
 	qos1  bool
@@ -761,6 +770,9 @@ func (c *conn) finishAck(e ackEntry, timer *time.Timer) bool {
 	}
 	if !ok {
 		return false
+	}
+	if e.redo != nil {
+		err = e.redo.outcome(c, e.part, err)
 	}
 	if e.after != nil {
 		err = e.after(err)

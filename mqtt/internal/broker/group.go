@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"sync"
 
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
@@ -10,6 +11,10 @@ import (
 
 // maxGroup bounds the packets whose writes share one commit.
 const maxGroup = 256
+
+// maxGroupWrites bounds the writes and the checks a group's transaction
+// is sized for at its start (see beginGroup).
+const maxGroupWrites = 4 * maxGroup
 
 // group is the read loop's pending commit: the writes without
 // preconditions of consecutive packets that arrived together (QoS 1
@@ -48,52 +53,109 @@ type group struct {
 	urgent bool
 }
 
-// checkedPart is one write of a checked group: how to redo it alone, and
-// what learns of the group's commit at submission (bind, if not nil): its
+// checkedPart is one write of a checked group, held by value so that a
+// part costs no allocation of its own: a staging (stage set: the exchange
+// it stages, which learns of the group's commit at submission: its
 // handle, the version the write carries if the commit applies, and the
-// group's redo (nil for a group of one), to wait for when the commit fails
-// a check.
+// group's redo, nil for a group of one, to wait for when the commit
+// fails a check) or a release.
 type checkedPart struct {
-	write func(tx *table.Tx) error // nil for a release
-	bind  func(h *engine.Handle, v table.Version, r *redo)
-	// release is the part's writes when write is nil.
+	stage *exchange
+	enc   []byte // with stage: the bytes to stage
+	// release is the part's writes when stage is nil.
 	release releaseWrite
 }
 
 // apply adds the part's writes to tx.
 func (p *checkedPart) apply(b *Broker, tx *table.Tx) error {
-	if p.write == nil {
+	if p.stage == nil {
 		return p.release.write(b, tx)
 	}
-	return p.write(tx)
+	return stageWrite(tx, p.stage.slot, p.enc)
 }
 
 // redo holds the outcomes of a checked group's writes committed one by
 // one, once a check of the group failed; the ack loop runs it at the
-// group's first acknowledgement, and closes done after.
+// group's first acknowledgement whose commit failed. Every checked group
+// of several gets one, and almost none runs: it costs one allocation,
+// with a small group's parts inside, and its channel is made only for a
+// reader that waits (see finished).
 type redo struct {
-	ran  bool
-	errs []error
-	done chan struct{}
+	ran   bool // ack loop only
+	parts []checkedPart
+	errs  []error // set before ended
+	small [4]checkedPart
+
+	mu    sync.Mutex
+	ended bool
+	done  chan struct{} // made by finished, closed once ended
 }
 
-// run commits each write of parts on its own, in order, once. Ack loop
-// only.
-func (r *redo) run(c *conn, parts []checkedPart) {
+// newRedo returns the redo of a group of parts, which it keeps: it
+// copies a small group's, and takes the array of a larger one (taken
+// reports which).
+func newRedo(parts []checkedPart) (r *redo, taken bool) {
+	r = &redo{}
+	if len(parts) <= len(r.small) {
+		r.parts = append(r.small[:0], parts...)
+		return r, false
+	}
+	r.parts = parts
+	return r, true
+}
+
+// finished returns a channel closed once the redo has run.
+func (r *redo) finished() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.done == nil {
+		r.done = make(chan struct{})
+		if r.ended {
+			close(r.done)
+		}
+	}
+	return r.done
+}
+
+// end marks the redo run, waking the readers waiting for it.
+func (r *redo) end() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ended = true
+	if r.done != nil {
+		close(r.done)
+	}
+}
+
+// run commits each write of the group on its own, in order, once. Ack
+// loop only.
+func (r *redo) run(c *conn) {
 	if r.ran {
 		return
 	}
 	r.ran = true
-	defer close(r.done)
-	r.errs = make([]error, len(parts))
-	for i := range parts {
+	defer r.end()
+	r.errs = make([]error, len(r.parts))
+	for i := range r.parts {
 		tx := c.b.db.Begin()
-		if err := parts[i].apply(c.b, tx); err != nil {
+		if err := r.parts[i].apply(c.b, tx); err != nil {
 			r.errs[i] = err
 			continue
 		}
 		r.errs[i] = tx.Commit(c.ctx)
 	}
+}
+
+// outcome is the outcome of the group's part i as the acknowledgement
+// waiting for it learns it: err, the group's commit's, unless that
+// commit failed a check, which sends every part of the group through the
+// redo. Ack loop only.
+func (r *redo) outcome(c *conn, i int32, err error) error {
+	if !errors.Is(err, engine.ErrConflict) {
+		return err
+	}
+	r.run(c)
+	return r.errs[i]
 }
 
 // later adds write to the pending group and queues e for when the group's
@@ -113,7 +175,7 @@ func (c *conn) addLater(write func(tx *table.Tx) error, e ackEntry, urgent bool)
 		return false
 	}
 	if c.grp.tx == nil {
-		c.grp.tx = c.b.db.Begin()
+		c.grp.tx = c.beginGroup(false)
 	}
 	c.grp.urgent = c.grp.urgent || urgent
 	if err := write(c.grp.tx); err != nil {
@@ -130,12 +192,12 @@ func (c *conn) addLater(write func(tx *table.Tx) error, e ackEntry, urgent bool)
 // laterChecked adds a checked write (a QoS 2 staging) to a checked group
 // (see group). Read loop only. False means the connection is ending.
 func (c *conn) laterChecked(part checkedPart, e ackEntry) bool {
-	releases := part.write == nil
+	releases := part.stage == nil
 	if c.grp.tx != nil && (!c.grp.checked || c.grp.releases != releases) && !c.flushGroup() {
 		return false
 	}
 	if c.grp.tx == nil {
-		c.grp.tx, c.grp.checked, c.grp.releases = c.b.db.Begin(), true, releases
+		c.grp.tx, c.grp.checked, c.grp.releases = c.beginGroup(true), true, releases
 	}
 	if err := part.apply(c.b, c.grp.tx); err != nil {
 		c.disconnect(packet.UnspecifiedError, err.Error())
@@ -148,6 +210,21 @@ func (c *conn) laterChecked(part checkedPart, e ackEntry) bool {
 	}
 	return true
 }
+
+// beginGroup starts the pending group's transaction, sized as the last
+// group of its kind (checked or not) was: a pipelining client's groups are
+// alike, and their arrays then cost one allocation each rather than one
+// per doubling.
+func (c *conn) beginGroup(checked bool) *table.Tx {
+	s := &c.grpSize[0]
+	if checked {
+		s = &c.grpSize[1]
+	}
+	return c.b.db.BeginSized(int(s.writes), int(s.checks))
+}
+
+// groupSize is how many writes and checks a group's transaction held.
+type groupSize struct{ writes, checks uint16 }
 
 // groupFull reports whether the pending group should go now: at the
 // broker's group size, or when its acknowledgements would fill the FIFO,
@@ -176,6 +253,12 @@ func (c *conn) flushGroup() bool {
 		}
 	}
 	g := c.grp
+	w, k := g.tx.Size()
+	s := &c.grpSize[0]
+	if g.checked {
+		s = &c.grpSize[1]
+	}
+	*s = groupSize{uint16(min(w, maxGroupWrites)), uint16(min(k, maxGroupWrites))}
 	// The next group reuses the arrays: the entries are copied into the
 	// FIFO below, and the parts only a redo keeps (see bindChecked).
 	c.grp = group{entries: g.entries[:0], parts: g.parts[:0]}
@@ -202,37 +285,32 @@ func (c *conn) flushGroup() bool {
 	return true
 }
 
-// bindChecked tells each write of the checked group g, just submitted
-// under h, of its commit. A group of several gets a redo, which keeps
-// g.parts: the next group must not reuse them.
+// bindChecked tells each staging of the checked group g, just submitted
+// under h, of its commit. A group of several gets a redo, which keeps its
+// parts: when it takes g.parts, the next group gets an array of its own,
+// as large; when it copies them, the next group reuses g.parts.
 func (c *conn) bindChecked(g group, h *engine.Handle) {
+	v := g.tx.Version()
 	if len(g.parts) == 1 {
-		if g.parts[0].bind != nil {
-			g.parts[0].bind(h, g.tx.Version(), nil)
+		if ex := g.parts[0].stage; ex != nil {
+			ex.h, ex.version, ex.redo = h, uint64(v), nil
 		}
 		g.parts[0] = checkedPart{} // its staged bytes are not the next group's to keep
 		return
 	}
-	r := &redo{done: make(chan struct{})}
+	r, taken := newRedo(g.parts)
 	for _, p := range g.parts {
-		if p.bind != nil {
-			p.bind(h, g.tx.Version(), r)
+		if ex := p.stage; ex != nil {
+			ex.h, ex.version, ex.redo = h, uint64(v), r
 		}
 	}
-	c.grp.parts = nil
+	if taken {
+		c.grp.parts = make([]checkedPart, 0, cap(g.parts))
+	} else {
+		clear(g.parts) // the redo's copy holds the staged bytes
+	}
 	for i := range g.entries {
-		e := &g.entries[i]
-		own := e.after
-		e.after = func(err error) error {
-			if errors.Is(err, engine.ErrConflict) {
-				r.run(c, g.parts)
-				err = r.errs[i]
-			}
-			if own != nil {
-				return own(err)
-			}
-			return err
-		}
+		g.entries[i].redo, g.entries[i].part = r, int32(i)
 	}
 }
 

@@ -184,15 +184,6 @@ func (c *conn) publishQoS2(p *packet.Publish, m *Message) bool {
 		return false
 	}
 	ex = &exchange{slot: slotID(c.client, pi)}
-	id := ex.slot
-	// The slot is state no version entry tracks (one engine entry to
-	// write and one to delete): its checks read the record itself.
-	stage := func(tx *table.Tx) error {
-		if err := tx.ExpectNoState(tableStaged, id); err != nil {
-			return err
-		}
-		return tx.PutStateUnchecked(tableStaged, id, enc)
-	}
 	entry := ackEntry{ack: packet.TypePubrec, after: func(err error) error {
 		if errors.Is(err, engine.ErrConflict) {
 			return nil // already staged: a duplicate, still owed its PUBREC
@@ -219,14 +210,12 @@ func (c *conn) publishQoS2(p *packet.Publish, m *Message) bool {
 		// path, and the stagings after it into the store before it).
 		// When a check of the group fails, ex.h says so, and the PUBREL
 		// waits for the redo, then reads the staged copy from the store.
-		return c.laterChecked(checkedPart{write: stage,
-			bind: func(h *engine.Handle, v table.Version, r *redo) { ex.h, ex.version, ex.redo = h, uint64(v), r },
-		}, entry)
+		return c.laterChecked(checkedPart{stage: ex, enc: enc}, entry)
 	}
 	// A DUP, or an id an earlier connection staged, usually finds its
 	// slot taken: a commit of its own.
 	tx := c.b.db.Begin()
-	if err := stage(tx); err != nil {
+	if err := stageWrite(tx, ex.slot, enc); err != nil {
 		c.disconnect(packet.UnspecifiedError, err.Error())
 		return false
 	}
@@ -237,6 +226,16 @@ func (c *conn) publishQoS2(p *packet.Publish, m *Message) bool {
 	ex.version, ex.h = uint64(tx.Version()), h
 	entry.h = h
 	return c.ack(entry)
+}
+
+// stageWrite adds to tx the staging of enc in slot id, first write wins.
+// The slot is state no version entry tracks (one engine entry to write
+// and one to delete): its check reads the record itself.
+func stageWrite(tx *table.Tx, id string, enc []byte) error {
+	if err := tx.ExpectNoState(tableStaged, id); err != nil {
+		return err
+	}
+	return tx.PutStateUnchecked(tableStaged, id, enc)
 }
 
 // handlePubrel releases a staged QoS 2 message.
@@ -271,7 +270,7 @@ func (c *conn) handlePubrel(p *packet.Pubrel) bool {
 			// Its group failed a check: the ack loop commits the
 			// stagings one by one; this one may be among them.
 			select {
-			case <-ex.redo.done:
+			case <-ex.redo.finished():
 			case <-c.ctx.Done():
 				return false
 			}
