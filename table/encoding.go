@@ -7,6 +7,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/tidemark-io/tidemark/engine"
 )
@@ -203,7 +204,17 @@ func encodeEntry(op Op, table, id string, v Version, value []byte) []byte {
 
 // encodeEntryAt is encodeEntry that also returns the version's offset.
 func encodeEntryAt(op Op, table, id string, v Version, value []byte) ([]byte, int) {
-	b := make([]byte, 0, 2+2*binary.MaxVarintLen32+len(table)+len(id)+8+len(value))
+	return appendEntryAt(make([]byte, 0, entryLen(table, id, value)), op, table, id, v, value)
+}
+
+// entryLen bounds the length of a log entry of table, id and value.
+func entryLen(table, id string, value []byte) int {
+	return 2 + 2*binary.MaxVarintLen32 + len(table) + len(id) + 8 + len(value)
+}
+
+// appendEntryAt appends a log entry to b and returns b and the offset in
+// it of the entry's version.
+func appendEntryAt(b []byte, op Op, table, id string, v Version, value []byte) ([]byte, int) {
 	b = append(b, entryFormat, byte(op))
 	b = binary.AppendUvarint(b, uint64(len(table)))
 	b = append(b, table...)
@@ -275,7 +286,9 @@ func decodeEntryInto(e *logEntry, en engine.Entry, table string) {
 		bad("id")
 		return
 	}
-	e.id = string(id)
+	// The entry's bytes are never modified (see engine.Entry), and e
+	// keeps them as its value: the id aliases them too.
+	e.id = unsafe.String(unsafe.SliceData(id), len(id))
 	if len(b) < 8 {
 		bad("version")
 		return

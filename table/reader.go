@@ -73,6 +73,9 @@ type Hooks struct {
 
 // Event is one delivered change-log entry.
 type Event struct {
+	// Table and ID name the record or message. ID shares its memory with
+	// the log entry (and Value): a caller keeping many IDs long after
+	// their events, as map keys, say, keeps strings.Clone(ID) instead.
 	Table, ID string
 	Op        Op
 	// Value is the written value or message payload; it is shared with

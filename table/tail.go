@@ -35,7 +35,9 @@ type tail struct {
 	floor   pos // position just before entries[0]
 	head    pos // position of the last entry read
 	changed chan struct{}
-	dead    bool
+	// changedTaken says after handed changed out since it was made.
+	changedTaken atomic.Bool
+	dead         bool
 
 	// readMu is held by whoever reads the engine's log into the window:
 	// the tail's goroutine after a watch signal, or a committer pumping
@@ -73,6 +75,9 @@ func (t *tail) headPos() pos {
 func (t *tail) after(p pos, max int) (batch []*logEntry, covered bool, changed <-chan struct{}) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
+	// Under the read lock: the writers, which replace changed, hold the
+	// write lock.
+	t.changedTaken.Store(true)
 	if t.dead || p.less(t.floor) {
 		return nil, false, t.changed
 	}
@@ -81,6 +86,18 @@ func (t *tail) after(p pos, max int) (batch []*logEntry, covered bool, changed <
 	// Entries are appended past len and the slice is replaced when
 	// trimmed, so this sub-slice is never written again.
 	return t.entries[i:j:j], true, t.changed
+}
+
+// wakeLocked closes changed, if a reader took it, and puts a new one in
+// its place: a tail that no reader waits on (one commit at a time, with
+// the readers all caught up or none live) makes no channel per commit.
+// mu held for writing.
+func (t *tail) wakeLocked() {
+	if t.changedTaken.Load() {
+		close(t.changed)
+		t.changed = make(chan struct{})
+		t.changedTaken.Store(false)
+	}
 }
 
 func (t *tail) publish(batch []*logEntry) {
@@ -110,8 +127,7 @@ func (t *tail) publish(batch []*logEntry) {
 			t.bytes = bytes
 		}
 	}
-	close(t.changed)
-	t.changed = make(chan struct{})
+	t.wakeLocked()
 	t.mu.Unlock()
 }
 
@@ -121,8 +137,7 @@ func (t *tail) reset(p pos) {
 	t.mu.Lock()
 	t.entries, t.bytes = nil, 0
 	t.floor, t.head = p, p
-	close(t.changed)
-	t.changed = make(chan struct{})
+	t.wakeLocked()
 	t.mu.Unlock()
 }
 
@@ -151,8 +166,7 @@ func (t *tail) trim(below engine.LogKey) {
 func (t *tail) stop() {
 	t.mu.Lock()
 	t.dead = true
-	close(t.changed)
-	t.changed = make(chan struct{})
+	t.wakeLocked()
 	t.mu.Unlock()
 }
 

@@ -327,10 +327,11 @@ func (tx *Tx) Submit(ctx context.Context) (*engine.Handle, error) {
 	// The batch is encoded before the lock, with the version left blank:
 	// every commit of the DB passes through the lock, so it holds only
 	// what must happen in version order. Keys, records and version values
-	// share one allocation; each log entry gets its own, since the tail
-	// keeps entries for live readers and must not keep the rest with them.
-	// Each write takes at most two ops and one log entry; the head hint
-	// may take one more op.
+	// share one allocation, the log entries another: the tail keeps
+	// entries for live readers and must not keep the rest with them, and
+	// a commit's entries leave the tail together. Each write takes at most
+	// two ops, three version stamps and one log entry; the head hint may
+	// take one more op.
 	b := &tx.batch
 	b.Defer = tx.deferd
 	if n := 2*len(tx.writes) + 1; n <= len(tx.ops) {
@@ -338,9 +339,20 @@ func (tx *Tx) Submit(ctx context.Context) (*engine.Handle, error) {
 	} else {
 		b.Ops = make([]engine.Op, 0, n)
 	}
+	logLen, logs := tx.logLen()
 	b.Log = tx.logs[:0]
+	if logs > len(tx.logs) {
+		b.Log = make([][]byte, 0, logs)
+	}
+	var la []byte
+	if logLen > 0 {
+		la = make([]byte, 0, logLen)
+	}
 	var stampsBuf [8][]byte
 	stamps := stampsBuf[:0]
+	if n := 3 * len(tx.writes); n > len(stampsBuf) {
+		stamps = make([][]byte, 0, n)
+	}
 	a := make([]byte, 0, tx.arenaLen())
 	// The checks first: what they compare is the caller's until Submit
 	// (ExpectState's value), and is copied now.
@@ -379,13 +391,15 @@ func (tx *Tx) Submit(ctx context.Context) (*engine.Handle, error) {
 			a, key = carve(a, func(a []byte) []byte { return appendDataKey(a, kindVersion, w.table, w.id) })
 			b.Delete(key)
 		}
+		var r []byte
+		var at int
 		switch w.op {
 		case OpPut, OpDelete, OpMessage, OpMark:
-			r, at := encodeEntryAt(w.op, w.table, w.id, 0, w.value)
-			stamps = append(stamps, r[at:at+8])
-			b.Append(r)
+			la, r, at = carveEntry(la, w.op, w.table, w.id, w.value)
 		case opLoadFirst:
-			r, at := encodeEntryAt(OpReload, w.table, "", 0, nil)
+			la, r, at = carveEntry(la, OpReload, w.table, "", nil)
+		}
+		if r != nil {
 			stamps = append(stamps, r[at:at+8])
 			b.Append(r)
 		}
@@ -420,6 +434,31 @@ func (tx *Tx) Submit(ctx context.Context) (*engine.Handle, error) {
 	}
 	tx.version = v
 	return h, nil
+}
+
+// logLen bounds the bytes of the log entries of the Tx's writes, which
+// number logs.
+func (tx *Tx) logLen() (n, logs int) {
+	for _, w := range tx.writes {
+		switch w.op {
+		case OpPut, OpDelete, OpMessage, OpMark:
+			n += entryLen(w.table, w.id, w.value)
+		case opLoadFirst:
+			n += entryLen(w.table, "", nil)
+		default:
+			continue
+		}
+		logs++
+	}
+	return n, logs
+}
+
+// carveEntry appends a log entry with a blank version to a, as carve
+// does, and returns a, the entry and the offset of its version in it.
+func carveEntry(a []byte, op Op, table, id string, value []byte) ([]byte, []byte, int) {
+	start := len(a)
+	a, at := appendEntryAt(a, op, table, id, 0, value)
+	return a, a[start:len(a):len(a)], at - start
 }
 
 // arenaLen bounds the bytes of the keys, records and version values of
