@@ -57,6 +57,7 @@ func ctxT(t *testing.T) context.Context {
 }
 
 func u32(v uint32) *uint32 { return &v }
+func u16(v uint16) *uint16 { return &v }
 
 // ---- MQTT 5.0: paho.golang ----
 

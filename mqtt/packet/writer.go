@@ -74,15 +74,20 @@ func (w *Writer) WritePacket(p Packet) error {
 	return err
 }
 
-// WriteAck writes the PUBACK, PUBREC or PUBCOMP (t) of packet id with
-// reason Success and no properties, the same four bytes under 3.1.1 and
-// 5.0: every acknowledgement of a stored message, written without a
-// packet value to build.
+// WriteAck writes the PUBACK, PUBREC, PUBREL or PUBCOMP (t) of packet id
+// with reason Success and no properties, the same four bytes under 3.1.1
+// and 5.0: every acknowledgement of a stored message, and a delivery's
+// PUBREL, written without a packet value to build.
 func (w *Writer) WriteAck(t Type, id uint16) error {
-	if t != TypePuback && t != TypePubrec && t != TypePubcomp {
-		return fmt.Errorf("packet: WriteAck of %v: only PUBACK, PUBREC and PUBCOMP", t)
+	var flags byte
+	switch t {
+	case TypePuback, TypePubrec, TypePubcomp:
+	case TypePubrel:
+		flags = 0x02 // [MQTT-3.6.1-1]
+	default:
+		return fmt.Errorf("packet: WriteAck of %v: only PUBACK, PUBREC, PUBREL and PUBCOMP", t)
 	}
-	b := appendU16(appendHeader(w.buf[:0], t, 0, 2), id)
+	b := appendU16(appendHeader(w.buf[:0], t, flags, 2), id)
 	w.keep(b)
 	if len(b) > w.maxSize {
 		return newError(ErrPacketTooLarge, t, w.version, "packet exceeds the peer's maximum packet size")

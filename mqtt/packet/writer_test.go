@@ -10,7 +10,7 @@ import (
 func TestWriteAckMatchesPackets(t *testing.T) {
 	for _, v := range []Version{V311, V5} {
 		for _, id := range []uint16{1, 0x1234, 0xFFFF} {
-			for _, p := range []Packet{&Puback{PacketID: id}, &Pubrec{PacketID: id}, &Pubcomp{PacketID: id}} {
+			for _, p := range []Packet{&Puback{PacketID: id}, &Pubrec{PacketID: id}, &Pubrel{PacketID: id}, &Pubcomp{PacketID: id}} {
 				want, err := p.Append(nil, v)
 				if err != nil {
 					t.Fatal(err)
@@ -27,7 +27,7 @@ func TestWriteAckMatchesPackets(t *testing.T) {
 		}
 	}
 	w := NewWriter(&bytes.Buffer{}, V5)
-	if err := w.WriteAck(TypePubrel, 1); err == nil {
-		t.Fatal("WriteAck wrote a PUBREL, whose fixed header has flags")
+	if err := w.WriteAck(TypePublish, 1); err == nil {
+		t.Fatal("WriteAck wrote a PUBLISH")
 	}
 }

@@ -187,7 +187,10 @@ type ackEntry struct {
 	part  int32
 	after func(error) error
 	then  func()
-	qos1  bool
+	// notify, when set, is told what tooLarge and then are, after them
+	// (see delivery.Notified).
+	notify delivery.Notified
+	qos1   bool
 	// tooLarge, when set, runs instead of ending the loop when pkt is over
 	// the client's maximum packet size (an outbound PUBLISH).
 	tooLarge func()
@@ -798,10 +801,15 @@ func (c *conn) finishAck(e ackEntry, timer *time.Timer) bool {
 	}
 	if e.pkt != nil {
 		if err := c.writeBuffered(e.pkt); err != nil {
-			if !errors.Is(err, packet.ErrPacketTooLarge) || e.tooLarge == nil {
+			if !errors.Is(err, packet.ErrPacketTooLarge) || (e.tooLarge == nil && e.notify == nil) {
 				return false
 			}
-			e.tooLarge()
+			if e.tooLarge != nil {
+				e.tooLarge()
+			}
+			if e.notify != nil {
+				e.notify.TooLarge()
+			}
 		}
 	} else if e.ack != 0 {
 		if err := c.writeAck(e.ack, e.pi); err != nil {
@@ -817,6 +825,9 @@ func (c *conn) finishAck(e ackEntry, timer *time.Timer) bool {
 	}
 	if e.then != nil {
 		e.then()
+	}
+	if e.notify != nil {
+		e.notify.Done()
 	}
 	return true
 }

@@ -6,7 +6,6 @@ import (
 	"github.com/tidemark-io/tidemark/mqtt/auth"
 	"github.com/tidemark-io/tidemark/mqtt/internal/delivery"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
-	"github.com/tidemark-io/tidemark/table"
 )
 
 // sessionConn is a connection as its session's sending side sees it
@@ -44,8 +43,8 @@ func (p *sessionConn) Send(e delivery.Pending) (ok, sent bool) {
 	return p.c().push(a), false
 }
 
-func (p *sessionConn) LaterDelivery(write func(tx *table.Tx) error, e delivery.Pending) bool {
-	return p.c().laterDelivery(write, ackOf(e))
+func (p *sessionConn) LaterDelivery(write delivery.StateWrite, e delivery.Pending) bool {
+	return p.c().laterDelivery(write.WriteState, ackOf(e))
 }
 
 func (p *sessionConn) Ack(pk packet.Packet) bool { return p.c().ack(ackEntry{pkt: pk}) }
@@ -81,7 +80,7 @@ func (p *sessionConn) InPassing() bool { return p.pk != nil }
 
 // ackOf is the FIFO entry of a session's pending entry.
 func ackOf(e delivery.Pending) ackEntry {
-	a := ackEntry{pkt: e.Pkt, pi: e.PI, h: e.H, tooLarge: e.TooLarge, then: e.Then}
+	a := ackEntry{pkt: e.Pkt, ack: e.Ack, pi: e.PI, h: e.H, tooLarge: e.TooLarge, then: e.Then, notify: e.Notify}
 	if e.Delivered {
 		a.atSent = PointDelivered
 	}

@@ -172,7 +172,7 @@ func (o *Session) send(d delivery) {
 	}
 	o.mu.Lock()
 	pi := o.packetIDLocked(d)
-	om := &outMsg{pi: pi, qos: qos, ev: ev, hasEv: hasEv, pos: ev.Cursor(), msg: m, state: outSent, rp: rp, gauged: true, share: d.share, at: d.at}
+	om := &outMsg{o: o, pi: pi, qos: qos, ev: ev, hasEv: hasEv, pos: ev.Cursor(), msg: m, state: outSent, rp: rp, gauged: true, share: d.share, at: d.at}
 	o.track(om)
 	o.mu.Unlock()
 	o.env.Counters.InflightOut.Add(1)
@@ -194,9 +194,7 @@ func (o *Session) send(d delivery) {
 	// Its PUBLISH waits in the group, then in the connection's FIFO, for
 	// the commit of the record.
 	o.queued.Add(1)
-	o.grp.entries = append(o.grp.entries, Pending{Pkt: p, Delivered: true, PI: pi,
-		TooLarge: func() { o.env.Counters.DroppedTooLarge.Add(1); o.finishQoS2(om, true) },
-		Then:     func() { o.queued.Add(-1) }})
+	o.grp.entries = append(o.grp.entries, Pending{Pkt: p, Delivered: true, PI: pi, Notify: (*exchangeSent)(om)})
 	if len(o.grp.entries) >= o.env.Group {
 		o.flushGroup()
 	}

@@ -18,6 +18,7 @@ import (
 // in-memory delivery), acknowledged when it completes; pos is that
 // event's log position, by which a restored exchange finds its event.
 type outMsg struct {
+	o     *Session
 	pi    uint16
 	qos   byte
 	ev    table.Event
@@ -25,6 +26,10 @@ type outMsg struct {
 	pos   table.Cursor
 	msg   *message.Message
 	rec   bool // a session.OutTable record exists
+	// slot is the record's id, with rec: set before the record is
+	// shared with another goroutine (a PUBLISH sent, or the session
+	// restored), and never changed.
+	slot  string
 	state byte // outSent or outPubrec
 	// rp is the replay the event came from (its reader takes the ack),
 	// nil for the session's member.
@@ -100,13 +105,44 @@ func (o *Session) Pubrec(p *packet.Pubrec) bool {
 	if !om.rec {
 		return o.conn.Ack(&packet.Pubrel{PacketID: p.PacketID})
 	}
-	enc, _ := om.msg.MarshalBinary()
-	v := (&session.OutRecord{PI: om.pi, State: outPubrec, Pos: om.pos, Msg: enc}).Encode()
-	return o.conn.LaterDelivery(func(tx *table.Tx) error {
-		return tx.PutStateUnchecked(session.OutTable, session.SlotID(o.client, om.pi), v)
-	},
-		Pending{Pkt: &packet.Pubrel{PacketID: p.PacketID}})
+	return o.conn.LaterDelivery((*pubrecWrite)(om), Pending{Ack: packet.TypePubrel, PI: p.PacketID})
 }
+
+// pubrecWrite writes an exchange's record as it stands once PUBREC came
+// (see Pubrec).
+type pubrecWrite outMsg
+
+func (w *pubrecWrite) WriteState(tx *table.Tx) error {
+	om := (*outMsg)(w)
+	v, err := outRecord(om, outPubrec)
+	if err != nil {
+		return err
+	}
+	return tx.PutStateUnchecked(session.OutTable, om.slot, v)
+}
+
+// exchangeEnd writes the end of an exchange with a record (see
+// finishQoS2), and, as its entry's Notified, completes it once that is
+// committed.
+type exchangeEnd outMsg
+
+func (e *exchangeEnd) WriteState(tx *table.Tx) error {
+	return e.o.endWrite(tx, e.slot, e.pos)
+}
+
+func (e *exchangeEnd) TooLarge() {}
+func (e *exchangeEnd) Done()     { e.o.complete(e.pi) }
+
+// exchangeSent is, as its PUBLISH's entry's Notified, an exchange whose
+// PUBLISH waits in the connection's FIFO (see send).
+type exchangeSent outMsg
+
+func (s *exchangeSent) TooLarge() {
+	s.o.env.Counters.DroppedTooLarge.Add(1)
+	s.o.finishQoS2((*outMsg)(s), true)
+}
+
+func (s *exchangeSent) Done() { s.o.queued.Add(-1) }
 
 // Pubcomp ends the QoS 2 exchange pi once its PUBREL was sent; a PUBCOMP
 // for no such exchange, or before the PUBREC, is ignored.
@@ -134,7 +170,7 @@ func (o *Session) finishQoS2(om *outMsg, inLoop bool) bool {
 	o.mu.Lock()
 	o.markDone(om.pos)
 	o.mu.Unlock()
-	write := func(tx *table.Tx) error { return o.endWrite(tx, om.pi, om.pos) }
+	end := (*exchangeEnd)(om)
 	if !inLoop {
 		o.mu.Lock()
 		if o.ending == nil {
@@ -142,15 +178,15 @@ func (o *Session) finishQoS2(om *outMsg, inLoop bool) bool {
 		}
 		o.ending[om.pi] = om.pos
 		o.mu.Unlock()
-		if o.lazy.add(om.pi, om.pos, o.env.MaxLazy) {
+		if o.lazy.add(om.pi, om.slot, om.pos, o.env.MaxLazy) {
 			o.complete(om.pi)
 			return true
 		}
 		o.ended([]lazyEnd{{pi: om.pi}})
-		return o.conn.LaterDelivery(write, Pending{Then: func() { o.complete(om.pi) }})
+		return o.conn.LaterDelivery(end, Pending{Notify: end})
 	}
 	tx := o.env.DB.Begin()
-	if err := write(tx); err != nil {
+	if err := end.WriteState(tx); err != nil {
 		o.conn.Fail(err)
 		return false
 	}

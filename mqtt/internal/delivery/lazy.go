@@ -28,19 +28,20 @@ type lazyEnds struct {
 
 // lazyEnd is one held-back exchange ending.
 type lazyEnd struct {
-	pi  uint16
-	pos table.Cursor
+	pi   uint16
+	slot string // the exchange's record id
+	pos  table.Cursor
 }
 
-// add holds back the ending of the exchange on pi at log position pos;
-// false when limit endings are held already.
-func (l *lazyEnds) add(pi uint16, pos table.Cursor, limit int) bool {
+// add holds back the ending of the exchange on pi (its record slot) at
+// log position pos; false when limit endings are held already.
+func (l *lazyEnds) add(pi uint16, slot string, pos table.Cursor, limit int) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.ends) >= limit {
 		return false
 	}
-	l.ends = append(l.ends, lazyEnd{pi: pi, pos: pos})
+	l.ends = append(l.ends, lazyEnd{pi: pi, slot: slot, pos: pos})
 	return true
 }
 
@@ -60,14 +61,14 @@ func (l *lazyEnds) pending() bool {
 	return len(l.ends) > 0
 }
 
-// endWrite writes the end of the outbound QoS 2 exchange on pi at log
-// position pos into tx: its record goes, a completion mark above the
-// checkpoint comes.
-func (o *Session) endWrite(tx *table.Tx, pi uint16, pos table.Cursor) error {
-	if err := tx.DeleteStateUnchecked(session.OutTable, session.SlotID(o.client, pi)); err != nil {
+// endWrite writes the end of the outbound QoS 2 exchange whose record is
+// slot, at log position pos, into tx: its record goes, a completion mark
+// above the checkpoint comes.
+func (o *Session) endWrite(tx *table.Tx, slot string, pos table.Cursor) error {
+	if err := tx.DeleteStateUnchecked(session.OutTable, slot); err != nil {
 		return err
 	}
-	return tx.PutStateUnchecked(session.DoneTable, o.client+session.Sep+pos.String(), nil)
+	return tx.PutStateUnchecked(session.DoneTable, session.DoneID(o.client, pos), nil)
 }
 
 // writeLazy adds the held-back endings to tx and returns them, for ended
@@ -75,7 +76,7 @@ func (o *Session) endWrite(tx *table.Tx, pi uint16, pos table.Cursor) error {
 func (o *Session) writeLazy(tx *table.Tx) ([]lazyEnd, error) {
 	ends := o.lazy.take()
 	for _, e := range ends {
-		if err := o.endWrite(tx, e.pi, e.pos); err != nil {
+		if err := o.endWrite(tx, e.slot, e.pos); err != nil {
 			return nil, err
 		}
 	}

@@ -13,17 +13,23 @@ import (
 
 // addRecord writes om's outbound record into the sender's pending group.
 func (o *Session) addRecord(om *outMsg) error {
-	enc, err := om.msg.MarshalBinary()
+	v, err := outRecord(om, om.state)
 	if err != nil {
 		return err
 	}
-	v := (&session.OutRecord{PI: om.pi, State: om.state, Pos: om.pos, Msg: enc}).Encode()
 	if o.grp.tx == nil {
 		o.grp.tx = o.env.DB.Begin()
 	}
-	om.rec = true
+	om.rec, om.slot = true, session.SlotID(o.client, om.pi)
 	o.wroteRows.Store(true)
-	return o.grp.tx.PutStateUnchecked(session.OutTable, session.SlotID(o.client, om.pi), v)
+	return o.grp.tx.PutStateUnchecked(session.OutTable, om.slot, v)
+}
+
+// outRecord returns om's outbound record in state: its header and message
+// encoded into one array.
+func outRecord(om *outMsg, state byte) ([]byte, error) {
+	b := session.AppendOutHeader(make([]byte, 0, session.OutHeaderMax+om.msg.BinarySize()), om.pi, state, om.pos)
+	return om.msg.AppendBinary(b)
 }
 
 // restoreRecords puts the session's stored QoS 2 exchanges (the values
@@ -40,7 +46,7 @@ func (o *Session) restoreRecords(recs [][]byte) {
 		if m.UnmarshalBinary(or.Msg) != nil {
 			continue
 		}
-		om := &outMsg{pi: or.PI, qos: 2, pos: or.Pos, msg: &m, rec: true, state: or.State}
+		om := &outMsg{o: o, pi: or.PI, qos: 2, pos: or.Pos, msg: &m, rec: true, state: or.State, slot: session.SlotID(o.client, or.PI)}
 		o.track(om)
 		if o.resumed == nil {
 			o.resumed = map[table.Cursor]*outMsg{}

@@ -75,7 +75,7 @@ type Conn interface {
 	Send(e Pending) (ok, sent bool)
 	// LaterDelivery adds write to the connection's pending commit of
 	// delivery state and queues e for when that commit completes.
-	LaterDelivery(write func(tx *table.Tx) error, e Pending) bool
+	LaterDelivery(write StateWrite, e Pending) bool
 	// Ack queues p behind the connection's pending commit, for the read
 	// loop (an acknowledgement of the client's packet).
 	Ack(p packet.Packet) bool
@@ -102,6 +102,9 @@ type Logger interface {
 // Then runs.
 type Pending struct {
 	Pkt packet.Packet
+	// Ack, when Pkt is nil, is the type of a success acknowledgement of
+	// packet id PI to write, with no packet value built for it.
+	Ack packet.Type
 	PI  uint16 // Pkt's packet id
 	H   *engine.Handle
 	// Delivered: Pkt is a PUBLISH to the client (Conn.Delivered once
@@ -111,7 +114,30 @@ type Pending struct {
 	// is over the client's maximum packet size.
 	TooLarge func()
 	Then     func()
+	// Notify, when set, is told of the same as TooLarge and Then, after
+	// them: an exchange's entries say it without a closure each.
+	Notify Notified
 }
+
+// Notified is told what became of a Pending entry: TooLarge when its
+// packet was over the client's maximum packet size (instead of the
+// connection ending), then Done once the entry is finished.
+type Notified interface {
+	TooLarge()
+	Done()
+}
+
+// StateWrite adds writes of delivery state to a transaction (see
+// Conn.LaterDelivery).
+type StateWrite interface {
+	WriteState(tx *table.Tx) error
+}
+
+// WriteFunc is a StateWrite as a function.
+type WriteFunc func(tx *table.Tx) error
+
+// WriteState calls f.
+func (f WriteFunc) WriteState(tx *table.Tx) error { return f(tx) }
 
 // Env is what the sessions of one broker share: its store and router,
 // and the settings of delivery. Set its fields before the first New; an

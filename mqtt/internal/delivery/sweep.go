@@ -53,9 +53,12 @@ func (o *Session) sweepDoneLocked(tx *table.Tx, cp table.Cursor) (more bool) {
 		return false // most checkpoints: no QoS 2 delivery ended since the last
 	}
 	n, chunk := 0, o.env.MaxStateDeletes
-	held := map[table.Cursor]bool{}
-	for _, pos := range o.ending {
-		held[pos] = true // its mark may not be written yet
+	var held map[table.Cursor]bool
+	if len(o.ending) > 0 {
+		held = make(map[table.Cursor]bool, len(o.ending))
+		for _, pos := range o.ending {
+			held[pos] = true // its mark may not be written yet
+		}
 	}
 	for pos := range o.done {
 		if cp.Less(pos) || held[pos] {
@@ -65,7 +68,7 @@ func (o *Session) sweepDoneLocked(tx *table.Tx, cp table.Cursor) (more bool) {
 			more = true
 			break
 		}
-		tx.DeleteStateUnchecked(session.DoneTable, o.client+session.Sep+pos.String())
+		tx.DeleteStateUnchecked(session.DoneTable, session.DoneID(o.client, pos))
 		delete(o.done, pos)
 		n++
 	}

@@ -239,12 +239,22 @@ const outFormat1 = 0xB2
 // Encode returns the binary stored form of r (outFormat1, which, like
 // the session record's form, never changes).
 func (r *OutRecord) Encode() []byte {
-	b := make([]byte, 0, 24+len(r.Msg))
-	b = append(b, outFormat1)
-	b = binary.AppendUvarint(b, uint64(r.PI))
-	b = append(b, r.State)
-	b = appendCursor(b, r.Pos)
+	b := AppendOutHeader(make([]byte, 0, OutHeaderMax+len(r.Msg)), r.PI, r.State, r.Pos)
 	return append(b, r.Msg...)
+}
+
+// OutHeaderMax bounds what AppendOutHeader appends.
+const OutHeaderMax = 1 + binary.MaxVarintLen16 + 1 + 2*binary.MaxVarintLen64
+
+// AppendOutHeader appends to b what Encode writes of an outbound record
+// before its message: the record whose message is appended to that (in
+// its stored form) is the one Encode returns, without the message
+// encoded twice.
+func AppendOutHeader(b []byte, pi uint16, state byte, pos table.Cursor) []byte {
+	b = append(b, outFormat1)
+	b = binary.AppendUvarint(b, uint64(pi))
+	b = append(b, state)
+	return appendCursor(b, pos)
 }
 
 // Decode decodes a stored outbound record, binary or JSON, into r; a

@@ -184,6 +184,9 @@ func TestOutRecordCodec(t *testing.T) {
 			}
 		}
 		b := r.Encode()
+		if split := append(session.AppendOutHeader(nil, r.PI, r.State, r.Pos), r.Msg...); !bytes.Equal(split, b) {
+			t.Fatalf("AppendOutHeader and the message: % x, Encode: % x", split, b)
+		}
 		cut := rapid.IntRange(0, 4).Draw(t, "cut")
 		var short session.OutRecord
 		if err := short.Decode(b[:min(cut, len(b))]); err == nil && cut < len(b)-len(r.Msg) {

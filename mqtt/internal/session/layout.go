@@ -104,6 +104,23 @@ func SlotID(client string, pi uint16) string {
 	return string(append(b, digits[:]...))
 }
 
+// DoneID is the completion mark's id in DoneTable of client's delivery at
+// log position pos: client, Sep, and pos as table.Cursor.String writes
+// it, built in one allocation.
+func DoneID(client string, pos table.Cursor) string {
+	var b strings.Builder
+	b.Grow(len(client) + len(Sep) + 2*20 + 1)
+	b.WriteString(client)
+	b.WriteString(Sep)
+	var num [20]byte
+	b.Write(strconv.AppendUint(num[:0], uint64(pos.Key), 10))
+	if pos.Next != 0 {
+		b.WriteByte('.')
+		b.Write(strconv.AppendUint(num[:0], uint64(pos.Next), 10))
+	}
+	return b.String()
+}
+
 // CheckpointsIndexed, in CheckpointTable, marks a store whose checkpoint
 // and recovery indexes are complete; ExpiryIndexed, in ExpiryTable, one
 // whose expiry index is. Both sort after every entry of their index.

@@ -9,6 +9,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
@@ -192,6 +193,18 @@ func TestSlotIDFormat(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestDoneIDFormat checks that completion mark ids are the client, Sep
+// and the cursor's text form, as stored marks have always been named.
+func TestDoneIDFormat(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		client := rapid.String().Draw(t, "client")
+		pos := table.Cursor{Key: engine.LogKey(rapid.Uint64().Draw(t, "key")), Next: rapid.Uint32().Draw(t, "next")}
+		if want, got := client+session.Sep+pos.String(), session.DoneID(client, pos); got != want {
+			t.Fatalf("DoneID(%q, %v) = %q, want %q", client, pos, got, want)
+		}
+	})
 }
 
 // TestShareMembersIndex checks that the share-members index follows a
