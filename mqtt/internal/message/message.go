@@ -78,12 +78,12 @@ func (m *Message) MarshalOwn() ([]byte, error) {
 	return b, nil
 }
 
-// binarySize bounds the length of m's stored form, so MarshalBinary
-// allocates once.
 // BinarySize bounds the length of m's stored form, for a caller that
 // appends it (AppendBinary) to a buffer it sizes.
 func (m *Message) BinarySize() int { return m.binarySize() }
 
+// binarySize bounds the length of m's stored form, so MarshalBinary
+// allocates once.
 func (m *Message) binarySize() int {
 	const field = binary.MaxVarintLen32 // a length prefix
 	n := 4 + 2*binary.MaxVarintLen64 +
