@@ -216,15 +216,20 @@ func (c *conn) laterChecked(part checkedPart, e ackEntry) bool {
 // alike, and their arrays then cost one allocation each rather than one
 // per doubling.
 func (c *conn) beginGroup(checked bool) *table.Tx {
-	s := &c.grpSize[0]
-	if checked {
-		s = &c.grpSize[1]
-	}
+	s := c.lastGroupSize(checked)
 	return c.b.db.BeginSized(int(s.writes), int(s.checks))
 }
 
 // groupSize is how many writes and checks a group's transaction held.
 type groupSize struct{ writes, checks uint16 }
+
+// lastGroupSize is where the size of the last group of the kind is kept.
+func (c *conn) lastGroupSize(checked bool) *groupSize {
+	if checked {
+		return &c.grpSize[1]
+	}
+	return &c.grpSize[0]
+}
 
 // groupFull reports whether the pending group should go now: at the
 // broker's group size, or when its acknowledgements would fill the FIFO,
@@ -254,11 +259,7 @@ func (c *conn) flushGroup() bool {
 	}
 	g := c.grp
 	w, k := g.tx.Size()
-	s := &c.grpSize[0]
-	if g.checked {
-		s = &c.grpSize[1]
-	}
-	*s = groupSize{uint16(min(w, maxGroupWrites)), uint16(min(k, maxGroupWrites))}
+	*c.lastGroupSize(g.checked) = groupSize{uint16(min(w, maxGroupWrites)), uint16(min(k, maxGroupWrites))}
 	// The next group reuses the arrays: the entries are copied into the
 	// FIFO below, and the parts only a redo keeps (see bindChecked).
 	c.grp = group{entries: g.entries[:0], parts: g.parts[:0]}

@@ -133,12 +133,6 @@ type StateWrite interface {
 	WriteState(tx *table.Tx) error
 }
 
-// WriteFunc is a StateWrite as a function.
-type WriteFunc func(tx *table.Tx) error
-
-// WriteState calls f.
-func (f WriteFunc) WriteState(tx *table.Tx) error { return f(tx) }
-
 // Env is what the sessions of one broker share: its store and router,
 // and the settings of delivery. Set its fields before the first New; an
 // Env is used by pointer and never copied.
