@@ -141,7 +141,17 @@ func (f *watchFile) Preallocate(off, n int64) error {
 	if err := f.fs.check("write", f.name); err != nil {
 		return f.fs.seen(err)
 	}
-	return f.fs.seen(f.File.Preallocate(off, n))
+	var err error
+	if f.wal {
+		err = preallocateWAL(f.File, off, n)
+	} else {
+		err = f.File.Preallocate(off, n)
+	}
+	if preallocUnsupported(err) {
+		// Pebble writes without the reservation: not a failed write.
+		return nil
+	}
+	return f.fs.seen(err)
 }
 
 func (f *watchFile) Sync() error {
