@@ -4,7 +4,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tidemark-io/tidemark/mqtt/internal/message"
+	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
+	"github.com/tidemark-io/tidemark/table"
 )
 
 // A session left offline with no QoS 2 state says so in its record, and
@@ -53,6 +56,11 @@ func TestRowlessSession(t *testing.T) {
 	sub.Expect(packet.TypePubrel, p.PacketID)
 	leave(sub, false)
 	rowless("rl-sub", false)
+	// What is owed now is a PUBREL: the record keeps the message without
+	// its payload.
+	if m := storedOut(t, s.DB(), "rl-sub", p.PacketID); m.Topic != "rl/t" || len(m.Payload) != 0 {
+		t.Fatalf("rl-sub: record after PUBREC holds topic %q and a %d-byte payload, want rl/t and none", m.Topic, len(m.Payload))
+	}
 	sub, _ = connectRaw(t, s.Addr, subCP)
 	sub.Expect(packet.TypePubrel, p.PacketID)
 	sub.Send(&packet.Pubcomp{PacketID: p.PacketID})
@@ -127,4 +135,23 @@ func TestRowlessSessionResumes(t *testing.T) {
 		r.Send(&packet.Puback{PacketID: p.PacketID})
 	}
 	r.Silence(200 * time.Millisecond)
+}
+
+// storedOut returns the message of client's stored outbound QoS 2 record
+// for packet id pi.
+func storedOut(t *testing.T, db *table.DB, client string, pi uint16) message.Message {
+	t.Helper()
+	r, err := db.Get(ctxT(t), session.OutTable, session.SlotID(client, pi))
+	if err != nil {
+		t.Fatalf("%s: outbound record %d: %v", client, pi, err)
+	}
+	var or session.OutRecord
+	if err := or.Decode(r.Value); err != nil {
+		t.Fatal(err)
+	}
+	var m message.Message
+	if err := m.UnmarshalBinary(or.Msg); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }

@@ -9,7 +9,8 @@ import (
 // A session's outbound QoS 2 exchanges in the store: one record
 // (session.OutRecord) in session.OutTable per exchange, written before its
 // PUBLISH and again after its PUBREC, so a reconnect or restart resumes it
-// where it stood.
+// where it stood. Once PUBREC came, what is owed the client is a PUBREL,
+// which needs no payload: that write keeps the message without it.
 
 // addRecord writes om's outbound record into the sender's pending group.
 func (o *Session) addRecord(om *outMsg) error {
@@ -26,10 +27,18 @@ func (o *Session) addRecord(om *outMsg) error {
 }
 
 // outRecord returns om's outbound record in state: its header and message
-// encoded into one array.
+// encoded into one array. In outPubrec the message goes without its
+// payload: a resumed exchange in that state sends only a PUBREL (see
+// Start), and a version that reads such a record still finds a message.
 func outRecord(om *outMsg, state byte) ([]byte, error) {
-	b := session.AppendOutHeader(make([]byte, 0, session.OutHeaderMax+om.msg.BinarySize()), om.pi, state, om.pos)
-	return om.msg.AppendBinary(b)
+	m := om.msg
+	if state == outPubrec && len(m.Payload) > 0 {
+		bare := *m
+		bare.Payload = nil
+		m = &bare
+	}
+	b := session.AppendOutHeader(make([]byte, 0, session.OutHeaderMax+m.BinarySize()), om.pi, state, om.pos)
+	return m.AppendBinary(b)
 }
 
 // restoreRecords puts the session's stored QoS 2 exchanges (the values
