@@ -148,6 +148,34 @@ func FsyncRate(dir string, d time.Duration) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
+	return fsyncLoop(f, d)
+}
+
+// inPlaceProbeSize is the size the in-place probe's file starts at: more
+// than its loop writes on any disk.
+const inPlaceProbeSize = 64 << 20
+
+// FsyncRateInPlace is FsyncRate with the records written one after the
+// other into a file already as large as all of them (a sparse one), so no
+// fdatasync has to record a new file size: the kind of write a log whose
+// space is reserved within its file makes (Pebble's WAL, see
+// engine/pebble). It is the faster of the two on most file systems.
+func FsyncRateInPlace(dir string, d time.Duration) (float64, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "fsync-probe-in-place"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return 0, err
+	}
+	if err := f.Truncate(inPlaceProbeSize); err != nil {
+		_ = f.Close()
+		_ = os.Remove(f.Name())
+		return 0, err
+	}
+	return fsyncLoop(f, d)
+}
+
+// fsyncLoop writes 64-byte records to f, each followed by an fdatasync,
+// for about d, then closes and removes f.
+func fsyncLoop(f *os.File, d time.Duration) (float64, error) {
 	defer os.Remove(f.Name())
 	defer f.Close()
 	rec := make([]byte, 64)

@@ -56,11 +56,16 @@ func commitsBenchCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("fsync probe: %w", err)
 			}
+			fsyncInPlace, err := commitbench.FsyncRateInPlace(dir, time.Second)
+			if err != nil {
+				return fmt.Errorf("fsync probe: %w", err)
+			}
 			bar := progressbar.NewOptions(len(engines)*len(commitbench.CommitLoads),
 				progressbar.OptionSetWriter(cmd.ErrOrStderr()), progressbar.OptionShowCount(), progressbar.OptionClearOnFinish())
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', tabwriter.AlignRight)
 			fmt.Fprintf(tw, "engine\tsubmitters\twrites/commit\tfollower\tcommits/s\twrites/s\tp50 ms\tp99 ms\tx fsync\tx 1-submitter\t\n")
 			fmt.Fprintf(tw, "raw fdatasync\t1\t1\t\t%.0f\t%.0f\t\t\t1.00\t\t\n", fsync, fsync)
+			fmt.Fprintf(tw, "raw fdatasync, in place\t1\t1\t\t%.0f\t%.0f\t\t\t%.2f\t\t\n", fsyncInPlace, fsyncInPlace, fsyncInPlace/fsync)
 			for i, name := range engines {
 				base := map[int]float64{}
 				for _, load := range commitbench.CommitLoads {
