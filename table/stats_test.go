@@ -1,7 +1,9 @@
 package table_test
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/tidemark-io/tidemark/engine"
@@ -173,5 +175,48 @@ func TestStateChecks(t *testing.T) {
 	tx2.DeleteState("staged", "c/2")
 	if err := tx2.Commit(ctx); err != nil {
 		t.Fatalf("ExpectState on a PutState record: %v", err)
+	}
+}
+
+// appendedValue is a table.ValueAppender of a fixed value that counts its
+// calls.
+type appendedValue struct {
+	v            []byte
+	sizes, calls int
+}
+
+func (a *appendedValue) ValueSize() int { a.sizes++; return len(a.v) }
+func (a *appendedValue) AppendValue(b []byte) []byte {
+	a.calls++
+	return append(b, a.v...)
+}
+
+// TestPutStateUncheckedFrom: a value appended at Submit is stored as if
+// it had been put, in a commit with other writes, its appender asked once.
+func TestPutStateUncheckedFrom(t *testing.T) {
+	ctx := t.Context()
+	db, _ := openDB(t)
+	vals := []*appendedValue{{v: []byte("first")}, {v: bytes.Repeat([]byte("x"), 4096)}, {v: nil}}
+	tx := db.Begin()
+	for i, v := range vals {
+		if err := tx.PutStateUncheckedFrom("out", fmt.Sprint("slot", i), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tx.PutStateUnchecked("out", "plain", []byte("p"))
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range vals {
+		rec, err := db.Get(ctx, "out", fmt.Sprint("slot", i))
+		if err != nil || !bytes.Equal(rec.Value, v.v) {
+			t.Fatalf("slot%d = %q, %v; want %q", i, rec.Value, err, v.v)
+		}
+		if v.sizes != 1 || v.calls != 1 {
+			t.Fatalf("slot%d: ValueSize called %d times and AppendValue %d, want once each", i, v.sizes, v.calls)
+		}
+	}
+	if rec, err := db.Get(ctx, "out", "plain"); err != nil || string(rec.Value) != "p" {
+		t.Fatalf("plain = %+v, %v", rec, err)
 	}
 }

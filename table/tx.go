@@ -109,6 +109,18 @@ type write struct {
 	op        Op
 	table, id string
 	value     []byte
+	from      ValueAppender // instead of value, for opPutStateUnchecked
+}
+
+// ValueAppender produces a record's value when its transaction is
+// submitted, straight into the memory of the commit, so that its caller
+// builds no copy of its own to hand over. The Tx calls ValueSize and then
+// AppendValue, once each, on the goroutine that calls Submit: whatever
+// they read must not change between the Put and the Submit. AppendValue
+// appends at most ValueSize bytes.
+type ValueAppender interface {
+	ValueSize() int
+	AppendValue(b []byte) []byte
 }
 
 // Begin starts a transaction.
@@ -220,6 +232,12 @@ func (tx *Tx) DeleteState(table, id string) error {
 // of the store's work.
 func (tx *Tx) PutStateUnchecked(table, id string, value []byte) error {
 	return tx.add(write{op: opPutStateUnchecked, table: table, id: id, value: value}, validID(table, id))
+}
+
+// PutStateUncheckedFrom is PutStateUnchecked with the value v appends
+// at Submit (see ValueAppender).
+func (tx *Tx) PutStateUncheckedFrom(table, id string, v ValueAppender) error {
+	return tx.add(write{op: opPutStateUnchecked, table: table, id: id, from: v}, validID(table, id))
 }
 
 // DeleteStateUnchecked removes what PutStateUnchecked wrote, in one engine
@@ -374,7 +392,13 @@ func (tx *Tx) Submit(ctx context.Context) (*engine.Handle, error) {
 		case OpPut, OpReload, opLoadFirst, opPutState, OpDelete, opPutStateUnchecked:
 			a, key = carve(a, func(a []byte) []byte { return appendDataKey(a, kindRecord, w.table, w.id) })
 			deleted := w.op == OpDelete
-			a, val = carve(a, func(a []byte) []byte { return appendRecord(a, w.table, w.id, 0, deleted, w.value) })
+			a, val = carve(a, func(a []byte) []byte {
+				a = appendRecord(a, w.table, w.id, 0, deleted, w.value)
+				if w.from != nil {
+					a = w.from.AppendValue(a)
+				}
+				return a
+			})
 			stamps = append(stamps, val[recordVersionAt:recordVersionAt+8])
 			b.Put(key, val)
 		case opDeleteState, opDeleteStateUnchecked:
@@ -476,6 +500,9 @@ func (tx *Tx) arenaLen() int {
 			n += 2*dataKeyLen(w.table, w.id) + recordLen(w.table, w.id, nil)
 		case opPutStateUnchecked:
 			n += dataKeyLen(w.table, w.id) + recordLen(w.table, w.id, w.value)
+			if w.from != nil {
+				n += w.from.ValueSize()
+			}
 		case opDeleteState:
 			n += 2 * dataKeyLen(w.table, w.id)
 		case opDeleteStateUnchecked:

@@ -113,12 +113,7 @@ func (o *Session) Pubrec(p *packet.Pubrec) bool {
 type pubrecWrite outMsg
 
 func (w *pubrecWrite) WriteState(tx *table.Tx) error {
-	om := (*outMsg)(w)
-	v, err := outRecord(om, outPubrec)
-	if err != nil {
-		return err
-	}
-	return tx.PutStateUnchecked(session.OutTable, om.slot, v)
+	return tx.PutStateUncheckedFrom(session.OutTable, w.slot, (*pubrecRecord)(w))
 }
 
 // exchangeEnd writes the end of an exchange with a record (see

@@ -12,33 +12,59 @@ import (
 // where it stood. Once PUBREC came, what is owed the client is a PUBREL,
 // which needs no payload: that write keeps the message without it.
 
-// addRecord writes om's outbound record into the sender's pending group.
+// addRecord writes om's outbound record, as its PUBLISH is sent, into the
+// sender's pending group.
 func (o *Session) addRecord(om *outMsg) error {
-	v, err := outRecord(om, om.state)
-	if err != nil {
-		return err
-	}
 	if o.grp.tx == nil {
 		o.grp.tx = o.env.DB.Begin()
 	}
 	om.rec, om.slot = true, session.SlotID(o.client, om.pi)
 	o.wroteRows.Store(true)
-	return o.grp.tx.PutStateUnchecked(session.OutTable, om.slot, v)
+	return o.grp.tx.PutStateUncheckedFrom(session.OutTable, om.slot, (*sentRecord)(om))
 }
 
-// outRecord returns om's outbound record in state: its header and message
-// encoded into one array. In outPubrec the message goes without its
-// payload: a resumed exchange in that state sends only a PUBREL (see
-// Start), and a version that reads such a record still finds a message.
-func outRecord(om *outMsg, state byte) ([]byte, error) {
-	m := om.msg
-	if state == outPubrec && len(m.Payload) > 0 {
-		bare := *m
+// sentRecord is an exchange's record as its PUBLISH is sent, encoded by
+// the commit that writes it (a table.ValueAppender).
+type sentRecord outMsg
+
+func (r *sentRecord) ValueSize() int { return outRecordSize((*outMsg)(r), outSent) }
+func (r *sentRecord) AppendValue(b []byte) []byte {
+	return appendOutRecord(b, (*outMsg)(r), outSent)
+}
+
+// pubrecRecord is an exchange's record once its PUBREC came, encoded by
+// the commit that writes it (a table.ValueAppender).
+type pubrecRecord outMsg
+
+func (r *pubrecRecord) ValueSize() int { return outRecordSize((*outMsg)(r), outPubrec) }
+func (r *pubrecRecord) AppendValue(b []byte) []byte {
+	return appendOutRecord(b, (*outMsg)(r), outPubrec)
+}
+
+// appendOutRecord appends om's outbound record in state to b: its header
+// and its message. In outPubrec the message goes without its payload: a
+// resumed exchange in that state sends only a PUBREL (see Start), and a
+// version that reads such a record still finds a message. What it reads
+// of om does not change once om is made.
+func appendOutRecord(b []byte, om *outMsg, state byte) []byte {
+	b = session.AppendOutHeader(b, om.pi, state, om.pos)
+	if state == outPubrec && len(om.msg.Payload) > 0 {
+		bare := *om.msg
 		bare.Payload = nil
-		m = &bare
+		b, _ = bare.AppendBinary(b) // AppendBinary returns no error
+		return b
 	}
-	b := session.AppendOutHeader(make([]byte, 0, session.OutHeaderMax+m.BinarySize()), om.pi, state, om.pos)
-	return m.AppendBinary(b)
+	b, _ = om.msg.AppendBinary(b)
+	return b
+}
+
+// outRecordSize bounds the length of appendOutRecord(om, state).
+func outRecordSize(om *outMsg, state byte) int {
+	n := session.OutHeaderMax + om.msg.BinarySize()
+	if state == outPubrec {
+		n -= len(om.msg.Payload)
+	}
+	return n
 }
 
 // restoreRecords puts the session's stored QoS 2 exchanges (the values
