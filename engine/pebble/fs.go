@@ -3,6 +3,7 @@
 package pebble
 
 import (
+	"math"
 	"strings"
 	"sync/atomic"
 
@@ -108,12 +109,42 @@ func (w *watchFS) Link(oldname, newname string) error {
 // Unwrap returns the file system underneath, as vfs.FS asks.
 func (w *watchFS) Unwrap() vfs.FS { return w.FS }
 
+// walReserveStep is how much of a write-ahead log's space the engine
+// reserves within the file at a time (see reserveWAL): each step costs
+// one fdatasync that records a new file size, and a reopen after a crash
+// reads through at most one step of zeros after the last record.
+const walReserveStep = 4 << 20
+
 // watchFile reports failing writes and syncs of one file.
 type watchFile struct {
 	vfs.File
 	fs   *watchFS
 	name string
 	wal  bool // one of Pebble's write-ahead logs (NNNNNN.log)
+	// off is where a write-ahead log's next write goes and reserved where
+	// the space reserved within it ends; both are used only by the
+	// goroutine that writes the log (Pebble's WAL writer).
+	off, reserved int64
+}
+
+// reserve makes room for n more bytes of a write-ahead log within the
+// file, a step at a time. A file system that cannot reserve space is not
+// a failed write: the log is written without the reservation.
+func (f *watchFile) reserve(n int64) error {
+	if f.off+n <= f.reserved {
+		return nil
+	}
+	step := max(int64(walReserveStep), (f.off+n-f.reserved+walReserveStep-1)/walReserveStep*walReserveStep)
+	err := reserveWAL(f.File, f.reserved, step)
+	switch {
+	case preallocUnsupported(err):
+		f.reserved = math.MaxInt64
+		return nil
+	case err != nil:
+		return err
+	}
+	f.reserved += step
+	return nil
 }
 
 // skipSync reports whether a sync of f does nothing (see watchFS).
@@ -125,7 +156,13 @@ func (f *watchFile) Write(p []byte) (int, error) {
 	if err := f.fs.check("write", f.name); err != nil {
 		return 0, f.fs.seen(err)
 	}
+	if f.wal && reservesWAL {
+		if err := f.reserve(int64(len(p))); err != nil {
+			return 0, f.fs.seen(err)
+		}
+	}
 	n, err := f.File.Write(p)
+	f.off += int64(n)
 	return n, f.fs.seen(err)
 }
 
@@ -141,12 +178,10 @@ func (f *watchFile) Preallocate(off, n int64) error {
 	if err := f.fs.check("write", f.name); err != nil {
 		return f.fs.seen(err)
 	}
-	var err error
-	if f.wal {
-		err = preallocateWAL(f.File, off, n)
-	} else {
-		err = f.File.Preallocate(off, n)
+	if f.wal && reservesWAL {
+		return nil // reserved within the file as it is written (see reserve)
 	}
+	err := f.File.Preallocate(off, n)
 	if preallocUnsupported(err) {
 		// Pebble writes without the reservation: not a failed write.
 		return nil

@@ -15,17 +15,17 @@ import (
 
 // TestWALPreallocatedWithinFile checks that a write-ahead log's reserved
 // space is part of the file (so a synced commit's write does not move the
-// end of the file), and that the store reopens whole over such logs: the
-// newest one ends in zeros, and the older ones end in their trailers with
-// zeros after them. Small memtables make the commits fill several logs in
-// each of the rounds, and every round reopens the store over them.
+// end of the file), reserved a step (4 MiB) at a time, and that the store
+// reopens whole over such logs: the newest one ends in zeros, and older
+// ones end in their trailers with zeros after them. Each round writes
+// about 24 MiB, so that a log outgrows its first step, and the next round
+// reopens the store.
 func TestWALPreallocatedWithinFile(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
-	opts := engine.Options{Dir: dir, Sync: engine.SyncAlways, Params: map[string]string{"memtable_mb": "1"}}
-	// Pebble reserves 110% of the memtable size for each log.
-	const reserved = (1 << 20) + (1<<20)/10
-	value := bytes.Repeat([]byte("v"), 2048)
+	opts := engine.Options{Dir: dir, Sync: engine.SyncAlways, Params: map[string]string{"memtable_mb": "16"}}
+	const step = 4 << 20 // walReserveStep
+	value := bytes.Repeat([]byte("v"), 8<<10)
 	const rounds, perRound = 3, 1500
 	for round := range rounds {
 		e, err := engine.Open(ctx, "pebble", opts)
@@ -62,13 +62,33 @@ func TestWALPreallocatedWithinFile(t *testing.T) {
 				t.Fatalf("commit %d: %v", n, err)
 			}
 			if i == 10 {
-				// A few commits into the newest log, its file already
-				// spans the whole reservation.
-				name, size := newestWAL(t, dir)
-				if size < reserved {
-					t.Fatalf("round %d: %s is %d bytes after a few commits, want the reserved %d within the file", round, name, size, reserved)
+				// A few commits into the newest log, its file spans the
+				// first step of its reservation.
+				if name, size := newestWAL(t, dir); size != step {
+					t.Fatalf("round %d: %s is %d bytes after a few commits, want the reserved %d within the file", round, name, size, step)
 				}
 			}
+		}
+		// Every log is reserved whole steps at a time, and the memtable
+		// grew to hold more than a step: past the first, the next was
+		// reserved.
+		logs, err := filepath.Glob(filepath.Join(dir, "*.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var largest int64
+		for _, l := range logs {
+			fi, err := os.Stat(l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fi.Size()%step != 0 {
+				t.Fatalf("round %d: %s is %d bytes, not a whole number of %d-byte steps", round, filepath.Base(l), fi.Size(), step)
+			}
+			largest = max(largest, fi.Size())
+		}
+		if largest < 2*step {
+			t.Fatalf("round %d: the largest log is %d bytes after %d commits of %d bytes, want at least two steps", round, largest, perRound, 2*len(value))
 		}
 		if err := e.Close(); err != nil {
 			t.Fatal(err)

@@ -4,9 +4,11 @@ package pebble
 
 import "github.com/cockroachdb/pebble/v2/vfs"
 
-// preallocateWAL reserves space for a write-ahead log as Pebble does
+// reservesWAL is false here: Pebble reserves its logs' space as it does
 // elsewhere (see prealloc_linux.go for why Linux differs).
-func preallocateWAL(f vfs.File, off, n int64) error { return f.Preallocate(off, n) }
+const reservesWAL = false
+
+func reserveWAL(vfs.File, int64, int64) error { return nil }
 
 // preallocUnsupported reports false: what Pebble's own Preallocate
 // returns is reported as it is.
