@@ -128,23 +128,21 @@ type watchFile struct {
 }
 
 // reserve makes room for n more bytes of a write-ahead log within the
-// file, a step at a time. A file system that cannot reserve space is not
-// a failed write: the log is written without the reservation.
-func (f *watchFile) reserve(n int64) error {
+// file, a step at a time. A reservation that fails is not a failed write:
+// the log is written without it, on a file system that cannot reserve
+// space from then on, and on one short of a step's space until the write
+// itself finds the disk full (which the engine reports).
+func (f *watchFile) reserve(n int64) {
 	if f.off+n <= f.reserved {
-		return nil
+		return
 	}
 	step := max(int64(walReserveStep), (f.off+n-f.reserved+walReserveStep-1)/walReserveStep*walReserveStep)
-	err := reserveWAL(f.File, f.reserved, step)
-	switch {
+	switch err := reserveWAL(f.File, f.reserved, step); {
+	case err == nil:
+		f.reserved += step
 	case preallocUnsupported(err):
 		f.reserved = math.MaxInt64
-		return nil
-	case err != nil:
-		return err
 	}
-	f.reserved += step
-	return nil
 }
 
 // skipSync reports whether a sync of f does nothing (see watchFS).
@@ -157,9 +155,7 @@ func (f *watchFile) Write(p []byte) (int, error) {
 		return 0, f.fs.seen(err)
 	}
 	if f.wal && reservesWAL {
-		if err := f.reserve(int64(len(p))); err != nil {
-			return 0, f.fs.seen(err)
-		}
+		f.reserve(int64(len(p)))
 	}
 	n, err := f.File.Write(p)
 	f.off += int64(n)
