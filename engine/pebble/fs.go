@@ -136,7 +136,8 @@ func (f *watchFile) reserve(n int64) {
 	if f.off+n <= f.reserved {
 		return
 	}
-	step := max(int64(walReserveStep), (f.off+n-f.reserved+walReserveStep-1)/walReserveStep*walReserveStep)
+	// Whole steps, as many as the write needs past the reservation.
+	step := (f.off + n - f.reserved + walReserveStep - 1) / walReserveStep * walReserveStep
 	switch err := reserveWAL(f.File, f.reserved, step); {
 	case err == nil:
 		f.reserved += step
