@@ -37,6 +37,12 @@ type Server struct {
 	Sync engine.SyncMode
 	Opts mqtt.Options
 	Addr string
+	// Wrap, when set, is given the engine at every Start and returns the
+	// one the broker uses: a test looks at what the broker commits. The
+	// wrapper passes every call on to the engine it was given; what the
+	// engine offers beyond engine.Engine (engine.CommitLimit, for one)
+	// the broker sees only if the wrapper has it too.
+	Wrap func(engine.Engine) engine.Engine
 
 	e      engine.Engine
 	db     *table.DB
@@ -50,6 +56,12 @@ type Server struct {
 func Start(t TB, name string, params map[string]string, opts mqtt.Options) *Server {
 	t.Helper()
 	return start(t, &Server{Engine: name, Dir: t.TempDir(), Params: params, Opts: opts})
+}
+
+// StartWrapped is Start with Server.Wrap set to wrap.
+func StartWrapped(t TB, name string, wrap func(engine.Engine) engine.Engine, opts mqtt.Options) *Server {
+	t.Helper()
+	return start(t, &Server{Engine: name, Dir: t.TempDir(), Opts: opts, Wrap: wrap})
 }
 
 // StartSync is Start with the engine's durability mode sync.
@@ -73,6 +85,9 @@ func (s *Server) Start() error {
 	e, err := engine.Open(ctx, s.Engine, engine.Options{Dir: s.Dir, Params: s.Params, Sync: s.Sync})
 	if err != nil {
 		return err
+	}
+	if s.Wrap != nil {
+		e = s.Wrap(e)
 	}
 	db, err := table.Open(ctx, e, table.Options{})
 	if err != nil {

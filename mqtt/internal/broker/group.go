@@ -246,8 +246,9 @@ func (c *conn) flushGroup() bool {
 	if c.grp.tx == nil {
 		return true
 	}
-	if !c.grp.checked && c.out != nil && c.out.LazyPending() {
-		// Held-back exchange endings ride along (see delivery's lazyEnds).
+	if !c.grp.checked && c.out != nil && c.out.LazyDue() {
+		// Held-back exchange endings ride along when the checkpoint has
+		// not taken them (see delivery's lazyEnds).
 		then, err := c.out.WriteLazy(c.grp.tx)
 		if err != nil {
 			c.disconnect(packet.UnspecifiedError, err.Error())

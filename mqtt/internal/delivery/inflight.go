@@ -173,8 +173,14 @@ func (o *Session) finishQoS2(om *outMsg, inLoop bool) bool {
 		}
 		o.ending[om.pi] = om.pos
 		o.mu.Unlock()
-		if o.lazy.add(om.pi, om.slot, om.pos, o.env.MaxLazy) {
+		if n := o.lazy.add(om.pi, om.slot, om.pos, o.env.MaxLazy); n > 0 {
 			o.complete(om.pi)
+			if n >= persistAt(o.env.MaxLazy) {
+				// The checkpoint takes the endings, with no marks for
+				// those it covers. Written from here, not asked of the
+				// sender: a burst of PUBCOMPs outruns the sender's turn.
+				o.checkpoint()
+			}
 			return true
 		}
 		o.ended([]lazyEnd{{pi: om.pi}})

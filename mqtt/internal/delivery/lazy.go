@@ -13,9 +13,17 @@ import (
 const MaxLazyEnds = 256
 
 // lazyEnds holds the store writes that end outbound QoS 2 exchanges (the
-// delete of the in-flight record and the completion mark) until a commit
-// that happens anyway takes them: the read loop's next group, or the
-// session's next checkpoint. Nothing waits for these writes. Losing them
+// delete of the in-flight record, and a completion mark when the
+// checkpoint does not cover the exchange) until a commit that happens
+// anyway takes them: the session's next checkpoint, or, once half of
+// Env.MaxLazy are held, the read loop's next group. The checkpoint goes
+// first because it needs no marks: an exchange at or below the checkpoint
+// written in the same commit is one a resume never sends again, so its
+// ending is the record's delete alone, where a group writes a mark and a
+// later checkpoint deletes it (two writes of the store saved for every
+// QoS 2 delivery that completes in order). Once a quarter of Env.MaxLazy
+// are held, the goroutine that ends the next exchange writes the
+// checkpoint. Nothing waits for these writes. Losing them
 // in a crash leaves a record whose PUBCOMP already came: on resume the
 // broker sends that PUBREL again and the client answers PUBCOMP, which is
 // what the protocol provides for [MQTT-4.3.3, 4.4]; nothing is delivered
@@ -34,15 +42,16 @@ type lazyEnd struct {
 }
 
 // add holds back the ending of the exchange on pi (its record slot) at
-// log position pos; false when limit endings are held already.
-func (l *lazyEnds) add(pi uint16, slot string, pos table.Cursor, limit int) bool {
+// log position pos and returns how many are held; zero when limit endings
+// are held already.
+func (l *lazyEnds) add(pi uint16, slot string, pos table.Cursor, limit int) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.ends) >= limit {
-		return false
+		return 0
 	}
 	l.ends = append(l.ends, lazyEnd{pi: pi, slot: slot, pos: pos})
-	return true
+	return len(l.ends)
 }
 
 // take removes and returns the endings held back.
@@ -54,12 +63,21 @@ func (l *lazyEnds) take() []lazyEnd {
 	return ends
 }
 
-// pending reports whether any ending is held back.
-func (l *lazyEnds) pending() bool {
+// held reports how many endings are held back.
+func (l *lazyEnds) held() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.ends) > 0
+	return len(l.ends)
 }
+
+// pending reports whether any ending is held back.
+func (l *lazyEnds) pending() bool { return l.held() > 0 }
+
+// persistAt is how many held endings make the exchange that ends next
+// write the session's checkpoint, and groupAt how many make the read
+// loop's next group take them, for a limit of limit (see lazyEnds).
+func persistAt(limit int) int { return max(1, limit/4) }
+func groupAt(limit int) int   { return max(1, limit/2) }
 
 // endWrite writes the end of the outbound QoS 2 exchange whose record is
 // slot, at log position pos, into tx: its record goes, a completion mark
@@ -72,10 +90,21 @@ func (o *Session) endWrite(tx *table.Tx, slot string, pos table.Cursor) error {
 }
 
 // writeLazy adds the held-back endings to tx and returns them, for ended
-// once tx committed.
-func (o *Session) writeLazy(tx *table.Tx) ([]lazyEnd, error) {
+// once tx committed. cp, when set, is the checkpoint tx writes: an ending
+// at or below it is the record's delete alone, and its completion mark
+// leaves memory too (the checkpoint covers it, as sweepDoneLocked has it).
+func (o *Session) writeLazy(tx *table.Tx, cp *table.Cursor) ([]lazyEnd, error) {
 	ends := o.lazy.take()
 	for _, e := range ends {
+		if cp != nil && !cp.Less(e.pos) {
+			if err := tx.DeleteStateUnchecked(session.OutTable, e.slot); err != nil {
+				return nil, err
+			}
+			o.mu.Lock()
+			delete(o.done, e.pos)
+			o.mu.Unlock()
+			continue
+		}
 		if err := o.endWrite(tx, e.slot, e.pos); err != nil {
 			return nil, err
 		}
@@ -95,15 +124,16 @@ func (o *Session) ended(ends []lazyEnd) {
 	}
 }
 
-// LazyPending reports whether exchange endings are held back for a
-// commit that comes anyway (see lazyEnds).
-func (o *Session) LazyPending() bool { return o.lazy.pending() }
+// LazyDue reports whether enough exchange endings are held back for the
+// connection's next commit to take them, rather than the session's
+// checkpoint (see lazyEnds).
+func (o *Session) LazyDue() bool { return o.lazy.held() >= groupAt(o.env.MaxLazy) }
 
 // WriteLazy adds the exchange endings held back to tx, the connection's
 // next commit; then, nil when there were none, must run once tx has
 // committed.
 func (o *Session) WriteLazy(tx *table.Tx) (then func(), err error) {
-	ends, err := o.writeLazy(tx)
+	ends, err := o.writeLazy(tx, nil)
 	if err != nil || len(ends) == 0 {
 		return nil, err
 	}

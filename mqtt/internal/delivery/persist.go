@@ -41,12 +41,12 @@ func (o *Session) Persist(ctx context.Context, final bool) error {
 	}
 	o.recordMu.Lock()
 	defer o.recordMu.Unlock()
-	tx, more, err := o.sessionSweepTx()
+	tx, cp, more, err := o.sessionSweepTx()
 	if err != nil {
 		return err
 	}
 	// The exchange endings held back go with the checkpoint.
-	ends, err := o.writeLazy(tx)
+	ends, err := o.writeLazy(tx, &cp)
 	if err != nil {
 		return err
 	}
@@ -74,13 +74,16 @@ func (o *Session) Persist(ctx context.Context, final bool) error {
 			return err
 		}
 		if last == nil && len(ends) > 0 && !final {
-			o.conn.Push(Pending{H: h, Then: func() { o.ended(ends) }})
+			// Not in the connection's FIFO: a checkpoint may wait for
+			// company before its sync (Defer), and the acknowledgements
+			// behind it would wait with it.
+			go o.endedAfter(h, ends)
 		}
 		last = h
 		if !more {
 			break
 		}
-		if tx, more, err = o.sessionSweepTx(); err != nil {
+		if tx, _, more, err = o.sessionSweepTx(); err != nil {
 			return err
 		}
 	}
@@ -93,6 +96,20 @@ func (o *Session) Persist(ctx context.Context, final bool) error {
 		return err
 	}
 	return nil
+}
+
+// endedAfter frees the packet ids of ends once h, the commit that wrote
+// them, has completed. A failed commit ends the connection, as one in its
+// FIFO would.
+func (o *Session) endedAfter(h *engine.Handle, ends []lazyEnd) {
+	if _, err := h.Wait(o.ctx); err != nil {
+		if o.ctx.Err() == nil {
+			o.conn.Warn("end QoS 2 deliveries", err)
+			o.conn.Fail(err)
+		}
+		return
+	}
+	o.ended(ends)
 }
 
 // PersistLast is the final Persist of a connection leaving its session
@@ -133,13 +150,13 @@ func (o *Session) PersistedBefore(t time.Time) bool {
 // subscriptions, acknowledged checkpoint, and the deletes of up to
 // Env.MaxStateDeletes completion marks it covers (persist drops the rest).
 func (o *Session) SessionTx() (*table.Tx, error) {
-	tx, _, err := o.sessionSweepTx()
+	tx, _, _, err := o.sessionSweepTx()
 	return tx, err
 }
 
-// sessionSweepTx is sessionTx, also reporting whether covered completion
-// marks are left for another commit.
-func (o *Session) sessionSweepTx() (*table.Tx, bool, error) {
+// sessionSweepTx is sessionTx, also returning the checkpoint it writes and
+// reporting whether covered completion marks are left for another commit.
+func (o *Session) sessionSweepTx() (*table.Tx, table.Cursor, bool, error) {
 	var cp table.Cursor
 	if sub := o.currentSub(); sub != nil {
 		cp = sub.Checkpoint()
@@ -193,10 +210,10 @@ func (o *Session) sessionSweepTx() (*table.Tx, bool, error) {
 	tx := o.env.DB.Begin()
 	more := o.sweepDoneLocked(tx, cp)
 	if err := session.Put(tx, o.client, o.rec); err != nil {
-		return nil, false, err
+		return nil, cp, false, err
 	}
 	o.persisted = cp
 	o.persistedProgress.Store(o.progress.Load())
 	o.persistedAt = time.Now()
-	return tx, more, nil
+	return tx, cp, more, nil
 }
