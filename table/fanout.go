@@ -407,7 +407,7 @@ func (m *Member) catchUp(ctx context.Context, rd *reader) error {
 	// tail holds nothing past the member, it may join, and entries
 	// committed meanwhile reach it through the route. Only a position the
 	// tail does not reach back to is read from the engine.
-	batch, covered, _ := db.tail.after(rd.pos, batchMax)
+	batch, covered, _ := db.tail.after(rd.pos, batchMax, false)
 	if !covered {
 		var err error
 		batch, err = scanFrom(ctx, db.e, rd.pos, batchMax)

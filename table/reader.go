@@ -216,7 +216,7 @@ func (r *reader) stepOnce(ctx context.Context, deliver func(Event) error) (wait 
 	r.step.Lock()
 	defer r.step.Unlock()
 	limit := r.o.YieldEvery - r.sinceYield
-	batch, covered, changed := r.db.tail.after(r.pos, limit)
+	batch, covered, changed := r.db.tail.after(r.pos, limit, true)
 	if !covered || (len(batch) == 0 && !r.live) {
 		// Replaying, or about to go live: the engine's log is the
 		// truth, the tail may lag it. Once live, the tail's window
@@ -256,7 +256,7 @@ func (r *reader) stepLive(ctx context.Context, deliver func(Event) error) {
 		if !r.live {
 			return
 		}
-		batch, covered, _ := r.db.tail.after(r.pos, r.o.YieldEvery-r.sinceYield)
+		batch, covered, _ := r.db.tail.after(r.pos, r.o.YieldEvery-r.sinceYield, false)
 		if !covered || len(batch) == 0 || r.process(ctx, batch, deliver) != nil {
 			return
 		}

@@ -71,21 +71,31 @@ func (t *tail) headPos() pos {
 
 // after returns up to max window entries after p. covered is false when
 // the window does not reach back to p (or the tail stopped): the reader
-// must scan the engine. changed is closed when new entries arrive.
-func (t *tail) after(p pos, max int) (batch []*logEntry, covered bool, changed <-chan struct{}) {
+// must scan the engine. changed is closed when new entries arrive; wait
+// says the caller may wait on it when the batch is empty, and only then
+// is it handed out (see wakeLocked): a reader that has entries to handle,
+// or never waits, costs no channel per commit.
+func (t *tail) after(p pos, max int, wait bool) (batch []*logEntry, covered bool, changed <-chan struct{}) {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	// Under the read lock: the writers, which replace changed, hold the
-	// write lock.
-	t.changedTaken.Store(true)
 	if t.dead || p.less(t.floor) {
-		return nil, false, t.changed
+		batch, covered = nil, false
+	} else {
+		i := sort.Search(len(t.entries), func(i int) bool { return p.less(t.entries[i].pos) })
+		j := min(len(t.entries), i+max)
+		// Entries are appended past len and the slice is replaced when
+		// trimmed, so this sub-slice is never written again.
+		batch, covered = t.entries[i:j:j], true
 	}
-	i := sort.Search(len(t.entries), func(i int) bool { return p.less(t.entries[i].pos) })
-	j := min(len(t.entries), i+max)
-	// Entries are appended past len and the slice is replaced when
-	// trimmed, so this sub-slice is never written again.
-	return t.entries[i:j:j], true, t.changed
+	if !wait {
+		return batch, covered, nil
+	}
+	if len(batch) == 0 {
+		// Under the read lock: the writers, which replace changed,
+		// hold the write lock.
+		t.changedTaken.Store(true)
+	}
+	return batch, covered, t.changed
 }
 
 // wakeLocked closes changed, if a reader took it, and puts a new one in
