@@ -150,14 +150,20 @@ type Result struct {
 	Load   Load   `json:"load"`
 	// Messages is the number of messages acknowledged (QoS 0: delivered),
 	// warm-up included; Measured those acknowledged after the warm-up,
-	// Seconds the time from the end of the warm-up to the last
-	// acknowledgement, and PerSecond their quotient. With several
-	// rounds, Messages and Measured add up the rounds', and PerSecond,
-	// Seconds and the latencies are the round's of the median rate.
-	Messages  int     `json:"messages"`
-	Measured  int     `json:"measured"`
-	Seconds   float64 `json:"seconds"`
-	PerSecond float64 `json:"msgs_per_sec"`
+	// Seconds the time from the end of the warm-up until the last of
+	// them was both acknowledged and delivered, and PerSecond their
+	// quotient: a broker that acknowledges faster than it delivers is
+	// measured at the rate it delivers. AckedPerSecond is Measured over
+	// the time to the last acknowledgement alone, and BehindMs how long
+	// the last delivery came after it. With several rounds, Messages and
+	// Measured add up the rounds', and the rates, Seconds, BehindMs and
+	// the latencies are the round's of the median rate.
+	Messages       int     `json:"messages"`
+	Measured       int     `json:"measured"`
+	Seconds        float64 `json:"seconds"`
+	PerSecond      float64 `json:"msgs_per_sec"`
+	AckedPerSecond float64 `json:"acked_per_sec"`
+	BehindMs       float64 `json:"behind_ms"`
 	// P50Ms and P99Ms are the acknowledgement latency quantiles (QoS 0:
 	// publish to delivery) in milliseconds, after the warm-up.
 	P50Ms float64 `json:"p50_ms"`
@@ -488,10 +494,17 @@ func runPoint(ctx context.Context, cfg Config, t Target, l Load, dir string, run
 	r.Delivered, r.Duplicates, r.Reordered = sub.unique, sub.dups, sub.reordered
 	protoErrs.merge(sub.protoErrs)
 	r.ProtocolErrors, r.ProtocolError = protoErrs.n, protoErrs.first
-	serr := sub.readErr
+	serr, delivered := sub.readErr, sub.last
 	sub.mu.Unlock()
 	if last.After(start) {
-		r.Seconds = last.Sub(start).Seconds()
+		r.AckedPerSecond = float64(r.Measured) / last.Sub(start).Seconds()
+		end := last
+		if delivered.After(last) {
+			// Every message was delivered by then (or counts as lost).
+			end = delivered
+			r.BehindMs = ms(delivered.Sub(last))
+		}
+		r.Seconds = end.Sub(start).Seconds()
 		r.PerSecond = float64(r.Measured) / r.Seconds
 	}
 	r.P50Ms = ms(hist.quantile(0.50))
