@@ -58,9 +58,15 @@ func (o *Session) track(om *outMsg) {
 	}
 	if old := o.inflight[om.pi]; old != nil {
 		o.inflightBytes -= int64(len(old.msg.Payload)) // replaced: counted once
+		if old.qos == 1 {
+			o.inflightQ1--
+		}
 	}
 	o.inflight[om.pi] = om
 	o.inflightBytes += int64(len(om.msg.Payload))
+	if om.qos == 1 {
+		o.inflightQ1++
+	}
 }
 
 // AwaitingAcks reports whether deliveries wait for the client's
@@ -217,6 +223,9 @@ func (o *Session) complete(pi uint16) {
 	delete(o.inflight, pi)
 	if om != nil {
 		o.inflightBytes -= int64(len(om.msg.Payload))
+		if om.qos == 1 {
+			o.inflightQ1--
+		}
 	}
 	if om != nil && !om.hasEv {
 		// Completed before the replay reached its log entry: that entry

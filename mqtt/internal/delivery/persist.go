@@ -176,9 +176,11 @@ func (o *Session) sessionSweepTx() (*table.Tx, table.Cursor, bool, error) {
 	o.rec.NextPI = o.nextPI
 	o.rec.SentHigh = o.sentHigh
 	o.rec.Q1 = o.rec.Q1[:0]
-	for _, om := range o.inflight {
-		if om.qos == 1 && om.hasEv {
-			o.rec.Q1 = append(o.rec.Q1, session.Q1Slot{Pos: om.pos, PI: om.pi})
+	if o.inflightQ1 > 0 {
+		for _, om := range o.inflight {
+			if om.qos == 1 && om.hasEv {
+				o.rec.Q1 = append(o.rec.Q1, session.Q1Slot{Pos: om.pos, PI: om.pi})
+			}
 		}
 	}
 	for pos, pi := range o.q1ids { // restored, not re-sent yet

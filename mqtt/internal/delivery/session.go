@@ -210,6 +210,10 @@ type Session struct {
 	// (sender only; see flushGroup).
 	grp      pendingGroup
 	inflight map[uint16]*outMsg
+	// inflightQ1 counts the QoS 1 ones in inflight: a checkpoint lists
+	// them, and most checkpoints of a QoS 2 subscriber find none, without
+	// walking a window of thousands.
+	inflightQ1 int
 	// inflightBytes sums the payload bytes of inflight, for
 	// Env.MaxInflightBytes.
 	inflightBytes int64
