@@ -65,6 +65,12 @@ func TestQuickRun(t *testing.T) {
 		if r.Messages < r.Load.Conns || r.PerSecond <= 0 || r.P50Ms <= 0 || r.P99Ms < r.P50Ms {
 			t.Errorf("%s %s: implausible figures %+v", r.Target, r.Load, r)
 		}
+		// The rate runs to the last delivery: never above the
+		// acknowledgements' own, and below it by what delivery trailed.
+		if r.AckedPerSecond < r.PerSecond || r.BehindMs < 0 ||
+			(r.BehindMs == 0) != (r.AckedPerSecond == r.PerSecond) {
+			t.Errorf("%s %s: %.0f msgs/s, %.0f acknowledged, %.1f ms behind", r.Target, r.Load, r.PerSecond, r.AckedPerSecond, r.BehindMs)
+		}
 		if r.Measured <= 0 || r.Measured > r.Messages {
 			t.Errorf("%s %s: %d measured of %d acknowledged", r.Target, r.Load, r.Measured, r.Messages)
 		}
