@@ -31,11 +31,12 @@ func (c countingMarks) Submit(ctx context.Context, b *engine.Batch) (*engine.Han
 	return c.Engine.Submit(ctx, b)
 }
 
-// TestQoS2EndingMarks checks that outbound QoS 2
-// exchanges that complete in order end with their record's delete alone:
-// the checkpoint written with the deletes covers them, so no completion
-// mark is written (and none deleted later). A session that then leaves
-// abruptly and comes back after a restart is sent none of them again.
+// TestQoS2EndingMarks checks that outbound QoS 2 exchanges that complete
+// in order end with their record's delete alone: the checkpoint written
+// with the deletes covers them, so no completion mark is written (and
+// none deleted later). Two that complete above an exchange still open do
+// get marks. Either way, a session that leaves abruptly and comes back
+// after a restart is sent none of the completed ones again.
 func TestQoS2EndingMarks(t *testing.T) {
 	var markPuts atomic.Int64
 	s := mqtttest.StartWrapped(t, testEngine, func(e engine.Engine) engine.Engine { return countingMarks{e, &markPuts} }, mqtt.Options{})

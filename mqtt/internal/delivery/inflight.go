@@ -128,7 +128,7 @@ func (w *pubrecWrite) WriteState(tx *table.Tx) error {
 type exchangeEnd outMsg
 
 func (e *exchangeEnd) WriteState(tx *table.Tx) error {
-	return e.o.endWrite(tx, e.slot, e.pos)
+	return e.o.endWrite(tx, e.slot, e.pos, true)
 }
 
 func (e *exchangeEnd) TooLarge() {}

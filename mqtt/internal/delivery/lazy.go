@@ -80,10 +80,11 @@ func persistAt(limit int) int { return max(1, limit/4) }
 func groupAt(limit int) int   { return max(1, limit/2) }
 
 // endWrite writes the end of the outbound QoS 2 exchange whose record is
-// slot, at log position pos, into tx: its record goes, a completion mark
-// above the checkpoint comes.
-func (o *Session) endWrite(tx *table.Tx, slot string, pos table.Cursor) error {
-	if err := tx.DeleteStateUnchecked(session.OutTable, slot); err != nil {
+// slot, at log position pos, into tx: its record goes and, with mark (the
+// exchange is above the checkpoint tx writes, or tx writes none), a
+// completion mark comes.
+func (o *Session) endWrite(tx *table.Tx, slot string, pos table.Cursor, mark bool) error {
+	if err := tx.DeleteStateUnchecked(session.OutTable, slot); err != nil || !mark {
 		return err
 	}
 	return tx.PutStateUnchecked(session.DoneTable, session.DoneID(o.client, pos), nil)
@@ -95,19 +96,24 @@ func (o *Session) endWrite(tx *table.Tx, slot string, pos table.Cursor) error {
 // leaves memory too (the checkpoint covers it, as sweepDoneLocked has it).
 func (o *Session) writeLazy(tx *table.Tx, cp *table.Cursor) ([]lazyEnd, error) {
 	ends := o.lazy.take()
+	covered := 0
 	for _, e := range ends {
-		if cp != nil && !cp.Less(e.pos) {
-			if err := tx.DeleteStateUnchecked(session.OutTable, e.slot); err != nil {
-				return nil, err
-			}
-			o.mu.Lock()
-			delete(o.done, e.pos)
-			o.mu.Unlock()
-			continue
+		mark := cp == nil || cp.Less(e.pos)
+		if !mark {
+			covered++
 		}
-		if err := o.endWrite(tx, e.slot, e.pos); err != nil {
+		if err := o.endWrite(tx, e.slot, e.pos, mark); err != nil {
 			return nil, err
 		}
+	}
+	if covered > 0 {
+		o.mu.Lock()
+		for _, e := range ends {
+			if !cp.Less(e.pos) {
+				delete(o.done, e.pos)
+			}
+		}
+		o.mu.Unlock()
 	}
 	return ends, nil
 }
