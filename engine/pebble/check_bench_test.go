@@ -32,14 +32,25 @@ func BenchmarkAbsentCheck(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := range b.N {
-		key := fmt.Appendf(nil, "vmqtt.qos2in\x00client-%04d\x00%08d", i%1000, 2*i+1)
-		var batch engine.Batch
-		batch.ExpectAbsent(key).Put(key, value)
-		if _, err := engine.Commit(ctx, e, &batch); err != nil {
-			b.Fatal(err)
-		}
+	// One check a commit (a lone QoS 2 staging), and sixteen (a group of
+	// a pipelining client's stagings, which share one iterator).
+	for _, n := range []int{1, 16} {
+		next := 0 // across the runs of b.Run: a key is checked once
+		b.Run(fmt.Sprintf("checks=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			first := next
+			for range b.N {
+				var batch engine.Batch
+				for range n {
+					key := fmt.Appendf(nil, "vmqtt.qos2in\x00client-%04d-%d\x00%08d", next%1000, n, 2*next+1)
+					batch.ExpectAbsent(key).Put(key, value)
+					next++
+				}
+				if _, err := engine.Commit(ctx, e, &batch); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(next-first), "ns/check")
+		})
 	}
 }

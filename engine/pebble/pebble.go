@@ -403,8 +403,14 @@ func (d *db) appliedLocked(ops []driver.Op, err error) {
 // checkLocked evaluates a batch's checks against the latest applied state
 // (from the check cache where it holds the key); mu is held, so no commit
 // can land between the check and the apply.
-func (d *db) checkLocked(checks []driver.Check) error {
+func (d *db) checkLocked(checks []driver.Check) (err error) {
 	var key []byte
+	r := pointReader{d: d}
+	defer func() {
+		if cerr := r.close(); cerr != nil && err == nil {
+			err = fmt.Errorf("pebble: check: %w", cerr)
+		}
+	}()
 	for i := range checks {
 		c := &checks[i]
 		if cached, err := d.checks.eval(c); cached {
@@ -414,7 +420,7 @@ func (d *db) checkLocked(checks []driver.Check) error {
 			continue
 		}
 		key = kvlog.DataKey(key, c.Key)
-		v, found, err := d.pointGet(key)
+		v, found, err := r.get(key)
 		switch {
 		case err != nil:
 			return fmt.Errorf("pebble: check %q: %w", c.Key, err)
@@ -443,17 +449,46 @@ var checkIterOptions = pebble.IterOptions{UseL6Filters: true}
 // pointGet reads key's current value (a copy) through an iterator that
 // uses every level's filters.
 func (d *db) pointGet(key []byte) (value []byte, found bool, err error) {
-	it, err := d.pdb.NewIter(&checkIterOptions)
-	if err != nil {
-		return nil, false, err
+	r := pointReader{d: d}
+	value, found, err = r.get(key)
+	return value, found, errors.Join(err, r.close())
+}
+
+// pointReader reads keys' current values through one iterator, made at its
+// first read, so a commit whose checks miss the check cache (a group of
+// QoS 2 stagings on packet ids never used before) pays for one iterator
+// and not one per key: making and closing one cost as much as the seek.
+// Its reads see the store as of that first read; its owner holds db.mu
+// from then until close, so no commit lands in between.
+type pointReader struct {
+	d  *db
+	it *pebble.Iterator
+}
+
+// get reads key's current value (a copy).
+func (r *pointReader) get(key []byte) (value []byte, found bool, err error) {
+	if r.it == nil {
+		if r.it, err = r.d.pdb.NewIter(&checkIterOptions); err != nil {
+			return nil, false, err
+		}
 	}
-	if it.SeekPrefixGE(key) && bytes.Equal(it.Key(), key) {
+	if r.it.SeekPrefixGE(key) && bytes.Equal(r.it.Key(), key) {
 		var v []byte
-		if v, err = it.ValueAndErr(); err == nil {
+		if v, err = r.it.ValueAndErr(); err == nil {
 			value, found = bytes.Clone(v), true
 		}
 	}
-	return value, found, errors.Join(err, it.Close())
+	return value, found, err
+}
+
+// close releases the iterator, if one was made.
+func (r *pointReader) close() error {
+	if r.it == nil {
+		return nil
+	}
+	err := r.it.Close()
+	r.it = nil
+	return err
 }
 
 // complete waits for each applied commit's sync, in apply order. Syncs are
