@@ -291,19 +291,29 @@ func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error
 	}
 	// Every entry of the commit's log takes one key, k.
 	var k driver.LogKey
+	var logBytes uint64 // as statsSource.Scan sizes the entries
 	if n := len(b.Log); n > 0 {
 		k = d.hlc.Next()
 		for i, entry := range b.Log {
-			dop := pb.SetDeferred(kvlog.LogKeyLen, kvlog.LogValueLen(uint32(n), entry))
+			vlen := kvlog.LogValueLen(uint32(n), entry)
+			dop := pb.SetDeferred(kvlog.LogKeyLen, vlen)
 			kvlog.PutLogKey(dop.Key, k, uint32(i))
 			kvlog.PutLogValue(dop.Value, uint32(n), entry)
 			_ = dop.Finish()
+			logBytes += uint64(kvlog.LogKeyLen + vlen)
 		}
 	}
 	applied := func(err error) {
 		d.appliedLocked(b.Ops, err)
-		if err == nil && len(b.Log) > 0 {
+		switch {
+		case len(b.Log) == 0:
+		case err != nil:
+			d.stats.AppendUnknown()
+		default:
 			d.recent.Add(k, b.Log)
+			// Counted as applied: a retention pass's LogStats then
+			// reads none of the log written since the last.
+			d.stats.Appended(k, len(b.Log), logBytes)
 		}
 	}
 	// Every mode applies a commit with a sync of the WAL, so that it

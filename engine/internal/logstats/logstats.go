@@ -49,10 +49,33 @@ type mark struct {
 // first retained entry.
 //
 // The zero Counter is ready; it counts the whole log at its first call.
+//
+// A backend may also tell it of each commit's entries as it applies them
+// (Appended): the next call then counts them from what it was told
+// instead of reading them.
 type Counter struct {
 	mu sync.Mutex
 	state
+
+	// feedMu guards what backends told the counter since its last call,
+	// apart from mu, so a backend never waits for a call's read.
+	feedMu sync.Mutex
+	fed    []appended
+	spare  []appended // the other buffer: fed and spare swap at each call
+	// unsure says fed may miss an applied entry (an apply of unknown
+	// outcome, or past maxFed): the next call drops fed and reads.
+	unsure bool
 }
+
+// appended is what Appended was told of one commit.
+type appended struct {
+	key            driver.LogKey
+	entries, bytes uint64
+}
+
+// maxFed bounds the commits a Counter holds between calls: past it, the
+// next call reads the log instead.
+const maxFed = 1 << 15
 
 // state is what a Counter holds between calls.
 type state struct {
@@ -77,6 +100,70 @@ func (c *Counter) Reset() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.state = state{}
+	c.spare = c.takeFed()[:0]
+}
+
+// Appended tells the counter that the backend applied a commit's entries:
+// entries of them under key (more than one only where a transaction's
+// entries share a key), of bytes in storage together, each as the
+// backend's Source reports it. Calls come in key order, each after its
+// entries are visible to the Source. It never waits for a Stats call's
+// read, so a backend may call it holding its commit lock.
+//
+// Entries applied but not told of are read by the next Stats only when
+// the backend says so first (AppendUnknown): a later Appended moves the
+// counted range past them.
+func (c *Counter) Appended(key driver.LogKey, entries int, bytes uint64) {
+	c.feedMu.Lock()
+	switch {
+	case c.unsure:
+	case len(c.fed) == maxFed:
+		c.unsure = true
+	default:
+		c.fed = append(c.fed, appended{key: key, entries: uint64(entries), bytes: bytes})
+	}
+	c.feedMu.Unlock()
+}
+
+// AppendUnknown tells the counter that an apply's outcome is unknown (it
+// failed, and its entries may be in the log): the next Stats reads the
+// log past what it counted, and Appended is ignored until then.
+func (c *Counter) AppendUnknown() {
+	c.feedMu.Lock()
+	c.unsure = true
+	c.feedMu.Unlock()
+}
+
+// takeFed returns what Appended was told since the last call and starts
+// over; nil when the counter is unsure of it. mu held.
+func (c *Counter) takeFed() []appended {
+	c.feedMu.Lock()
+	defer c.feedMu.Unlock()
+	fed := c.fed
+	c.fed, c.spare = c.spare[:0], nil
+	if c.unsure {
+		c.unsure = false
+		return nil
+	}
+	return fed
+}
+
+// countFed counts the commits Appended was told of, past those counted;
+// mu held. Entries under the floor were truncated before they were
+// counted and are not retained: they move the counted range only.
+func (c *Counter) countFed() {
+	fed := c.takeFed()
+	for _, a := range fed {
+		switch {
+		case a.key <= c.scanned:
+			// The read of an earlier call found it first.
+		case a.key < c.floor:
+			c.scanned = a.key
+		default:
+			c.count(a.key, a.entries, a.bytes)
+		}
+	}
+	c.spare = fed[:0]
 }
 
 // Stats returns the log's figures: First, Last, Entries and Bytes of the
@@ -91,6 +178,7 @@ func (c *Counter) Stats(ctx context.Context, src Source) (driver.LogStats, error
 		}
 		switch {
 		case !c.valid:
+			c.spare = c.takeFed()[:0] // the read below finds every entry it names
 			c.state = state{floor: floor}
 			err = c.tail(ctx, src, floor)
 			c.valid = err == nil
@@ -100,9 +188,13 @@ func (c *Counter) Stats(ctx context.Context, src Source) (driver.LogStats, error
 				continue
 			}
 			if err == nil {
+				c.countFed()
 				err = c.tail(ctx, src, c.scanned+1)
 			}
 		default:
+			// What was told of first; the read then finds only entries
+			// applied since, not yet told of.
+			c.countFed()
 			err = c.tail(ctx, src, c.scanned+1)
 		}
 		if err != nil {
@@ -132,20 +224,26 @@ func (c *Counter) stats() driver.LogStats {
 // tail counts the entries from key from on.
 func (c *Counter) tail(ctx context.Context, src Source, from driver.LogKey) error {
 	return src.Scan(ctx, from, func(key driver.LogKey, size uint64) bool {
-		if key != c.scanned && c.sinceMark >= markEvery {
-			// The first entry of a key: the totals before it are whole.
-			c.marks = append(c.marks, mark{key: key, entries: c.entries, bytes: c.bytes})
-			c.sinceMark = 0
-		}
-		if c.entries == c.headEntries {
-			c.first = key
-		}
-		c.entries++
-		c.bytes += size
-		c.sinceMark++
-		c.scanned, c.last = key, key
+		c.count(key, 1, size)
 		return true
 	})
+}
+
+// count adds entries retained entries of bytes under key, at or above
+// every key counted.
+func (c *Counter) count(key driver.LogKey, entries, bytes uint64) {
+	if key != c.scanned && c.sinceMark >= markEvery {
+		// The first entry of a key: the totals before it are whole.
+		c.marks = append(c.marks, mark{key: key, entries: c.entries, bytes: c.bytes})
+		c.sinceMark = 0
+	}
+	if c.entries == c.headEntries {
+		c.first = key
+	}
+	c.entries += entries
+	c.bytes += bytes
+	c.sinceMark += int(entries)
+	c.scanned, c.last = key, key
 }
 
 // head moves the figures to a floor a truncation raised: the totals

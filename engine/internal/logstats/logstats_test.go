@@ -51,6 +51,7 @@ func (l *sliceLog) want() driver.LogStats {
 
 // TestCounterMatchesFullCount appends and truncates at random, deleting
 // truncated entries at once or later (as Badger and LMDB do in rounds),
+// tells the counter of some commits (Appended) at once, later or never,
 // and checks every figure against a count of the whole log.
 func TestCounterMatchesFullCount(t *testing.T) {
 	ctx := context.Background()
@@ -58,22 +59,52 @@ func TestCounterMatchesFullCount(t *testing.T) {
 		var l sliceLog
 		var c Counter
 		next := driver.LogKey(1)
+		// Commits applied and not yet told of, in key order: a backend
+		// tells of them in that order, possibly after a call read them.
+		var untold []appended
+		tell := func(n int) {
+			for _, a := range untold[:n] {
+				c.Appended(a.key, int(a.entries), a.bytes)
+			}
+			untold = untold[n:]
+		}
 		steps := pt.IntRange(1, 60, "steps")
 		for step := range steps {
-			switch op := pt.IntRange(0, 9, "op"); {
+			switch op := pt.IntRange(0, 11, "op"); {
 			case op < 6: // a commit of up to 3,000 entries under one key or one key each
 				n := pt.IntRange(1, 3000, "entries")
 				shared := pt.Bool("shared key")
+				told := pt.Bool("told")
+				var a appended
 				for i := range n {
-					l.entries = append(l.entries, entry{key: next, size: uint64(1 + (i+step)%97)})
+					e := entry{key: next, size: uint64(1 + (i+step)%97)}
+					l.entries = append(l.entries, e)
+					a.key = e.key
+					a.entries++
+					a.bytes += e.size
 					if !shared {
+						if told {
+							untold = append(untold, a)
+						}
+						a = appended{}
 						next++
 					}
 				}
 				if shared {
+					if told {
+						untold = append(untold, a)
+					}
 					next++
 				}
-			case op < 9: // a truncation, possibly above the last key
+				if !told {
+					// Its outcome unknown to the backend: whatever it
+					// told of before goes first.
+					tell(len(untold))
+					c.AppendUnknown()
+				}
+			case op < 8: // the backend tells of some commits
+				tell(pt.IntRange(0, len(untold), "tell"))
+			case op < 11: // a truncation, possibly above the last key
 				below := driver.LogKey(pt.IntRange(int(l.floor), int(next)+10, "below"))
 				if below > l.floor {
 					l.floor = below
@@ -90,6 +121,9 @@ func TestCounterMatchesFullCount(t *testing.T) {
 				}
 			default:
 				c.Reset()
+			}
+			if pt.Bool("no call") {
+				continue
 			}
 			got, err := c.Stats(ctx, &l)
 			if err != nil {
@@ -150,4 +184,37 @@ func (l *countingLog) Scan(ctx context.Context, from driver.LogKey, fn func(driv
 		l.read++
 		return fn(k, size)
 	})
+}
+
+// TestCounterToldReadsNothing checks that commits a backend told the
+// counter of are counted without a read, and that a told commit a call
+// read first is not counted twice.
+func TestCounterToldReadsNothing(t *testing.T) {
+	ctx := context.Background()
+	var l sliceLog
+	counted := &countingLog{sliceLog: &l}
+	var c Counter
+	if _, err := c.Stats(ctx, counted); err != nil {
+		t.Fatal(err)
+	}
+	for k := range driver.LogKey(5000) {
+		l.entries = append(l.entries, entry{key: k + 1, size: 10}, entry{key: k + 1, size: 20})
+		c.Appended(k+1, 2, 30)
+	}
+	st, err := c.Stats(ctx, counted)
+	if err != nil || st.Entries != 10_000 || st.Bytes != 150_000 || st.First != 1 || st.Last != 5000 {
+		t.Fatalf("after 5,000 told commits: %+v, %v", st, err)
+	}
+	if counted.read != 0 {
+		t.Fatalf("the call read %d entries of told commits, want 0", counted.read)
+	}
+	// Applied, read by a call, and told of after it.
+	l.entries = append(l.entries, entry{key: 5001, size: 7})
+	if st, err = c.Stats(ctx, counted); err != nil || st.Entries != 10_001 {
+		t.Fatalf("after an untold commit: %+v, %v", st, err)
+	}
+	c.Appended(5001, 1, 7)
+	if st, err = c.Stats(ctx, counted); err != nil || st.Entries != 10_001 || st.Bytes != 150_007 {
+		t.Fatalf("after it was told of: %+v, %v", st, err)
+	}
 }
