@@ -180,6 +180,7 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 	d.floor = floor
 	d.durable.Store(uint64(top))
 	d.seedRecent(top, last)
+	d.stats.Start(top)
 	// Never reissue a key at or below one on disk, whatever the clock says.
 	d.hlc = hlc.New(opts.Clock, max(top, floor))
 	switch opts.Sync {

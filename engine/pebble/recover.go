@@ -198,6 +198,7 @@ func (d *db) reopen() (done bool, err error) {
 		d.durable.Store(uint64(top))
 	}
 	d.seedRecent(top, last)
+	d.stats.Start(top)
 	since := d.failure.Load().since
 	d.failure.Store(nil)
 	d.log.Info("storage writes succeed again; store reopened", "down", time.Since(since).Round(time.Millisecond).String())

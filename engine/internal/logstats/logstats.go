@@ -65,17 +65,25 @@ type Counter struct {
 	// unsure says fed may miss an applied entry (an apply of unknown
 	// outcome, or past maxFed): the next call drops fed and reads.
 	unsure bool
+	// told says every entry above toldAbove was told of (Start), so
+	// that the first count reads no further; mu held.
+	told      bool
+	toldAbove driver.LogKey
 }
 
-// appended is what Appended was told of one commit.
+// appended is what Appended was told of a run of commits, keys first to
+// last: each holds up to about half a mark's worth of entries, so that
+// marks stay as close as counting entry by entry keeps them, and a busy
+// log of small commits costs a record per few hundred of them.
 type appended struct {
-	key            driver.LogKey
+	first, last    driver.LogKey
 	entries, bytes uint64
 }
 
-// maxFed bounds the commits a Counter holds between calls: past it, the
-// next call reads the log instead.
-const maxFed = 1 << 15
+// maxFed bounds the runs a Counter holds between calls (at least
+// maxFed*markEvery/2 entries): past it, the next call reads the log
+// instead.
+const maxFed = 1 << 12
 
 // state is what a Counter holds between calls.
 type state struct {
@@ -101,6 +109,20 @@ func (c *Counter) Reset() {
 	defer c.mu.Unlock()
 	c.state = state{}
 	c.spare = c.takeFed()[:0]
+	c.told = false
+}
+
+// Start forgets the figures, as Reset, and says that the backend tells
+// the counter (Appended, AppendUnknown) of every commit applied from now
+// on, above top, the log's highest key: the first count then reads the
+// log up to top only. A backend calls it as it opens the log, before any
+// commit; on an empty log (top 0) no call reads anything.
+func (c *Counter) Start(top driver.LogKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.state = state{}
+	c.spare = c.takeFed()[:0]
+	c.told, c.toldAbove = true, top
 }
 
 // Appended tells the counter that the backend applied a commit's entries:
@@ -115,12 +137,18 @@ func (c *Counter) Reset() {
 // counted range past them.
 func (c *Counter) Appended(key driver.LogKey, entries int, bytes uint64) {
 	c.feedMu.Lock()
+	n := len(c.fed)
 	switch {
 	case c.unsure:
-	case len(c.fed) == maxFed:
+	case n > 0 && c.fed[n-1].entries < markEvery/2:
+		a := &c.fed[n-1]
+		a.last = key
+		a.entries += uint64(entries)
+		a.bytes += bytes
+	case n == maxFed:
 		c.unsure = true
 	default:
-		c.fed = append(c.fed, appended{key: key, entries: uint64(entries), bytes: bytes})
+		c.fed = append(c.fed, appended{first: key, last: key, entries: uint64(entries), bytes: bytes})
 	}
 	c.feedMu.Unlock()
 }
@@ -135,7 +163,8 @@ func (c *Counter) AppendUnknown() {
 }
 
 // takeFed returns what Appended was told since the last call and starts
-// over; nil when the counter is unsure of it. mu held.
+// over; nil when the counter is unsure of it, which also ends what Start
+// said. mu held.
 func (c *Counter) takeFed() []appended {
 	c.feedMu.Lock()
 	defer c.feedMu.Unlock()
@@ -143,24 +172,62 @@ func (c *Counter) takeFed() []appended {
 	c.fed, c.spare = c.spare[:0], nil
 	if c.unsure {
 		c.unsure = false
+		c.told = false
 		return nil
 	}
 	return fed
 }
 
+// countFirst counts the log from floor with nothing counted before: what
+// lies up to the top Start was given is read, and what was told of since
+// is counted from fed; everything is read when Start was not called or a
+// commit's outcome was unknown since.
+func (c *Counter) countFirst(ctx context.Context, src Source, floor driver.LogKey) error {
+	fed := c.takeFed()
+	told, above := c.told, c.toldAbove
+	c.state = state{floor: floor}
+	if !told {
+		c.spare = fed[:0]
+		return c.tail(ctx, src, floor)
+	}
+	if above >= floor {
+		err := src.Scan(ctx, floor, func(key driver.LogKey, size uint64) bool {
+			if key > above {
+				return false
+			}
+			c.count(key, key, 1, size)
+			return true
+		})
+		if err != nil {
+			return err
+		}
+	}
+	c.countRuns(fed)
+	return c.tail(ctx, src, c.scanned+1)
+}
+
 // countFed counts the commits Appended was told of, past those counted;
 // mu held. Entries under the floor were truncated before they were
-// counted and are not retained: they move the counted range only.
+// counted and are not retained: they move the counted range only. A run
+// that a read or a truncation cuts in two cannot be split: the entries
+// from it on are left to the read that follows.
 func (c *Counter) countFed() {
-	fed := c.takeFed()
+	c.countRuns(c.takeFed())
+}
+
+// countRuns counts fed (see countFed) and keeps its array.
+func (c *Counter) countRuns(fed []appended) {
 	for _, a := range fed {
 		switch {
-		case a.key <= c.scanned:
+		case a.last <= c.scanned:
 			// The read of an earlier call found it first.
-		case a.key < c.floor:
-			c.scanned = a.key
+		case a.last < c.floor && a.first > c.scanned:
+			c.scanned = a.last
+		case a.first > c.scanned && a.first >= c.floor:
+			c.count(a.first, a.last, a.entries, a.bytes)
 		default:
-			c.count(a.key, a.entries, a.bytes)
+			c.spare = fed[:0]
+			return
 		}
 	}
 	c.spare = fed[:0]
@@ -178,9 +245,7 @@ func (c *Counter) Stats(ctx context.Context, src Source) (driver.LogStats, error
 		}
 		switch {
 		case !c.valid:
-			c.spare = c.takeFed()[:0] // the read below finds every entry it names
-			c.state = state{floor: floor}
-			err = c.tail(ctx, src, floor)
+			err = c.countFirst(ctx, src, floor)
 			c.valid = err == nil
 		case floor != c.floor:
 			if err = c.head(ctx, src, floor); errors.Is(err, errRecount) {
@@ -198,7 +263,8 @@ func (c *Counter) Stats(ctx context.Context, src Source) (driver.LogStats, error
 			err = c.tail(ctx, src, c.scanned+1)
 		}
 		if err != nil {
-			c.valid = false
+			// What a failed read took from fed is gone: read it all.
+			c.valid, c.told = false, false
 			return driver.LogStats{}, err
 		}
 		// A truncation that raised the floor while this ran may have
@@ -224,26 +290,26 @@ func (c *Counter) stats() driver.LogStats {
 // tail counts the entries from key from on.
 func (c *Counter) tail(ctx context.Context, src Source, from driver.LogKey) error {
 	return src.Scan(ctx, from, func(key driver.LogKey, size uint64) bool {
-		c.count(key, 1, size)
+		c.count(key, key, 1, size)
 		return true
 	})
 }
 
-// count adds entries retained entries of bytes under key, at or above
-// every key counted.
-func (c *Counter) count(key driver.LogKey, entries, bytes uint64) {
-	if key != c.scanned && c.sinceMark >= markEvery {
+// count adds entries retained entries of bytes under keys first to last,
+// at or above every key counted.
+func (c *Counter) count(first, last driver.LogKey, entries, bytes uint64) {
+	if first != c.scanned && c.sinceMark >= markEvery {
 		// The first entry of a key: the totals before it are whole.
-		c.marks = append(c.marks, mark{key: key, entries: c.entries, bytes: c.bytes})
+		c.marks = append(c.marks, mark{key: first, entries: c.entries, bytes: c.bytes})
 		c.sinceMark = 0
 	}
 	if c.entries == c.headEntries {
-		c.first = key
+		c.first = first
 	}
 	c.entries += entries
 	c.bytes += bytes
 	c.sinceMark += int(entries)
-	c.scanned, c.last = key, key
+	c.scanned, c.last = last, last
 }
 
 // head moves the figures to a floor a truncation raised: the totals

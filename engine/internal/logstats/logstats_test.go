@@ -58,19 +58,22 @@ func TestCounterMatchesFullCount(t *testing.T) {
 	prop.Check(t, "counter", func(pt *prop.T) {
 		var l sliceLog
 		var c Counter
+		if pt.Bool("started") {
+			c.Start(0)
+		}
 		next := driver.LogKey(1)
 		// Commits applied and not yet told of, in key order: a backend
 		// tells of them in that order, possibly after a call read them.
 		var untold []appended
 		tell := func(n int) {
 			for _, a := range untold[:n] {
-				c.Appended(a.key, int(a.entries), a.bytes)
+				c.Appended(a.first, int(a.entries), a.bytes)
 			}
 			untold = untold[n:]
 		}
 		steps := pt.IntRange(1, 60, "steps")
 		for step := range steps {
-			switch op := pt.IntRange(0, 11, "op"); {
+			switch op := pt.IntRange(0, 12, "op"); {
 			case op < 6: // a commit of up to 3,000 entries under one key or one key each
 				n := pt.IntRange(1, 3000, "entries")
 				shared := pt.Bool("shared key")
@@ -79,7 +82,7 @@ func TestCounterMatchesFullCount(t *testing.T) {
 				for i := range n {
 					e := entry{key: next, size: uint64(1 + (i+step)%97)}
 					l.entries = append(l.entries, e)
-					a.key = e.key
+					a.first = e.key
 					a.entries++
 					a.bytes += e.size
 					if !shared {
@@ -119,6 +122,13 @@ func TestCounterMatchesFullCount(t *testing.T) {
 					}
 					l.entries = kept
 				}
+			case op < 12: // a reopen: the backend says what it will tell of
+				tell(len(untold))
+				top := driver.LogKey(0)
+				if n := len(l.entries); n > 0 {
+					top = l.entries[n-1].key
+				}
+				c.Start(top)
 			default:
 				c.Reset()
 			}
@@ -197,24 +207,50 @@ func TestCounterToldReadsNothing(t *testing.T) {
 	if _, err := c.Stats(ctx, counted); err != nil {
 		t.Fatal(err)
 	}
-	for k := range driver.LogKey(5000) {
+	// More commits than a counter keeps records of: runs of them share one.
+	for k := range driver.LogKey(100_000) {
 		l.entries = append(l.entries, entry{key: k + 1, size: 10}, entry{key: k + 1, size: 20})
 		c.Appended(k+1, 2, 30)
 	}
 	st, err := c.Stats(ctx, counted)
-	if err != nil || st.Entries != 10_000 || st.Bytes != 150_000 || st.First != 1 || st.Last != 5000 {
-		t.Fatalf("after 5,000 told commits: %+v, %v", st, err)
+	if err != nil || st.Entries != 200_000 || st.Bytes != 3_000_000 || st.First != 1 || st.Last != 100_000 {
+		t.Fatalf("after 100,000 told commits: %+v, %v", st, err)
 	}
 	if counted.read != 0 {
 		t.Fatalf("the call read %d entries of told commits, want 0", counted.read)
 	}
 	// Applied, read by a call, and told of after it.
-	l.entries = append(l.entries, entry{key: 5001, size: 7})
-	if st, err = c.Stats(ctx, counted); err != nil || st.Entries != 10_001 {
+	l.entries = append(l.entries, entry{key: 100_001, size: 7})
+	if st, err = c.Stats(ctx, counted); err != nil || st.Entries != 200_001 {
 		t.Fatalf("after an untold commit: %+v, %v", st, err)
 	}
-	c.Appended(5001, 1, 7)
-	if st, err = c.Stats(ctx, counted); err != nil || st.Entries != 10_001 || st.Bytes != 150_007 {
+	c.Appended(100_001, 1, 7)
+	if st, err = c.Stats(ctx, counted); err != nil || st.Entries != 200_001 || st.Bytes != 3_000_007 {
 		t.Fatalf("after it was told of: %+v, %v", st, err)
+	}
+}
+
+// TestCounterStartReadsToTop checks that a counter a backend started
+// (Start) reads, at its first call, only the log up to the top it was
+// given, and counts what it was told of above it.
+func TestCounterStartReadsToTop(t *testing.T) {
+	ctx := context.Background()
+	var l sliceLog
+	for k := range driver.LogKey(300) {
+		l.entries = append(l.entries, entry{key: k + 1, size: 5})
+	}
+	counted := &countingLog{sliceLog: &l}
+	var c Counter
+	c.Start(300)
+	for k := range driver.LogKey(10_000) {
+		l.entries = append(l.entries, entry{key: 301 + k, size: 5})
+		c.Appended(301+k, 1, 5)
+	}
+	st, err := c.Stats(ctx, counted)
+	if err != nil || st.Entries != 10_300 || st.Bytes != 51_500 || st.First != 1 || st.Last != 10_300 {
+		t.Fatalf("first call: %+v, %v", st, err)
+	}
+	if counted.read != 301 {
+		t.Fatalf("first call read %d entries, want the 300 up to the top and the one after it, where it stops", counted.read)
 	}
 }
