@@ -527,6 +527,15 @@ func (m *Member) Live() bool {
 	return m.live
 }
 
+// Behind reports whether the member has at least n events routed to it
+// and not yet received, or is off the route catching up from the log: a
+// receiver that is behind the writers.
+func (m *Member) Behind(n int) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return !m.closed && (!m.live || m.queue.len() >= n)
+}
+
 // Detaches reports how often the member left the route for being too slow.
 func (m *Member) Detaches() int {
 	m.mu.Lock()

@@ -398,3 +398,98 @@ func TestFanoutSignalsOncePerBatch(t *testing.T) {
 		t.Fatalf("notified %d times for one committed batch of %d events (events received before each: %v), want once", len(notified), n, notified)
 	}
 }
+
+// TestMemberBehind checks what a member says of its backlog: behind while
+// at least n routed events wait for it, not once it received them, behind
+// while it catches up off the route, and never once closed.
+func TestMemberBehind(t *testing.T) {
+	db, _ := openDB(t)
+	ctx := t.Context()
+	const tbl = "fan"
+	head, err := db.Head(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m *table.Member
+	f, err := db.NewFanout(ctx, table.FanoutOptions{Table: tbl, Start: head, MaxQueue: 100,
+		Route: func(ev table.Event, deliver func(*table.Member)) { deliver(m) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m = f.JoinFunc(head, nil, func() {})
+	if _, ok, err := m.Next(ctx); err != nil || ok {
+		t.Fatalf("first Next: ok %v, %v; want nothing yet", ok, err)
+	}
+	if m.Behind(1) {
+		t.Fatal("a member with nothing routed to it says it is behind")
+	}
+	commit := func(n int) {
+		kv := make([]string, 0, 2*n)
+		for i := range n {
+			kv = append(kv, fmt.Sprintf("r%d", i), "v")
+		}
+		put(t, db, tbl, kv...)
+	}
+	receive := func(n int) {
+		for got := 0; got < n; {
+			ev, ok, err := m.Next(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				time.Sleep(time.Millisecond)
+				continue
+			}
+			if err := m.Ack(ev); err != nil {
+				t.Fatal(err)
+			}
+			got++
+		}
+	}
+	commit(50)
+	waitFor(t, "50 events routed", func() bool { return m.Behind(50) })
+	if m.Behind(51) {
+		t.Fatal("a member with 50 events waiting says it has 51")
+	}
+	receive(45)
+	if m.Behind(6) || !m.Behind(5) {
+		t.Fatalf("after receiving 45 of 50: Behind(5) %v, Behind(6) %v; want true, false", m.Behind(5), m.Behind(6))
+	}
+	receive(5)
+	if m.Behind(1) {
+		t.Fatal("a member that received every event says it is behind")
+	}
+	// More than the route holds for it: it leaves the route and is behind
+	// whatever its queue, until it has read the log up to the route.
+	commit(300)
+	waitFor(t, "the member off the route", func() bool { return !m.Live() })
+	if !m.Behind(1_000_000) {
+		t.Fatal("a member catching up from the log says it is not behind")
+	}
+	receive(300)
+	if _, _, err := m.Next(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the member back on the route", m.Live)
+	if m.Behind(1) {
+		t.Fatal("a member back on the route with nothing waiting says it is behind")
+	}
+	commit(10)
+	waitFor(t, "10 events routed", func() bool { return m.Behind(10) })
+	m.Close()
+	if m.Behind(1) {
+		t.Fatal("a closed member says it is behind")
+	}
+}
+
+// waitFor polls cond for up to 10 s, failing the test with what it waited
+// for when it never holds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 10 s for %s", what)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"runtime"
 	"sync"
 
 	"github.com/tidemark-io/tidemark/engine"
@@ -283,6 +284,11 @@ func (c *conn) flushGroup() bool {
 		if !c.pushOwn(e) {
 			return false
 		}
+	}
+	if len(g.entries) > 1 && c.b.deliv.Behind() {
+		// A pipelining publisher lets a sender that is behind run first
+		// (see delivery.Env.Behind).
+		runtime.Gosched()
 	}
 	return true
 }

@@ -161,6 +161,7 @@ func (o *Session) run() {
 	defer o.snd.wg.Done()
 	for {
 		if !o.waitWindow() {
+			o.noteBehind(false)
 			o.snd.end()
 			return
 		}
@@ -169,6 +170,7 @@ func (o *Session) run() {
 			if errors.Is(err, table.ErrHistoryUnavailable) && o.skipTruncated(err) {
 				continue // restarted past the gap
 			}
+			o.noteBehind(false)
 			o.snd.end()
 			if !errors.Is(err, table.ErrClosed) && o.ctx.Err() == nil {
 				o.log.Warn("session replay ended", "err", err)
@@ -178,6 +180,10 @@ func (o *Session) run() {
 		}
 		if ok {
 			o.deliverEvent(ev)
+			if o.sinceBehind++; o.sinceBehind == behindEvery {
+				o.sinceBehind = 0
+				o.noteBehind(o.sub.Behind(behindQueue))
+			}
 			// In-memory deliveries, replays and checkpoints go on between
 			// log messages, however long the log.
 			o.drainDirect()
@@ -204,6 +210,7 @@ func (o *Session) run() {
 			o.checkpoint()
 			continue
 		}
+		o.noteBehind(false) // caught up
 		// About to end: the records taken so far are committed together
 		// and the PUBLISHes written so far go out in one flush.
 		o.flushGroup()
@@ -218,6 +225,28 @@ func (o *Session) run() {
 		if o.snd.idle() {
 			return
 		}
+	}
+}
+
+// A sender looks at its backlog every behindEvery log messages, and is
+// behind (Env.Behind) while at least behindQueue routed messages wait for
+// it, or it reads the log on its own to catch up.
+const (
+	behindEvery = 32
+	behindQueue = 64
+)
+
+// noteBehind records whether the session's sender is behind the log
+// (see Env.Behind). Sender only.
+func (o *Session) noteBehind(behind bool) {
+	if behind == o.isBehind {
+		return
+	}
+	o.isBehind = behind
+	if behind {
+		o.env.behind.Add(1)
+	} else {
+		o.env.behind.Add(-1)
 	}
 }
 

@@ -172,7 +172,20 @@ type Env struct {
 	// publishes holds the PUBLISH packets of writes in passing (see
 	// SendNow), which no session keeps between messages.
 	publishes sync.Pool
+	// behind counts the sessions whose senders are behind the log (see
+	// Behind).
+	behind atomic.Int64
 }
+
+// Behind reports whether some session's sender has a backlog of log
+// messages to send (see Session.noteBehind). Many publishers' read loops
+// take the processors in turn with one subscriber's sender, which then
+// gets a share of one goroutine among fifty: at 50 QoS 2 publishers its
+// deliveries trailed their acknowledgements by half a second. A read loop
+// that yields its processor after each group while this holds lets the
+// sender catch up; yielding never waits, so a sender held up by its own
+// client holds up no publisher.
+func (e *Env) Behind() bool { return e.behind.Load() > 0 }
 
 // Session is one online session's sending side (see the package doc). A
 // Session lives as long as its connection.
@@ -239,9 +252,14 @@ type Session struct {
 	// PersistLast was told (see session.Record.Rowless).
 	wroteRows, leaving atomic.Bool
 
-	sub       *table.Member
-	direct    directQueue
-	persisted table.Cursor
+	sub *table.Member
+	// isBehind says the session counts in Env.behind; sender only.
+	isBehind bool
+	// sinceBehind counts the log messages sent since the backlog was
+	// last looked at; sender only.
+	sinceBehind int
+	direct      directQueue
+	persisted   table.Cursor
 
 	// replays holds the subscriptions replaying history, by filter (see
 	// replay.go); their forwarders hand events over on replayCh, made
