@@ -140,6 +140,7 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 	}
 	// Never reissue a key at or below one on disk, whatever the clock says.
 	d.hlc = hlc.New(opts.Clock, max(top, floor))
+	d.stats.Start(top)
 	d.queue = d.newQueue()
 	go d.writer()
 	if stale {

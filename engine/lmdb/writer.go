@@ -262,9 +262,20 @@ func (d *db) tryGroup(group []*job) (next attempt, cut int, err error) {
 	}
 	if err := txn.Commit(); err != nil {
 		if lmdb.IsMapFull(err) {
-			return attemptGrow, 0, err
+			return attemptGrow, 0, err // aborted: nothing applied
 		}
+		d.stats.AppendUnknown()
 		return attemptDone, 0, d.writeFailed("commit", err)
+	}
+	// Counted as committed: a retention pass's LogStats then reads none
+	// of the log written since the last.
+	for _, j := range group {
+		if j.failed || j.err != nil {
+			continue
+		}
+		for i, k := range j.res.Keys {
+			d.stats.Appended(k, 1, uint64(kvlog.LogKeyLen+kvlog.LogValueLen(1, j.log[i])))
+		}
 	}
 	return attemptDone, 0, nil
 }
