@@ -359,28 +359,11 @@ func TestFanoutSignalsOncePerBatch(t *testing.T) {
 		kv = append(kv, fmt.Sprintf("r%d", i), "v")
 	}
 	put(t, db, tbl, kv...)
-	var got int
-	deadline := time.Now().Add(10 * time.Second)
-	for got < n && time.Now().Before(deadline) {
-		ev, ok, err := m.Next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ok {
-			time.Sleep(time.Millisecond)
-			continue
-		}
-		if err := m.Ack(ev); err != nil {
-			t.Fatal(err)
-		}
-		got++
+	receiveAcked(t, m, n, func(got int) {
 		mu.Lock()
 		queued = got
 		mu.Unlock()
-	}
-	if got != n {
-		t.Fatalf("received %d of %d events", got, n)
-	}
+	})
 	// The events are queued as they are routed and the signal follows
 	// the batch: the receiver, polling, may have them all before it.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
@@ -431,22 +414,7 @@ func TestMemberBehind(t *testing.T) {
 		}
 		put(t, db, tbl, kv...)
 	}
-	receive := func(n int) {
-		for got := 0; got < n; {
-			ev, ok, err := m.Next(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !ok {
-				time.Sleep(time.Millisecond)
-				continue
-			}
-			if err := m.Ack(ev); err != nil {
-				t.Fatal(err)
-			}
-			got++
-		}
-	}
+	receive := func(n int) { receiveAcked(t, m, n, nil) }
 	commit(50)
 	waitFor(t, "50 events routed", func() bool { return m.Behind(50) })
 	if m.Behind(51) {
@@ -491,5 +459,33 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		if time.Now().After(deadline) {
 			t.Fatalf("waited 10 s for %s", what)
 		}
+	}
+}
+
+// receiveAcked receives and acknowledges n events of m, polling for up to
+// 10 s; each, when set, runs after each event with the count so far. It
+// fails the test on an error, or when fewer than n came.
+func receiveAcked(t *testing.T, m *table.Member, n int, each func(got int)) {
+	t.Helper()
+	got := 0
+	for deadline := time.Now().Add(10 * time.Second); got < n && time.Now().Before(deadline); {
+		ev, ok, err := m.Next(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			time.Sleep(time.Millisecond)
+			continue
+		}
+		if err := m.Ack(ev); err != nil {
+			t.Fatal(err)
+		}
+		got++
+		if each != nil {
+			each(got)
+		}
+	}
+	if got != n {
+		t.Fatalf("received %d of %d events", got, n)
 	}
 }

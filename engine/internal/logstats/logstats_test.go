@@ -151,11 +151,7 @@ func TestCounterMatchesFullCount(t *testing.T) {
 // truncation at most a mark's worth more.
 func TestCounterReadsOnlyChanges(t *testing.T) {
 	ctx := context.Background()
-	var l sliceLog
-	for k := range driver.LogKey(100_000) {
-		l.entries = append(l.entries, entry{key: k + 1, size: 10})
-	}
-	counted := &countingLog{sliceLog: &l}
+	l, counted := filledLog(100_000, 10)
 	var c Counter
 	if _, err := c.Stats(ctx, counted); err != nil {
 		t.Fatal(err)
@@ -235,11 +231,7 @@ func TestCounterToldReadsNothing(t *testing.T) {
 // given, and counts what it was told of above it.
 func TestCounterStartReadsToTop(t *testing.T) {
 	ctx := context.Background()
-	var l sliceLog
-	for k := range driver.LogKey(300) {
-		l.entries = append(l.entries, entry{key: k + 1, size: 5})
-	}
-	counted := &countingLog{sliceLog: &l}
+	l, counted := filledLog(300, 5)
 	var c Counter
 	c.Start(300)
 	for k := range driver.LogKey(10_000) {
@@ -253,4 +245,14 @@ func TestCounterStartReadsToTop(t *testing.T) {
 	if counted.read != 301 {
 		t.Fatalf("first call read %d entries, want the 300 up to the top and the one after it, where it stops", counted.read)
 	}
+}
+
+// filledLog returns a log of n entries of size bytes each, keys 1 to n,
+// and a view of it that counts the entries read.
+func filledLog(n int, size uint64) (*sliceLog, *countingLog) {
+	l := &sliceLog{}
+	for k := range driver.LogKey(n) {
+		l.entries = append(l.entries, entry{key: k + 1, size: size})
+	}
+	return l, &countingLog{sliceLog: l}
 }
