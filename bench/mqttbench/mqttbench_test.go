@@ -71,6 +71,10 @@ func TestQuickRun(t *testing.T) {
 			(r.BehindMs == 0) != (r.AckedPerSecond == r.PerSecond) {
 			t.Errorf("%s %s: %.0f msgs/s, %.0f acknowledged, %.1f ms behind", r.Target, r.Load, r.PerSecond, r.AckedPerSecond, r.BehindMs)
 		}
+		// Every measured message was delivered, so each has a time.
+		if r.DeliveryP50Ms <= 0 || r.DeliveryP99Ms < r.DeliveryP50Ms {
+			t.Errorf("%s %s: delivery latency p50 %.3f ms, p99 %.3f ms", r.Target, r.Load, r.DeliveryP50Ms, r.DeliveryP99Ms)
+		}
 		if r.Measured <= 0 || r.Measured > r.Messages {
 			t.Errorf("%s %s: %d measured of %d acknowledged", r.Target, r.Load, r.Measured, r.Messages)
 		}
@@ -181,13 +185,14 @@ func TestBitset(t *testing.T) {
 
 func TestPayloadRoundTrip(t *testing.T) {
 	b := make([]byte, PayloadSize)
-	encodePayload(b, 7, 3, 1<<40)
-	run, pub, seq, ok := decodePayload(b)
-	if !ok || run != 7 || pub != 3 || seq != 1<<40 {
-		t.Fatalf("got %d %d %d %v", run, pub, seq, ok)
+	at := time.Unix(1_700_000_000, 123_456_789)
+	encodePayload(b, 7, 3, 1<<40, at)
+	run, pub, seq, sent, ok := decodePayload(b)
+	if !ok || run != 7 || pub != 3 || seq != 1<<40 || !sent.Equal(at) {
+		t.Fatalf("got %d %d %d %v %v", run, pub, seq, sent, ok)
 	}
 	for _, bad := range [][]byte{nil, b[:10], append(slices.Clone(b), 0), append([]byte("XXXX"), b[4:]...)} {
-		if _, _, _, ok := decodePayload(bad); ok {
+		if _, _, _, _, ok := decodePayload(bad); ok {
 			t.Fatalf("accepted %q", bad)
 		}
 	}

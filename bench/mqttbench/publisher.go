@@ -16,22 +16,26 @@ import (
 // PayloadSize is the size of every benchmark message.
 const PayloadSize = 64
 
-// The payload carries a magic, the point's run id, the publisher and a
-// sequence number, so the subscriber can check every message it gets.
+// The payload carries a magic, the point's run id, the publisher, a
+// sequence number and the time it was sent (nanoseconds since the Unix
+// epoch, by the load generator's clock, which the subscriber shares), so
+// the subscriber can check every message it gets and time its delivery.
 var payloadMagic = [4]byte{'T', 'M', 'B', '1'}
 
-func encodePayload(b []byte, run, pub uint32, seq uint64) {
+func encodePayload(b []byte, run, pub uint32, seq uint64, sent time.Time) {
 	copy(b, payloadMagic[:])
 	binary.BigEndian.PutUint32(b[4:], run)
 	binary.BigEndian.PutUint32(b[8:], pub)
 	binary.BigEndian.PutUint64(b[12:], seq)
+	binary.BigEndian.PutUint64(b[20:], uint64(sent.UnixNano()))
 }
 
-func decodePayload(b []byte) (run, pub uint32, seq uint64, ok bool) {
+func decodePayload(b []byte) (run, pub uint32, seq uint64, sent time.Time, ok bool) {
 	if len(b) != PayloadSize || [4]byte(b[:4]) != payloadMagic {
-		return 0, 0, 0, false
+		return 0, 0, 0, time.Time{}, false
 	}
-	return binary.BigEndian.Uint32(b[4:]), binary.BigEndian.Uint32(b[8:]), binary.BigEndian.Uint64(b[12:]), true
+	sent = time.Unix(0, int64(binary.BigEndian.Uint64(b[20:])))
+	return binary.BigEndian.Uint32(b[4:]), binary.BigEndian.Uint32(b[8:]), binary.BigEndian.Uint64(b[12:]), sent, true
 }
 
 // keepAlive is the keep alive the benchmark's clients announce, in seconds.
@@ -284,7 +288,7 @@ func (p *publisher) writeLocked(n int) error {
 			p.inflight[p.nextPI] = flight{seq: seq, sent: now, used: true}
 		}
 		p.mu.Unlock()
-		encodePayload(pub.Payload, p.run, p.idx, seq)
+		encodePayload(pub.Payload, p.run, p.idx, seq, now)
 		if err := p.c.w.WritePacket(pub); err != nil {
 			return err
 		}

@@ -125,14 +125,14 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		extra = 1
 		fmt.Fprintf(tw, "spread\t")
 	}
-	fmt.Fprintf(tw, "p50 ms\tp99 ms\tbehind ms\tlost\tdup\treord\t")
+	fmt.Fprintf(tw, "p50 ms\tp99 ms\tdeliv p99 ms\tbehind ms\tlost\tdup\treord\t")
 	var names []string
 	for _, c := range cols {
 		names = append(names, "x "+peerRatios[c].name)
 		fmt.Fprintf(tw, "x %s\t", peerRatios[c].name)
 	}
 	fmt.Fprintln(tw)
-	blank := strings.Repeat("\t", 9+extra+len(cols))
+	blank := strings.Repeat("\t", 10+extra+len(cols))
 	var prev Load
 	var failed []string
 	for i, r := range rep.Results {
@@ -149,7 +149,7 @@ func (rep *Report) WriteTable(w io.Writer) error {
 		if rounds {
 			fmt.Fprintf(tw, "%s\t", spread(r))
 		}
-		fmt.Fprintf(tw, "%.2f\t%.2f\t%.0f\t%d\t%d\t%d\t", r.P50Ms, r.P99Ms, r.BehindMs, r.Lost, r.Duplicates, r.Reordered)
+		fmt.Fprintf(tw, "%.2f\t%.2f\t%.2f\t%.0f\t%d\t%d\t%d\t", r.P50Ms, r.P99Ms, r.DeliveryP99Ms, r.BehindMs, r.Lost, r.Duplicates, r.Reordered)
 		for _, c := range cols {
 			fmt.Fprintf(tw, "%s\t", ratio(*peerRatios[c].ratio(&r)))
 		}
@@ -174,7 +174,7 @@ func (rep *Report) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintln(w, "window: PUBLISHes kept unacknowledged per connection (QoS 0: not yet delivered); xN: N connections.")
 	fmt.Fprintln(w, "msgs/s: messages sent after the warm-up, over the time until the last of them was acknowledged and delivered; behind: how long the last delivery came after the last acknowledgement (a subscriber left behind lowers the rate).")
-	fmt.Fprintln(w, "latency: PUBLISH to PUBACK (QoS 1) or PUBCOMP (QoS 2); QoS 0: PUBLISH to delivery.")
+	fmt.Fprintln(w, "latency: PUBLISH to PUBACK (QoS 1) or PUBCOMP (QoS 2); QoS 0: PUBLISH to delivery. deliv p99: PUBLISH to its delivery to the subscriber, the 99th percentile.")
 	fmt.Fprintln(w, "lost: acknowledged (QoS 0: sent) but never delivered; dup: delivered twice; reord: delivered after a later message.")
 	if len(names) > 0 {
 		note := ""

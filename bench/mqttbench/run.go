@@ -168,6 +168,12 @@ type Result struct {
 	// publish to delivery) in milliseconds, after the warm-up.
 	P50Ms float64 `json:"p50_ms"`
 	P99Ms float64 `json:"p99_ms"`
+	// DeliveryP50Ms and DeliveryP99Ms are the quantiles of the time from
+	// a PUBLISH's sending to its first delivery to the subscriber, in
+	// milliseconds, for the messages sent after the warm-up: what a
+	// subscriber left behind waits.
+	DeliveryP50Ms float64 `json:"delivery_p50_ms"`
+	DeliveryP99Ms float64 `json:"delivery_p99_ms"`
 	// Delivered counts distinct messages the subscriber received; Lost the
 	// acknowledged (QoS 0: sent) ones it never did; Duplicates and
 	// Reordered what it received twice or after a later message of the
@@ -451,6 +457,9 @@ func runPoint(ctx context.Context, cfg Config, t Target, l Load, dir string, run
 	for _, p := range pubs {
 		p.from = start
 	}
+	sub.mu.Lock()
+	sub.from = start
+	sub.mu.Unlock()
 	timer := time.AfterFunc(cfg.Warmup+cfg.Duration, func() { close(stop) })
 	defer timer.Stop()
 	cpu0, bcpu0 := proc.SelfCPU(), brokerCPU(inst)
@@ -495,6 +504,8 @@ func runPoint(ctx context.Context, cfg Config, t Target, l Load, dir string, run
 	protoErrs.merge(sub.protoErrs)
 	r.ProtocolErrors, r.ProtocolError = protoErrs.n, protoErrs.first
 	serr, delivered := sub.readErr, sub.last
+	r.DeliveryP50Ms = ms(sub.delivery.quantile(0.50))
+	r.DeliveryP99Ms = ms(sub.delivery.quantile(0.99))
 	sub.mu.Unlock()
 	if last.After(start) {
 		r.AckedPerSecond = float64(r.Measured) / last.Sub(start).Seconds()

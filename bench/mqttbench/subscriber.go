@@ -26,6 +26,10 @@ type subscriber struct {
 	protoErrs protoErrors
 	last      time.Time
 	readErr   error
+	// from is the end of the warm-up: deliveries of messages sent from it
+	// on are timed into delivery.
+	from     time.Time
+	delivery histogram
 	// awaiting holds the packet ids of QoS 2 deliveries that got their
 	// PUBREC and wait for the PUBREL: a PUBLISH re-sent on one of them is
 	// the same delivery, not a duplicate.
@@ -107,7 +111,7 @@ func (s *subscriber) receive(pk *packet.Publish) packet.Packet {
 	case packet.QoS2:
 		reply = &packet.Pubrec{PacketID: pi}
 	}
-	run, pub, seq, ok := decodePayload(pk.Payload)
+	run, pub, seq, sent, ok := decodePayload(pk.Payload)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if qos != s.qos {
@@ -132,6 +136,9 @@ func (s *subscriber) receive(pk *packet.Publish) packet.Packet {
 		return reply
 	}
 	s.unique++
+	if !s.from.IsZero() && !sent.Before(s.from) {
+		s.delivery.add(now.Sub(sent))
+	}
 	if seq+1 < s.high[pub] {
 		s.reordered++
 	} else {
