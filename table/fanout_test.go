@@ -58,10 +58,7 @@ func fanoutDeliversEachEventOnce(t *testing.T, pump bool) {
 	ctx := t.Context()
 	const tbl = "fan"
 	put(t, db, tbl, "r0", "first")
-	head, err := db.Head(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	head := headOf(t, db)
 	var members []*fanoutMember
 	var mu sync.Mutex // guards members for Route
 	f, err := db.NewFanout(ctx, table.FanoutOptions{Table: tbl, Start: head, MaxQueue: 8,
@@ -244,10 +241,7 @@ func TestFanoutCheckpointHoldsUnacked(t *testing.T) {
 	db, _ := openDB(t)
 	ctx := t.Context()
 	const tbl = "fan"
-	head, err := db.Head(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	head := headOf(t, db)
 	var route sync.Map // member -> bool
 	f, err := db.NewFanout(ctx, table.FanoutOptions{Table: tbl, Start: head, Route: func(ev table.Event, deliver func(*table.Member)) {
 		route.Range(func(k, _ any) bool { deliver(k.(*table.Member)); return true })
@@ -324,10 +318,7 @@ func TestFanoutSignalsOncePerBatch(t *testing.T) {
 	db, _ := openDB(t)
 	ctx := t.Context()
 	const tbl, n = "fan", 100
-	head, err := db.Head(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	head := headOf(t, db)
 	var m *table.Member
 	var ready sync.WaitGroup
 	ready.Add(1)
@@ -389,10 +380,7 @@ func TestMemberBehind(t *testing.T) {
 	db, _ := openDB(t)
 	ctx := t.Context()
 	const tbl = "fan"
-	head, err := db.Head(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	head := headOf(t, db)
 	var m *table.Member
 	f, err := db.NewFanout(ctx, table.FanoutOptions{Table: tbl, Start: head, MaxQueue: 100,
 		Route: func(ev table.Event, deliver func(*table.Member)) { deliver(m) }})
@@ -488,4 +476,14 @@ func receiveAcked(t *testing.T, m *table.Member, n int, each func(got int)) {
 	if got != n {
 		t.Fatalf("received %d of %d events", got, n)
 	}
+}
+
+// headOf returns db's log head, failing the test when it cannot be read.
+func headOf(t *testing.T, db *table.DB) table.Cursor {
+	t.Helper()
+	head, err := db.Head(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return head
 }
