@@ -128,14 +128,21 @@ func (o *Session) PersistLast(ctx context.Context, connRowless bool) error {
 // (for retention after a crash and a shorter replay scan); one that moved
 // over deliveries this session completed is written at once, so a crash
 // re-sends at most what was in flight.
+//
+// Both the sender and the read loop (a burst of PUBCOMPs, see finishQoS2)
+// ask, so what the last write recorded is read under mu, where
+// sessionSweepTx writes it.
 func (o *Session) due(cp table.Cursor) bool {
-	if cp == o.persisted {
+	o.mu.Lock()
+	persisted, persistedAt := o.persisted, o.persistedAt
+	o.mu.Unlock()
+	if cp == persisted {
 		return false
 	}
 	if o.progress.Load() != o.persistedProgress.Load() || o.asked.Swap(false) {
 		return true
 	}
-	return time.Since(o.persistedAt) >= o.env.RetentionEvery
+	return time.Since(persistedAt) >= o.env.RetentionEvery
 }
 
 // PersistedBefore reports whether the session last wrote its checkpoint
