@@ -71,9 +71,12 @@ func TestQuickRun(t *testing.T) {
 			(r.BehindMs == 0) != (r.AckedPerSecond == r.PerSecond) {
 			t.Errorf("%s %s: %.0f msgs/s, %.0f acknowledged, %.1f ms behind", r.Target, r.Load, r.PerSecond, r.AckedPerSecond, r.BehindMs)
 		}
-		// Every measured message was delivered, so each has a time.
-		if r.DeliveryP50Ms <= 0 || r.DeliveryP99Ms < r.DeliveryP50Ms {
-			t.Errorf("%s %s: delivery latency p50 %.3f ms, p99 %.3f ms", r.Target, r.Load, r.DeliveryP50Ms, r.DeliveryP99Ms)
+		// Deliveries after the warm-up are timed: Tidemark, here, makes
+		// some at every point (a slow peer may have made all of its own
+		// before the end of a 100 ms point's warm-up).
+		if (r.Timed > 0 && (r.DeliveryP50Ms <= 0 || r.DeliveryP99Ms < r.DeliveryP50Ms)) ||
+			(strings.HasPrefix(r.Target, "tidemark/") && r.Timed == 0) {
+			t.Errorf("%s %s: %d deliveries timed, p50 %.3f ms, p99 %.3f ms", r.Target, r.Load, r.Timed, r.DeliveryP50Ms, r.DeliveryP99Ms)
 		}
 		if r.Measured <= 0 || r.Measured > r.Messages {
 			t.Errorf("%s %s: %d measured of %d acknowledged", r.Target, r.Load, r.Measured, r.Messages)

@@ -170,10 +170,11 @@ type Result struct {
 	P99Ms float64 `json:"p99_ms"`
 	// DeliveryP50Ms and DeliveryP99Ms are the quantiles of the time from
 	// a PUBLISH's sending to its first delivery to the subscriber, in
-	// milliseconds, for the messages sent after the warm-up: what a
-	// subscriber left behind waits.
+	// milliseconds, over the Timed deliveries made after the warm-up:
+	// what a subscriber left behind waits.
 	DeliveryP50Ms float64 `json:"delivery_p50_ms"`
 	DeliveryP99Ms float64 `json:"delivery_p99_ms"`
+	Timed         int     `json:"deliveries_timed"`
 	// Delivered counts distinct messages the subscriber received; Lost the
 	// acknowledged (QoS 0: sent) ones it never did; Duplicates and
 	// Reordered what it received twice or after a later message of the
@@ -506,6 +507,7 @@ func runPoint(ctx context.Context, cfg Config, t Target, l Load, dir string, run
 	serr, delivered := sub.readErr, sub.last
 	r.DeliveryP50Ms = ms(sub.delivery.quantile(0.50))
 	r.DeliveryP99Ms = ms(sub.delivery.quantile(0.99))
+	r.Timed = int(sub.delivery.n)
 	sub.mu.Unlock()
 	if last.After(start) {
 		r.AckedPerSecond = float64(r.Measured) / last.Sub(start).Seconds()

@@ -26,8 +26,9 @@ type subscriber struct {
 	protoErrs protoErrors
 	last      time.Time
 	readErr   error
-	// from is the end of the warm-up: deliveries of messages sent from it
-	// on are timed into delivery.
+	// from is the end of the warm-up: deliveries from it on are timed
+	// into delivery, as acknowledgements are into the publishers'
+	// latencies.
 	from     time.Time
 	delivery histogram
 	// awaiting holds the packet ids of QoS 2 deliveries that got their
@@ -136,7 +137,7 @@ func (s *subscriber) receive(pk *packet.Publish) packet.Packet {
 		return reply
 	}
 	s.unique++
-	if !s.from.IsZero() && !sent.Before(s.from) {
+	if !s.from.IsZero() && !now.Before(s.from) {
 		s.delivery.add(now.Sub(sent))
 	}
 	if seq+1 < s.high[pub] {
