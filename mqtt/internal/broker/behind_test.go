@@ -93,3 +93,86 @@ func TestSendersBehind(t *testing.T) {
 	}
 	waitBehind(false, "every message received")
 }
+
+// TestOnlyPublishersYield checks who yields to a sender behind the log: a
+// subscriber's acknowledgements free its own window, so its read loop
+// never yields, however far behind its sender is; a pipelining
+// publisher's read loop does.
+func TestOnlyPublishersYield(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	db := openTestDB(t, ctx)
+	addr, b := serveTestBroker(t, db, Options{MaxInflight: 50})
+	connect := func(id string, onMsg paho3.MessageHandler) paho3.Client {
+		t.Helper()
+		cl := paho3.NewClient(paho3.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).
+			SetCleanSession(false).SetProtocolVersion(4).SetAutoReconnect(false).
+			SetDefaultPublishHandler(onMsg))
+		if tok := cl.Connect(); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+			t.Fatalf("%s: connect: %v", id, tok.Error())
+		}
+		return cl
+	}
+	var mu sync.Mutex
+	got := map[string]bool{}
+	onMsg := func(_ paho3.Client, m paho3.Message) {
+		mu.Lock()
+		got[string(m.Payload())] = true
+		mu.Unlock()
+		time.Sleep(time.Millisecond) // keeps the sender behind
+	}
+	received := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got)
+	}
+	sub := connect("sub", onMsg)
+	if tok := sub.Subscribe("y/t", 2, nil); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+		t.Fatalf("subscribe: %v", tok.Error())
+	}
+	sub.Disconnect(100)
+	pub := connect("pub", nil)
+	defer pub.Disconnect(100)
+	publish := func(topic string, qos byte, n int, tag string) {
+		t.Helper()
+		var last paho3.Token
+		for i := range n {
+			last = pub.Publish(topic, qos, false, fmt.Sprintf("%s%d", tag, i))
+		}
+		if !last.WaitTimeout(30*time.Second) || last.Error() != nil {
+			t.Fatalf("publish: %v", last.Error())
+		}
+	}
+	// A QoS 2 backlog of 1,500, taken by a subscriber that acknowledges
+	// as fast as its client lets it: its PUBRECs come in bursts, whose
+	// records share commits, all while its sender is behind.
+	const n = 1500
+	publish("y/t", 2, n, "a")
+	sub = connect("sub", onMsg)
+	sawBehind := false
+	for received() < n {
+		sawBehind = sawBehind || b.deliv.Behind()
+		if ctx.Err() != nil {
+			t.Fatalf("received %d of %d messages", received(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if !sawBehind {
+		t.Fatal("a session catching up on 1,500 messages never counted as behind")
+	}
+	if k := b.yields.Load(); k != 0 {
+		t.Fatalf("a subscriber's acknowledgements yielded %d times to its own sender", k)
+	}
+	// The same backlog again, with a publisher pipelining QoS 1 messages
+	// while the subscriber catches up: its read loop yields.
+	sub.Disconnect(0)
+	publish("y/t", 2, n, "b")
+	sub = connect("sub", onMsg)
+	defer sub.Disconnect(100)
+	for b.yields.Load() == 0 {
+		if received() == 2*n {
+			t.Fatal("a publisher pipelining beside a sender behind the log never yielded")
+		}
+		publish("y/other", 1, 200, "c")
+	}
+}

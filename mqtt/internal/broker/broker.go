@@ -194,6 +194,9 @@ type Broker struct {
 	sessions *session.Store
 	// deliv is what the sessions' sending sides share.
 	deliv *delivery.Env
+	// yields counts the read loops' yields to senders behind the log
+	// (see conn.flushGroup).
+	yields atomic.Int64
 	// gate admits sockets (package admit).
 	gate *admit.Gate
 	// tables is the table namespace under Options.TablesPrefix.

@@ -285,9 +285,13 @@ func (c *conn) flushGroup() bool {
 			return false
 		}
 	}
-	if len(g.entries) > 1 && c.b.deliv.Behind() {
+	if len(g.entries) > 1 && (g.checked || g.tx.Logged()) && c.b.deliv.Behind() {
 		// A pipelining publisher lets a sender that is behind run first
-		// (see delivery.Env.Behind).
+		// (see delivery.Env.Behind). Only a publisher's group: a
+		// subscriber's acknowledgements (PUBREC records, exchange
+		// endings) free its window, and yielding them to the publishers
+		// would hold back the very sender that is behind.
+		c.b.yields.Add(1)
 		runtime.Gosched()
 	}
 	return true

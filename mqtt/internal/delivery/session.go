@@ -181,9 +181,10 @@ type Env struct {
 // messages to send (see Session.noteBehind). Many publishers' read loops
 // take the processors in turn with one subscriber's sender, which then
 // gets a share of one goroutine among fifty: at 50 QoS 2 publishers its
-// deliveries trailed their acknowledgements by half a second. A read loop
-// that yields its processor after each group while this holds lets the
-// sender catch up; yielding never waits, so a sender held up by its own
+// deliveries trailed their acknowledgements by half a second. A
+// publisher's read loop that yields its processor after each group while
+// this holds lets the sender catch up (a subscriber's does not: its
+// acknowledgements are what frees the sender's window); yielding never waits, so a sender held up by its own
 // client holds up no publisher. A sender that waits for its client's
 // window keeps the mark it had, and the publishers keep yielding: a yield
 // with nothing else to run returns at once, and one with work waiting
