@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,6 +38,11 @@ type Fanout struct {
 	// routing is halfway past.
 	mu  sync.Mutex
 	cur Cursor // every entry it covers was routed
+	// published is cur as members' checkpoints read it, without mu: with
+	// ten thousand sessions checkpointing after a wave of deliveries,
+	// taking mu for it queued them by the thousand behind the follower,
+	// and the follower behind them. Stored under mu wherever cur moves.
+	published seqCursor
 	// routing is the event being routed, under mu, and deliver the route's
 	// deliver function for it: made once, so routing an event allocates
 	// no closure.
@@ -110,6 +116,7 @@ func (db *DB) NewFanout(ctx context.Context, o FanoutOptions) (*Fanout, error) {
 		return nil, err
 	}
 	f := &Fanout{db: db, table: o.Table, route: o.Route, max: o.MaxQueue, log: o.Logger, cur: o.Start, cancel: cancel, done: make(chan struct{}), ctx: rctx}
+	f.published.store(o.Start)
 	f.deliver = func(m *Member) { m.routed(f.routing, f.cur) }
 	f.unfollow = db.tail.follow(f.step)
 	go func() {
@@ -170,6 +177,7 @@ func (f *Fanout) run(ctx context.Context) {
 				f.mu.Lock()
 				if c := (Cursor{Key: st.Floor - 1}); f.cur.Less(c) {
 					f.cur = c
+					f.published.store(c)
 				}
 				f.mu.Unlock()
 				continue
@@ -194,6 +202,7 @@ func (f *Fanout) routeOne(ev Event) error {
 	f.route(ev, f.deliver)
 	f.routing = Event{} // holds no value past its routing
 	f.cur = after
+	f.published.store(after)
 	over := f.heldDeliveries >= maxHeldDeliveries
 	f.mu.Unlock()
 	if over {
@@ -254,11 +263,40 @@ func (f *Fanout) Close() error {
 // members its Route names then.
 func (f *Fanout) Frontier() Cursor { return f.frontier() }
 
-// frontier returns the cursor every routed entry is covered by.
-func (f *Fanout) frontier() Cursor {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.cur
+// frontier returns the cursor every routed entry is covered by: the
+// frontier as the follower last published it, whose entries were routed
+// before it was.
+func (f *Fanout) frontier() Cursor { return f.published.load() }
+
+// seqCursor is a Cursor that one writer at a time stores and any
+// goroutine loads without a lock: a load returns a cursor some store
+// stored whole, never the key of one and the index of another.
+type seqCursor struct {
+	seq  atomic.Uint64 // odd while a store is under way
+	key  atomic.Uint64
+	next atomic.Uint32
+}
+
+// store publishes c. Stores must not run concurrently (Fanout.mu).
+func (s *seqCursor) store(c Cursor) {
+	s.seq.Add(1)
+	s.key.Store(uint64(c.Key))
+	s.next.Store(c.Next)
+	s.seq.Add(1)
+}
+
+// load returns the cursor last stored.
+func (s *seqCursor) load() Cursor {
+	for {
+		v := s.seq.Load()
+		if v&1 == 0 {
+			c := Cursor{Key: engine.LogKey(s.key.Load()), Next: s.next.Load()}
+			if s.seq.Load() == v {
+				return c
+			}
+		}
+		runtime.Gosched()
+	}
 }
 
 // Member is one consumer of a Fanout: the events routed to it (or read
