@@ -260,12 +260,18 @@ func (f *Fanout) Close() error {
 
 // Frontier returns the cursor that covers every entry the follower has
 // routed: an event after it is routed after Frontier returned, to the
-// members its Route names then.
-func (f *Fanout) Frontier() Cursor { return f.frontier() }
+// members its Route names then. It waits for an event being routed, so
+// a caller that has just changed what Route names gets a frontier past
+// every event routed without the change.
+func (f *Fanout) Frontier() Cursor {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cur
+}
 
-// frontier returns the cursor every routed entry is covered by: the
-// frontier as the follower last published it, whose entries were routed
-// before it was.
+// frontier returns a cursor every entry it covers was routed: the
+// frontier as the follower last published it, which may trail an event
+// being routed (Frontier waits for that one). A checkpoint may trail.
 func (f *Fanout) frontier() Cursor { return f.published.load() }
 
 // seqCursor is a Cursor that one writer at a time stores and any

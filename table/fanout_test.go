@@ -487,3 +487,55 @@ func headOf(t *testing.T, db *table.DB) table.Cursor {
 	}
 	return head
 }
+
+// TestFrontierWaitsForRouting checks the two frontiers while the follower
+// routes an event: Frontier waits for it and then covers it, so a caller
+// that changed the route meanwhile (a new subscription, whose replay reads
+// up to Frontier) misses no event routed without the change; a member's
+// checkpoint, which may trail, does not wait.
+func TestFrontierWaitsForRouting(t *testing.T) {
+	db, _ := openDB(t)
+	ctx := t.Context()
+	const tbl = "fan"
+	head := headOf(t, db)
+	routing, release := make(chan struct{}), make(chan struct{})
+	var releaseOnce sync.Once
+	// Before Close, which waits for the follower: a failure below must
+	// not leave it in Route.
+	unblock := func() { releaseOnce.Do(func() { close(release) }) }
+	var m *table.Member
+	f, err := db.NewFanout(ctx, table.FanoutOptions{Table: tbl, Start: head,
+		Route: func(ev table.Event, deliver func(*table.Member)) {
+			close(routing)
+			<-release
+			deliver(m)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	defer unblock()
+	m = f.JoinFunc(head, nil, func() {})
+	if _, _, err := m.Next(ctx); err != nil {
+		t.Fatal(err)
+	}
+	put(t, db, tbl, "r", "v")
+	<-routing
+	if cp := m.Checkpoint(); cp != head {
+		t.Fatalf("checkpoint while the event is routed: %v, want the head before it, %v", cp, head)
+	}
+	got := make(chan table.Cursor, 1)
+	go func() { got <- f.Frontier() }()
+	select {
+	case cp := <-got:
+		t.Fatalf("Frontier returned %v while an event was being routed", cp)
+	case <-time.After(50 * time.Millisecond):
+	}
+	unblock()
+	after := <-got
+	if !head.Less(after) {
+		t.Fatalf("Frontier after the event was routed: %v, not past the head before it, %v", after, head)
+	}
+	receiveAcked(t, m, 1, nil)
+	waitFor(t, "the checkpoint past the acknowledged event", func() bool { return m.Checkpoint() == after })
+}
