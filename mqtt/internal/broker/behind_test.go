@@ -15,20 +15,7 @@ import (
 // while a session catches up on a backlog, and no longer once that session
 // has left, or has received everything.
 func TestSendersBehind(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	db := openTestDB(t, ctx)
-	addr, b := serveTestBroker(t, db, Options{MaxInflight: 20})
-	connect := func(id string, onMsg paho3.MessageHandler) paho3.Client {
-		t.Helper()
-		cl := paho3.NewClient(paho3.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).
-			SetCleanSession(false).SetProtocolVersion(4).SetAutoReconnect(false).
-			SetDefaultPublishHandler(onMsg))
-		if tok := cl.Connect(); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
-			t.Fatalf("%s: connect: %v", id, tok.Error())
-		}
-		return cl
-	}
+	ctx, b, connect := startBehindBroker(t, 20)
 	waitBehind := func(want bool, when string) {
 		t.Helper()
 		for !b.deliv.Behind() == want {
@@ -99,20 +86,7 @@ func TestSendersBehind(t *testing.T) {
 // never yields, however far behind its sender is; a pipelining
 // publisher's read loop does.
 func TestOnlyPublishersYield(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	db := openTestDB(t, ctx)
-	addr, b := serveTestBroker(t, db, Options{MaxInflight: 50})
-	connect := func(id string, onMsg paho3.MessageHandler) paho3.Client {
-		t.Helper()
-		cl := paho3.NewClient(paho3.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).
-			SetCleanSession(false).SetProtocolVersion(4).SetAutoReconnect(false).
-			SetDefaultPublishHandler(onMsg))
-		if tok := cl.Connect(); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
-			t.Fatalf("%s: connect: %v", id, tok.Error())
-		}
-		return cl
-	}
+	ctx, b, connect := startBehindBroker(t, 50)
 	var mu sync.Mutex
 	got := map[string]bool{}
 	onMsg := func(_ paho3.Client, m paho3.Message) {
@@ -174,5 +148,26 @@ func TestOnlyPublishersYield(t *testing.T) {
 			t.Fatal("a publisher pipelining beside a sender behind the log never yielded")
 		}
 		publish("y/other", 1, 200, "c")
+	}
+}
+
+// startBehindBroker serves a broker with a window of maxInflight and
+// returns a context ending with the test (a minute at most), the broker,
+// and a function connecting an MQTT 3.1.1 client with a persistent
+// session, whose messages go to onMsg.
+func startBehindBroker(t *testing.T, maxInflight int) (context.Context, *Broker, func(id string, onMsg paho3.MessageHandler) paho3.Client) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	db := openTestDB(t, ctx)
+	addr, b := serveTestBroker(t, db, Options{MaxInflight: maxInflight})
+	return ctx, b, func(id string, onMsg paho3.MessageHandler) paho3.Client {
+		t.Helper()
+		cl := paho3.NewClient(paho3.NewClientOptions().AddBroker("tcp://" + addr).SetClientID(id).
+			SetCleanSession(false).SetProtocolVersion(4).SetAutoReconnect(false).
+			SetDefaultPublishHandler(onMsg))
+		if tok := cl.Connect(); !tok.WaitTimeout(30*time.Second) || tok.Error() != nil {
+			t.Fatalf("%s: connect: %v", id, tok.Error())
+		}
+		return cl
 	}
 }
