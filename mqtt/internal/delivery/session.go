@@ -184,11 +184,12 @@ type Env struct {
 // deliveries trailed their acknowledgements by half a second. A
 // publisher's read loop that yields its processor after each group while
 // this holds lets the sender catch up (a subscriber's does not: its
-// acknowledgements are what frees the sender's window); yielding never waits, so a sender held up by its own
-// client holds up no publisher. A sender that waits for its client's
-// window keeps the mark it had, and the publishers keep yielding: a yield
-// with nothing else to run returns at once, and one with work waiting
-// runs that work first, which is what a busy broker should do anyway.
+// acknowledgements are what frees the sender's window); yielding never
+// waits, so a sender held up by its own client holds up no publisher. A
+// sender that waits for its client's window keeps the mark it had, and
+// the publishers keep yielding: a yield with nothing else to run returns
+// at once, and one with work waiting runs that work first, which is what
+// a busy broker should do anyway.
 func (e *Env) Behind() bool { return e.behind.Load() > 0 }
 
 // Session is one online session's sending side (see the package doc). A
