@@ -72,13 +72,27 @@ func NewReader(r io.Reader, maxPacketSize int) *Reader {
 func (r *Reader) SetReuseAcks(on bool) {
 	r.reuseAcks = on
 	if !on {
-		r.ack = nil
+		r.ReleaseAcks()
 	}
 }
 
 // ReleaseAcks lets go of the Reader's own acknowledgement (see
-// SetReuseAcks), for a connection that goes idle; the next is made anew.
-func (r *Reader) ReleaseAcks() { r.ack = nil }
+// SetReuseAcks), for a connection that goes idle: the packet goes back to
+// a pool shared by every Reader, so an idle connection holds none and one
+// woken for a single acknowledgement at a time (a device of a fleet
+// acknowledging each delivery) allocates none either. The packet last
+// returned must no longer be in use.
+func (r *Reader) ReleaseAcks() {
+	if r.ack != nil {
+		*r.ack = Puback{}
+		acks.Put(r.ack)
+		r.ack = nil
+	}
+}
+
+// acks holds the acknowledgement packets of idle Readers (see
+// ReleaseAcks).
+var acks = sync.Pool{New: func() any { return new(Puback) }}
 
 // ownAck decodes an acknowledgement into the Reader's own packet (see
 // SetReuseAcks); nil for another type.
@@ -92,7 +106,7 @@ func (r *Reader) ownAck(d *decoder) Packet {
 		return nil
 	}
 	if r.ack == nil {
-		r.ack = new(Puback)
+		r.ack, _ = acks.Get().(*Puback)
 	}
 	a := r.ack
 	*a = Puback{}

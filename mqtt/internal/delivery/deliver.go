@@ -261,7 +261,10 @@ func (o *Session) deliver(d delivery, pi uint16, after func()) {
 		// write encodes and keeps nothing of.
 		p := o.pub
 		if p == nil {
-			p = new(packet.Publish)
+			p, _ = o.env.publishes.Get().(*packet.Publish)
+			if p == nil {
+				p = new(packet.Publish)
+			}
 			o.pub = p
 		}
 		o.buildPublish(p, d, pi, true)

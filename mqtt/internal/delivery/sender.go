@@ -221,7 +221,12 @@ func (o *Session) run() {
 		}
 		// Let go before idle: once it reports the sender ended, the next
 		// may start on another goroutine.
-		o.pub = nil
+		if o.pub != nil {
+			// Zeroed after each write: an idle session keeps none, and
+			// the next sender to start, of any session, takes it.
+			o.env.publishes.Put(o.pub)
+			o.pub = nil
+		}
 		if o.snd.idle() {
 			return
 		}

@@ -170,7 +170,8 @@ type Env struct {
 	Joined func(client string, shares []topic.Subscription)
 
 	// publishes holds the PUBLISH packets of writes in passing (see
-	// SendNow), which no session keeps between messages.
+	// SendNow) and of senders' runs (Session.pub), which no session keeps
+	// between messages.
 	publishes sync.Pool
 	// behind counts the sessions whose senders are behind the log (see
 	// Behind).
@@ -298,9 +299,11 @@ type Session struct {
 
 	snd sender
 	// pub is the sender's PUBLISH for a delivery written at once (see
-	// deliver): built in place, it costs no allocation per delivery. Made
-	// for a run of the sender and let go when the sender ends, so an idle
-	// session holds none. Sender only.
+	// deliver): built in place, it costs no allocation per delivery. Taken
+	// from Env.publishes for a run of the sender and put back when the
+	// sender ends, so an idle session holds none, and a fleet whose
+	// sessions each get one message at a time allocates none either.
+	// Sender only.
 	pub *packet.Publish
 }
 
