@@ -44,15 +44,32 @@ type Queue[E any] struct {
 	// shrink asks the queue to let go of its array once it drains (see
 	// Shrink).
 	shrink bool
-	wg     sync.WaitGroup
+	// keep is the largest array, in entries, kept when the queue drains
+	// (see KeepOnDrain).
+	keep int
+	wg   sync.WaitGroup
 }
+
+// defaultKeep is KeepOnDrain's bound until it is called: a connection
+// that goes idle without a Shrink keeps at most this many entries' room.
+const defaultKeep = 32
 
 // New returns an empty queue of at most max entries whose ack loop is
 // loop, started by spawn (a new goroutine when spawn is nil). loop pops
 // with TryPop and PopOrEnd and returns once PopOrEnd reports the end (or
 // after Failed).
 func New[E any](max int, loop func(), spawn func(func())) *Queue[E] {
-	return &Queue[E]{max: max, loop: loop, spawn: spawn, room: make(chan struct{}, 1)}
+	return &Queue[E]{max: max, loop: loop, spawn: spawn, room: make(chan struct{}, 1), keep: defaultKeep}
+}
+
+// KeepOnDrain keeps arrays of up to n entries when the queue drains, for
+// a connection whose idleness is marked by Shrink: a client pipelining in
+// bursts then reuses one array instead of growing a new one from nothing
+// after every burst. Call it before the queue is used.
+func (a *Queue[E]) KeepOnDrain(n int) {
+	a.mu.Lock()
+	a.keep = n
+	a.mu.Unlock()
 }
 
 // Push appends e, waiting while the queue is full; false when ctx ended.
@@ -157,7 +174,7 @@ func (a *Queue[E]) popLocked() E {
 	a.head++
 	if a.head == len(a.q) {
 		a.head = 0
-		if cap(a.q) > 32 || a.shrink {
+		if cap(a.q) > a.keep || a.shrink {
 			a.q, a.shrink = nil, false
 		} else {
 			a.q = a.q[:0]

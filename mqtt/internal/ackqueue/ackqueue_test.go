@@ -121,3 +121,48 @@ func TestAckQueueShrink(t *testing.T) {
 		t.Fatal("a queue shrunk while it held an entry kept its array once drained")
 	}
 }
+
+// TestAckQueueKeepOnDrain: a queue drained after a burst lets go of an
+// array larger than 32 entries unless KeepOnDrain allows it, and never
+// keeps one larger than it allows.
+func TestAckQueueKeepOnDrain(t *testing.T) {
+	ctx := t.Context()
+	burst := func(q *ackqueue.Queue[entry], n int) func() {
+		return func() {
+			for i := range n {
+				if !q.Push(ctx, entry{pi: uint16(i)}) {
+					t.Fatal("push refused")
+				}
+			}
+			for i := range n {
+				if e, ok := q.TryPop(); !ok || e.pi != uint16(i) {
+					t.Fatalf("popped %v, %v; want %d", e, ok, i)
+				}
+			}
+		}
+	}
+	for _, c := range []struct {
+		keep, n int
+		kept    bool
+	}{
+		{0, 100, false}, // the default: 32
+		{0, 20, true},
+		{256, 100, true},
+		{256, 256, true},
+		{256, 300, false},
+	} {
+		q := ackqueue.New[entry](1000, func() {}, func(func()) {})
+		if c.keep > 0 {
+			q.KeepOnDrain(c.keep)
+		}
+		b := burst(q, c.n)
+		b()
+		if n := testing.AllocsPerRun(5, b); (n == 0) != c.kept {
+			t.Errorf("keep %d, bursts of %d: %v allocations per burst after the first, want the array kept: %v", c.keep, c.n, n, c.kept)
+		}
+		q.Shrink()
+		if q.Holding() {
+			t.Errorf("keep %d, bursts of %d: Shrink of a drained queue kept its array", c.keep, c.n)
+		}
+	}
+}

@@ -436,6 +436,9 @@ func (c *conn) serve() {
 	c.pk = newParking(c)
 	if c.pk != nil {
 		c.bw.SetSocket(c.pk.rc, c)
+		// A parking connection lets go of its FIFO's array as it parks
+		// (Shrink), so one that stays busy may keep a burst's.
+		c.acks.KeepOnDrain(maxKeptAcks)
 	}
 	if !c.connect(cp) {
 		c.failTold(errors.New("connect refused"))

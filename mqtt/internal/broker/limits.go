@@ -50,6 +50,13 @@ const (
 	// or a refusing CONNACK reads what the client still sends before the
 	// socket closes (see conn.linger).
 	lingerTimeout = 2 * time.Second
+	// maxKeptAcks bounds the acknowledgement FIFO a busy parking
+	// connection keeps between bursts: a client pipelining 256 deep
+	// reuses one array (the append that grows it to 256 entries rounds up
+	// past 256, hence the margin) instead of growing nine after every
+	// burst. The array goes once the connection parks, so only busy
+	// connections hold one, at most some 150 KB each.
+	maxKeptAcks = 1024
 )
 
 // Names of the configured limits in Stats.LimitHits.
