@@ -122,6 +122,16 @@ func (p *Pool) trim(period time.Duration) {
 type Calls struct {
 	jobs chan job
 	ctx  context.Context
+	wg   *sync.WaitGroup
+
+	// posted is the work Post queued, from head on, and posting says a
+	// goroutine hands it to the goroutines (see Post).
+	mu      sync.Mutex
+	posted  []func()
+	head    int
+	posting bool
+	// closed says the goroutines ended: Post runs work in its caller.
+	closed bool
 }
 
 // job is one piece of work handed to a goroutine of Calls, which says on
@@ -138,7 +148,7 @@ var dones = sync.Pool{New: func() any { return make(chan struct{}, 1) }}
 // StartCalls starts n goroutines that run work until ctx ends, each
 // counted in wg until it returns.
 func StartCalls(ctx context.Context, n int, wg *sync.WaitGroup) *Calls {
-	c := &Calls{jobs: make(chan job), ctx: ctx}
+	c := &Calls{jobs: make(chan job), ctx: ctx, wg: wg}
 	wg.Add(n + 1)
 	for range n {
 		go c.loop(wg)
@@ -151,6 +161,11 @@ func StartCalls(ctx context.Context, n int, wg *sync.WaitGroup) *Calls {
 		for range n {
 			c.jobs <- job{}
 		}
+		// Counted until here, so a Post before this adds to a count
+		// that is not zero.
+		c.mu.Lock()
+		c.closed = true
+		c.mu.Unlock()
 	}()
 	return c
 }
@@ -169,6 +184,56 @@ func (c *Calls) Do(fn func()) {
 	}
 }
 
+// Post runs fn on one of the goroutines without waiting for it: posted
+// work is handed over in the order it came, each piece as a goroutine is
+// free, competing with Do's. Until then a piece holds one word of a
+// queue, not a goroutine, so a wave of thousands costs kilobytes, not
+// thousands of waiting stacks. Once the context ended, posted work runs
+// on the goroutine that hands it over; it is counted in the WaitGroup
+// StartCalls was given until the queue is empty. Once the goroutines
+// ended, Post runs fn itself.
+func (c *Calls) Post(fn func()) {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		fn()
+		return
+	}
+	c.posted = append(c.posted, fn)
+	start := !c.posting
+	if start {
+		c.posting = true
+		c.wg.Add(1)
+	}
+	c.mu.Unlock()
+	if start {
+		go c.handOver()
+	}
+}
+
+// handOver hands the posted work to the goroutines until none is left.
+func (c *Calls) handOver() {
+	defer c.wg.Done()
+	for {
+		c.mu.Lock()
+		if c.head == len(c.posted) {
+			clear(c.posted)
+			c.posted, c.head, c.posting = c.posted[:0], 0, false
+			c.mu.Unlock()
+			return
+		}
+		fn := c.posted[c.head]
+		c.posted[c.head] = nil
+		c.head++
+		c.mu.Unlock()
+		select {
+		case c.jobs <- job{fn: fn}:
+		case <-c.ctx.Done():
+			fn()
+		}
+	}
+}
+
 func (c *Calls) loop(wg *sync.WaitGroup) {
 	defer wg.Done()
 	for j := range c.jobs {
@@ -176,6 +241,8 @@ func (c *Calls) loop(wg *sync.WaitGroup) {
 			return
 		}
 		j.fn()
-		j.done <- struct{}{}
+		if j.done != nil {
+			j.done <- struct{}{}
+		}
 	}
 }

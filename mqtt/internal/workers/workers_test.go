@@ -50,6 +50,46 @@ func TestCalls(t *testing.T) {
 	}
 }
 
+// Calls.Post returns at once, whatever is busy; the posted work runs on
+// the goroutines, at most as many at once, in the order it was posted
+// (with one goroutine), without a goroutine per piece while it waits;
+// the WaitGroup counts it; and after the end of the context it runs in
+// the caller.
+func TestCallsPost(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	c := StartCalls(ctx, 1, &wg)
+	gate := make(chan struct{})
+	c.Post(func() { <-gate }) // holds the one goroutine
+	before := runtime.NumGoroutine()
+	const n = 10000
+	var order []int
+	for i := range n {
+		c.Post(func() { order = append(order, i) }) // one goroutine at a time: no race
+	}
+	if g := runtime.NumGoroutine(); g > before+2 {
+		t.Fatalf("%d goroutines for %d pieces of posted work waiting, %d before them", g, n, before)
+	}
+	close(gate)
+	waitFor(t, "the posted work", func() bool {
+		var got int
+		c.Do(func() { got = len(order) })
+		return got == n
+	})
+	for i, v := range order {
+		if v != i {
+			t.Fatalf("posted work ran out of order: %d at %d", v, i)
+		}
+	}
+	cancel()
+	wg.Wait()
+	done := false
+	c.Post(func() { done = true })
+	if !done {
+		t.Fatal("work posted after the end of the context did not run in the caller")
+	}
+}
+
 // Pool runs every piece of work it is given, without the giver waiting.
 func TestPool(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
