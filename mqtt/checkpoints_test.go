@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -365,4 +366,67 @@ func TestCheckpointDoesNotOvertakeSubscribe(t *testing.T) {
 	pub = connect5(t, s.Addr, "ck-pub", true, 0)
 	pub.pub("ck/b", 1, false, "two")
 	c.expectOne("ck/b", "two")
+}
+
+// A timed checkpoint runs on a store goroutine, not on the session's
+// sender, so ending the connection does not wait for it by stopping the
+// sender. One being written as the connection ends must still commit
+// before the session is discarded: committed after, it would bring back
+// the record of a session that ended with its connection. Two things
+// keep it from that: the session's Stop waits for it and stops the ones
+// still queued, and its submit carries the connection's context, which
+// the end cancels (each alone passes this test; neither fails it).
+func TestCheckpointDoesNotOutliveDiscard(t *testing.T) {
+	if !mqtt.HooksEnabled {
+		t.Skip("needs a build with tag faults")
+	}
+	reached, release := make(chan struct{}), make(chan struct{})
+	var held atomic.Bool
+	s := startBroker(t, func(o *mqtt.Options) {
+		o.CheckpointEvery = 10 * time.Millisecond
+		o.Hooks.Submit = func(k mqtt.Kind, client string) {
+			if k == mqtt.KindCheckpoint && client == "gone" && held.CompareAndSwap(false, true) {
+				close(reached)
+				<-release
+			}
+		}
+	})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	defer unblock()
+	c := connect5(t, s.Addr, "gone", false, 0)
+	c.sub("gone/a", 1)
+	pub := connect5(t, s.Addr, "gone-pub", true, 0)
+	pub.pub("gone/a", 1, false, "one")
+	c.expectOne("gone/a", "one")
+	select {
+	case <-reached: // built and about to be submitted
+	case <-time.After(wait):
+		t.Fatal("no checkpoint write after a completed delivery")
+	}
+	c.close() // session expiry 0: the session ends with the connection
+	time.Sleep(200 * time.Millisecond)
+	unblock()
+	stored := func() bool {
+		ss, err := mqtt.Sessions(ctxT(t), s.DB())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(ss, func(si mqtt.SessionInfo) bool { return si.ClientID == "gone" })
+	}
+	// The held checkpoint commits, then the connection's end discards the
+	// session, for good.
+	deadline := time.Now().Add(wait)
+	for stored() {
+		if time.Now().After(deadline) {
+			t.Fatal("the session of a connection that ended with session expiry 0 is still stored: a checkpoint committed after its discard")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for range 25 {
+		time.Sleep(20 * time.Millisecond)
+		if stored() {
+			t.Fatal("the session of a connection that ended with session expiry 0 was stored again after its discard")
+		}
+	}
 }

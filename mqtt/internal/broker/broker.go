@@ -258,7 +258,7 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 		DB: db, Router: b.router, Runners: b.runners, Counters: &b.metrics, Tables: b.tables, Group: b.group,
 		CheckpointEvery: opts.CheckpointEvery, RetentionEvery: opts.RetentionEvery, MaxInflightBytes: opts.MaxInflightBytes,
 		MaxLazy: b.maxLazy(), MaxStateDeletes: b.maxStateDeletes(),
-		OnStore: b.onStore, BeforeCheckpoint: func(client string) { b.beforeSubmit(KindCheckpoint, client) },
+		OnStore: b.onStore, PostStore: b.postStore, BeforeCheckpoint: func(client string) { b.beforeSubmit(KindCheckpoint, client) },
 		Joined: b.sharesOnline,
 	}
 	if err := b.sessions.IndexCheckpoints(ctx); err != nil {

@@ -11,3 +11,8 @@ const storeGoroutines = 16
 // commit paths, not once per connection (see package workers). fn runs
 // inline once the broker is closing.
 func (b *Broker) onStore(fn func()) { b.store.Do(fn) }
+
+// postStore runs fn on one of the broker's store goroutines without
+// waiting for it: a session's timed checkpoint, which needs no goroutine
+// of its own while it waits its turn (see workers.Calls.Post).
+func (b *Broker) postStore(fn func()) { b.store.Post(fn) }

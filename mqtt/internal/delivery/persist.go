@@ -30,6 +30,15 @@ const persistEvery = 256
 // lasts. Each of those commits carries the session record too, so no
 // commit deletes a mark without the checkpoint that covers it.
 func (o *Session) Persist(ctx context.Context, final bool) error {
+	return o.persist(ctx, final, false)
+}
+
+// persist is Persist; posted says it runs on a store goroutine (see
+// checkpointPosted), where it submits in place and does not wait for the
+// record: a store goroutine waiting for a lock that a writer holds while
+// it waits for a store goroutine would be a deadlock once all wait so.
+// It reports errBusy when the record is being written.
+func (o *Session) persist(ctx context.Context, final, posted bool) error {
 	sub := o.currentSub()
 	if sub == nil && !final {
 		return nil
@@ -39,8 +48,17 @@ func (o *Session) Persist(ctx context.Context, final bool) error {
 	if !final && !o.due(sub.Checkpoint()) && !o.garbage() && !o.lazy.pending() {
 		return nil
 	}
-	o.recordMu.Lock()
+	if posted {
+		if !o.recordMu.TryLock() {
+			return errBusy
+		}
+	} else {
+		o.recordMu.Lock()
+	}
 	defer o.recordMu.Unlock()
+	if o.stopped && !final {
+		return nil // the connection's last write comes after it, or came
+	}
 	tx, cp, more, err := o.sessionSweepTx()
 	if err != nil {
 		return err
@@ -64,7 +82,11 @@ func (o *Session) Persist(ctx context.Context, final bool) error {
 			}
 		}
 		var h *engine.Handle
-		o.env.OnStore(func() { h, err = tx.Submit(ctx) })
+		if posted {
+			h, err = tx.Submit(ctx)
+		} else {
+			o.env.OnStore(func() { h, err = tx.Submit(ctx) })
+		}
 		if err != nil {
 			if last == nil {
 				// Never submitted: the records stay, and their ids may

@@ -160,6 +160,10 @@ type Env struct {
 	// OnStore runs a store call on the broker's store goroutines (where
 	// a commit's deep stack is already grown).
 	OnStore func(func())
+	// PostStore, when set, runs work on the same goroutines without
+	// waiting for it (timed checkpoints, see Session.checkpointPosted);
+	// once they ended, in the caller.
+	PostStore func(func())
 	// BeforeCheckpoint, when set, runs before a checkpoint commit is
 	// submitted (a test hook).
 	BeforeCheckpoint func(client string)
@@ -215,9 +219,14 @@ type Session struct {
 	// built: a checkpoint built before a SUBSCRIBE's write and committed
 	// after it would drop the new subscription, or move the checkpoint
 	// back below completion marks the later write already swept. Never
-	// taken on a store goroutine (see Env.OnStore), which would let a full set
-	// of them wait on writers that wait for a store goroutine.
+	// waited for on a store goroutine (see Env.OnStore; a posted
+	// checkpoint only tries it), which would let a full set of them wait
+	// on writers that wait for a store goroutine.
 	recordMu sync.Mutex
+	// stopped, under recordMu, says Stop ran: no write but the final one
+	// may follow (a posted checkpoint, see checkpointPosted, may come
+	// late).
+	stopped bool
 	// since holds, per plain subscription filter, the log position it was
 	// made at: it matches only messages after it, so a message published
 	// before the SUBSCRIBE that the sender reaches later is not delivered
