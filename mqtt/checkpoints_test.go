@@ -317,30 +317,7 @@ func storedSession(t *testing.T, db *table.DB, client string) mqtt.SessionInfo {
 // back the record as it was, without the new subscription, which a
 // restart then loses although its SUBACK went out.
 func TestCheckpointDoesNotOvertakeSubscribe(t *testing.T) {
-	if !mqtt.HooksEnabled {
-		t.Skip("needs a build with tag faults")
-	}
-	reached, release := make(chan struct{}), make(chan struct{})
-	var held atomic.Bool
-	s := startBroker(t, func(o *mqtt.Options) {
-		o.CheckpointEvery = 10 * time.Millisecond
-		o.Hooks.Submit = func(k mqtt.Kind, client string) {
-			if k == mqtt.KindCheckpoint && client == "ck" && held.CompareAndSwap(false, true) {
-				close(reached)
-				<-release
-			}
-		}
-	})
-	c := connect5(t, s.Addr, "ck", false, 3600)
-	c.sub("ck/a", 1)
-	pub := connect5(t, s.Addr, "ck-pub", true, 0)
-	pub.pub("ck/a", 1, false, "one")
-	c.expectOne("ck/a", "one")
-	select {
-	case <-reached: // the sender built its checkpoint and is about to submit it
-	case <-time.After(wait):
-		t.Fatal("no checkpoint write after a completed delivery")
-	}
+	s, c, release := heldCheckpoint(t, "ck", 3600)
 	subbed := make(chan struct{})
 	go func() {
 		defer close(subbed)
@@ -350,7 +327,7 @@ func TestCheckpointDoesNotOvertakeSubscribe(t *testing.T) {
 	case <-subbed: // a SUBSCRIBE that need not wait for the checkpoint
 	case <-time.After(300 * time.Millisecond):
 	}
-	close(release)
+	release()
 	<-subbed
 	// The held checkpoint goes to the store as soon as it is released;
 	// whatever order the two writes took shows within this time.
@@ -363,7 +340,7 @@ func TestCheckpointDoesNotOvertakeSubscribe(t *testing.T) {
 	}
 	restart(t, s)
 	c = connect5(t, s.Addr, "ck", false, 3600)
-	pub = connect5(t, s.Addr, "ck-pub", true, 0)
+	pub := connect5(t, s.Addr, "ck-pub", true, 0)
 	pub.pub("ck/b", 1, false, "two")
 	c.expectOne("ck/b", "two")
 }
@@ -377,36 +354,10 @@ func TestCheckpointDoesNotOvertakeSubscribe(t *testing.T) {
 // still queued, and its submit carries the connection's context, which
 // the end cancels (each alone passes this test; neither fails it).
 func TestCheckpointDoesNotOutliveDiscard(t *testing.T) {
-	if !mqtt.HooksEnabled {
-		t.Skip("needs a build with tag faults")
-	}
-	reached, release := make(chan struct{}), make(chan struct{})
-	var held atomic.Bool
-	s := startBroker(t, func(o *mqtt.Options) {
-		o.CheckpointEvery = 10 * time.Millisecond
-		o.Hooks.Submit = func(k mqtt.Kind, client string) {
-			if k == mqtt.KindCheckpoint && client == "gone" && held.CompareAndSwap(false, true) {
-				close(reached)
-				<-release
-			}
-		}
-	})
-	var once sync.Once
-	unblock := func() { once.Do(func() { close(release) }) }
-	defer unblock()
-	c := connect5(t, s.Addr, "gone", false, 0)
-	c.sub("gone/a", 1)
-	pub := connect5(t, s.Addr, "gone-pub", true, 0)
-	pub.pub("gone/a", 1, false, "one")
-	c.expectOne("gone/a", "one")
-	select {
-	case <-reached: // built and about to be submitted
-	case <-time.After(wait):
-		t.Fatal("no checkpoint write after a completed delivery")
-	}
+	s, c, release := heldCheckpoint(t, "gone", 0)
 	c.close() // session expiry 0: the session ends with the connection
 	time.Sleep(200 * time.Millisecond)
-	unblock()
+	release()
 	stored := func() bool {
 		ss, err := mqtt.Sessions(ctxT(t), s.DB())
 		if err != nil {
@@ -429,4 +380,41 @@ func TestCheckpointDoesNotOutliveDiscard(t *testing.T) {
 			t.Fatal("the session of a connection that ended with session expiry 0 was stored again after its discard")
 		}
 	}
+}
+
+// heldCheckpoint starts a broker whose first checkpoint write of client
+// waits, built and about to be submitted, until release (which the test's
+// end calls too), and returns once client, connected with session expiry
+// expiry and subscribed to client/a, received a message there and its
+// checkpoint waits.
+func heldCheckpoint(t *testing.T, client string, expiry uint32) (*mqtttest.Server, *client5, func()) {
+	t.Helper()
+	if !mqtt.HooksEnabled {
+		t.Skip("needs a build with tag faults")
+	}
+	reached, gate := make(chan struct{}), make(chan struct{})
+	var held atomic.Bool
+	s := startBroker(t, func(o *mqtt.Options) {
+		o.CheckpointEvery = 10 * time.Millisecond
+		o.Hooks.Submit = func(k mqtt.Kind, c string) {
+			if k == mqtt.KindCheckpoint && c == client && held.CompareAndSwap(false, true) {
+				close(reached)
+				<-gate
+			}
+		}
+	})
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release)
+	c := connect5(t, s.Addr, client, false, expiry)
+	c.sub(client+"/a", 1)
+	pub := connect5(t, s.Addr, client+"-pub", true, 0)
+	pub.pub(client+"/a", 1, false, "one")
+	c.expectOne(client+"/a", "one")
+	select {
+	case <-reached:
+	case <-time.After(wait):
+		t.Fatal("no checkpoint write after a completed delivery")
+	}
+	return s, c, release
 }

@@ -41,13 +41,7 @@ func TestCalls(t *testing.T) {
 	if ran.Load() != 20 || most.Load() > n || most.Load() < 1 {
 		t.Fatalf("ran %d (want 20), at most %d at once (want 1 to %d)", ran.Load(), most.Load(), n)
 	}
-	cancel()
-	wg.Wait()
-	done := false
-	c.Do(func() { done = true })
-	if !done {
-		t.Fatal("work after the end of the context did not run inline")
-	}
+	runsInCallerOnceEnded(t, cancel, &wg, c.Do)
 }
 
 // Calls.Post returns at once, whatever is busy; the posted work runs on
@@ -81,12 +75,20 @@ func TestCallsPost(t *testing.T) {
 			t.Fatalf("posted work ran out of order: %d at %d", v, i)
 		}
 	}
+	runsInCallerOnceEnded(t, cancel, &wg, c.Post)
+}
+
+// runsInCallerOnceEnded ends a Calls' context with cancel, waits for its
+// goroutines (wg), and checks that run (Do or Post) then runs work in its
+// caller.
+func runsInCallerOnceEnded(t *testing.T, cancel func(), wg *sync.WaitGroup, run func(func())) {
+	t.Helper()
 	cancel()
 	wg.Wait()
 	done := false
-	c.Post(func() { done = true })
+	run(func() { done = true })
 	if !done {
-		t.Fatal("work posted after the end of the context did not run in the caller")
+		t.Fatal("work after the end of the context did not run in the caller")
 	}
 }
 
