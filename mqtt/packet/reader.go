@@ -69,6 +69,7 @@ func NewReader(r io.Reader, maxPacketSize int) *Reader {
 // valid only until the next ReadPacket, which overwrites it. For a caller
 // that is done with a packet before it reads the next, such as a
 // connection's read loop; one that keeps packets must leave it off.
+// Turning it off releases the Reader's packet as ReleaseAcks does.
 func (r *Reader) SetReuseAcks(on bool) {
 	r.reuseAcks = on
 	if !on {
