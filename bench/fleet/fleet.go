@@ -136,7 +136,7 @@ type Result struct {
 	// idle; PerSession is its growth over the empty broker per session.
 	RSS, PerSession int64
 	// Spread is deliveries per second of messages each to one device's
-	// own topic, SpreadRounds per device (see minSpread); P50 and P99
+	// own topic, SpreadRounds per device (see Config.SpreadMessages); P50 and P99
 	// their latencies from publication.
 	Spread       float64
 	SpreadRounds int
@@ -193,6 +193,10 @@ type Config struct {
 	Sessions []int
 	// FanoutMessages is how many messages go to every device (default 20).
 	FanoutMessages int
+	// SpreadMessages is the fewest messages the spread load sends
+	// (default DefaultSpreadMessages): each device gets as many rounds of
+	// one message as make at least that many.
+	SpreadMessages int
 	// Rounds is how many times each broker is measured at each size
 	// (default 1), the brokers in turn within a round; a Result then
 	// holds the median of each figure over the rounds (see mergeRounds).
@@ -207,6 +211,9 @@ type Config struct {
 func Run(ctx context.Context, cfg Config) []Result {
 	if cfg.FanoutMessages <= 0 {
 		cfg.FanoutMessages = 20
+	}
+	if cfg.SpreadMessages <= 0 {
+		cfg.SpreadMessages = DefaultSpreadMessages
 	}
 	say := cfg.Progress
 	if say == nil {
@@ -224,7 +231,7 @@ func Run(ctx context.Context, cfg Config) []Result {
 				}
 				say(step)
 				dir := filepath.Join(cfg.Dir, fmt.Sprintf("%d-%d-%d", n, i, round))
-				r := runOne(ctx, b, n, cfg.FanoutMessages, dir, say)
+				r := runOne(ctx, b, n, cfg.FanoutMessages, spreadRounds(n, cfg.SpreadMessages), dir, say)
 				r.Broker, r.Sessions = b.Name, n
 				per[i] = append(per[i], r)
 			}
@@ -291,7 +298,7 @@ func mergeRounds(rs []Result) Result {
 	return m
 }
 
-func runOne(ctx context.Context, b Broker, n, fan int, dir string, say func(string)) (r Result) {
+func runOne(ctx context.Context, b Broker, n, fan, rounds int, dir string, say func(string)) (r Result) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		r.Err = err
 		return r
@@ -337,7 +344,6 @@ func runOne(ctx context.Context, b Broker, n, fan int, dir string, say func(stri
 
 	// Spread: a message per device in each round, from 4 pipelined
 	// publishers.
-	rounds := spreadRounds(n)
 	r.SpreadRounds = rounds
 	start, cpu = time.Now(), startMeter(pid)
 	if err := f.publish(ctx, n*rounds, func(k int) string { return f.devs[k%n].topic }); err != nil {
@@ -412,16 +418,19 @@ func waitIdle(pid int, max time.Duration) time.Duration {
 	return max
 }
 
-// minSpread is the fewest messages the spread load sends: a fleet
-// smaller than that gets several rounds of one message per device, so
-// that every fleet size is measured over a load of about the same length
-// rather than a small fleet's over a burst the publishers' start and the
-// last stragglers take most of.
-const minSpread = 10000
+// DefaultSpreadMessages is the fewest messages the spread load sends by
+// default: a fleet smaller than that gets several rounds of one message
+// per device, so that every fleet size is measured over a load of about
+// the same length rather than a small fleet's over a burst the
+// publishers' start and the last stragglers take most of. At this many
+// the load lasts under a second, less than a Tidemark session waits
+// before it writes its checkpoint; a load of several seconds measures
+// those writes too, as a sustained load over a fleet has them.
+const DefaultSpreadMessages = 10000
 
-// spreadRounds is how many messages each of n devices gets in the spread
-// load.
-func spreadRounds(n int) int { return max(1, (minSpread+n-1)/n) }
+// spreadRounds is how many messages each of n devices gets in a spread
+// load of at least least messages.
+func spreadRounds(n, least int) int { return max(1, (least+n-1)/n) }
 
 // fleet is the client side: one connection per device.
 type fleet struct {

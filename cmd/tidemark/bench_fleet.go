@@ -15,7 +15,7 @@ import (
 func fleetBenchCmd() *cobra.Command {
 	var engines, peers, sessions, offline, serveFlags []string
 	var syncMode, dir string
-	var fan, reconnects, rounds int
+	var fan, spread, reconnects, rounds int
 	var showTimeline bool
 	cmd := &cobra.Command{
 		Use:   "fleet",
@@ -92,7 +92,10 @@ published to the session's topic while it was offline).`,
 			if rounds < 1 || rounds > 99 {
 				return fmt.Errorf("--rounds %d: allowed 1 to 99", rounds)
 			}
-			rs := fleet.Run(cmd.Context(), fleet.Config{Brokers: brokers, Sessions: ns, FanoutMessages: fan, Rounds: rounds, Dir: dir,
+			if spread < 1 {
+				return fmt.Errorf("--spread-messages %d: give 1 or more (default %d)", spread, fleet.DefaultSpreadMessages)
+			}
+			rs := fleet.Run(cmd.Context(), fleet.Config{Brokers: brokers, Sessions: ns, FanoutMessages: fan, SpreadMessages: spread, Rounds: rounds, Dir: dir,
 				Progress: func(s string) { fmt.Fprintln(cmd.ErrOrStderr(), s) }})
 			fmt.Fprint(out, fleet.Table(rs))
 			if showTimeline {
@@ -122,6 +125,7 @@ published to the session's topic while it was offline).`,
 	fs.StringVar(&syncMode, "sync", "always", "Tidemark's sync mode: always, interval or none")
 	fs.StringArrayVar(&serveFlags, "serve-flag", nil, "a further flag for every Tidemark 'serve' (repeatable), e.g. --serve-flag=--metrics=127.0.0.1:9091 to read its profiles during the run")
 	fs.IntVar(&fan, "fanout", 20, "messages sent to every session in the fan-out load")
+	fs.IntVar(&spread, "spread-messages", fleet.DefaultSpreadMessages, "the fewest messages of the spread load: each session gets as many rounds of one message as make at least this many (the default lasts under a second; a load of several seconds includes Tidemark's timed checkpoint writes, as a sustained load does)")
 	fs.IntVar(&rounds, "rounds", 1, "measure every broker this many times at each size, the brokers in turn, and report the median of each figure: on a busy machine, 3 make ratios worth quoting")
 	fs.StringVar(&dir, "dir", "", "data directory for the brokers (default: a temporary one)")
 	fs.StringSliceVar(&offline, "offline", nil, "measure this many offline sessions on disk instead of a connected fleet (Tidemark only), e.g. 10,1000000")

@@ -13,7 +13,7 @@ import (
 // each broker, nothing lost at Tidemark, and the benchmark exits 0. A bad flag is refused naming the fix.
 func TestBenchFleetSmall(t *testing.T) {
 	bin := tidemarkBinary(t)
-	out, err := exec.Command(bin, "bench", "fleet", "--sessions", "150", "--peers", "mochi", "--sync", "none", "--fanout", "3").CombinedOutput()
+	out, err := exec.Command(bin, "bench", "fleet", "--sessions", "150", "--peers", "mochi", "--sync", "none", "--fanout", "3", "--spread-messages", "300").CombinedOutput()
 	if err != nil {
 		t.Fatalf("bench fleet: %v\n%s", err, out)
 	}
@@ -41,5 +41,9 @@ func TestBenchFleetSmall(t *testing.T) {
 	out, err = exec.Command(bin, "bench", "fleet", "--rounds", "0").CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "--rounds 0: allowed 1 to 99") {
 		t.Fatalf("a bad --rounds was not refused naming the range: %v\n%s", err, out)
+	}
+	out, err = exec.Command(bin, "bench", "fleet", "--spread-messages", "0").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--spread-messages 0: give 1 or more") {
+		t.Fatalf("a bad --spread-messages was not refused by name: %v\n%s", err, out)
 	}
 }
