@@ -283,13 +283,7 @@ func (o *Session) checkpointPosted() {
 	if o.ctx.Err() != nil {
 		return // the connection's last write covers it
 	}
-	err := o.persist(o.ctx, false, true)
-	if err != nil && !errors.Is(err, errBusy) && o.ctx.Err() == nil {
-		o.log.Warn("persist checkpoint", "err", err)
-	}
-	if errors.Is(err, errBusy) || o.garbage() || o.lazy.pending() {
-		o.arm()
-	}
+	o.writeCheckpoint(true)
 }
 
 // errBusy says a posted checkpoint found the session record being
@@ -303,13 +297,19 @@ func (o *Session) requestPersist() {
 }
 
 // checkpoint persists the acknowledged checkpoint when it moved.
-func (o *Session) checkpoint() {
-	if err := o.Persist(o.ctx, false); err != nil && o.ctx.Err() == nil {
+func (o *Session) checkpoint() { o.writeCheckpoint(false) }
+
+// writeCheckpoint persists the acknowledged checkpoint when it moved, on
+// a store goroutine when posted (see persist).
+func (o *Session) writeCheckpoint(posted bool) {
+	err := o.persist(o.ctx, false, posted)
+	busy := errors.Is(err, errBusy)
+	if err != nil && !busy && o.ctx.Err() == nil {
 		o.log.Warn("persist checkpoint", "err", err)
 	}
-	// Completion marks the write made garbage, and exchange endings held
-	// back, go with the next one.
-	if o.garbage() || o.lazy.pending() {
+	// A busy record, completion marks the write made garbage, and
+	// exchange endings held back go with the next one.
+	if busy || o.garbage() || o.lazy.pending() {
 		o.arm()
 	}
 }
