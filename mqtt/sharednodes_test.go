@@ -36,12 +36,19 @@ func (l *logText) count(s string) int {
 	return strings.Count(l.buf.String(), s)
 }
 
+// String returns the log so far.
+func (l *logText) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
+}
+
 // waitFor waits until the log has n lines holding s.
 func (l *logText) waitFor(t *testing.T, s string, n int) {
 	t.Helper()
 	for deadline := time.Now().Add(wait); l.count(s) < n; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("no %q in the log after %s:\n%s", s, wait, l.buf.String())
+			t.Fatalf("no %q in the log after %s:\n%s", s, wait, l)
 		}
 	}
 }

@@ -177,7 +177,8 @@ func TestSharedQueueAcrossNodes(t *testing.T) {
 }
 
 // When the last member's session expires, the group's queue goes with
-// it at the next retention pass, and the group keeps nothing more.
+// it at the next retention pass, its messages counted as dropped for
+// want of a member, and the group keeps nothing more.
 func TestSharedQueueDroppedWithTheLastMember(t *testing.T) {
 	s := startBroker(t)
 	leaveMember(t, s.Broker(), s.Addr, "sqe-m", 60, "$share/gone/sqe/#", 1)
@@ -190,6 +191,9 @@ func TestSharedQueueDroppedWithTheLastMember(t *testing.T) {
 	retainOnce(t, s)
 	if n := queued(); n != 0 {
 		t.Fatalf("%d messages left in the queue of a group with no member", n)
+	}
+	if d := s.Broker().Stats().Dropped["no_member"]; d != 3 {
+		t.Fatalf("%d messages counted as dropped with the group's queue, want 3", d)
 	}
 	publishN(t, s, "sqe/t", "late", 2, 1)
 	time.Sleep(100 * time.Millisecond)

@@ -19,7 +19,8 @@ type Stats struct {
 	// Options.MaxMemory), "no_member" (a shared subscription's message a
 	// leaving member held, unsent or unacknowledged, with no other member
 	// online on the node to take it and no persistent member to keep it
-	// for), "shared_queue" (a shared group with no member online had
+	// for, or one in a group's queue when the group's last stored member
+	// went), "shared_queue" (a shared group with no member online had
 	// Options.MaxQueuedMessages messages queued already).
 	Dropped map[string]uint64
 	// PipelineDepth is the number of acknowledgements waiting for their

@@ -558,26 +558,28 @@ func (b *Broker) dropOrphanQueues(ctx context.Context) error {
 		if members {
 			continue
 		}
-		var ids []string
+		var recs []table.Record
 		prefix := session.ShareMembers(sh.Group, sh.Filter)
 		if err := b.db.Range(ctx, tableShareQ, prefix, func(r table.Record) bool {
-			ids = append(ids, r.ID)
+			recs = append(recs, r)
 			return true
 		}); err != nil {
 			return err
 		}
-		for len(ids) > 0 {
-			n := min(len(ids), b.maxStateDeletes())
-			tx := b.db.Begin()
-			for _, id := range ids[:n] {
-				tx.DeleteStateUnchecked(tableShareQ, id)
-			}
-			if err := tx.Commit(ctx); err != nil {
-				return err
-			}
-			ids = ids[n:]
+		// Claimed, not deleted blindly, so that of several nodes
+		// dropping the queue each counts only the messages it deleted.
+		dropped := 0
+		for len(recs) > 0 {
+			n := min(len(recs), b.maxStateDeletes())
+			dropped += len(b.claimQueued(recs[:n]))
+			recs = recs[n:]
 		}
 		b.offline.forget(sh)
+		if dropped > 0 {
+			b.metrics.DroppedNoMember.Add(uint64(dropped))
+			b.log.Warn("shared subscription group has no members left: its queued messages are dropped", "group", sh.Group, "filter", sh.Filter, "messages", dropped)
+			continue
+		}
 		b.log.Info("shared subscription group has no members left: its queue is deleted", "group", sh.Group, "filter", sh.Filter)
 	}
 	return nil
