@@ -312,6 +312,58 @@ func storedSession(t *testing.T, db *table.DB, client string) mqtt.SessionInfo {
 	return mqtt.SessionInfo{}
 }
 
+// On a store of its own, an online session's timed checkpoint writes
+// leave its checkpoint index entry where it was: retention takes the
+// session's checkpoint from memory, and still cuts the log below it. Its
+// disconnect writes the entry at its checkpoint. On a store other nodes
+// share, whose passes cannot read that memory, every write moves it.
+func TestCheckpointIndexLazyWhileOnline(t *testing.T) {
+	for _, node := range []string{"", "A"} {
+		t.Run("node="+node, func(t *testing.T) {
+			s := startBroker(t, func(o *mqtt.Options) {
+				o.NodeID, o.CheckpointEvery, o.RetentionEvery = node, 20*time.Millisecond, time.Hour
+			})
+			c := connect3(t, s.Addr, "lz", false)
+			c.sub("lz/#", 1)
+			awaitCheckpointIndex(t, s)
+			before := ids(t, s.DB(), "mqtt.checkpoints")
+			for i := range 5 {
+				if err := s.Broker().Publish(ctxT(t), mqtt.Message{Topic: "lz/x", Payload: []byte(fmt.Sprint(i)), QoS: 1}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.expect(5)
+			st, err := s.DB().LogStats(ctxT(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the checkpoint past the messages written", func() bool {
+				return st.Last <= storedSession(t, s.DB(), "lz").Checkpoint.Key
+			})
+			if node == "" {
+				if got := ids(t, s.DB(), "mqtt.checkpoints"); !slices.Equal(got, before) {
+					t.Fatalf("an online session's checkpoint write moved its entry: %q, was %q", got, before)
+				}
+				retainOnce(t, s)
+				cut, err := s.DB().LogStats(ctxT(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if cut.First != 0 && cut.First < st.Last {
+					t.Fatalf("the log starts at %d after a pass: the stale entry of an online session held back what it acknowledged, up to %d", cut.First, st.Last)
+				}
+			} else {
+				awaitCheckpointIndex(t, s)
+			}
+			c.close()
+			awaitCheckpointIndex(t, s)
+			if got := ids(t, s.DB(), "mqtt.checkpoints"); slices.Equal(got, before) {
+				t.Fatalf("the entry stayed at %q after the disconnect", got)
+			}
+		})
+	}
+}
+
 // A checkpoint the sender built before a SUBSCRIBE's write of the session
 // record commits before it, never after: committed after, it would put
 // back the record as it was, without the new subscription, which a

@@ -257,7 +257,7 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 	b.deliv = &delivery.Env{
 		DB: db, Router: b.router, Runners: b.runners, Counters: &b.metrics, Tables: b.tables, Group: b.group,
 		CheckpointEvery: opts.CheckpointEvery, RetentionEvery: opts.RetentionEvery, MaxInflightBytes: opts.MaxInflightBytes,
-		MaxLazy: b.maxLazy(), MaxStateDeletes: b.maxStateDeletes(),
+		MaxLazy: b.maxLazy(), MaxStateDeletes: b.maxStateDeletes(), IndexEvery: b.indexEvery(),
 		OnStore: b.onStore, PostStore: b.postStore, BeforeCheckpoint: func(client string) { b.beforeSubmit(KindCheckpoint, client) },
 		Joined: b.sharesOnline,
 	}

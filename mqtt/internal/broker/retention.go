@@ -148,6 +148,19 @@ func (b *Broker) liveCheckpoint(client string, persisted table.Cursor) table.Cur
 // liveCheckpoint).
 const askAfterPasses = 6
 
+// indexEvery is how long an online session's checkpoint writes may leave
+// its checkpoint index entry below its checkpoint (delivery.Env's
+// IndexEvery): as long as its written checkpoint may age before a pass
+// asks for a write, so that write moves the entry. A pass takes the
+// session's checkpoint from memory meanwhile. Not on a store other nodes
+// share: their passes cannot, and would write every such entry again.
+func (b *Broker) indexEvery() time.Duration {
+	if b.sharedStore() {
+		return 0
+	}
+	return askAfterPasses * b.opts.RetentionEvery
+}
+
 // historyIndex remembers the log head at each retention pass, so that
 // Options.History can be kept without reading message times: every
 // message at or below a head sampled at t was committed before t.

@@ -59,7 +59,7 @@ func (o *Session) persist(ctx context.Context, final, posted bool) error {
 	if o.stopped && !final {
 		return nil // the connection's last write comes after it, or came
 	}
-	tx, cp, more, err := o.sessionSweepTx()
+	tx, cp, more, err := o.sessionSweepTx(!final)
 	if err != nil {
 		return err
 	}
@@ -105,7 +105,7 @@ func (o *Session) persist(ctx context.Context, final, posted bool) error {
 		if !more {
 			break
 		}
-		if tx, _, more, err = o.sessionSweepTx(); err != nil {
+		if tx, _, more, err = o.sessionSweepTx(!final); err != nil {
 			return err
 		}
 	}
@@ -179,13 +179,15 @@ func (o *Session) PersistedBefore(t time.Time) bool {
 // subscriptions, acknowledged checkpoint, and the deletes of up to
 // Env.MaxStateDeletes completion marks it covers (persist drops the rest).
 func (o *Session) SessionTx() (*table.Tx, error) {
-	tx, _, _, err := o.sessionSweepTx()
+	tx, _, _, err := o.sessionSweepTx(false)
 	return tx, err
 }
 
 // sessionSweepTx is sessionTx, also returning the checkpoint it writes and
 // reporting whether covered completion marks are left for another commit.
-func (o *Session) sessionSweepTx() (*table.Tx, table.Cursor, bool, error) {
+// lazy says the write is a checkpoint of the connected session, which
+// may leave the record's index entries as they are (Env.IndexEvery).
+func (o *Session) sessionSweepTx(lazy bool) (*table.Tx, table.Cursor, bool, error) {
 	var cp table.Cursor
 	if sub := o.currentSub(); sub != nil {
 		cp = sub.Checkpoint()
@@ -240,6 +242,9 @@ func (o *Session) sessionSweepTx() (*table.Tx, table.Cursor, bool, error) {
 	}
 	tx := o.env.DB.Begin()
 	more := o.sweepDoneLocked(tx, cp)
+	if lazy {
+		o.rec.IndexLazily(o.env.IndexEvery)
+	}
 	if err := session.Put(tx, o.client, o.rec); err != nil {
 		return nil, cp, false, err
 	}

@@ -150,6 +150,12 @@ type Env struct {
 	// checkpoint write; RetentionEvery, how long a checkpoint that moved
 	// only over other sessions' messages does.
 	CheckpointEvery, RetentionEvery time.Duration
+	// IndexEvery, when positive, is how long a session's checkpoint
+	// writes while it is connected may leave its index entries as they
+	// are (session.Record.IndexLazily); zero moves them at every write.
+	// Only for a store no other node reads: another node's retention
+	// pass would find every such entry stale and write it again.
+	IndexEvery time.Duration
 	// MaxInflightBytes bounds the payload bytes in flight per session
 	// (0: no bound).
 	MaxInflightBytes int64

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
@@ -24,7 +25,10 @@ import (
 // memory, and the first offline one, instead of decoding every session
 // record. Every stored session has an entry at or below its persisted
 // checkpoint: a write that moves the checkpoint puts the new entry and
-// drops the old one in the same commit (Index). An entry may outlive what
+// drops the old one in the same commit (Index), except that an online
+// session's frequent writes may leave its entry below for a while
+// (IndexLazily), which costs a pass only the read of that entry while the
+// session is online. An entry may outlive what
 // it stood for (a commit that failed after Put moved the in-memory copy
 // on, an index built from an older snapshot, a session discarded with
 // another checkpoint): a reader checks the record behind any entry it
@@ -266,15 +270,31 @@ func (s *Record) indexShares(tx *table.Tx, client string) error {
 	return nil
 }
 
+// IndexLazily lets the next Put of s leave its checkpoint entry below a
+// checkpoint that moved up, and not put again the recovery entry it put
+// already, while the entries were written in full less than maxAge ago.
+// For the frequent checkpoint writes of an online session on a store no
+// other node reads: retention takes such a session's checkpoint from
+// memory, and moving its entry at every write cost two engine entries,
+// and a tombstone that every later pass read past, per write. An entry
+// left below stays at or below the persisted checkpoint, which is all a
+// reader relies on (see CheckpointTable).
+func (s *Record) IndexLazily(maxAge time.Duration) { s.lazyIndex = maxAge }
+
 // Index adds to tx the index entries of s as it is being written: its
 // checkpoint entry when the checkpoint moved (dropping the old one), and
 // its recovery entry while it needs one. The recovery entry is put on
-// every write that needs it, so a record that needs it never goes
-// without, whatever commit failed before. Put calls it; a caller writing
-// only the indexes (of a store written before they existed) calls it on
-// a record fresh from Decode.
+// every write that needs it (but a lazy one, see IndexLazily), so a
+// record that needs it never goes without for long, whatever commit
+// failed before. Put calls it; a caller writing only the indexes (of a
+// store written before they existed) calls it on a record fresh from
+// Decode.
 func Index(tx *table.Tx, client string, s *Record) error {
-	if !s.hasIndexed || s.indexed != s.Checkpoint {
+	// Lazy: the entry may stay where it is (never above the checkpoint),
+	// and the period since the last full write has not passed.
+	lazy := s.hasIndexed && !s.Checkpoint.Less(s.indexed) && s.lazyIndex > 0 && time.Since(s.indexedAt) < s.lazyIndex
+	s.lazyIndex = 0
+	if !lazy && (!s.hasIndexed || s.indexed != s.Checkpoint) {
 		if s.hasIndexed {
 			if err := tx.DeleteStateUnchecked(CheckpointTable, CheckpointID(s.indexed, client)); err != nil {
 				return err
@@ -285,7 +305,11 @@ func Index(tx *table.Tx, client string, s *Record) error {
 		}
 		s.indexed, s.hasIndexed = s.Checkpoint, true
 	}
+	if !lazy {
+		s.indexedAt = time.Now()
+	}
 	switch {
+	case s.NeedsRecovery() && lazy && s.flagged:
 	case s.NeedsRecovery():
 		if err := tx.PutStateUnchecked(RecoverTable, client, nil); err != nil {
 			return err

@@ -181,6 +181,58 @@ func TestPutKeepsIndexes(t *testing.T) {
 	check("indexed on upgrade", []string{session.CheckpointID(cp1, client)}, []string{client}, []string{session.ExpiryID(deadline, client)})
 }
 
+// TestIndexLazily checks the lazy writes of an online session's record:
+// within the period its checkpoint entry stays below a checkpoint that
+// moved up and its recovery entry is not put again; a checkpoint that
+// moved down, a period that has passed, a write that is not lazy and a
+// record read from the store move the entry at once.
+func TestIndexLazily(t *testing.T) {
+	db := tabletest.Open(t)
+	const client = "meter-3"
+	put := func(step string, s *session.Record, lazy time.Duration, wantWrites int, wantCP table.Cursor) {
+		t.Helper()
+		tx := db.Begin()
+		if lazy > 0 {
+			s.IndexLazily(lazy)
+		}
+		if err := session.Put(tx, client, s); err != nil {
+			t.Fatal(err)
+		}
+		if w, _ := tx.Size(); w != wantWrites {
+			t.Fatalf("%s: %d writes, want %d", step, w, wantWrites)
+		}
+		commit(t, tx)
+		if got, want := ids(t, db, session.CheckpointTable), []string{session.CheckpointID(wantCP, client)}; !slices.Equal(got, want) {
+			t.Fatalf("%s: checkpoint index %q, want %q", step, got, want)
+		}
+		if got := ids(t, db, session.RecoverTable); !slices.Equal(got, []string{client}) {
+			t.Fatalf("%s: recovery index %q", step, got)
+		}
+	}
+	cp := func(k int) table.Cursor { return table.Cursor{Key: engine.LogKey(k)} }
+	s := session.Record{Version: packet.V311, Expiry: session.NeverExpires, Online: true, Checkpoint: cp(100)}
+	put("connect", &s, 0, 3, cp(100)) // record, checkpoint and recovery entries
+
+	s.Checkpoint = cp(110)
+	put("lazy, moved up", &s, time.Hour, 1, cp(100)) // the record alone
+	s.Checkpoint = cp(120)
+	put("lazy again", &s, time.Hour, 1, cp(100))
+	s.Checkpoint = cp(90)
+	put("lazy, moved down", &s, time.Hour, 4, cp(90)) // old entry dropped, new put, recovery put
+	s.Checkpoint = cp(130)
+	put("not lazy", &s, 0, 4, cp(130))
+
+	s.Checkpoint = cp(140)
+	time.Sleep(2 * time.Millisecond)
+	put("lazy, period passed", &s, time.Millisecond, 4, cp(140))
+
+	r := load(t, db, client)
+	r.Checkpoint = cp(150)
+	put("lazy, read from the store", &r, time.Hour, 4, cp(150))
+	r.Checkpoint = cp(160)
+	put("lazy after that", &r, time.Hour, 1, cp(150))
+}
+
 // TestSlotIDFormat pins the stored form of per-exchange record ids: the
 // staged and outbound records of sessions written by earlier versions
 // must still be found.

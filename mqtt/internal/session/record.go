@@ -81,6 +81,11 @@ type Record struct {
 	indexed    table.Cursor
 	hasIndexed bool
 	flagged    bool
+	// indexedAt is when Index last wrote the entries in full (zero for a
+	// copy read from the store), and lazyIndex how long the next Put may
+	// leave them as they are (see IndexLazily).
+	indexedAt time.Time
+	lazyIndex time.Duration
 	// shares are the shares the share-members index holds entries of
 	// for this session, as far as this copy knows.
 	shares []topic.Share
