@@ -59,7 +59,7 @@ func newParking(c *conn) *parking {
 	// Made stopped, before the first park publishes the state a Ready
 	// reads it under: armed only once parked, or its end could come
 	// before the park and be lost.
-	pk.timer = time.AfterFunc(time.Hour, pk.Ready)
+	pk.timer = time.AfterFunc(time.Hour, func() { pk.Ready() })
 	pk.timer.Stop()
 	pk.id = p.Add(pk)
 	return pk
@@ -90,17 +90,20 @@ func (pk *parking) park(deadline time.Time) bool {
 // Ready resumes a parked connection's read loop on a goroutine of the
 // broker's runners, whose stack has most likely grown already to what
 // reading and handling a packet takes (a new goroutine's would grow,
-// copied, on every wake-up). It is
+// copied, on every wake-up), and reports whether it did. It is
 // called by the poller, the keep-alive timer and the context's end; the
 // first wins, and a late one finding the loop running does nothing (or,
 // after the connection parked again, resumes it early: the loop then
-// reads, waiting for input as it would without parking).
-func (pk *parking) Ready() {
+// parks again, or reads, waiting for input as it would without parking).
+// A report of the poller's that finds the loop running disarms the
+// socket until the next park (see netio.Poller).
+func (pk *parking) Ready() bool {
 	if !pk.state.CompareAndSwap(parked, running) {
-		return
+		return false
 	}
 	pk.timer.Stop()
 	pk.c.b.runners.Go(pk.resume)
+	return true
 }
 
 // release frees the connection's registration as it ends.

@@ -12,11 +12,17 @@ import (
 
 // Poller reports input on many idle sockets from one goroutine, so a
 // connection that waits for its client's next packet needs no goroutine
-// (and no goroutine stack) of its own. A socket is armed for one report
-// at a time: Arm registers it, and the first input, hang-up or error
-// after that calls its Waiter's Ready once; arming it again asks for the
-// next. The poller's own wait is an epoll descriptor waited on through
-// the runtime's network poller, so it holds no thread while idle.
+// (and no goroutine stack) of its own. Arm registers a socket, once,
+// edge-triggered: every input, hang-up or error after that calls its
+// Waiter's Ready, which says whether the waiter was waiting for it.
+// Arming again costs nothing, unless a report came that the waiter was
+// not waiting for (it was reading already): that one disarmed the socket,
+// and the next Arm arms it again, when input already there is reported
+// at once. So a connection that parks after every packet, as a fleet's
+// devices do, parks without a system call, and one that keeps reading
+// is told once, not at every packet. The poller's own wait is an epoll
+// descriptor waited on through the runtime's network poller, so it holds
+// no thread while idle.
 //
 // A Poller is safe for concurrent use.
 type Poller struct {
@@ -34,8 +40,11 @@ type Poller struct {
 }
 
 // A Waiter is told that its socket has something to read (or has ended).
-// Ready runs on the poller's goroutine: it must not block.
-type Waiter interface{ Ready() }
+// Ready runs on the poller's goroutine: it must not block. It reports
+// whether the waiter was waiting for input; false disarms the socket
+// until the next Arm. A report may come for input the waiter has read
+// since: it is a hint to read, not a promise of input.
+type Waiter interface{ Ready() bool }
 
 // waiter is a registered Waiter and the state of arming its socket. The
 // control functions handed to the two descriptors are made once, with the
@@ -43,20 +52,35 @@ type Waiter interface{ Ready() }
 type waiter struct {
 	w Waiter
 
-	// armMu is held through an Arm: a report may resume the connection,
-	// and the resumed read loop park again, before the Arm that armed it
-	// has returned.
+	// armMu is held through an Arm and through a report with its
+	// disarming, so that a disarm never lands after an Arm that found
+	// the socket armed: the Arm then sees it disarmed and arms it again.
 	armMu sync.Mutex
-	// added says the socket is in the epoll set, so arming it again is a
-	// modification, not an addition (one system call, not a failed one
-	// and a second).
-	added    bool
-	sc       syscall.RawConn
-	ev       unix.EpollEvent
-	epfd     uintptr
-	err      error
-	onEpoll  func(epfd uintptr)
-	onSocket func(fd uintptr)
+	// added says the socket is in the epoll set, and disarmed that a
+	// report the waiter was not waiting for turned its events off.
+	added, disarmed bool
+	sc              syscall.RawConn // the socket, from its first Arm
+	ev              unix.EpollEvent // the events to arm
+	off             unix.EpollEvent // disarmed: one hang-up report at most
+	op              int
+	set             *unix.EpollEvent
+	epfd            uintptr
+	err             error
+	onEpoll         func(epfd uintptr)
+	onSocket        func(fd uintptr)
+}
+
+// control runs epoll_ctl op with set on the waiter's socket, both
+// descriptors held open. armMu held.
+func (e *waiter) control(p *Poller, op int, set *unix.EpollEvent) error {
+	e.op, e.set, e.err = op, set, nil
+	if perr := p.rc.Control(e.onEpoll); perr != nil {
+		return fmt.Errorf("netio: poller closed: %w", perr)
+	}
+	if e.err != nil {
+		return os.NewSyscallError("epoll_ctl", e.err)
+	}
+	return nil
 }
 
 // controlEpoll runs with the epoll descriptor held open.
@@ -70,18 +94,14 @@ func (e *waiter) controlEpoll(epfd uintptr) {
 // controlSocket runs with both descriptors held open, so neither number
 // can name another file by the time epoll_ctl runs.
 func (e *waiter) controlSocket(fd uintptr) {
-	op := unix.EPOLL_CTL_ADD
-	if e.added {
-		op = unix.EPOLL_CTL_MOD
-	}
-	e.err = unix.EpollCtl(int(e.epfd), op, int(fd), &e.ev)
+	e.err = unix.EpollCtl(int(e.epfd), e.op, int(fd), e.set)
 	// The set and the flag disagree only if the socket left the set
 	// (closed): try the other way, which fails as it should.
 	switch {
-	case op == unix.EPOLL_CTL_ADD && errors.Is(e.err, unix.EEXIST):
-		e.err = unix.EpollCtl(int(e.epfd), unix.EPOLL_CTL_MOD, int(fd), &e.ev)
-	case op == unix.EPOLL_CTL_MOD && errors.Is(e.err, unix.ENOENT):
-		e.err = unix.EpollCtl(int(e.epfd), unix.EPOLL_CTL_ADD, int(fd), &e.ev)
+	case e.op == unix.EPOLL_CTL_ADD && errors.Is(e.err, unix.EEXIST):
+		e.err = unix.EpollCtl(int(e.epfd), unix.EPOLL_CTL_MOD, int(fd), e.set)
+	case e.op == unix.EPOLL_CTL_MOD && errors.Is(e.err, unix.ENOENT):
+		e.err = unix.EpollCtl(int(e.epfd), unix.EPOLL_CTL_ADD, int(fd), e.set)
 	}
 }
 
@@ -116,10 +136,14 @@ func (p *Poller) Add(w Waiter) uint64 {
 	p.next++
 	id := p.next
 	e := &waiter{w: w, ev: unix.EpollEvent{
-		Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLONESHOT,
+		Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET,
 		Fd:     int32(uint32(id)),       //nolint:gosec // the id's low half, stored bit for bit
 		Pad:    int32(uint32(id >> 32)), //nolint:gosec // and its high half
 	}}
+	// Disarmed, a socket still reports a hang-up or an error (epoll
+	// always does): one-shot, so a closed socket does not report on and on.
+	e.off = e.ev
+	e.off.Events = unix.EPOLLONESHOT
 	e.onEpoll, e.onSocket = e.controlEpoll, e.controlSocket
 	p.waiters[id] = e
 	return id
@@ -138,9 +162,11 @@ func (p *Poller) Remove(id uint64) {
 // removed.
 var ErrUnknown = errors.New("netio: poller: unknown id")
 
-// Arm asks for one report when the socket behind sc has input for id's
-// Waiter. It fails when the socket or the poller is closed, or id is not
-// registered.
+// Arm asks for reports when the socket behind sc has input for id's
+// Waiter: a system call the first time, and after a report the Waiter
+// was not waiting for; none otherwise. sc must be the same socket at
+// every Arm of id. It fails when the socket or the poller is closed, or
+// id is not registered.
 func (p *Poller) Arm(sc syscall.RawConn, id uint64) error {
 	p.mu.RLock()
 	e := p.waiters[id]
@@ -150,17 +176,36 @@ func (p *Poller) Arm(sc syscall.RawConn, id uint64) error {
 	}
 	e.armMu.Lock()
 	defer e.armMu.Unlock()
-	e.sc, e.err = sc, nil
-	perr := p.rc.Control(e.onEpoll)
-	e.sc = nil
-	if perr != nil {
-		return fmt.Errorf("netio: poller closed: %w", perr)
+	switch {
+	case !e.added:
+		e.sc = sc
+		if err := e.control(p, unix.EPOLL_CTL_ADD, &e.ev); err != nil {
+			return err
+		}
+		e.added = true
+	case e.disarmed:
+		if err := e.control(p, unix.EPOLL_CTL_MOD, &e.ev); err != nil {
+			return err
+		}
+		e.disarmed = false
 	}
-	if e.err != nil {
-		return os.NewSyscallError("epoll_ctl", e.err)
-	}
-	e.added = true
 	return nil
+}
+
+// report hands a report to e's Waiter and disarms the socket when the
+// Waiter was not waiting: while it reads, input would report on, a
+// wake-up of the poller per packet of a busy connection.
+func (p *Poller) report(e *waiter) {
+	e.armMu.Lock()
+	defer e.armMu.Unlock()
+	if e.w.Ready() || !e.added || e.disarmed {
+		return
+	}
+	// A failure leaves it armed: the reports it then gives are hints,
+	// which cost a wake-up each and lose nothing.
+	if e.control(p, unix.EPOLL_CTL_MOD, &e.off) == nil {
+		e.disarmed = true
+	}
 }
 
 // Close stops the poller and waits for its goroutine. Waiters still
@@ -190,7 +235,7 @@ func (p *Poller) loop() {
 				e := p.waiters[id]
 				p.mu.RUnlock()
 				if e != nil {
-					e.w.Ready()
+					p.report(e)
 				}
 			}
 			if n < len(evs) {

@@ -3,14 +3,25 @@ package netio
 import (
 	"errors"
 	"net"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 )
 
+// chanWaiter reports each report on its channel, always waiting.
 type chanWaiter chan struct{}
 
-func (w chanWaiter) Ready() { w <- struct{}{} }
+func (w chanWaiter) Ready() bool { w <- struct{}{}; return true }
+
+// busyWaiter reports each report on ch, and says it was waiting for it
+// only while waiting is set.
+type busyWaiter struct {
+	ch      chanWaiter
+	waiting atomic.Bool
+}
+
+func (w *busyWaiter) Ready() bool { w.ch <- struct{}{}; return w.waiting.Load() }
 
 func rawConn(t *testing.T, c net.Conn) syscall.RawConn {
 	t.Helper()
@@ -35,10 +46,12 @@ func expect(t *testing.T, w chanWaiter, want bool, what string) {
 	}
 }
 
-// TestPollerReportsOncePerArm checks the poller's contract: one report
-// per Arm, for input, for input already there, and for a hang-up; none
-// after Remove; Arm on a closed socket fails.
-func TestPollerReportsOncePerArm(t *testing.T) {
+// TestPollerReports checks the poller's contract: a report for each
+// input while the waiter waits, for input already there when it is armed
+// again after a report it was not waiting for, and for a hang-up; none
+// between that report and the next Arm, and none after Remove; Arm on a
+// closed socket fails.
+func TestPollerReports(t *testing.T) {
 	p, err := NewPoller()
 	if err != nil {
 		t.Fatal(err)
@@ -46,25 +59,39 @@ func TestPollerReportsOncePerArm(t *testing.T) {
 	defer p.Close()
 	client, server := tcpPair(t)
 	rc := rawConn(t, server)
-	w := make(chanWaiter, 4)
+	w := &busyWaiter{ch: make(chanWaiter, 4)}
+	w.waiting.Store(true)
 	id := p.Add(w)
+	send := func(b string) {
+		t.Helper()
+		if _, err := client.Write([]byte(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	if err := p.Arm(rc, id); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, w, false, "armed, nothing sent")
-	if _, err := client.Write([]byte("a")); err != nil {
-		t.Fatal(err)
-	}
-	expect(t, w, true, "input")
-	if _, err := client.Write([]byte("b")); err != nil {
-		t.Fatal(err)
-	}
-	expect(t, w, false, "more input without arming again")
+	expect(t, w.ch, false, "armed, nothing sent")
+	send("a")
+	expect(t, w.ch, true, "input")
+	send("b")
+	expect(t, w.ch, true, "more input, still waiting")
 	if err := p.Arm(rc, id); err != nil {
 		t.Fatal(err)
 	}
-	expect(t, w, true, "armed with input unread")
+	expect(t, w.ch, false, "armed again, nothing new")
+
+	w.waiting.Store(false) // reading: the next report disarms
+	send("c")
+	expect(t, w.ch, true, "input while reading")
+	send("d")
+	expect(t, w.ch, false, "more input, disarmed")
+	w.waiting.Store(true)
+	if err := p.Arm(rc, id); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, w.ch, true, "armed again with input unread")
 
 	var buf [8]byte
 	if _, err := server.Read(buf[:]); err != nil {
@@ -74,13 +101,13 @@ func TestPollerReportsOncePerArm(t *testing.T) {
 		t.Fatal(err)
 	}
 	client.Close()
-	expect(t, w, true, "the client hung up")
+	expect(t, w.ch, true, "the client hung up")
 
 	p.Remove(id)
 	if err := p.Arm(rc, id); !errors.Is(err, ErrUnknown) {
 		t.Fatalf("Arm after Remove: %v, want ErrUnknown", err)
 	}
-	expect(t, w, false, "removed")
+	expect(t, w.ch, false, "removed")
 
 	id = p.Add(w)
 	server.Close()

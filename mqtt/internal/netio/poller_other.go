@@ -12,8 +12,9 @@ import (
 // of their own.
 type Poller struct{}
 
-// A Waiter is told that its socket has something to read (or has ended).
-type Waiter interface{ Ready() }
+// A Waiter is told that its socket has something to read (or has ended),
+// and reports whether it was waiting for it.
+type Waiter interface{ Ready() bool }
 
 // NewPoller fails with errors.ErrUnsupported: there is no poller here.
 func NewPoller() (*Poller, error) { return nil, errors.ErrUnsupported }
