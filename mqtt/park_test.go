@@ -81,3 +81,36 @@ func TestIdleConnectionsPark(t *testing.T) {
 		t.Fatalf("after the takeover: %q", p.Payload)
 	}
 }
+
+// A parked connection woken by a burst larger than its read buffer
+// reads all of it. The poller reports input as it arrives, not as it
+// sits in the socket, so a connection that parks after one buffer's
+// worth must say that the socket may hold more, or it would wait
+// for the rest until the keep alive ran out.
+func TestParkedConnectionReadsABurst(t *testing.T) {
+	s := startBroker(t)
+	c, _ := connectRaw(t, s.Addr, connect5Packet("burst", true, 600))
+	deadline := time.Now().Add(wait)
+	for readLoops(t) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the connection did not park")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // past the wait for a next packet of an exchange
+	// 16 bytes each, so that one buffer's worth ends at a packet's end
+	// and reading it whole leaves the read loop nothing buffered.
+	const n = 600
+	burst := make([]packet.Packet, n)
+	for i := range burst {
+		burst[i] = &packet.Publish{Topic: "b/xy", QoS: packet.QoS1, PacketID: uint16(i + 1), Payload: []byte("01234")}
+	}
+	var enc bytes.Buffer
+	if err := packet.NewWriter(&enc, packet.V5).WritePacket(burst[0]); err != nil || enc.Len() != 16 {
+		t.Fatalf("a PUBLISH of %d bytes (%v), want 16", enc.Len(), err)
+	}
+	c.Send(burst...)
+	for i := range n {
+		c.Expect(packet.TypePuback, uint16(i+1))
+	}
+}

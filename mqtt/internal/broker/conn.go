@@ -641,7 +641,7 @@ func (c *conn) waitToPark(now, deadline time.Time) int {
 	c.br.Idle()
 	c.acks.Shrink()
 	c.b.at(PointParked, c.client, 0)
-	if !c.pk.park(deadline) {
+	if !c.pk.park(deadline, c.br.MayHoldMore()) {
 		return waitInput
 	}
 	return waitParked

@@ -68,13 +68,14 @@ func newParking(c *conn) *parking {
 // park parks the connection and reports true, after which the calling
 // goroutine must not touch it: another may be running its read loop
 // already. False means it could not park, or was resumed at once, and
-// the caller reads on.
-func (pk *parking) park(deadline time.Time) bool {
+// the caller reads on. more says the socket may hold input the read
+// loop has not read (see netio.Poller.Arm).
+func (pk *parking) park(deadline time.Time, more bool) bool {
 	pk.state.Store(parked)
 	if !deadline.IsZero() {
 		pk.timer.Reset(time.Until(deadline))
 	}
-	err := pk.c.b.poller.Arm(pk.rc, pk.id)
+	err := pk.c.b.poller.Arm(pk.rc, pk.id, more)
 	if err == nil && pk.c.ctx.Err() == nil {
 		return true
 	}

@@ -163,11 +163,15 @@ func (p *Poller) Remove(id uint64) {
 var ErrUnknown = errors.New("netio: poller: unknown id")
 
 // Arm asks for reports when the socket behind sc has input for id's
-// Waiter: a system call the first time, and after a report the Waiter
-// was not waiting for; none otherwise. sc must be the same socket at
-// every Arm of id. It fails when the socket or the poller is closed, or
-// id is not registered.
-func (p *Poller) Arm(sc syscall.RawConn, id uint64) error {
+// Waiter. Edge-triggered, a report comes for input that arrives, not for
+// input that is there: so more says whether the socket may hold input
+// the Waiter has not read since its last report (its last read filled
+// its buffer), and Arm then arms it again, which reports that input at
+// once. That, the first Arm and an Arm after a report the Waiter was not
+// waiting for cost a system call; any other costs none. sc must be the
+// same socket at every Arm of id. It fails when the socket or the poller
+// is closed, or id is not registered.
+func (p *Poller) Arm(sc syscall.RawConn, id uint64, more bool) error {
 	p.mu.RLock()
 	e := p.waiters[id]
 	p.mu.RUnlock()
@@ -183,7 +187,7 @@ func (p *Poller) Arm(sc syscall.RawConn, id uint64) error {
 			return err
 		}
 		e.added = true
-	case e.disarmed:
+	case e.disarmed || more:
 		if err := e.control(p, unix.EPOLL_CTL_MOD, &e.ev); err != nil {
 			return err
 		}

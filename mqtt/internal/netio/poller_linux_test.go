@@ -48,9 +48,9 @@ func expect(t *testing.T, w chanWaiter, want bool, what string) {
 
 // TestPollerReports checks the poller's contract: a report for each
 // input while the waiter waits, for input already there when it is armed
-// again after a report it was not waiting for, and for a hang-up; none
-// between that report and the next Arm, and none after Remove; Arm on a
-// closed socket fails.
+// again after a report it was not waiting for or with more, and for a
+// hang-up; none between that report and the next Arm, none for input
+// already reported, and none after Remove; Arm on a closed socket fails.
 func TestPollerReports(t *testing.T) {
 	p, err := NewPoller()
 	if err != nil {
@@ -69,7 +69,7 @@ func TestPollerReports(t *testing.T) {
 		}
 	}
 
-	if err := p.Arm(rc, id); err != nil {
+	if err := p.Arm(rc, id, false); err != nil {
 		t.Fatal(err)
 	}
 	expect(t, w.ch, false, "armed, nothing sent")
@@ -77,7 +77,7 @@ func TestPollerReports(t *testing.T) {
 	expect(t, w.ch, true, "input")
 	send("b")
 	expect(t, w.ch, true, "more input, still waiting")
-	if err := p.Arm(rc, id); err != nil {
+	if err := p.Arm(rc, id, false); err != nil {
 		t.Fatal(err)
 	}
 	expect(t, w.ch, false, "armed again, nothing new")
@@ -88,30 +88,46 @@ func TestPollerReports(t *testing.T) {
 	send("d")
 	expect(t, w.ch, false, "more input, disarmed")
 	w.waiting.Store(true)
-	if err := p.Arm(rc, id); err != nil {
+	if err := p.Arm(rc, id, false); err != nil {
 		t.Fatal(err)
 	}
 	expect(t, w.ch, true, "armed again with input unread")
+
+	// A read that fills its buffer leaves input behind: armed again
+	// without more, a socket with nothing new to report stays silent;
+	// with it, the input there is reported.
+	var one [1]byte
+	if _, err := server.Read(one[:]); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Arm(rc, id, false); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, w.ch, false, "armed again, input left behind but nothing new")
+	if err := p.Arm(rc, id, true); err != nil {
+		t.Fatal(err)
+	}
+	expect(t, w.ch, true, "armed again with more, input left behind")
 
 	var buf [8]byte
 	if _, err := server.Read(buf[:]); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Arm(rc, id); err != nil {
+	if err := p.Arm(rc, id, false); err != nil {
 		t.Fatal(err)
 	}
 	client.Close()
 	expect(t, w.ch, true, "the client hung up")
 
 	p.Remove(id)
-	if err := p.Arm(rc, id); !errors.Is(err, ErrUnknown) {
+	if err := p.Arm(rc, id, false); !errors.Is(err, ErrUnknown) {
 		t.Fatalf("Arm after Remove: %v, want ErrUnknown", err)
 	}
 	expect(t, w.ch, false, "removed")
 
 	id = p.Add(w)
 	server.Close()
-	if err := p.Arm(rc, id); err == nil || errors.Is(err, ErrUnknown) {
+	if err := p.Arm(rc, id, false); err == nil || errors.Is(err, ErrUnknown) {
 		t.Fatalf("Arm on a closed socket: %v, want the socket's error", err)
 	}
 }
@@ -129,7 +145,7 @@ func TestPollerManySockets(t *testing.T) {
 	for i := range n {
 		client, server := tcpPair(t)
 		clients[i] = client
-		if err := p.Arm(rawConn(t, server), p.Add(w)); err != nil {
+		if err := p.Arm(rawConn(t, server), p.Add(w), false); err != nil {
 			t.Fatal(err)
 		}
 	}

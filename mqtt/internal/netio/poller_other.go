@@ -26,7 +26,7 @@ func (p *Poller) Add(Waiter) uint64 { return 0 }
 func (p *Poller) Remove(uint64) {}
 
 // Arm fails: there is no poller.
-func (p *Poller) Arm(syscall.RawConn, uint64) error { return errors.ErrUnsupported }
+func (p *Poller) Arm(syscall.RawConn, uint64, bool) error { return errors.ErrUnsupported }
 
 // Close does nothing.
 func (p *Poller) Close() error { return nil }

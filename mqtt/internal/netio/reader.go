@@ -181,6 +181,11 @@ func (cr *Reader) Idle() {
 	}
 }
 
+// MayHoldMore reports whether the socket may hold input the reader has
+// not read: its last read filled what it read into. A read that came
+// back short took all the socket had then.
+func (cr *Reader) MayHoldMore() bool { return cr.full }
+
 // Holding reports whether the reader holds a buffer.
 func (cr *Reader) Holding() bool { return cr.small != nil || cr.big != nil }
 
