@@ -16,9 +16,11 @@ import (
 // edge-triggered: every input, hang-up or error after that calls its
 // Waiter's Ready, which says whether the waiter was waiting for it.
 // Arming again costs nothing, unless a report came that the waiter was
-// not waiting for (it was reading already): that one disarmed the socket,
-// and the next Arm arms it again, when input already there is reported
-// at once. So a connection that parks after every packet, as a fleet's
+// not waiting for (it was reading already), which disarmed the socket,
+// or the waiter's last read may have left input behind: the Arm then
+// arms it again, when input already there is reported at once (input
+// that is there and was reported before would otherwise not be again).
+// So a connection that parks after every packet, as a fleet's
 // devices do, parks without a system call, and one that keeps reading
 // is told once, not at every packet. The poller's own wait is an epoll
 // descriptor waited on through the runtime's network poller, so it holds
