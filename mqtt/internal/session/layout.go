@@ -139,6 +139,7 @@ const (
 // that expires, its entry in the expiry index.
 func Put(tx *table.Tx, client string, s *Record) error {
 	if err := tx.PutState(Table, client, Encode(s)); err != nil {
+		s.lazyIndex = 0 // asked of this write only
 		return err
 	}
 	if err := Index(tx, client, s); err != nil {
