@@ -13,15 +13,19 @@
 // (Batch.Defer) is applied without a sync request and completes with the
 // next sync, someone else's or, after the defer window, one of its own.
 //
-// SyncNone and SyncInterval apply every commit with a sync request too,
-// and the committer waits for it, but the WAL file's sync does nothing in
-// those modes (SyncInterval's periodic sync excepted): the request has
-// Pebble's WAL writer write the commit to the file, which without one it
-// does only once a 32 KiB block fills, so a commit completes once it is in
-// the operating system and a process crash loses none that completed
-// (conformance case sigkill_loses_no_completed_commit_sync_none). The
-// committer's wait for that write costs a hand-off to the WAL writer's
-// goroutine per commit, or per group of concurrent ones. A commit's data keys are visible to snapshots as soon as it is applied,
+// SyncNone and SyncInterval complete a commit once it is in the operating
+// system, so a process crash loses none that completed (conformance case
+// sigkill_loses_no_completed_commit_sync_none); SyncInterval's periodic
+// sync is the only fsync. Pebble writes its WAL's last 32 KiB block only
+// once it fills or a sync is asked for, so on Linux the committer also
+// copies the commit's batch into the commit journal, a file mapped shared
+// into memory, whose stores the page cache holds at once: no system call
+// and no hand-off to Pebble's WAL writer goroutine (journal.go). Opening
+// the store applies the journaled commits its WAL lacks. Elsewhere, and
+// for a batch larger than the journal (engine parameter journal_kb), the
+// commit is applied with a sync request, which has Pebble's WAL writer
+// write it while the WAL file's sync does nothing, and the committer
+// waits for that write. A commit's data keys are visible to snapshots as soon as it is applied,
 // before its sync; its log entries are visible to ScanLog only once the
 // commit is durable, so a change feed never shows what a crash could take
 // back.
@@ -34,8 +38,9 @@
 // it, and a recovery loop waits until a probe file of a memtable's size
 // (at least 4 MiB) can be written and synced in the data directory, then
 // closes the failed Pebble DB and opens the directory again; the WAL
-// replays as after a crash. In every sync mode nothing completed is lost:
-// a commit whose write failed fails. Open snapshots and
+// replays as after a crash, and the journal after it. In every sync mode
+// nothing completed is lost: a commit whose write failed fails, and one
+// the journal holds is applied again. Open snapshots and
 // iterators of the failed DB return ErrWriteFailed; read again. If the
 // failed DB cannot be closed (a panic inside Pebble's commit pipeline can
 // leave it locked), the engine stays failed and Health says to restart

@@ -31,6 +31,7 @@ func init() {
 		Params: []driver.Param{
 			{Name: "cache_mb", Default: "64", Doc: "block cache size in MiB, beside the memtables (Pebble counts them against its cache, so the cache is made this much larger than they can take)"},
 			{Name: "memtable_mb", Default: "64", Doc: "memtable size in MiB"},
+			{Name: "journal_kb", Default: "4096", Doc: "size in KiB of the commit journal of sync modes none and interval, a file mapped into memory that keeps completed commits through a process crash without waiting for Pebble's WAL writer; when it fills, the WAL is written and it starts over"},
 		},
 		Doc: "embedded LSM (cockroachdb/pebble v2); one log key per transaction; group commit through Pebble's commit pipeline",
 	})
@@ -79,6 +80,10 @@ type db struct {
 	// writing counts the commits of SyncNone and SyncInterval applied and
 	// waiting for their write (see Submit); Add under mu while open.
 	writing sync.WaitGroup
+	// jr is the commit journal of SyncNone and SyncInterval (journal.go),
+	// under mu; nil where the commits wait for Pebble's WAL writer.
+	jr     *journal
+	jrSize int
 	// gate picks the deferred commits (Batch.Defer) that wait for a
 	// later sync.
 	gate *deferral.Gate
@@ -122,6 +127,10 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	journalKB, err := driver.IntParam(opts, Name, "journal_kb", 4096, 64, 1<<20)
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("pebble: create %s: %w", opts.Dir, err)
 	}
@@ -139,6 +148,7 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 		readers: snapguard.New[*snapshot](),
 		stop:    make(chan struct{}),
 		gate:    deferral.NewGate(opts.Deferral()),
+		jrSize:  journalKB << 10,
 	}
 	d.fs = newWatchFS(func(err error) {
 		d.fail(fmt.Errorf("pebble: %w: %w", driver.ErrWriteFailed, err))
@@ -170,8 +180,15 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 		return nil, fmt.Errorf("pebble: open %s: %w", opts.Dir, err)
 	}
 	d.lock, d.pdb = lock, pdb
+	if err := d.openJournal(); err != nil {
+		_ = pdb.Close()
+		cache.Unref()
+		lock.Release()
+		return nil, err
+	}
 	top, floor, last, err := d.recoverKeys()
 	if err != nil {
+		d.closeJournal()
 		_ = pdb.Close()
 		cache.Unref()
 		lock.Release()
@@ -317,7 +334,9 @@ func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error
 			d.stats.Appended(k, len(b.Log), logBytes)
 		}
 	}
-	// Every mode applies a commit with a sync of the WAL, so that it
+	// Under SyncNone and SyncInterval a commit the journal can hold is
+	// journaled instead of waited for (submitJournaled). Otherwise
+	// every mode applies a commit with a sync of the WAL, so that it
 	// completes only once Pebble has written it to the file: without one,
 	// Pebble keeps the WAL's last block in memory until it fills, and a
 	// process crash lost the commits completed in it. Under SyncNone and
@@ -326,6 +345,11 @@ func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error
 	// to the completer and from it to whoever waits on the handle cost
 	// more than the write. Commits of other goroutines meanwhile share the
 	// WAL writer's next write.
+	if d.jr != nil {
+		if h, ok := d.submitJournaled(pb, b, k, applied); ok {
+			return h, nil
+		}
+	}
 	if d.opts.Sync != driver.SyncAlways {
 		err := d.guard("apply", func() error { return d.pdb.ApplyNoSyncWait(pb, pebble.Sync) })
 		applied(err)
@@ -782,6 +806,7 @@ func (d *db) Close() error {
 		default:
 			err = d.pdb.Close()
 		}
+		d.closeJournal()
 		d.cache.Unref()
 		d.lock.Release()
 		return err

@@ -186,6 +186,13 @@ func (d *db) reopen() (done bool, err error) {
 		return false, err
 	}
 	d.pdb = pdb
+	// The commits completed through the journal that the failed WAL did
+	// not take are applied again (journal.go).
+	if err := d.openJournal(); err != nil {
+		d.pdb = nil
+		_ = pdb.Close()
+		return false, err
+	}
 	top, floor, last, err := d.recoverKeys()
 	if err != nil {
 		d.pdb = nil

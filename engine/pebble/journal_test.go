@@ -1,0 +1,216 @@
+//go:build linux && !nopebble
+
+package pebble
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/internal/enginetest"
+)
+
+// copyDir copies the regular files of src into a new directory, as the
+// operating system has them: what a process crash at that moment would
+// leave on disk.
+func copyDir(t *testing.T, src string) string {
+	t.Helper()
+	dst := t.TempDir()
+	err := filepath.WalkDir(src, func(p string, de os.DirEntry, err error) error {
+		if err != nil || de.IsDir() {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dst, rel)), 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dst, rel), b, 0o644)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+// TestJournalKeepsCompletedCommits takes the data directory as a process
+// crash would leave it (its files copied while the engine is open, after
+// the commits completed and before Close writes Pebble's last WAL block)
+// and opens the copy: every completed commit must be there, under
+// SyncNone and SyncInterval, with a journal small enough to start over
+// several times, and with concurrent committers.
+func TestJournalKeepsCompletedCommits(t *testing.T) {
+	for _, mode := range []engine.SyncMode{engine.SyncNone, engine.SyncInterval} {
+		t.Run(mode.String(), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			dir := t.TempDir()
+			// An interval longer than the test: only the journal and the
+			// journal's own WAL writes keep the commits.
+			opts := engine.Options{Dir: dir, Sync: mode, SyncInterval: time.Hour, Params: map[string]string{"journal_kb": "64"}}
+			e, err := engine.Open(ctx, Name, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := &enginetest.Committer{E: e, ValueSize: 100}
+			var wg sync.WaitGroup
+			for w := range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range 300 {
+						if err := c.Commit(ctx, fmt.Sprintf("w%d-%d", w, i)); err != nil {
+							t.Error(err)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			crashed := copyDir(t, dir)
+			if err := e.Close(); err != nil {
+				t.Fatal(err)
+			}
+			// The copy's journal holds the records of its last round.
+			jb, err := os.ReadFile(filepath.Join(crashed, journalName))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := len(scanJournal(jb)); n == 0 || n >= 1200 {
+				t.Fatalf("the journal holds %d records of 1,200 commits: it did not start over, or kept none", n)
+			}
+			e2, err := engine.Open(ctx, Name, engine.Options{Dir: crashed, Sync: mode})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e2.Close()
+			if got := len(c.Completed()); got != 1200 {
+				t.Fatalf("%d commits completed, want 1200", got)
+			}
+			enginetest.CheckCommitted(t, ctx, e2, c.Completed(), "after a crash")
+			// And the reopened store journals on from there.
+			c2 := &enginetest.Committer{E: e2, ValueSize: 100}
+			for i := range 50 {
+				if err := c2.Commit(ctx, fmt.Sprintf("after-%d", i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			again := copyDir(t, crashed)
+			e3, err := engine.Open(ctx, Name, engine.Options{Dir: again, Sync: engine.SyncAlways})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e3.Close()
+			enginetest.CheckCommitted(t, ctx, e3, append(c.Completed(), c2.Completed()...), "after a second crash, opened with SyncAlways")
+			if _, err := os.Stat(filepath.Join(again, journalName)); !os.IsNotExist(err) {
+				t.Fatalf("SyncAlways kept the applied journal: %v", err)
+			}
+		})
+	}
+}
+
+// journalBatch returns the representation of a batch that sets key to
+// value and the journal's position to seq, as Submit journals it.
+func journalBatch(pdb *pebble.DB, seq uint64, key, value string) []byte {
+	b := pdb.NewBatch()
+	_ = b.Set([]byte(key), []byte(value), nil)
+	var pos [8]byte
+	binary.BigEndian.PutUint64(pos[:], seq)
+	_ = b.Set(journalKey, pos[:], nil)
+	return bytes.Clone(b.Repr())
+}
+
+// writeJournal writes records of the given sequence numbers, one batch
+// each setting "k<seq>", to dir's journal, with trailing bytes after them.
+func writeJournal(t *testing.T, pdb *pebble.DB, dir string, tail []byte, seqs ...uint64) {
+	t.Helper()
+	var out []byte
+	for _, s := range seqs {
+		repr := journalBatch(pdb, s, fmt.Sprintf("k%d", s), "v")
+		rec := make([]byte, journalHeader+len(repr))
+		copy(rec[journalHeader:], repr)
+		sealJournalRecord(rec, s, len(repr))
+		out = append(out, rec...)
+	}
+	out = append(out, tail...)
+	if err := os.WriteFile(filepath.Join(dir, journalName), out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReplayJournal checks which journaled commits opening applies: those
+// after the store's position, in order, stopping at a record cut short, at
+// one of an earlier round, and not at all past a hole.
+func TestReplayJournal(t *testing.T) {
+	has := func(pdb *pebble.DB, key string) bool {
+		_, closer, err := pdb.Get([]byte(key))
+		if err == nil {
+			closer.Close()
+		}
+		return err == nil
+	}
+	cases := []struct {
+		name    string
+		stored  uint64 // the store's position before the replay
+		seqs    []uint64
+		tail    []byte
+		applied []uint64
+		last    uint64
+	}{
+		{name: "after the store", stored: 2, seqs: []uint64{1, 2, 3, 4}, applied: []uint64{3, 4}, last: 4},
+		{name: "all in the store", stored: 9, seqs: []uint64{7, 8}, last: 9},
+		{name: "a record cut short ends it", stored: 0, seqs: []uint64{1, 2}, tail: []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}, applied: []uint64{1, 2}, last: 2},
+		{name: "an earlier round ends it", stored: 4, seqs: []uint64{5, 6, 2, 3}, applied: []uint64{5, 6}, last: 6},
+		{name: "a hole applies nothing", stored: 3, seqs: []uint64{6, 7}, last: 7},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			pdb, err := pebble.Open(dir, &pebble.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pdb.Close()
+			if tc.stored > 0 {
+				var pos [8]byte
+				binary.BigEndian.PutUint64(pos[:], tc.stored)
+				if err := pdb.Set(journalKey, pos[:], pebble.Sync); err != nil {
+					t.Fatal(err)
+				}
+			}
+			writeJournal(t, pdb, dir, tc.tail, tc.seqs...)
+			last, err := replayJournal(pdb, dir, slog.New(slog.DiscardHandler))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if last != tc.last {
+				t.Errorf("replay returned position %d, want %d", last, tc.last)
+			}
+			for _, s := range tc.seqs {
+				want := false
+				for _, a := range tc.applied {
+					want = want || a == s
+				}
+				if got := has(pdb, fmt.Sprintf("k%d", s)); got != want {
+					t.Errorf("record %d applied: %v, want %v", s, got, want)
+				}
+			}
+		})
+	}
+}
