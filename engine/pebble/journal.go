@@ -107,13 +107,7 @@ func (d *db) submitJournaled(pb *pebble.Batch, b *driver.Batch, k driver.LogKey,
 	}
 	d.jr.seal(n)
 	if len(b.Log) > 0 {
-		// Under mu: keys are journaled in order.
-		for {
-			cur := d.durable.Load()
-			if cur >= uint64(k) || d.durable.CompareAndSwap(cur, uint64(k)) {
-				break
-			}
-		}
+		d.markDurable(k) // under mu: keys are journaled in order
 	}
 	d.mu.Unlock()
 	_ = pb.Close()

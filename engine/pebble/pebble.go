@@ -273,6 +273,16 @@ func (d *db) seedRecent(top driver.LogKey, last [][]byte) {
 	d.recent.Open(top, last)
 }
 
+// markDurable raises the durable log key to k, unless it is past it.
+func (d *db) markDurable(k driver.LogKey) {
+	for {
+		cur := d.durable.Load()
+		if cur >= uint64(k) || d.durable.CompareAndSwap(cur, uint64(k)) {
+			return
+		}
+	}
+}
+
 func (d *db) Name() string                    { return Name }
 func (d *db) Granularity() driver.Granularity { return driver.PerTransaction }
 
@@ -376,12 +386,7 @@ func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error
 		if len(b.Log) > 0 {
 			// Another committer's later key may be stored already: the
 			// WAL is written in order, so this one is written too.
-			for {
-				cur := d.durable.Load()
-				if cur >= uint64(k) || d.durable.CompareAndSwap(cur, uint64(k)) {
-					break
-				}
-			}
+			d.markDurable(k)
 			// Watch announces log entries; a state-only commit would
 			// only wake every tailer to find nothing new.
 			d.notifier.Notify()
