@@ -49,6 +49,10 @@ const journalName = "tidemark-journal"
 // journalHeader is a record's header: CRC-32C, length, sequence number.
 const journalHeader = 4 + 4 + 8
 
+// batchHeader is the length of a Pebble batch's header: sequence number
+// and count.
+const batchHeader = 12
+
 // journalKey holds the sequence number of the last journaled commit
 // applied (8 bytes, big-endian).
 var journalKey = []byte{kvlog.MetaPrefix, 'j', 'o', 'u', 'r', 'n', 'a', 'l'}
@@ -134,6 +138,11 @@ func scanJournal(b []byte) []journalRecord {
 		if len(out) > 0 && seq != out[len(out)-1].seq+1 {
 			break
 		}
+		// A journaled batch holds the journal's position at least: its
+		// header (sequence number, count) and a count above zero.
+		if n < batchHeader || binary.LittleEndian.Uint32(b[off+journalHeader+8:]) == 0 {
+			break
+		}
 		out = append(out, journalRecord{seq: seq, repr: b[off+journalHeader : end]})
 		off = end
 	}
@@ -186,12 +195,8 @@ func replayJournal(pdb *pebble.DB, dir string, log *slog.Logger) (uint64, error)
 			skipped++
 			continue
 		}
-		b := pdb.NewBatch()
-		if err := b.SetRepr(r.repr); err != nil {
-			return 0, fmt.Errorf("pebble: journal record %d: %w", r.seq, err)
-		}
-		if err := pdb.Apply(b, pebble.Sync); err != nil {
-			return 0, fmt.Errorf("pebble: apply journal record %d: %w", r.seq, err)
+		if err := applyJournalRecord(pdb, r); err != nil {
+			return 0, err
 		}
 		last = r.seq
 		applied++
@@ -207,6 +212,25 @@ func replayJournal(pdb *pebble.DB, dir string, log *slog.Logger) (uint64, error)
 		last = recs[n-1].seq // numbers go on past those left out
 	}
 	return last, nil
+}
+
+// applyJournalRecord applies r's batch with a write of the WAL. A batch
+// Pebble cannot take, even by panicking, is an error wrapping
+// driver.ErrCorrupt: the store stays as it was and does not open.
+func applyJournalRecord(pdb *pebble.DB, r journalRecord) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("pebble: apply journal record %d: %w: %v", r.seq, driver.ErrCorrupt, p)
+		}
+	}()
+	b := pdb.NewBatch()
+	if err := b.SetRepr(r.repr); err != nil {
+		return fmt.Errorf("pebble: journal record %d: %w: %w", r.seq, driver.ErrCorrupt, err)
+	}
+	if err := pdb.Apply(b, pebble.Sync); err != nil {
+		return fmt.Errorf("pebble: apply journal record %d: %w", r.seq, err)
+	}
+	return nil
 }
 
 // openJournal applies the data directory's journal to the store just

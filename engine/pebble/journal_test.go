@@ -137,12 +137,16 @@ func journalBatch(pdb *pebble.DB, seq uint64, key, value string) []byte {
 }
 
 // writeJournal writes records of the given sequence numbers, one batch
-// each setting "k<seq>", to dir's journal, with trailing bytes after them.
-func writeJournal(t *testing.T, pdb *pebble.DB, dir string, tail []byte, seqs ...uint64) {
+// each setting "k<seq>" (an empty batch for empty), to dir's journal, with
+// trailing bytes after them.
+func writeJournal(t *testing.T, pdb *pebble.DB, dir string, tail []byte, empty uint64, seqs ...uint64) {
 	t.Helper()
 	var out []byte
 	for _, s := range seqs {
 		repr := journalBatch(pdb, s, fmt.Sprintf("k%d", s), "v")
+		if s == empty {
+			repr = make([]byte, batchHeader)
+		}
 		rec := make([]byte, journalHeader+len(repr))
 		copy(rec[journalHeader:], repr)
 		sealJournalRecord(rec, s, len(repr))
@@ -170,6 +174,7 @@ func TestReplayJournal(t *testing.T) {
 		stored  uint64 // the store's position before the replay
 		seqs    []uint64
 		tail    []byte
+		empty   uint64 // the record whose batch is empty
 		applied []uint64
 		last    uint64
 	}{
@@ -178,6 +183,7 @@ func TestReplayJournal(t *testing.T) {
 		{name: "a record cut short ends it", stored: 0, seqs: []uint64{1, 2}, tail: []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}, applied: []uint64{1, 2}, last: 2},
 		{name: "an earlier round ends it", stored: 4, seqs: []uint64{5, 6, 2, 3}, applied: []uint64{5, 6}, last: 6},
 		{name: "a hole applies nothing", stored: 3, seqs: []uint64{6, 7}, last: 7},
+		{name: "an empty batch ends it", stored: 0, seqs: []uint64{1, 2, 3, 4}, empty: 3, applied: []uint64{1, 2}, last: 2},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -194,7 +200,7 @@ func TestReplayJournal(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			writeJournal(t, pdb, dir, tc.tail, tc.seqs...)
+			writeJournal(t, pdb, dir, tc.tail, tc.empty, tc.seqs...)
 			last, err := replayJournal(pdb, dir, slog.New(slog.DiscardHandler))
 			if err != nil {
 				t.Fatal(err)
