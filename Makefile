@@ -61,16 +61,18 @@ test: deps
 # acknowledged message delivered and no QoS 2 duplicate. `make test` runs
 # a short one (3 kills). TORTURE_WINDOW is each publisher's PUBLISHes in
 # flight, TORTURE_ONLINE the subscribers online through the kills,
-# TORTURE_QOS=1 or 2 puts every publisher at that QoS.
+# TORTURE_QOS=1 or 2 puts every publisher at that QoS, TORTURE_SYNC the
+# broker's --sync (always by default).
 TORTURE_KILLS    ?= 200
 TORTURE_MESSAGES ?= 100000
 TORTURE_ENGINES  ?= pebble,badger,lmdb,jetstream
 TORTURE_WINDOW   ?= 64
 TORTURE_ONLINE   ?= 2
 TORTURE_QOS      ?= 0
+TORTURE_SYNC     ?= always
 torture:
 	TIDEMARK_TORTURE_KILLS=$(TORTURE_KILLS) TIDEMARK_TORTURE_MESSAGES=$(TORTURE_MESSAGES) TIDEMARK_TORTURE_ENGINES=$(TORTURE_ENGINES) \
-	  TIDEMARK_TORTURE_WINDOW=$(TORTURE_WINDOW) TIDEMARK_TORTURE_ONLINE=$(TORTURE_ONLINE) TIDEMARK_TORTURE_QOS=$(TORTURE_QOS) \
+	  TIDEMARK_TORTURE_WINDOW=$(TORTURE_WINDOW) TIDEMARK_TORTURE_ONLINE=$(TORTURE_ONLINE) TIDEMARK_TORTURE_QOS=$(TORTURE_QOS) TIDEMARK_TORTURE_SYNC=$(TORTURE_SYNC) \
 	  $(GO) test -tags $(TEST_TAGS) -count=1 -timeout 4h -run '^TestTorture$$' -v ./cmd/tidemark/
 
 bench:

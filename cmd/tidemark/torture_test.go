@@ -36,6 +36,12 @@ func TestTorture(t *testing.T) {
 	window := envInt(t, "TIDEMARK_TORTURE_WINDOW", 64)
 	online := envInt(t, "TIDEMARK_TORTURE_ONLINE", 2)
 	qos := envInt(t, "TIDEMARK_TORTURE_QOS", 0)
+	// The broker's --sync: under none and interval a process crash must
+	// lose nothing acknowledged either.
+	syncMode := envOr("TIDEMARK_TORTURE_SYNC", "always")
+	if !slices.Contains([]string{"always", "interval", "none"}, syncMode) {
+		t.Fatalf("TIDEMARK_TORTURE_SYNC=%q: want always, interval or none", syncMode)
+	}
 	bin := tidemarkBinary(t)
 	for _, eng := range engines {
 		eng = strings.TrimSpace(eng)
@@ -53,7 +59,7 @@ func TestTorture(t *testing.T) {
 			})
 			rep := conformance.Torture(t, conformance.TortureOptions{
 				Start: func(t conformance.T, dir, addr string) func() {
-					return startKillable(t, bin, eng, dir, addr, logs)
+					return startKillable(t, bin, eng, dir, addr, logs, "sync: "+syncMode)
 				},
 				Addr:       freeAddr(t),
 				Kills:      kills,
