@@ -17,15 +17,19 @@
 // system, so a process crash loses none that completed (conformance case
 // sigkill_loses_no_completed_commit_sync_none); SyncInterval's periodic
 // sync is the only fsync. Pebble writes its WAL's last 32 KiB block only
-// once it fills or a sync is asked for, so on Linux the committer also
-// copies the commit's batch into the commit journal, a file mapped shared
-// into memory, whose stores the page cache holds at once: no system call
-// and no hand-off to Pebble's WAL writer goroutine (journal.go). Opening
-// the store applies the journaled commits its WAL lacks. Elsewhere, and
-// for a batch larger than the journal (engine parameter journal_kb), the
-// commit is applied with a sync request, which has Pebble's WAL writer
-// write it while the WAL file's sync does nothing, and the committer
-// waits for that write. A commit's data keys are visible to snapshots as soon as it is applied,
+// once it fills or a sync is asked for, so a commit is applied with a sync
+// request, which has Pebble's WAL writer write it while the WAL file's
+// sync does nothing, and the committer waits for that write. With the
+// engine parameter journal_kb (Linux), the committer instead copies the
+// commit's batch into a commit journal, a file mapped shared into memory,
+// whose stores the page cache holds at once: no system call and no
+// hand-off to Pebble's WAL writer goroutine (journal.go). Opening the
+// store applies the journaled commits its WAL lacks, whatever the
+// parameter. The journal is off by default: with it, Pebble's WAL is
+// written only as its blocks fill, so a failing write is often first met
+// when Pebble closes the WAL at a memtable rotation, inside a commit,
+// where Pebble panics with its lock released and the process ends, where
+// without it the commit fails and the engine recovers (see below). A commit's data keys are visible to snapshots as soon as it is applied,
 // before its sync; its log entries are visible to ScanLog only once the
 // commit is durable, so a change feed never shows what a crash could take
 // back.

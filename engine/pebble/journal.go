@@ -234,9 +234,9 @@ func applyJournalRecord(pdb *pebble.DB, r journalRecord) (err error) {
 }
 
 // openJournal applies the data directory's journal to the store just
-// opened and, under SyncNone and SyncInterval, journals the commits after
-// it; under SyncAlways, where every commit waits for its sync, it removes
-// the journal once applied. On a reopen after a failed write the journal
+// opened and, under SyncNone and SyncInterval with journal_kb set,
+// journals the commits after it; otherwise (under SyncAlways every commit
+// waits for its sync anyway) it removes the journal once applied. On a reopen after a failed write the journal
 // in use stays and starts over. Called while no commit runs (open, or a
 // reopen while commits are refused).
 func (d *db) openJournal() error {
@@ -244,7 +244,7 @@ func (d *db) openJournal() error {
 	if err != nil {
 		return err
 	}
-	if d.opts.Sync == driver.SyncAlways {
+	if d.opts.Sync == driver.SyncAlways || d.jrSize == 0 {
 		if err := os.Remove(filepath.Join(d.opts.Dir, journalName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("pebble: remove the applied journal: %w", err)
 		}

@@ -49,7 +49,8 @@ func copyDir(t *testing.T, src string) string {
 	return dst
 }
 
-// TestJournalKeepsCompletedCommits takes the data directory as a process
+// TestJournalKeepsCompletedCommits, with the journal on (journal_kb),
+// takes the data directory as a process
 // crash would leave it (its files copied while the engine is open, after
 // the commits completed and before Close writes Pebble's last WAL block)
 // and opens the copy: every completed commit must be there, under
@@ -95,7 +96,7 @@ func TestJournalKeepsCompletedCommits(t *testing.T) {
 			if n := len(scanJournal(jb)); n == 0 || n >= 1200 {
 				t.Fatalf("the journal holds %d records of 1,200 commits: it did not start over, or kept none", n)
 			}
-			e2, err := engine.Open(ctx, Name, engine.Options{Dir: crashed, Sync: mode})
+			e2, err := engine.Open(ctx, Name, engine.Options{Dir: crashed, Sync: mode, SyncInterval: time.Hour, Params: opts.Params})
 			if err != nil {
 				t.Fatal(err)
 			}
