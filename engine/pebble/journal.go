@@ -18,7 +18,8 @@ import (
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 )
 
-// The commit journal, under SyncNone and SyncInterval.
+// The commit journal, under SyncNone and SyncInterval with the engine
+// parameter journal_kb (off by default: see the package doc).
 //
 // Pebble keeps its write-ahead log's last 32 KiB block in memory until the
 // block fills or a sync is asked for, so a commit applied without a sync
