@@ -210,7 +210,14 @@ func replayJournal(pdb *pebble.DB, dir string, log *slog.Logger) (uint64, error)
 		log.Info("commits completed before a crash applied again from the journal", "commits", applied)
 	}
 	if n := len(recs); n > 0 && recs[n-1].seq > last {
-		last = recs[n-1].seq // numbers go on past those left out
+		// Numbers go on past those left out, and the store takes that
+		// position, so the records written next follow it.
+		last = recs[n-1].seq
+		var pos [8]byte
+		binary.BigEndian.PutUint64(pos[:], last)
+		if err := pdb.Set(journalKey, pos[:], pebble.Sync); err != nil {
+			return 0, fmt.Errorf("pebble: write the journal's position: %w", err)
+		}
 	}
 	return last, nil
 }

@@ -209,6 +209,11 @@ func TestReplayJournal(t *testing.T) {
 			if last != tc.last {
 				t.Errorf("replay returned position %d, want %d", last, tc.last)
 			}
+			// The store holds that position, so the records written next
+			// follow it at the next open.
+			if stored, err := journaledSeq(pdb); err != nil || stored != tc.last {
+				t.Errorf("the store's position after the replay: %d (%v), want %d", stored, err, tc.last)
+			}
 			for _, s := range tc.seqs {
 				want := false
 				for _, a := range tc.applied {
