@@ -84,7 +84,7 @@ const journalSetMax = 1 + binary.MaxVarintLen32 + 8 + binary.MaxVarintLen32 + 8
 // returns the completed handle, having let mu go. It reports false, with
 // nothing done and mu held, for a batch the journal cannot hold.
 func (d *db) submitJournaled(pb *pebble.Batch, b *driver.Batch, k driver.LogKey, applied func(error)) (*driver.Handle, bool) {
-	if !d.jr.fits(len(pb.Repr()) + journalSetMax) {
+	if !d.jr.fits(pb.Len() + journalSetMax) {
 		return nil, false
 	}
 	var pos [8]byte
