@@ -16,20 +16,22 @@
 // SyncNone and SyncInterval complete a commit once it is in the operating
 // system, so a process crash loses none that completed (conformance case
 // sigkill_loses_no_completed_commit_sync_none); SyncInterval's periodic
-// sync is the only fsync. Pebble writes its WAL's last 32 KiB block only
-// once it fills or a sync is asked for, so a commit is applied with a sync
+// sync is the only fsync. On Linux their write-ahead log is the engine's
+// commit journal (engine parameter journal_kb, 16 MiB by default), and
+// Pebble runs without its own: the committer copies the commit's batch
+// into a file mapped shared into memory, whose stores the page cache holds
+// at once, with no system call and no hand-off to another goroutine; a
+// flush of the memtables, started as each half of the journal fills,
+// frees the half for reuse (journal.go). With journal_kb=0, on other
+// platforms, and where the disk has no room for the journal, Pebble writes
+// its WAL: Pebble holds the WAL's last 32 KiB block in memory until it
+// fills or a sync is asked for, so a commit is applied with a sync
 // request, which has Pebble's WAL writer write it while the WAL file's
-// sync does nothing, and the committer waits for that write. With the
-// engine parameter journal_kb (Linux), the committer instead copies the
-// commit's batch into a commit journal, a file mapped shared into memory,
-// whose stores the page cache holds at once: no system call and no
-// hand-off to Pebble's WAL writer goroutine (journal.go). Opening the
-// store applies the journaled commits its WAL lacks, whatever the
-// parameter. The journal is off by default: with it, Pebble's WAL is
-// written only as its blocks fill, so a failing write is often first met
-// when Pebble closes the WAL at a memtable rotation, inside a commit,
-// where Pebble panics with its lock released and the process ends, where
-// without it the commit fails and the engine recovers (see below). A commit's data keys are visible to snapshots as soon as it is applied,
+// sync does nothing, and the committer waits for that write. Opening the
+// store applies the journaled commits its tables lack, whatever the
+// parameter and mode.
+//
+// A commit's data keys are visible to snapshots as soon as it is applied,
 // before its sync; its log entries are visible to ScanLog only once the
 // commit is durable, so a change feed never shows what a crash could take
 // back.
@@ -42,7 +44,9 @@
 // it, and a recovery loop waits until a probe file of a memtable's size
 // (at least 4 MiB) can be written and synced in the data directory, then
 // closes the failed Pebble DB and opens the directory again; the WAL
-// replays as after a crash, and the journal after it. In every sync mode
+// replays as after a crash, and the journal after it. With the journal,
+// commits need no write of their own: the first failing write is a
+// flush's, and commits are refused from then on. In every sync mode
 // nothing completed is lost: a commit whose write failed fails, and one
 // the journal holds is applied again. Open snapshots and
 // iterators of the failed DB return ErrWriteFailed; read again. If the

@@ -3,6 +3,7 @@
 package pebble
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -11,6 +12,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -18,31 +21,39 @@ import (
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 )
 
-// The commit journal, under SyncNone and SyncInterval with the engine
-// parameter journal_kb (off by default: see the package doc).
+// The commit journal, under SyncNone and SyncInterval (engine parameter
+// journal_kb; 0 goes without). It is the store's write-ahead log in those
+// modes: Pebble runs with its own WAL disabled.
 //
-// Pebble keeps its write-ahead log's last 32 KiB block in memory until the
-// block fills or a sync is asked for, so a commit applied without a sync
-// is lost with the process. Asking for one with every commit has Pebble's
-// WAL writer write it, and the committer wait for that goroutine: two
-// hand-offs between goroutines per commit, a sixth of a window-1
-// exchange's time. The journal keeps the same promise without them: each
-// commit's batch is also copied, by the committer, into a file mapped
-// shared into memory. A store into such a mapping is in the operating
-// system's page cache at once, so a process crash keeps it as it keeps
-// what write(2) wrote; an operating-system crash may lose it, which these
-// modes allow. Each journaled batch also sets journalKey to its sequence
-// number, so after a crash the store says which journaled commits its WAL
-// kept, and opening applies the rest again (replayJournal).
+// A commit completes, in those modes, once it is in the operating system,
+// so that a process crash loses none that completed. Through Pebble's WAL
+// that took two hand-offs between goroutines per commit: Pebble keeps the
+// WAL's last 32 KiB block in memory until it fills or a sync is asked
+// for, so the committer asked for one and waited for the WAL writer. It
+// also made a full disk dangerous: a WAL written only as its blocks fill
+// meets a failing write first where Pebble closes it at a memtable
+// rotation, and Pebble panics there and the process ends. The journal
+// keeps the promise with neither: each commit's batch is copied, by the
+// committer, into a file mapped shared into memory. A store into such a
+// mapping is in the page cache at once, so a process crash keeps it as it
+// keeps what write(2) wrote; an operating-system crash may lose it, which
+// these modes allow (SyncInterval's periodic sync is an fdatasync of the
+// journal). Each journaled batch also sets journalKey to its sequence
+// number, so after a crash the store's tables say which journaled commits
+// they hold, and opening applies the rest again (replayJournal) and
+// flushes them into the tables.
 //
-// Records follow one another from the start of the file; each is a
-// header (CRC-32C of the rest, length, sequence number) and the batch's
-// Pebble representation. When the next does not fit, the committer has
-// Pebble write its WAL (a sync request) and starts again at the start of
-// the file: every record before is then in the WAL. A reader takes records
-// from the start while each checks out and its sequence number follows the
-// one before, so records of an earlier round, or one the crash cut short,
-// end the scan.
+// The file is two halves. Records follow one another from the start of a
+// half; each is a header (CRC-32C of the rest, length, sequence number)
+// and the batch's Pebble representation. When the next does not fit, the
+// committer starts a flush of Pebble's memtables, which covers every
+// record of the half, and goes on in the other half once the flush
+// started when that one filled is done: a record is written over only
+// once the tables hold its commit. A batch too large for a half is
+// applied and flushed before it completes. A reader takes records from
+// the start of each half while each checks out and its sequence number
+// follows the one before, so records of an earlier round, or one a crash
+// cut short, end the scan.
 
 // journalName is the journal's file in the data directory.
 const journalName = "tidemark-journal"
@@ -59,6 +70,9 @@ const batchHeader = 12
 var journalKey = []byte{kvlog.MetaPrefix, 'j', 'o', 'u', 'r', 'n', 'a', 'l'}
 
 var journalCRC = crc32.MakeTable(crc32.Castagnoli)
+
+// errJournalNoSpace reports a disk without the space a journal reserves.
+var errJournalNoSpace = errors.New("pebble: no space for the commit journal")
 
 // journalRecord is one record read back: its sequence number and batch.
 type journalRecord struct {
@@ -79,27 +93,22 @@ func sealJournalRecord(b []byte, seq uint64, n int) {
 const journalSetMax = 1 + binary.MaxVarintLen32 + 8 + binary.MaxVarintLen32 + 8
 
 // submitJournaled commits pb (b's batch, log key k) under SyncNone or
-// SyncInterval through the journal, with mu held: it applies pb without
-// waiting for Pebble's WAL writer, copies it into the journal, and
-// returns the completed handle, having let mu go. It reports false, with
-// nothing done and mu held, for a batch the journal cannot hold.
-func (d *db) submitJournaled(pb *pebble.Batch, b *driver.Batch, k driver.LogKey, applied func(error)) (*driver.Handle, bool) {
+// SyncInterval through the journal, with mu held, and returns its
+// completed handle, having let mu go.
+func (d *db) submitJournaled(pb *pebble.Batch, b *driver.Batch, k driver.LogKey, applied func(error)) *driver.Handle {
 	if !d.jr.fits(pb.Len() + journalSetMax) {
-		return nil, false
+		return d.submitFlushed(pb, b, k, applied)
 	}
 	var pos [8]byte
 	binary.BigEndian.PutUint64(pos[:], d.jr.seq+1)
 	_ = pb.Set(journalKey, pos[:], nil)
 	repr := pb.Repr()
 	if !d.jr.room(len(repr)) {
-		// The records are about to be overwritten: each must be in the
-		// WAL's file first.
-		if err := d.guard("sync", func() error { return d.pdb.LogData(nil, pebble.Sync) }); err != nil {
+		if err := d.nextJournalHalf(); err != nil {
 			d.mu.Unlock()
 			_ = pb.Close()
-			return driver.Completed(driver.Result{}, fmt.Errorf("pebble: write: %w: %w", driver.ErrWriteFailed, err)), true
+			return driver.Completed(driver.Result{}, err)
 		}
-		d.jr.restart()
 	}
 	// Copied before the apply, which may take a large batch's contents.
 	d.jr.put(repr)
@@ -108,24 +117,102 @@ func (d *db) submitJournaled(pb *pebble.Batch, b *driver.Batch, k driver.LogKey,
 	applied(err)
 	if err != nil {
 		d.mu.Unlock()
-		return driver.Completed(driver.Result{}, err), true
+		return driver.Completed(driver.Result{}, err)
 	}
 	d.jr.seal(n)
+	return d.completeJournaled(pb, b, k)
+}
+
+// completeJournaled completes a commit of pb, applied and in the store's
+// tables or journal, with mu held, and lets mu go.
+func (d *db) completeJournaled(pb *pebble.Batch, b *driver.Batch, k driver.LogKey) *driver.Handle {
 	if len(b.Log) > 0 {
-		d.markDurable(k) // under mu: keys are journaled in order
+		d.markDurable(k) // under mu: keys complete in order
 	}
 	d.mu.Unlock()
 	_ = pb.Close()
 	if len(b.Log) > 0 {
 		d.notifier.Notify()
 	}
-	return driver.CompletedLog(k, len(b.Log)), true
+	return driver.CompletedLog(k, len(b.Log))
 }
 
-// scanJournal returns the records of a journal's contents, in order: from
-// the start while each checks out and follows the one before.
+// submitFlushed commits a batch too large for the journal, with mu held
+// (later commits must not complete first): it applies it and flushes it,
+// with every commit before it, into the store's tables.
+func (d *db) submitFlushed(pb *pebble.Batch, b *driver.Batch, k driver.LogKey, applied func(error)) *driver.Handle {
+	err := d.guard("apply", func() error { return d.pdb.Apply(pb, pebble.NoSync) })
+	applied(err)
+	if err == nil {
+		err = d.guard("flush", d.pdb.Flush)
+	}
+	if err != nil {
+		d.mu.Unlock()
+		return driver.Completed(driver.Result{}, err)
+	}
+	return d.completeJournaled(pb, b, k)
+}
+
+// nextJournalHalf moves the journal to its other half, with mu held: it
+// starts the flush that will hold the current half's commits, and waits
+// for the one started when the other half filled.
+func (d *db) nextJournalHalf() error {
+	var left <-chan struct{}
+	err := d.guard("flush", func() (err error) {
+		left, err = d.pdb.AsyncFlush()
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if w := d.jr.flushed[d.jr.half^1]; w != nil {
+		if err := d.awaitFlush(w); err != nil {
+			return err
+		}
+	}
+	d.jr.next(left)
+	return nil
+}
+
+// awaitFlush waits for a flush to be done, or for the engine to fail: a
+// flush that meets a failing write is retried by Pebble, not reported.
+func (d *db) awaitFlush(done <-chan struct{}) error {
+	select {
+	case <-done:
+		return nil
+	default:
+	}
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return nil
+		case <-t.C:
+			if err := d.failed(); err != nil {
+				return fmt.Errorf("pebble: flush: %w", err)
+			}
+		}
+	}
+}
+
+// scanJournal returns the records of a journal's contents in sequence
+// order: those of each half, read from its start while each checks out
+// and follows the one before. The first half's scan may run on into the
+// second (a file of another layout, or a half that filled and led into
+// the other): a record read twice is taken once.
 func scanJournal(b []byte) []journalRecord {
-	var out []journalRecord
+	recs := scanJournalFrom(b, nil)
+	if h := len(b) / 2; h > 0 {
+		recs = scanJournalFrom(b[h:], recs)
+	}
+	slices.SortFunc(recs, func(x, y journalRecord) int { return cmp.Compare(x.seq, y.seq) })
+	return slices.CompactFunc(recs, func(x, y journalRecord) bool { return x.seq == y.seq })
+}
+
+// scanJournalFrom appends to out the records at the start of b.
+func scanJournalFrom(b []byte, out []journalRecord) []journalRecord {
+	var prev uint64
 	for off := 0; off+journalHeader <= len(b); {
 		n := int(binary.LittleEndian.Uint32(b[off+4:]))
 		if n <= 0 || n > len(b)-off-journalHeader {
@@ -136,7 +223,7 @@ func scanJournal(b []byte) []journalRecord {
 			break
 		}
 		seq := binary.LittleEndian.Uint64(b[off+8:])
-		if len(out) > 0 && seq != out[len(out)-1].seq+1 {
+		if off > 0 && seq != prev+1 {
 			break
 		}
 		// A journaled batch holds the journal's position at least: its
@@ -145,6 +232,7 @@ func scanJournal(b []byte) []journalRecord {
 			break
 		}
 		out = append(out, journalRecord{seq: seq, repr: b[off+journalHeader : end]})
+		prev = seq
 		off = end
 	}
 	return out
@@ -167,24 +255,31 @@ func journaledSeq(pdb *pebble.DB) (uint64, error) {
 	return binary.BigEndian.Uint64(v), nil
 }
 
-// replayJournal applies, with a write of the WAL each, the commits of the
-// data directory's journal that the store lacks, and returns the last
-// sequence number the store and the journal know. Journaled commits are
-// applied only where they continue the store: records that start past the
-// commit after the store's last (an operating-system crash kept a later
-// part of the journal and not the part before) are left out, with a
-// warning, rather than applied with a hole before them.
-func replayJournal(pdb *pebble.DB, dir string, log *slog.Logger) (uint64, error) {
+// readJournal returns the contents of dir's journal (nil: none).
+func readJournal(dir string) ([]byte, error) {
+	content, err := os.ReadFile(filepath.Join(dir, journalName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pebble: read the journal: %w", err)
+	}
+	return content, nil
+}
+
+// replayJournal applies the commits of a journal's contents that the
+// store lacks, makes them durable (with journaled, the store's WAL is
+// disabled: by a flush into its tables; otherwise by a sync of the WAL),
+// and returns the last sequence number the store and the journal know.
+// Journaled commits are applied only where they continue the store:
+// records that start past the commit after the store's last (an
+// operating-system crash kept a later part of the journal and not the
+// part before) are left out, with a warning, rather than applied with a
+// hole before them.
+func replayJournal(pdb *pebble.DB, content []byte, journaled bool, log *slog.Logger) (uint64, error) {
 	last, err := journaledSeq(pdb)
 	if err != nil {
 		return 0, err
-	}
-	content, err := os.ReadFile(filepath.Join(dir, journalName))
-	if errors.Is(err, fs.ErrNotExist) {
-		return last, nil
-	}
-	if err != nil {
-		return 0, fmt.Errorf("pebble: read the journal: %w", err)
 	}
 	recs := scanJournal(content)
 	applied, skipped := 0, 0
@@ -206,25 +301,36 @@ func replayJournal(pdb *pebble.DB, dir string, log *slog.Logger) (uint64, error)
 		log.Warn("the commit journal does not continue the store (the operating system lost part of it); its later commits are left out",
 			"store_at", last, "left_out", skipped)
 	}
-	if applied > 0 {
-		log.Info("commits completed before a crash applied again from the journal", "commits", applied)
-	}
+	wrote := applied > 0
 	if n := len(recs); n > 0 && recs[n-1].seq > last {
 		// Numbers go on past those left out, and the store takes that
 		// position, so the records written next follow it.
 		last = recs[n-1].seq
 		var pos [8]byte
 		binary.BigEndian.PutUint64(pos[:], last)
-		if err := pdb.Set(journalKey, pos[:], pebble.Sync); err != nil {
+		if err := pdb.Set(journalKey, pos[:], pebble.NoSync); err != nil {
 			return 0, fmt.Errorf("pebble: write the journal's position: %w", err)
 		}
+		wrote = true
+	}
+	if wrote {
+		durable := func() error { return pdb.LogData(nil, pebble.Sync) }
+		if journaled {
+			durable = pdb.Flush
+		}
+		if err := durable(); err != nil {
+			return 0, fmt.Errorf("pebble: store the commits applied from the journal: %w", err)
+		}
+	}
+	if applied > 0 {
+		log.Info("commits completed before a crash applied again from the journal", "commits", applied)
 	}
 	return last, nil
 }
 
-// applyJournalRecord applies r's batch with a write of the WAL. A batch
-// Pebble cannot take, even by panicking, is an error wrapping
-// driver.ErrCorrupt: the store stays as it was and does not open.
+// applyJournalRecord applies r's batch without a sync. A batch Pebble
+// cannot take, even by panicking, is an error wrapping driver.ErrCorrupt:
+// the store stays as it was and does not open.
 func applyJournalRecord(pdb *pebble.DB, r journalRecord) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -235,39 +341,35 @@ func applyJournalRecord(pdb *pebble.DB, r journalRecord) (err error) {
 	if err := b.SetRepr(r.repr); err != nil {
 		return fmt.Errorf("pebble: journal record %d: %w: %w", r.seq, driver.ErrCorrupt, err)
 	}
-	if err := pdb.Apply(b, pebble.Sync); err != nil {
+	if err := pdb.Apply(b, pebble.NoSync); err != nil {
 		return fmt.Errorf("pebble: apply journal record %d: %w", r.seq, err)
 	}
 	return nil
 }
 
-// openJournal applies the data directory's journal to the store just
-// opened and, under SyncNone and SyncInterval with journal_kb set,
-// journals the commits after it; otherwise (under SyncAlways every commit
-// waits for its sync anyway) it removes the journal once applied. On a reopen after a failed write the journal
-// in use stays and starts over. Called while no commit runs (open, or a
-// reopen while commits are refused).
-func (d *db) openJournal() error {
-	seq, err := replayJournal(d.pdb, d.opts.Dir, d.log)
+// openJournal applies the journal's contents (nil: read the file) to the
+// store just opened and, with the journal in use (d.jr, mapped before
+// the store was opened without its WAL), starts it over after them;
+// without one it removes the file once applied. Called while no commit
+// runs (open, or a reopen while commits are refused).
+func (d *db) openJournal(content []byte) error {
+	if content == nil {
+		var err error
+		if content, err = readJournal(d.opts.Dir); err != nil {
+			return err
+		}
+	}
+	seq, err := replayJournal(d.pdb, content, d.jr != nil, d.log)
 	if err != nil {
 		return err
 	}
-	if d.opts.Sync == driver.SyncAlways || d.jrSize == 0 {
+	if d.jr == nil {
 		if err := os.Remove(filepath.Join(d.opts.Dir, journalName)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("pebble: remove the applied journal: %w", err)
 		}
 		return nil
 	}
-	if d.jr != nil {
-		d.jr.seq = seq
-		d.jr.restart()
-		return nil
-	}
-	jr, err := openJournal(d.opts.Dir, d.jrSize, seq)
-	if err != nil {
-		return err
-	}
-	d.jr = jr
+	d.jr.restart(seq)
 	return nil
 }
 

@@ -49,13 +49,30 @@ func copyDir(t *testing.T, src string) string {
 	return dst
 }
 
-// TestJournalKeepsCompletedCommits, with the journal on (journal_kb),
-// takes the data directory as a process
+// quiesce waits until the engine's Pebble DB runs no flush or compaction,
+// so that a copy of its files is one a crash could leave: a copy taken
+// file by file while a flush writes could hold a manifest naming a table
+// copied before it was whole.
+func quiesce(t *testing.T, e engine.Engine) {
+	t.Helper()
+	d := e.(*db)
+	for range 2000 {
+		m := d.pdb.Metrics()
+		if m.Flush.NumInProgress == 0 && m.Compact.NumInProgress == 0 {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatal("flushes or compactions still running after 10 s")
+}
+
+// TestJournalKeepsCompletedCommits takes the data directory as a process
 // crash would leave it (its files copied while the engine is open, after
-// the commits completed and before Close writes Pebble's last WAL block)
-// and opens the copy: every completed commit must be there, under
-// SyncNone and SyncInterval, with a journal small enough to start over
-// several times, and with concurrent committers.
+// the commits completed and before Close flushes the memtables) and opens
+// the copy: every completed commit must be there, under SyncNone and
+// SyncInterval, with a journal small enough that its halves take turns
+// several times, with concurrent committers, and with commits too large
+// for a half.
 func TestJournalKeepsCompletedCommits(t *testing.T) {
 	for _, mode := range []engine.SyncMode{engine.SyncNone, engine.SyncInterval} {
 		t.Run(mode.String(), func(t *testing.T) {
@@ -63,9 +80,9 @@ func TestJournalKeepsCompletedCommits(t *testing.T) {
 			defer cancel()
 			dir := t.TempDir()
 			// An interval longer than the test: only the journal and the
-			// journal's own WAL writes keep the commits.
-			opts := engine.Options{Dir: dir, Sync: mode, SyncInterval: time.Hour, Params: map[string]string{"journal_kb": "64"}}
-			e, err := engine.Open(ctx, Name, opts)
+			// flushes its halves start keep the commits.
+			opts := engine.Options{Dir: dir, Sync: mode, SyncInterval: time.Hour, Params: map[string]string{"journal_kb": "128"}}
+			e, err := open(ctx, opts)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -84,6 +101,10 @@ func TestJournalKeepsCompletedCommits(t *testing.T) {
 				}()
 			}
 			wg.Wait()
+			if !e.(*db).popts.DisableWAL {
+				t.Fatal("the journal is in use and Pebble writes its WAL too")
+			}
+			quiesce(t, e)
 			crashed := copyDir(t, dir)
 			if err := e.Close(); err != nil {
 				t.Fatal(err)
@@ -96,7 +117,7 @@ func TestJournalKeepsCompletedCommits(t *testing.T) {
 			if n := len(scanJournal(jb)); n == 0 || n >= 1200 {
 				t.Fatalf("the journal holds %d records of 1,200 commits: it did not start over, or kept none", n)
 			}
-			e2, err := engine.Open(ctx, Name, engine.Options{Dir: crashed, Sync: mode, SyncInterval: time.Hour, Params: opts.Params})
+			e2, err := open(ctx, engine.Options{Dir: crashed, Sync: mode, SyncInterval: time.Hour, Params: opts.Params})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -105,20 +126,32 @@ func TestJournalKeepsCompletedCommits(t *testing.T) {
 				t.Fatalf("%d commits completed, want 1200", got)
 			}
 			enginetest.CheckCommitted(t, ctx, e2, c.Completed(), "after a crash")
-			// And the reopened store journals on from there.
+			// And the reopened store journals on from there, with commits
+			// larger than a half of the journal among them.
 			c2 := &enginetest.Committer{E: e2, ValueSize: 100}
+			big := &enginetest.Committer{E: e2, ValueSize: 100 << 10}
 			for i := range 50 {
 				if err := c2.Commit(ctx, fmt.Sprintf("after-%d", i)); err != nil {
 					t.Fatal(err)
 				}
+				if i%20 == 10 {
+					if err := big.Commit(ctx, fmt.Sprintf("big-%d", i)); err != nil {
+						t.Fatal(err)
+					}
+				}
 			}
+			quiesce(t, e2)
 			again := copyDir(t, crashed)
 			e3, err := engine.Open(ctx, Name, engine.Options{Dir: again, Sync: engine.SyncAlways})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer e3.Close()
-			enginetest.CheckCommitted(t, ctx, e3, append(c.Completed(), c2.Completed()...), "after a second crash, opened with SyncAlways")
+			all := append(append(c.Completed(), c2.Completed()...), big.Completed()...)
+			if len(all) != 1252 {
+				t.Fatalf("%d commits completed, want 1252", len(all))
+			}
+			enginetest.CheckCommitted(t, ctx, e3, all, "after a second crash, opened with SyncAlways")
 			if _, err := os.Stat(filepath.Join(again, journalName)); !os.IsNotExist(err) {
 				t.Fatalf("SyncAlways kept the applied journal: %v", err)
 			}
@@ -137,11 +170,10 @@ func journalBatch(pdb *pebble.DB, seq uint64, key, value string) []byte {
 	return bytes.Clone(b.Repr())
 }
 
-// writeJournal writes records of the given sequence numbers, one batch
-// each setting "k<seq>" (an empty batch for empty), to dir's journal, with
-// trailing bytes after them.
-func writeJournal(t *testing.T, pdb *pebble.DB, dir string, tail []byte, empty uint64, seqs ...uint64) {
-	t.Helper()
+// journalRecords returns records of the given sequence numbers, one batch
+// each setting "k<seq>" (an empty batch for empty), with trailing bytes
+// after them.
+func journalRecords(pdb *pebble.DB, tail []byte, empty uint64, seqs ...uint64) []byte {
 	var out []byte
 	for _, s := range seqs {
 		repr := journalBatch(pdb, s, fmt.Sprintf("k%d", s), "v")
@@ -153,16 +185,46 @@ func writeJournal(t *testing.T, pdb *pebble.DB, dir string, tail []byte, empty u
 		sealJournalRecord(rec, s, len(repr))
 		out = append(out, rec...)
 	}
-	out = append(out, tail...)
-	if err := os.WriteFile(filepath.Join(dir, journalName), out, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	return append(out, tail...)
+}
+
+// replayCase is a journal replayed onto a store (TestReplayJournal).
+type replayCase struct {
+	name    string
+	stored  uint64 // the store's position before the replay
+	seqs    []uint64
+	tail    []byte
+	empty   uint64   // the record whose batch is empty
+	second  []uint64 // records of the journal's second half
+	applied []uint64
+	last    uint64
 }
 
 // TestReplayJournal checks which journaled commits opening applies: those
-// after the store's position, in order, stopping at a record cut short, at
-// one of an earlier round, and not at all past a hole.
+// after the store's position, in order, from either half, stopping at a
+// record cut short, at one of an earlier round, and not at all past a
+// hole; and that they last, through a sync of the WAL or, with the WAL
+// disabled (the journal in use), a flush.
 func TestReplayJournal(t *testing.T) {
+	cases := []replayCase{
+		{name: "after the store", stored: 2, seqs: []uint64{1, 2, 3, 4}, applied: []uint64{3, 4}, last: 4},
+		{name: "all in the store", stored: 9, seqs: []uint64{7, 8}, last: 9},
+		{name: "a record cut short ends it", stored: 0, seqs: []uint64{1, 2}, tail: []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}, applied: []uint64{1, 2}, last: 2},
+		{name: "an earlier round ends it", stored: 4, seqs: []uint64{5, 6, 2, 3}, applied: []uint64{5, 6}, last: 6},
+		{name: "a hole applies nothing", stored: 3, seqs: []uint64{6, 7}, last: 7},
+		{name: "an empty batch ends it", stored: 0, seqs: []uint64{1, 2, 3, 4}, empty: 3, applied: []uint64{1, 2}, last: 2},
+		{name: "the second half leads into the first", stored: 2, seqs: []uint64{5, 6}, second: []uint64{1, 2, 3, 4}, applied: []uint64{3, 4, 5, 6}, last: 6},
+		{name: "an earlier round in the other half", stored: 10, seqs: []uint64{11, 12}, second: []uint64{5, 6, 7}, applied: []uint64{11, 12}, last: 12},
+		{name: "the first half leads into the second", stored: 0, seqs: []uint64{1, 2}, second: []uint64{3, 4, 5}, applied: []uint64{1, 2, 3, 4, 5}, last: 5},
+	}
+	for _, tc := range cases {
+		for _, journaled := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/journaled=%v", tc.name, journaled), func(t *testing.T) { testReplay(t, tc, journaled) })
+		}
+	}
+}
+
+func testReplay(t *testing.T, tc replayCase, journaled bool) {
 	has := func(pdb *pebble.DB, key string) bool {
 		_, closer, err := pdb.Get([]byte(key))
 		if err == nil {
@@ -170,59 +232,57 @@ func TestReplayJournal(t *testing.T) {
 		}
 		return err == nil
 	}
-	cases := []struct {
-		name    string
-		stored  uint64 // the store's position before the replay
-		seqs    []uint64
-		tail    []byte
-		empty   uint64 // the record whose batch is empty
-		applied []uint64
-		last    uint64
-	}{
-		{name: "after the store", stored: 2, seqs: []uint64{1, 2, 3, 4}, applied: []uint64{3, 4}, last: 4},
-		{name: "all in the store", stored: 9, seqs: []uint64{7, 8}, last: 9},
-		{name: "a record cut short ends it", stored: 0, seqs: []uint64{1, 2}, tail: []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17}, applied: []uint64{1, 2}, last: 2},
-		{name: "an earlier round ends it", stored: 4, seqs: []uint64{5, 6, 2, 3}, applied: []uint64{5, 6}, last: 6},
-		{name: "a hole applies nothing", stored: 3, seqs: []uint64{6, 7}, last: 7},
-		{name: "an empty batch ends it", stored: 0, seqs: []uint64{1, 2, 3, 4}, empty: 3, applied: []uint64{1, 2}, last: 2},
+	dir := t.TempDir()
+	popts := &pebble.Options{DisableWAL: journaled, Logger: slogLogger{slog.New(slog.DiscardHandler)}}
+	pdb, err := pebble.Open(dir, popts)
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			pdb, err := pebble.Open(dir, &pebble.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer pdb.Close()
-			if tc.stored > 0 {
-				var pos [8]byte
-				binary.BigEndian.PutUint64(pos[:], tc.stored)
-				if err := pdb.Set(journalKey, pos[:], pebble.Sync); err != nil {
-					t.Fatal(err)
-				}
-			}
-			writeJournal(t, pdb, dir, tc.tail, tc.empty, tc.seqs...)
-			last, err := replayJournal(pdb, dir, slog.New(slog.DiscardHandler))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if last != tc.last {
-				t.Errorf("replay returned position %d, want %d", last, tc.last)
-			}
-			// The store holds that position, so the records written next
-			// follow it at the next open.
-			if stored, err := journaledSeq(pdb); err != nil || stored != tc.last {
-				t.Errorf("the store's position after the replay: %d (%v), want %d", stored, err, tc.last)
-			}
-			for _, s := range tc.seqs {
-				want := false
-				for _, a := range tc.applied {
-					want = want || a == s
-				}
-				if got := has(pdb, fmt.Sprintf("k%d", s)); got != want {
-					t.Errorf("record %d applied: %v, want %v", s, got, want)
-				}
-			}
-		})
+	defer func() { _ = pdb.Close() }()
+	if tc.stored > 0 {
+		var pos [8]byte
+		binary.BigEndian.PutUint64(pos[:], tc.stored)
+		if err := pdb.Set(journalKey, pos[:], pebble.NoSync); err != nil {
+			t.Fatal(err)
+		}
+		if err := pdb.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	content := journalRecords(pdb, tc.tail, tc.empty, tc.seqs...)
+	if len(tc.second) > 0 {
+		half := make([]byte, 4096)
+		copy(half, content)
+		content = append(half, journalRecords(pdb, nil, 0, tc.second...)...)
+		content = append(content, make([]byte, 2*len(half)-len(content))...)
+	}
+	last, err := replayJournal(pdb, content, journaled, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the replay applied lasts: with the WAL disabled only a
+	// flush keeps it through the close.
+	if err := pdb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if pdb, err = pebble.Open(dir, popts); err != nil {
+		t.Fatal(err)
+	}
+	if last != tc.last {
+		t.Errorf("replay returned position %d, want %d", last, tc.last)
+	}
+	// The store holds that position, so the records written next
+	// follow it at the next open.
+	if stored, err := journaledSeq(pdb); err != nil || stored != tc.last {
+		t.Errorf("the store's position after the replay: %d (%v), want %d", stored, err, tc.last)
+	}
+	for _, s := range append(tc.seqs, tc.second...) {
+		want := false
+		for _, a := range tc.applied {
+			want = want || a == s
+		}
+		if got := has(pdb, fmt.Sprintf("k%d", s)); got != want {
+			t.Errorf("record %d applied: %v, want %v", s, got, want)
+		}
 	}
 }

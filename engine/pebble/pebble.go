@@ -31,7 +31,7 @@ func init() {
 		Params: []driver.Param{
 			{Name: "cache_mb", Default: "64", Doc: "block cache size in MiB, beside the memtables (Pebble counts them against its cache, so the cache is made this much larger than they can take)"},
 			{Name: "memtable_mb", Default: "64", Doc: "memtable size in MiB"},
-			{Name: "journal_kb", Default: "0", Doc: "size in KiB (64 or more; 0: none) of a commit journal for sync modes none and interval, a file mapped into memory that keeps completed commits through a process crash without waiting for Pebble's WAL writer (Linux): faster at window 1, but a WAL write that fails first at a memtable rotation then ends the process instead of failing commits"},
+			{Name: "journal_kb", Default: "16384", Doc: "size in KiB (128 or more; 0: none) of the commit journal that is the write-ahead log of sync modes none and interval (Linux), a file mapped into memory: a commit completes without a system call or a wait for Pebble's WAL writer; 0 has those modes write Pebble's WAL and wait for its writer"},
 		},
 		Doc: "embedded LSM (cockroachdb/pebble v2); one log key per transaction; group commit through Pebble's commit pipeline",
 	})
@@ -45,6 +45,11 @@ const memtablesMax = 2
 // cacheBytes is the size of a block cache that keeps cacheMB MiB for
 // blocks beside memtablesMax memtables of memMB MiB, which Pebble
 // reserves in the same cache.
+// defaultJournalKB is the commit journal's size by default: two halves of
+// 8 MiB, each a flush of the memtables when it fills. Its pages count in
+// the process's resident memory once written.
+const defaultJournalKB = 16 << 10
+
 func cacheBytes(cacheMB, memMB int) int64 {
 	return int64(cacheMB+memtablesMax*memMB) << 20
 }
@@ -82,6 +87,7 @@ type db struct {
 	writing sync.WaitGroup
 	// jr is the commit journal of SyncNone and SyncInterval (journal.go),
 	// under mu; nil where the commits wait for Pebble's WAL writer.
+	// Pebble runs without its WAL (popts.DisableWAL) while it is set.
 	jr     *journal
 	jrSize int
 	// gate picks the deferred commits (Batch.Defer) that wait for a
@@ -127,12 +133,12 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
-	journalKB, err := driver.IntParam(opts, Name, "journal_kb", 0, 0, 1<<20)
+	journalKB, err := driver.IntParam(opts, Name, "journal_kb", defaultJournalKB, 0, 1<<20)
 	if err != nil {
 		return nil, err
 	}
-	if journalKB > 0 && journalKB < 64 {
-		return nil, fmt.Errorf("%w: pebble: journal_kb=%d: a journal takes 64 KiB or more (0: none)", driver.ErrInvalidOption, journalKB)
+	if journalKB > 0 && journalKB < 128 {
+		return nil, fmt.Errorf("%w: pebble: journal_kb=%d: a journal takes 128 KiB or more (0: none)", driver.ErrInvalidOption, journalKB)
 	}
 	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("pebble: create %s: %w", opts.Dir, err)
@@ -172,9 +178,31 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 		cache.Unref()
 		return nil, err
 	}
+	// Read before the journal is mapped, which may resize it.
+	journaled, err := readJournal(opts.Dir)
+	if err != nil {
+		cache.Unref()
+		lock.Release()
+		return nil, err
+	}
+	if opts.Sync != driver.SyncAlways && d.jrSize > 0 {
+		d.jr, err = openJournal(opts.Dir, d.jrSize)
+		switch {
+		case errors.Is(err, errJournalNoSpace):
+			// Pebble's WAL needs less at once; the store stays usable.
+			d.log.Warn("no space for the commit journal; commits wait for Pebble's WAL writer instead", "journal_kb", journalKB, "err", err)
+		case err != nil:
+			cache.Unref()
+			lock.Release()
+			return nil, err
+		}
+		// The journal is the WAL (journal.go).
+		popts.DisableWAL = d.jr != nil
+	}
 	d.popts = popts
 	pdb, err := pebble.Open(opts.Dir, popts)
 	if err != nil {
+		d.closeJournal()
 		cache.Unref()
 		lock.Release()
 		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EWOULDBLOCK) {
@@ -183,7 +211,8 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 		return nil, fmt.Errorf("pebble: open %s: %w", opts.Dir, err)
 	}
 	d.lock, d.pdb = lock, pdb
-	if err := d.openJournal(); err != nil {
+	if err := d.openJournal(journaled); err != nil {
+		d.closeJournal()
 		_ = pdb.Close()
 		cache.Unref()
 		lock.Release()
@@ -347,10 +376,10 @@ func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error
 			d.stats.Appended(k, len(b.Log), logBytes)
 		}
 	}
-	// Under SyncNone and SyncInterval a commit the journal can hold is
-	// journaled instead of waited for (submitJournaled). Otherwise
-	// every mode applies a commit with a sync of the WAL, so that it
-	// completes only once Pebble has written it to the file: without one,
+	// Under SyncNone and SyncInterval a commit is journaled instead of
+	// waited for (submitJournaled), where the journal is in use.
+	// Otherwise every mode applies a commit with a sync of the WAL, so
+	// that it completes only once Pebble has written it to the file: without one,
 	// Pebble keeps the WAL's last block in memory until it fills, and a
 	// process crash lost the commits completed in it. Under SyncNone and
 	// SyncInterval the WAL's own sync does nothing (see watchFS.walNoSync),
@@ -359,9 +388,7 @@ func (d *db) Submit(ctx context.Context, b *driver.Batch) (*driver.Handle, error
 	// more than the write. Commits of other goroutines meanwhile share the
 	// WAL writer's next write.
 	if d.jr != nil {
-		if h, ok := d.submitJournaled(pb, b, k, applied); ok {
-			return h, nil
-		}
+		return d.submitJournaled(pb, b, k, applied), nil
 	}
 	if d.opts.Sync != driver.SyncAlways {
 		err := d.guard("apply", func() error { return d.pdb.ApplyNoSyncWait(pb, pebble.Sync) })
@@ -623,6 +650,9 @@ func (d *db) syncInterval() error {
 	if d.pdb == nil || d.failed() != nil {
 		return nil
 	}
+	if d.jr != nil {
+		return d.guard("sync", d.jr.sync)
+	}
 	return d.guard("sync", func() error { return d.pdb.LogData(nil, pebble.Sync) })
 }
 
@@ -719,7 +749,13 @@ func (d *db) Truncate(ctx context.Context, below driver.LogKey) error {
 	defer b.Close()
 	_ = b.DeleteRange(kvlog.LogSeek(0), kvlog.LogSeek(below), nil)
 	_ = b.Set(kvlog.MetaFloor, kvlog.EncodeFloor(below), nil)
-	if err := d.guard("truncate", func() error { return d.pdb.Apply(b, pebble.Sync) }); err != nil {
+	// Without a WAL (journal.go) the truncation is made durable by the
+	// next flush; one a crash takes back is done again.
+	wo := pebble.Sync
+	if d.popts.DisableWAL {
+		wo = pebble.NoSync
+	}
+	if err := d.guard("truncate", func() error { return d.pdb.Apply(b, wo) }); err != nil {
 		return err
 	}
 	d.floor = below
@@ -812,6 +848,13 @@ func (d *db) Close() error {
 		case d.failure.Load() != nil:
 			err = d.closeFailed(d.pdb)
 		default:
+			if d.jr != nil {
+				// The next open then finds every commit in the tables,
+				// with nothing of the journal to apply again.
+				if ferr := d.pdb.Flush(); ferr != nil {
+					d.log.Warn("flushing the store at close failed; the journal keeps its commits", "err", ferr)
+				}
+			}
 			err = d.pdb.Close()
 		}
 		d.closeJournal()

@@ -186,9 +186,9 @@ func (d *db) reopen() (done bool, err error) {
 		return false, err
 	}
 	d.pdb = pdb
-	// The commits completed through the journal that the failed WAL did
-	// not take are applied again (journal.go).
-	if err := d.openJournal(); err != nil {
+	// The commits completed through the journal that the failed store's
+	// tables lack are applied again (journal.go).
+	if err := d.openJournal(nil); err != nil {
 		d.pdb = nil
 		_ = pdb.Close()
 		return false, err
