@@ -42,9 +42,6 @@ func init() {
 // stated because the block cache is sized by it (see cacheBytes).
 const memtablesMax = 2
 
-// cacheBytes is the size of a block cache that keeps cacheMB MiB for
-// blocks beside memtablesMax memtables of memMB MiB, which Pebble
-// reserves in the same cache.
 // defaultJournalKB is the commit journal's size by default: two halves of
 // 8 MiB, each a flush of the memtables when it fills. Its pages count in
 // the process's resident memory once written.
@@ -58,6 +55,9 @@ const defaultJournalKB = 16 << 10
 // QoS 2 points moved within the noise.
 const journalL0Compaction = 16
 
+// cacheBytes is the size of a block cache that keeps cacheMB MiB for
+// blocks beside memtablesMax memtables of memMB MiB, which Pebble
+// reserves in the same cache.
 func cacheBytes(cacheMB, memMB int) int64 {
 	return int64(cacheMB+memtablesMax*memMB) << 20
 }
@@ -186,12 +186,17 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 		cache.Unref()
 		return nil, err
 	}
-	// Read before the journal is mapped, which may resize it.
+	// Read before the journal is mapped, which may resize it; empty, not
+	// nil, where there is none, so that openJournal does not read the
+	// file just made.
 	journaled, err := readJournal(opts.Dir)
 	if err != nil {
 		cache.Unref()
 		lock.Release()
 		return nil, err
+	}
+	if journaled == nil {
+		journaled = []byte{}
 	}
 	if opts.Sync != driver.SyncAlways && d.jrSize > 0 {
 		d.jr, err = openJournal(opts.Dir, d.jrSize)
