@@ -23,7 +23,8 @@ import (
 func TestWALPreallocatedWithinFile(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
-	opts := engine.Options{Dir: dir, Sync: engine.SyncAlways, Params: map[string]string{"memtable_mb": "16"}}
+	// Without the commit journal, which is the WAL otherwise.
+	opts := engine.Options{Dir: dir, Sync: engine.SyncAlways, Params: map[string]string{"memtable_mb": "16", "journal_kb": "0"}}
 	const step = 4 << 20 // walReserveStep
 	value := bytes.Repeat([]byte("v"), 8<<10)
 	const rounds, perRound = 3, 1500
