@@ -13,9 +13,6 @@ type Handle struct {
 	err  error
 	set  atomic.Bool
 	keys [2]LogKey // res.Keys of a CompletedLog handle, when they fit
-	// hurry, when set, does on the caller's goroutine the work the
-	// commit waits for (see Hurry).
-	hurry func()
 }
 
 // NewHandle returns a pending handle and the function that completes it.
@@ -23,15 +20,6 @@ type Handle struct {
 // should.
 func NewHandle() (*Handle, func(Result, error)) {
 	h := &Handle{done: make(chan struct{})}
-	return h, h.complete
-}
-
-// NewHurriedHandle is NewHandle for a commit whose completion waits for
-// work a waiter can do itself, such as a sync of the engine's log: hurry
-// does it on the calling goroutine (see Handle.Hurry). hurry is shared by
-// many handles, so that it costs no allocation per commit.
-func NewHurriedHandle(hurry func()) (*Handle, func(Result, error)) {
-	h := &Handle{done: make(chan struct{}), hurry: hurry}
 	return h, h.complete
 }
 
@@ -85,19 +73,6 @@ func (h *Handle) complete(res Result, err error) {
 	close(h.done)
 }
 
-// Hurry does on the calling goroutine the work the commit's completion
-// waits for (a sync of the engine's log), when the engine allows it and
-// no other goroutine is doing it already; it may block for that work,
-// and the commit may still be pending when it returns (another goroutine
-// was syncing, or the commit is deferred). A caller with nothing else to
-// do until the commit completes calls it to save the hand-offs to and
-// from the engine's own goroutine; it changes no outcome.
-func (h *Handle) Hurry() {
-	if h.hurry != nil && !h.set.Load() {
-		h.hurry()
-	}
-}
-
 // Done is closed when the commit completed.
 func (h *Handle) Done() <-chan struct{} { return h.done }
 
@@ -116,7 +91,6 @@ func (h *Handle) Err() error {
 // Wait blocks until the commit completes or ctx ends. A ctx error does not
 // mean the commit failed: it may still complete.
 func (h *Handle) Wait(ctx context.Context) (Result, error) {
-	h.Hurry()
 	select {
 	case <-h.done:
 		return h.res, h.err

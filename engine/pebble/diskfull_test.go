@@ -22,9 +22,10 @@ import (
 // full disk does (ENOSPC from the file system Pebble writes through), then
 // lets writes succeed again: the engine must refuse commits and report it
 // while full, recover by itself, and keep every commit it completed,
-// before and after a restart, in every sync mode. Commits go to the
-// journal, whose space is reserved, until a flush of the memtables meets
-// the full disk: the writers go on until then.
+// before and after a restart, in every sync mode. Under SyncNone and
+// SyncInterval commits go to the journal, whose space is reserved, until
+// a flush of the memtables meets the full disk: the writers go on until
+// then.
 func TestDiskFullRecovers(t *testing.T) {
 	for _, mode := range []engine.SyncMode{engine.SyncAlways, engine.SyncInterval, engine.SyncNone} {
 		t.Run(mode.String(), func(t *testing.T) { testDiskFull(t, mode) })
@@ -73,17 +74,19 @@ func testDiskFull(t *testing.T, mode engine.SyncMode) {
 
 	full := func(op, name string) error { return fmt.Errorf("%s %s: %w", op, name, syscall.ENOSPC) }
 	d.fs.fault.Store(&full)
-	// Commits in flight from several writers when the disk fills, until
-	// one fails (64 MiB of memtables' worth at most).
-	size = 4096
-	commits, failed := 4096, atomic.Bool{}
+	// Commits in flight from several writers when the disk fills; with
+	// the journal, until one fails (64 MiB of memtables' worth at most).
+	commits, failed := 100, atomic.Bool{}
+	if mode != engine.SyncAlways {
+		size, commits = 4096, 4096
+	}
 	var wg sync.WaitGroup
 	failures := make(chan error, 4*commits)
 	for w := range 4 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := 0; i < commits && !failed.Load(); i++ {
+			for i := 0; i < commits && (mode == engine.SyncAlways || !failed.Load()); i++ {
 				id := fmt.Sprintf("full-%d-%d", w, i)
 				h, err := commit(id)
 				if err != nil {

@@ -21,10 +21,9 @@ import (
 	"github.com/tidemark-io/tidemark/engine/internal/kvlog"
 )
 
-// The commit journal (engine parameter journal_kb; 0 goes without). It is
-// the store's write-ahead log: Pebble runs with its own WAL disabled.
-// Under SyncAlways it is written and synced (journalsync.go); what
-// follows is of SyncNone and SyncInterval, and of the layout all share.
+// The commit journal, under SyncNone and SyncInterval (engine parameter
+// journal_kb; 0 goes without). It is the store's write-ahead log in those
+// modes: Pebble runs with its own WAL disabled.
 //
 // A commit completes, in those modes, once it is in the operating system,
 // so that a process crash loses none that completed. Through Pebble's WAL
@@ -93,10 +92,9 @@ func sealJournalRecord(b []byte, seq uint64, n int) {
 // journalSetMax bounds what setting journalKey adds to a batch.
 const journalSetMax = 1 + binary.MaxVarintLen32 + 8 + binary.MaxVarintLen32 + 8
 
-// submitJournaled commits pb (b's batch, log key k) through the journal,
-// with mu held, and returns its handle, having let mu go: completed under
-// SyncNone and SyncInterval; under SyncAlways completed by the journal's
-// syncer (journalsync.go) once a sync of the journal covers the record.
+// submitJournaled commits pb (b's batch, log key k) under SyncNone or
+// SyncInterval through the journal, with mu held, and returns its
+// completed handle, having let mu go.
 func (d *db) submitJournaled(pb *pebble.Batch, b *driver.Batch, k driver.LogKey, applied func(error)) *driver.Handle {
 	if !d.jr.fits(pb.Len() + journalSetMax) {
 		return d.submitFlushed(pb, b, k, applied)
@@ -121,24 +119,13 @@ func (d *db) submitJournaled(pb *pebble.Batch, b *driver.Batch, k driver.LogKey,
 		d.mu.Unlock()
 		return driver.Completed(driver.Result{}, err)
 	}
-	if err := d.jr.seal(n); err != nil {
-		err = fmt.Errorf("pebble: %w: %w", driver.ErrWriteFailed, err)
-		d.fail(err)
-		d.mu.Unlock()
-		_ = pb.Close()
-		return driver.Completed(driver.Result{}, err)
-	}
+	d.jr.seal(n)
 	return d.completeJournaled(pb, b, k)
 }
 
 // completeJournaled completes a commit of pb, applied and in the store's
-// tables or journal, with mu held, and lets mu go. Under SyncAlways it
-// hands the commit to the journal's syncer instead.
+// tables or journal, with mu held, and lets mu go.
 func (d *db) completeJournaled(pb *pebble.Batch, b *driver.Batch, k driver.LogKey) *driver.Handle {
-	if d.jq != nil {
-		_ = pb.Close()
-		return d.awaitJournalSync(b, k)
-	}
 	if len(b.Log) > 0 {
 		d.markDurable(k) // under mu: keys complete in order
 	}
@@ -183,11 +170,7 @@ func (d *db) nextJournalHalf() error {
 			return err
 		}
 	}
-	if err := d.jr.next(left); err != nil {
-		err = fmt.Errorf("pebble: %w: %w", driver.ErrWriteFailed, err)
-		d.fail(err)
-		return err
-	}
+	d.jr.next(left)
 	return nil
 }
 
@@ -386,7 +369,8 @@ func (d *db) openJournal(content []byte) error {
 		}
 		return nil
 	}
-	return d.jr.restart(seq)
+	d.jr.restart(seq)
+	return nil
 }
 
 // closeJournal unmaps the journal; its file stays for the next open.

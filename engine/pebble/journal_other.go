@@ -13,13 +13,13 @@ type journal struct {
 }
 
 // openJournal reports no journal: the engine goes without one.
-func openJournal(string, int, bool) (*journal, error) { return nil, nil }
+func openJournal(string, int) (*journal, error) { return nil, nil }
 
-func (j *journal) fits(int) bool              { return false }
-func (j *journal) room(int) bool              { return false }
-func (j *journal) put([]byte)                 {}
-func (j *journal) seal(int) error             { return nil }
-func (j *journal) next(<-chan struct{}) error { return nil }
-func (j *journal) restart(uint64) error       { return nil }
-func (j *journal) sync() error                { return nil }
-func (j *journal) close() error               { return nil }
+func (j *journal) fits(int) bool        { return false }
+func (j *journal) room(int) bool        { return false }
+func (j *journal) put([]byte)           {}
+func (j *journal) seal(int)             {}
+func (j *journal) next(<-chan struct{}) {}
+func (j *journal) restart(uint64)       {}
+func (j *journal) sync() error          { return nil }
+func (j *journal) close() error         { return nil }

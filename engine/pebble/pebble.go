@@ -31,7 +31,7 @@ func init() {
 		Params: []driver.Param{
 			{Name: "cache_mb", Default: "64", Doc: "block cache size in MiB, beside the memtables (Pebble counts them against its cache, so the cache is made this much larger than they can take)"},
 			{Name: "memtable_mb", Default: "64", Doc: "memtable size in MiB"},
-			{Name: "journal_kb", Default: "16384", Doc: "size in KiB (128 or more; 0: none) of the commit journal that is the store's write-ahead log (Linux): under sync modes none and interval a file mapped into memory, so a commit completes without a system call or a wait for Pebble's WAL writer; under always written and fdatasynced by the waiters themselves, one sync per group of commits; 0 writes Pebble's WAL instead"},
+			{Name: "journal_kb", Default: "16384", Doc: "size in KiB (128 or more; 0: none) of the commit journal that is the write-ahead log of sync modes none and interval (Linux), a file mapped into memory: a commit completes without a system call or a wait for Pebble's WAL writer; 0 has those modes write Pebble's WAL and wait for its writer"},
 		},
 		Doc: "embedded LSM (cockroachdb/pebble v2); one log key per transaction; group commit through Pebble's commit pipeline",
 	})
@@ -89,19 +89,15 @@ type db struct {
 	closed  bool
 	checks  checkCache         // under mu
 	recent  kvlog.Recent       // added to under mu
-	pending chan pendingCommit // SyncAlways without jr only; completed in order
+	pending chan pendingCommit // SyncAlways only; completed in order
 	// writing counts the commits of SyncNone and SyncInterval applied and
 	// waiting for their write (see Submit); Add under mu while open.
 	writing sync.WaitGroup
-	// jr is the commit journal (journal.go, journalsync.go), under mu;
-	// nil where the commits wait for Pebble's WAL writer.
+	// jr is the commit journal of SyncNone and SyncInterval (journal.go),
+	// under mu; nil where the commits wait for Pebble's WAL writer.
 	// Pebble runs without its WAL (popts.DisableWAL) while it is set.
 	jr     *journal
 	jrSize int
-	// jq queues the commits waiting for a sync of the journal (SyncAlways
-	// with jr), and hurry is their handles' Hurry (journalsync.go).
-	jq    *journalQueue
-	hurry func()
 	// gate picks the deferred commits (Batch.Defer) that wait for a
 	// later sync.
 	gate *deferral.Gate
@@ -202,8 +198,8 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 	if journaled == nil {
 		journaled = []byte{}
 	}
-	if d.jrSize > 0 {
-		d.jr, err = openJournal(opts.Dir, d.jrSize, opts.Sync == driver.SyncAlways)
+	if opts.Sync != driver.SyncAlways && d.jrSize > 0 {
+		d.jr, err = openJournal(opts.Dir, d.jrSize)
 		switch {
 		case errors.Is(err, errJournalNoSpace):
 			// Pebble's WAL needs less at once; the store stays usable.
@@ -260,14 +256,9 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 	d.hlc = hlc.New(opts.Clock, max(top, floor))
 	switch opts.Sync {
 	case driver.SyncAlways:
+		d.pending = make(chan pendingCommit, 4096)
 		d.completer.Add(1)
-		if d.jr != nil {
-			d.jq, d.hurry = newJournalQueue(), d.hurryJournal
-			go d.syncJournalLoop()
-		} else {
-			d.pending = make(chan pendingCommit, 4096)
-			go d.complete()
-		}
+		go d.complete()
 	case driver.SyncInterval:
 		d.completer.Add(1)
 		go func() {

@@ -23,8 +23,7 @@ import (
 func TestWALPreallocatedWithinFile(t *testing.T) {
 	ctx := t.Context()
 	dir := t.TempDir()
-	// Without the commit journal, which is the WAL otherwise.
-	opts := engine.Options{Dir: dir, Sync: engine.SyncAlways, Params: map[string]string{"memtable_mb": "16", "journal_kb": "0"}}
+	opts := engine.Options{Dir: dir, Sync: engine.SyncAlways, Params: map[string]string{"memtable_mb": "16"}}
 	const step = 4 << 20 // walReserveStep
 	value := bytes.Repeat([]byte("v"), 8<<10)
 	const rounds, perRound = 3, 1500

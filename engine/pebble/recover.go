@@ -156,9 +156,6 @@ func (d *db) reopen() (done bool, err error) {
 		d.pending <- pendingCommit{barrier: barrier}
 		<-barrier
 	}
-	if d.jq != nil {
-		d.failQueued()
-	}
 	// Likewise the SyncNone and SyncInterval committers waiting for their
 	// write (the failed WAL writer has released them with its error, or
 	// wrote them): none takes mu again, and none of them may still hold

@@ -273,13 +273,6 @@ func (c *conn) flushGroup() bool {
 	if err != nil {
 		return false
 	}
-	if (g.checked || g.urgent) && !done(h) && !c.packetReady() {
-		// The client waits for this commit and has sent nothing more
-		// to read: the read loop syncs it itself, where the engine lets
-		// it (Handle.Hurry), and sends the acknowledgements below with
-		// no hand-off to the engine's goroutine or the ack loop.
-		h.Hurry()
-	}
 	if g.tx.Logged() && done(h) {
 		c.pumpDue = true
 	}

@@ -131,12 +131,6 @@ func (c *conn) waitCommit(e ackEntry, timer *time.Timer) (err error, ok, timedOu
 		return nil, false, timedOut
 	}
 	if e.h != nil {
-		if !done(e.h) {
-			// The acknowledgements before this one go out, then the
-			// commit is synced here if the engine lets a waiter do it.
-			c.flush()
-			e.h.Hurry()
-		}
 		if ok, timedOut = wait(e.h.Done()); !ok {
 			return nil, false, timedOut
 		}
