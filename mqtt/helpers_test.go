@@ -358,6 +358,22 @@ func (c *client3) expectOne(topic, payload string) paho3.Message {
 	return m
 }
 
+// expectResumed is expectOne for a session resumed after close: a message
+// delivered before close may come again, marked DUP, first, because close
+// can overtake the acknowledgement the client queued for it.
+func (c *client3) expectResumed(topic, payload string) paho3.Message {
+	c.t.Helper()
+	for {
+		m := c.expect(1)[0]
+		if m.Topic() == topic && string(m.Payload()) == payload {
+			return m
+		}
+		if !m.Duplicate() {
+			c.t.Fatalf("%s: got %q %q, want %q %q (or a redelivery)", c.id, m.Topic(), m.Payload(), topic, payload)
+		}
+	}
+}
+
 func (c *client3) expectNone(d time.Duration) {
 	c.t.Helper()
 	select {

@@ -220,7 +220,13 @@ func restartDelivers(t *testing.T, addr string, bounce func() string) {
 	}
 	before := online.expect(perTopic) // some of it, then the stop
 	addr = bounce()
-	// What reached the online subscriber before the stop counts.
+	// What reached the online subscriber before the stop counts, also what
+	// its handler was still working through when the connection went.
+	select {
+	case <-online.Done():
+	case <-time.After(wait):
+		t.Fatal("rd-online's client still running after the restart")
+	}
 	for drained := false; !drained; {
 		select {
 		case m := <-online.msgs:
