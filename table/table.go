@@ -139,10 +139,20 @@ type DB struct {
 // version clock above the persisted version reservation, the highest
 // version in the log's tail and the head's key, so versions stay monotonic
 // across restarts and crashes even when the clock went back.
+//
+// An engine that holds one partition of several (see OpenPartitions) is
+// refused with ErrPartitionMismatch.
 func Open(ctx context.Context, e engine.Engine, opts Options) (*DB, error) {
 	if e == nil {
 		return nil, fmt.Errorf("table: open: nil engine: %w", engine.ErrInvalidOption)
 	}
+	if err := checkUnpartitioned(ctx, e); err != nil {
+		return nil, err
+	}
+	return open(ctx, e, opts)
+}
+
+func open(ctx context.Context, e engine.Engine, opts Options) (*DB, error) {
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.Default()

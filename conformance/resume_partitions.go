@@ -1,0 +1,250 @@
+package conformance
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// Partitioned tables: the resume guarantees of a subscription, kept in
+// each partition when the tables are split over several engines of the
+// target (on JetStream, several streams).
+func init() {
+	register("resume",
+		Case{Name: "C25_partitioned_writers_and_resuming_subscribers", Run: casePartitionedWritersAndResumingSubscribers},
+		Case{Name: "C26_partition_layout_is_kept", Run: casePartitionLayoutIsKept},
+	)
+}
+
+// openPartitions opens n engines of tg, in dirs (new ones when nil), as
+// the partitions of one set of tables; all are closed when the case ends.
+func openPartitions(t T, tg Target, dirs []string, n int) (*table.Partitions, []engine.Engine, []string) {
+	t.Helper()
+	for len(dirs) < n {
+		dirs = append(dirs, t.TempDir())
+	}
+	var es []engine.Engine
+	for _, d := range dirs[:n] {
+		e, err := tg.TryOpen(t.Context(), d, func(o *engine.Options) { o.Sync = engine.SyncNone })
+		if err != nil {
+			t.Fatalf("open %s in %s: %v", tg.Engine, d, err)
+		}
+		t.Cleanup(func() { _ = e.Close() })
+		es = append(es, e)
+	}
+	p, err := table.OpenPartitions(t.Context(), es, table.Options{})
+	if err != nil {
+		t.Fatalf("open %d partitions on %s: %v", n, tg.Engine, err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p, es, dirs
+}
+
+// partitionRun is what one subscription instance received.
+type partitionRun struct {
+	start table.Cursors
+	evs   []table.Event
+	parts []int
+}
+
+// receiveQuiet receives from s until want events came or none came for
+// quiet.
+func receiveQuiet(s *table.PartitionSubscription, want int, quiet time.Duration) []table.Event {
+	var evs []table.Event
+	for len(evs) < want {
+		select {
+		case ev, ok := <-s.Events():
+			if !ok {
+				return evs
+			}
+			evs = append(evs, ev)
+		case <-time.After(quiet):
+			return evs
+		}
+	}
+	return evs
+}
+
+// Writers commit transactions of one to three records to three
+// partitions (the records of a transaction share a group, which names the
+// partition) while subscribers to every partition take a random number of
+// events, acknowledge a random prefix of them, stop, and resume from their
+// checkpoint. Each instance must receive each partition's events in log
+// order, from a partition its group routes to, none its checkpoint covers,
+// and for every record a gap-free run of its versions; after a final
+// catch-up every subscriber holds every version.
+func casePartitionedWritersAndResumingSubscribers(t T, tg Target) {
+	seed := rand.Uint64()
+	p, _, _ := openPartitions(t, tg, nil, 3)
+	deadline := time.Now().Add(1200 * time.Millisecond)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(w)))
+			for time.Now().Before(deadline) {
+				g := fmt.Sprintf("g%d", rng.IntN(9))
+				tx := p.For(g).Begin()
+				for k := range 1 + rng.IntN(3) {
+					_ = tx.Put("t", fmt.Sprintf("%s/%d", g, k), nil)
+				}
+				if err := tx.Commit(t.Context()); err != nil {
+					t.Errorf("writer: %v", err)
+					return
+				}
+				time.Sleep(time.Millisecond) // keep the history small enough to check
+			}
+		}()
+	}
+	opts := table.SubscribeOptions{Table: "t", IncludeSuperseded: true}
+	runs := make([][]partitionRun, 2)
+	saved := make([]table.Cursors, len(runs))
+	var subs sync.WaitGroup
+	for i := range runs {
+		subs.Add(1)
+		go func() {
+			defer subs.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(100+i)))
+			saved[i] = make(table.Cursors, p.Count())
+			for time.Now().Before(deadline) && !t.Failed() {
+				s, err := p.Subscribe(t.Context(), saved[i], opts)
+				if err != nil {
+					t.Errorf("subscribe: %v", err)
+					return
+				}
+				evs := receiveQuiet(s, 1+rng.IntN(80), 200*time.Millisecond)
+				for _, ev := range evs[:rng.IntN(len(evs)+1)] {
+					_ = s.Ack(ev)
+				}
+				run := partitionRun{start: saved[i], evs: evs}
+				for _, ev := range evs {
+					run.parts = append(run.parts, s.Partition(ev))
+				}
+				_ = s.Close()
+				if err := s.Err(); err != nil {
+					t.Errorf("subscription ended with %v", err)
+				}
+				saved[i] = s.Checkpoint()
+				runs[i] = append(runs[i], run)
+			}
+		}()
+	}
+	wg.Wait()
+	subs.Wait()
+	if t.Failed() {
+		return
+	}
+	catchUp := func(start table.Cursors) partitionRun {
+		s, err := p.Subscribe(t.Context(), start, opts)
+		if err != nil {
+			t.Fatalf("subscribe: %v", err)
+		}
+		defer s.Close()
+		run := partitionRun{start: start, evs: receiveQuiet(s, 1<<30, time.Second)}
+		for _, ev := range run.evs {
+			run.parts = append(run.parts, s.Partition(ev))
+		}
+		return run
+	}
+	canon := map[string][]table.Version{}
+	for _, ev := range catchUp(make(table.Cursors, p.Count())).evs {
+		canon[ev.ID] = append(canon[ev.ID], ev.Version)
+	}
+	for i := range runs {
+		runs[i] = append(runs[i], catchUp(saved[i]))
+		have := map[string][]table.Version{}
+		for n, run := range runs[i] {
+			last := slices.Clone(run.start)
+			per := map[string][]table.Version{}
+			for j, ev := range run.evs {
+				part := run.parts[j]
+				g, _, _ := strings.Cut(ev.ID, "/")
+				switch {
+				case part != p.Of(g):
+					t.Fatalf("subscriber %d, instance %d: %s came from partition %d, its group is in %d (seed %d)", i, n, ev.ID, part, p.Of(g), seed)
+				case run.start[part].Covers(ev.Key, ev.Index):
+					t.Fatalf("subscriber %d, instance %d: %s at %s again, below the checkpoint %s it resumed from (seed %d)", i, n, ev.ID, ev.Cursor(), run.start, seed)
+				case !last[part].Less(ev.Cursor()):
+					t.Fatalf("subscriber %d, instance %d: partition %d delivered %s after %s (seed %d)", i, n, part, ev.Cursor(), last[part], seed)
+				}
+				last[part] = ev.Cursor()
+				per[ev.ID] = append(per[ev.ID], ev.Version)
+			}
+			for id, vs := range per {
+				k := slices.Index(canon[id], vs[0])
+				if k < 0 || len(canon[id]) < k+len(vs) || !slices.Equal(canon[id][k:k+len(vs)], vs) {
+					t.Fatalf("subscriber %d, instance %d: versions of %s %v are not a gap-free run of %v (seed %d)", i, n, id, vs, canon[id], seed)
+				}
+				for _, v := range vs {
+					if !slices.Contains(have[id], v) {
+						have[id] = append(have[id], v)
+					}
+				}
+			}
+		}
+		for id, vs := range canon {
+			got := slices.Clone(have[id])
+			slices.Sort(got)
+			if !slices.Equal(got, vs) {
+				t.Fatalf("subscriber %d holds %d of %d versions of %s after its catch-up (seed %d)", i, len(got), len(vs), id, seed)
+			}
+		}
+	}
+	if len(canon) == 0 {
+		t.Fatalf("the writers committed nothing")
+	}
+}
+
+// Partitions reopen only as they were made: the same count, the same
+// order; a partition alone is refused, and so is a store with data as one
+// of several. Reopened as made, every record is where its key routes.
+func casePartitionLayoutIsKept(t T, tg Target) {
+	p, es, dirs := openPartitions(t, tg, nil, 3)
+	ids := make([]string, 60)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("id-%d", i)
+		tx := p.For(ids[i]).Begin()
+		_ = tx.Put("t", ids[i], []byte(ids[i]))
+		if err := tx.Commit(t.Context()); err != nil {
+			t.Fatalf("commit: %v", err)
+		}
+	}
+	_ = p.Close()
+	refused := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, table.ErrPartitionMismatch) {
+			t.Fatalf("%s: %v, want ErrPartitionMismatch", what, err)
+		}
+	}
+	_, err := table.OpenPartitions(t.Context(), es[:2], table.Options{})
+	refused("two of three", err)
+	_, err = table.OpenPartitions(t.Context(), []engine.Engine{es[2], es[1], es[0]}, table.Options{})
+	refused("in reverse", err)
+	_, err = table.Open(t.Context(), es[1], table.Options{})
+	refused("one alone", err)
+	fresh, err := tg.TryOpen(t.Context(), t.TempDir())
+	if err != nil {
+		t.Fatalf("open a fresh %s: %v", tg.Engine, err)
+	}
+	defer fresh.Close()
+	_, err = table.OpenPartitions(t.Context(), []engine.Engine{fresh, es[0]}, table.Options{})
+	refused("partition 0 of 3 as 1 of 2", err)
+	for _, e := range es {
+		_ = e.Close()
+	}
+	p, _, _ = openPartitions(t, tg, dirs, 3)
+	for _, id := range ids {
+		r, err := p.For(id).Get(t.Context(), "t", id)
+		if err != nil || string(r.Value) != id {
+			t.Fatalf("%s in partition %d after reopening: %q, %v", id, p.Of(id), r.Value, err)
+		}
+	}
+}
