@@ -20,6 +20,12 @@
 //     deployments can share one cluster; letters, digits, '-' and '_';
 //     default "tidemark".
 //   - replicas: stream replicas, 1 by default; use 3 on a cluster.
+//   - leader: the server (its name) to lead the stream, on a cluster with
+//     replicas of 2 or more. Opening asks the current leader to step down
+//     in its favour and waits until it leads, so that the streams of
+//     several partitions (table.OpenPartitions) can lead on different
+//     servers. JetStream keeps no preference: after a later election the
+//     leader is wherever the election put it, until the next open.
 //   - commit: "wal" (the default with the embedded server) or "batch"
 //     (the default, and the only choice, with "url"); see below. A stream
 //     records the protocol it was created with and refuses the other.

@@ -101,6 +101,10 @@ type db struct {
 	logTotal                                              uint64 // committer only: log entries the stream received
 	recent                                                recentLog
 
+	// leader is the server the stream's leader is moved to at open
+	// (parameter leader; see preferLeader); empty leaves it where it is.
+	leader string
+
 	// startTimeout bounds opening when the caller's context has no
 	// deadline (parameter start_timeout).
 	startTimeout time.Duration
@@ -213,6 +217,10 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	leader := strings.TrimSpace(opts.Params["leader"])
+	if leader != "" && (url == "" || replicas < 2) {
+		return nil, fmt.Errorf("%w: jetstream parameter leader=%q: a leader is chosen among the servers of a replicated stream; give url and replicas=2 or more", driver.ErrInvalidOption, leader)
+	}
 	secure, err := secureOptions(opts.Params, url)
 	if err != nil {
 		return nil, err
@@ -240,6 +248,7 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 		gate:          deferral.NewGate(opts.DeferralAnyMode()),
 		committerDone: make(chan struct{}),
 		engineID:      newEngineID(),
+		leader:        leader,
 		reserveBytes:  int64(reserveMB) << 20,
 		pages:         make(chan struct{}, pageReads),
 	}
@@ -411,6 +420,11 @@ func (d *db) connect(ctx context.Context, url string, replicas int, secure ...na
 	})
 	if err != nil {
 		return err
+	}
+	if d.leader != "" {
+		if err := d.preferLeader(ctx, d.leader); err != nil {
+			return err
+		}
 	}
 	cctx := ctx
 	if d.wal {

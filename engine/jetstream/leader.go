@@ -1,0 +1,105 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tidemark-io/tidemark/engine/driver"
+)
+
+// leaderMoveTimeout bounds waiting for the stream's new leader after a
+// step-down, beyond the request itself.
+const leaderMoveTimeout = 15 * time.Second
+
+// stepDownRequest is the body of a stream leader step-down that names the
+// server to take over.
+type stepDownRequest struct {
+	Placement struct {
+		Preferred string `json:"preferred"`
+	} `json:"placement"`
+}
+
+type stepDownResponse struct {
+	Success bool `json:"success"`
+	Error   *struct {
+		Description string `json:"description"`
+	} `json:"error"`
+}
+
+// preferLeader makes server the stream's leader (parameter leader), so
+// that the streams of several partitions can lead on different servers:
+// each commit goes to its stream's leader, and a server leading several
+// streams does the work of all of them. It asks the current leader to step
+// down in favour of server and waits until server leads. JetStream keeps
+// no preference: after a later election (a server restarting, say) the
+// leader is wherever the election put it, until the next open.
+func (d *db) preferLeader(ctx context.Context, server string) error {
+	info, err := d.st.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("jetstream: stream %s info: %w", d.name, err)
+	}
+	if info.Cluster == nil {
+		return fmt.Errorf("%w: jetstream parameter leader=%q: stream %s is not on a cluster", driver.ErrInvalidOption, server, d.name)
+	}
+	if info.Cluster.Leader == server {
+		return nil
+	}
+	peers := []string{info.Cluster.Leader}
+	for _, r := range info.Cluster.Replicas {
+		peers = append(peers, r.Name)
+	}
+	if !slices.Contains(peers, server) {
+		return fmt.Errorf("%w: jetstream parameter leader=%q: not a server of stream %s (its servers: %s)",
+			driver.ErrInvalidOption, server, d.name, strings.Join(peers, ", "))
+	}
+	var req stepDownRequest
+	req.Placement.Preferred = server
+	body, _ := json.Marshal(req)
+	stepDown := func(from string) error {
+		return d.request(ctx, fmt.Sprintf("move the leader of stream %s from %s to %s", d.name, from, server), attemptTimeout, func(ctx context.Context) error {
+			msg, err := d.nc.RequestWithContext(ctx, "$JS.API.STREAM.LEADER.STEPDOWN."+d.name, body)
+			if err != nil {
+				return err
+			}
+			var resp stepDownResponse
+			if err := json.Unmarshal(msg.Data, &resp); err != nil {
+				return fmt.Errorf("step-down answer %q: %w", msg.Data, err)
+			}
+			if resp.Error != nil {
+				return fmt.Errorf("step-down refused: %s", resp.Error.Description)
+			}
+			return nil
+		})
+	}
+	// An election right after another, or a server still catching up,
+	// can put the lead elsewhere: ask again until it is where asked.
+	wctx, cancel := context.WithTimeout(ctx, leaderMoveTimeout)
+	defer cancel()
+	leader := info.Cluster.Leader
+	for attempt := 1; ; attempt++ {
+		if leader != "" {
+			if err := stepDown(leader); err != nil {
+				return err
+			}
+		}
+		for range 20 {
+			select {
+			case <-wctx.Done():
+				return fmt.Errorf("jetstream: stream %s: %s did not take the lead in %v (%d step-downs; the leader is %q)", d.name, server, leaderMoveTimeout, attempt, leader)
+			case <-time.After(100 * time.Millisecond):
+			}
+			info, err := d.st.Info(wctx)
+			if err != nil || info.Cluster == nil {
+				continue
+			}
+			if leader = info.Cluster.Leader; leader == server {
+				d.log.Info("stream leader moved", "stream", d.name, "leader", server, "step_downs", attempt)
+				return nil
+			}
+		}
+	}
+}
