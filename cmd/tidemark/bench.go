@@ -17,7 +17,7 @@ import (
 // and the engine commit benchmark as `bench commits`.
 func benchCmd() *cobra.Command {
 	cmd := mqttBenchCmd("bench")
-	cmd.AddCommand(mqttBenchCmd("mqtt"), commitsBenchCmd(), fleetBenchCmd(), clusterBenchCmd(), peerBenchCmd())
+	cmd.AddCommand(mqttBenchCmd("mqtt"), commitsBenchCmd(), fleetBenchCmd(), clusterBenchCmd(), partitionsBenchCmd(), peerBenchCmd())
 	return cmd
 }
 

@@ -101,6 +101,75 @@ starts on a fresh cluster and stops it after.`,
 	return cmd
 }
 
+func partitionsBenchCmd() *cobra.Command {
+	var parts []string
+	var servers, replicas, committers, window, payload int
+	var dur time.Duration
+	var dir string
+	cmd := &cobra.Command{
+		Use:   "partitions",
+		Short: "Measure table commits over 1, 2, 3 partitions, one JetStream stream each, on one NATS cluster",
+		Long: `Starts a NATS JetStream cluster on 127.0.0.1 inside this process (--servers servers, each
+stream at --replicas replicas) and, for each partition count K, opens K JetStream engines, one
+stream each with its leader on another server, as the partitions of one set of tables. Committers
+commit one-record transactions to the partition of a random key, each keeping --window in flight.
+Prints completed commits per second, all partitions together, the ratio to one partition and the
+commit latency. Every point starts on a fresh cluster and stops it after. On a machine whose cores
+the servers share, the ratio shows what one more leader costs more than what it adds.`,
+		Example: `  tidemark bench partitions
+  tidemark bench partitions --partitions 1,3 --committers 48 --window 16 --duration 5s`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := engine.Lookup("jetstream"); err != nil {
+				return fmt.Errorf("the partitions benchmark runs the jetstream engine: %w", err)
+			}
+			ks, err := positiveInts("--partitions", "1,2,3", parts)
+			if err != nil {
+				return err
+			}
+			if servers < 1 || replicas < 1 || replicas > servers {
+				return fmt.Errorf("--servers %d --replicas %d: want 1 or more servers and at most as many replicas", servers, replicas)
+			}
+			if committers < 1 || window < 1 || payload < 0 || payload > 1<<20 {
+				return fmt.Errorf("--committers %d --window %d --payload %d: want 1 or more committers, a window of 1 or more and a payload of 0 to 1 MiB",
+					committers, window, payload)
+			}
+			if dur <= 0 {
+				return fmt.Errorf("--duration %v: must be positive", dur)
+			}
+			if dir == "" {
+				if dir, err = os.MkdirTemp("", "tidemark-partitions-"); err != nil {
+					return err
+				}
+				defer os.RemoveAll(dir)
+			}
+			rs := mqttbench.PartitionsRun(cmd.Context(), mqttbench.PartitionsConfig{Partitions: ks, Servers: servers, Replicas: replicas,
+				Committers: committers, Window: window, Payload: payload, Duration: dur, Dir: dir,
+				Progress: func(s string) { fmt.Fprintln(cmd.ErrOrStderr(), s) }})
+			if err := mqttbench.WritePartitionsTable(cmd.OutOrStdout(), rs); err != nil {
+				return err
+			}
+			var errs []error
+			for _, r := range rs {
+				if r.Err != nil {
+					errs = append(errs, fmt.Errorf("%d partition(s): %w", r.Partitions, r.Err))
+				}
+			}
+			return errors.Join(errs...)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringSliceVar(&parts, "partitions", []string{"1", "2", "3"}, "partition counts to measure")
+	fs.IntVar(&servers, "servers", 3, "NATS servers in the cluster")
+	fs.IntVar(&replicas, "replicas", 3, "replicas of each partition's stream")
+	fs.IntVar(&committers, "committers", 24, "committing goroutines")
+	fs.IntVar(&window, "window", 8, "transactions each committer keeps in flight")
+	fs.IntVar(&payload, "payload", 256, "bytes of each committed record")
+	fs.DurationVar(&dur, "duration", 3*time.Second, "measured time per point (after a warm-up of a fifth of it)")
+	fs.StringVar(&dir, "dir", "", "directory for the servers' and engines' data (default: a temporary one)")
+	return cmd
+}
+
 // positiveInts parses a flag's comma-separated whole numbers; example
 // shows a good value in the error.
 func positiveInts(flag, example string, vs []string) ([]int, error) {

@@ -34,3 +34,25 @@ func TestBenchClusterSmall(t *testing.T) {
 		t.Fatalf("more replicas than servers was not refused by name: %v\n%s", err, out)
 	}
 }
+
+// TestBenchPartitionsSmall runs `tidemark bench partitions` with one and
+// two partitions on a three-server NATS cluster and checks the table: a
+// row per count with its streams' leaders on different servers, commits,
+// and exit 0. A bad flag is refused naming the fix.
+func TestBenchPartitionsSmall(t *testing.T) {
+	bin := tidemarkBinary(t)
+	out, err := exec.Command(bin, "bench", "partitions", "--partitions", "1,2", "--committers", "4", "--window", "4",
+		"--duration", "500ms").CombinedOutput()
+	if err != nil {
+		t.Fatalf("bench partitions: %v\n%s", err, out)
+	}
+	for _, row := range []string{`(?m)^\s+1\s+n1\s+\d+\s+1\.00\s+[\d.]+\s+[\d.]+\s+[1-9]\d*\s*$`, `(?m)^\s+2\s+n1,n2\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[1-9]\d*\s*$`} {
+		if !regexp.MustCompile(row).Match(out) {
+			t.Fatalf("no row matching %s:\n%s", row, out)
+		}
+	}
+	out, err = exec.Command(bin, "bench", "partitions", "--partitions", "0").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `--partitions "0": want positive whole numbers`) {
+		t.Fatalf("--partitions 0 was not refused by name: %v\n%s", err, out)
+	}
+}

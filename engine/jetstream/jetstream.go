@@ -34,6 +34,7 @@ func init() {
 			{Name: "url", Default: "", Doc: "NATS server URL(s), comma-separated; empty starts an embedded server on 127.0.0.1 storing under Options.Dir"},
 			{Name: "stream", Default: "tidemark", Doc: "stream name and subject prefix; letters, digits, '-' and '_'"},
 			{Name: "replicas", Default: "1", Doc: "stream replicas (use 3 on a cluster)"},
+			{Name: "leader", Default: "", Doc: "server name to lead the stream, moved there at open (url and replicas of 2 or more); empty leaves the leader where it is"},
 			{Name: "max_batch", Default: "16384 embedded, 1000 with url", Doc: "most messages per atomic batch (commit=batch); lowered when the server reports a smaller limit"},
 			{Name: "tombstone_ttl", Default: "60s", Doc: "how long a deleted key's delete marker stays in the stream (at least 1s)"},
 			{Name: "start_timeout", Default: "2m", Doc: "how long opening waits for the NATS servers, a JetStream leader and the stream when the caller sets no deadline"},

@@ -35,11 +35,12 @@ func TestStreamsLeadWhereAsked(t *testing.T) {
 			_ = e.Close()
 		}
 	}
-	_, err := open(t.Context(), engine.Options{Dir: t.TempDir(), Params: map[string]string{"url": url, "replicas": "3", "stream": "part0", "leader": "nobody"}})
+	// Through the registry, as serve opens it: the parameter is declared.
+	_, err := engine.Open(t.Context(), Name, engine.Options{Dir: t.TempDir(), Params: map[string]string{"url": url, "replicas": "3", "stream": "part0", "leader": "nobody"}})
 	if !errors.Is(err, engine.ErrInvalidOption) || !strings.Contains(err.Error(), servers[0].Name()) {
 		t.Fatalf("leader=nobody: %v, want ErrInvalidOption naming the stream's servers", err)
 	}
-	_, err = open(t.Context(), engine.Options{Dir: t.TempDir(), Params: map[string]string{"leader": "n1"}})
+	_, err = engine.Open(t.Context(), Name, engine.Options{Dir: t.TempDir(), Params: map[string]string{"leader": "n1"}})
 	if !errors.Is(err, engine.ErrInvalidOption) || !strings.Contains(err.Error(), "replicas=2 or more") {
 		t.Fatalf("leader without url: %v", err)
 	}
