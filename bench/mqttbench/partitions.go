@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/internal/proc"
 	"github.com/tidemark-io/tidemark/table"
 )
 
@@ -48,7 +49,10 @@ type PartitionsResult struct {
 	PerSecond    float64
 	Commits      int
 	P50Ms, P99Ms float64
-	Err          error
+	// Micros is this process's CPU time per commit over the measured
+	// time: the committers, the engines and the NATS servers together.
+	Micros float64
+	Err    error
 }
 
 // PartitionsRun measures the commit throughput of partitioned tables
@@ -139,6 +143,15 @@ func loadPartitions(ctx context.Context, cfg PartitionsConfig, p *table.Partitio
 	var mu sync.Mutex
 	var lat []time.Duration
 	var errs []error
+	var cpu time.Duration
+	cpuDone := make(chan struct{})
+	go func() {
+		defer close(cpuDone)
+		time.Sleep(time.Until(warm))
+		cpu0 := proc.SelfCPU()
+		time.Sleep(time.Until(end))
+		cpu = proc.SelfCPU() - cpu0
+	}()
 	var wg sync.WaitGroup
 	for c := range cfg.Committers {
 		wg.Add(1)
@@ -189,6 +202,7 @@ func loadPartitions(ctx context.Context, cfg PartitionsConfig, p *table.Partitio
 		}()
 	}
 	wg.Wait()
+	<-cpuDone
 	if len(errs) > 0 {
 		return fmt.Errorf("%d committers failed, first: %w", len(errs), errs[0])
 	}
@@ -198,6 +212,7 @@ func loadPartitions(ctx context.Context, cfg PartitionsConfig, p *table.Partitio
 	if len(lat) > 0 {
 		r.P50Ms = float64(lat[len(lat)/2]) / 1e6
 		r.P99Ms = float64(lat[len(lat)*99/100]) / 1e6
+		r.Micros = float64(cpu.Microseconds()) / float64(len(lat))
 	}
 	return nil
 }
@@ -212,10 +227,10 @@ func WritePartitionsTable(w io.Writer, rs []PartitionsResult) error {
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "partitions\tleaders\tcommits/s\tx 1 partition\tp50 ms\tp99 ms\tcommits\t")
+	fmt.Fprintln(tw, "partitions\tleaders\tcommits/s\tx 1 partition\tp50 ms\tp99 ms\tcommits\tCPU µs/commit\t")
 	for _, r := range rs {
 		if r.Err != nil {
-			fmt.Fprintf(tw, "%d\terror: %s\t\t\t\t\t\t\n", r.Partitions, strings.ReplaceAll(r.Err.Error(), "\t", " "))
+			fmt.Fprintf(tw, "%d\terror: %s\t\t\t\t\t\t\t\n", r.Partitions, strings.ReplaceAll(r.Err.Error(), "\t", " "))
 			continue
 		}
 		x := "-"
@@ -226,7 +241,7 @@ func WritePartitionsTable(w io.Writer, rs []PartitionsResult) error {
 		if leaders == "" {
 			leaders = "-"
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%.0f\t%s\t%.2f\t%.2f\t%d\t\n", r.Partitions, leaders, r.PerSecond, x, r.P50Ms, r.P99Ms, r.Commits)
+		fmt.Fprintf(tw, "%d\t%s\t%.0f\t%s\t%.2f\t%.2f\t%d\t%.1f\t\n", r.Partitions, leaders, r.PerSecond, x, r.P50Ms, r.P99Ms, r.Commits, r.Micros)
 	}
 	return tw.Flush()
 }

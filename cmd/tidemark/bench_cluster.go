@@ -113,8 +113,8 @@ func partitionsBenchCmd() *cobra.Command {
 stream at --replicas replicas) and, for each partition count K, opens K JetStream engines, one
 stream each with its leader on another server, as the partitions of one set of tables. Committers
 commit one-record transactions to the partition of a random key, each keeping --window in flight.
-Prints completed commits per second, all partitions together, the ratio to one partition and the
-commit latency. Every point starts on a fresh cluster and stops it after. On a machine whose cores
+Prints completed commits per second, all partitions together, the ratio to one partition, the
+commit latency and this process's CPU time per commit (committers, engines and servers). Every point starts on a fresh cluster and stops it after. On a machine whose cores
 the servers share, the ratio shows what one more leader costs more than what it adds.`,
 		Example: `  tidemark bench partitions
   tidemark bench partitions --partitions 1,3 --committers 48 --window 16 --duration 5s`,

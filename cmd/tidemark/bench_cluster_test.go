@@ -46,7 +46,7 @@ func TestBenchPartitionsSmall(t *testing.T) {
 	if err != nil {
 		t.Fatalf("bench partitions: %v\n%s", err, out)
 	}
-	for _, row := range []string{`(?m)^\s+1\s+n1\s+\d+\s+1\.00\s+[\d.]+\s+[\d.]+\s+[1-9]\d*\s*$`, `(?m)^\s+2\s+n1,n2\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[1-9]\d*\s*$`} {
+	for _, row := range []string{`(?m)^\s+1\s+n1\s+\d+\s+1\.00\s+[\d.]+\s+[\d.]+\s+[1-9]\d*\s+[\d.]+\s*$`, `(?m)^\s+2\s+n1,n2\s+\d+\s+[\d.]+\s+[\d.]+\s+[\d.]+\s+[1-9]\d*\s+[\d.]+\s*$`} {
 		if !regexp.MustCompile(row).Match(out) {
 			t.Fatalf("no row matching %s:\n%s", row, out)
 		}
