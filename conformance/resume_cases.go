@@ -13,7 +13,8 @@ import (
 )
 
 // The resume suite: the table layer's storage, cursor and subscription cases
-// C01..C24 of the semantics note (docs/semantics.md, section 4), on every
+// C01..C26 of the semantics note (docs/semantics.md, section 4; C25 and C26,
+// on partitions, are in resume_partitions.go), on every
 // engine. Counts are scaled down from the note where it asks for minutes of
 // load (each case says where), so the suite stays well under a minute per
 // engine.

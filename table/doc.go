@@ -66,4 +66,16 @@
 // left below it fails with ErrHistoryUnavailable rather than missing
 // entries, as does one whose range holds rows bulk-loaded without history
 // (Tx.Load).
+//
+// # Partitions
+//
+// OpenPartitions splits one set of tables over several engines, so that
+// commits to different partitions never wait for one another (on
+// JetStream, several streams led by different servers). A key names its
+// partition by a stable hash; a transaction commits within one partition;
+// Partitions.Subscribe merges one subscription per partition and resumes
+// from a Cursors, one checkpoint per partition, each with the guarantees
+// above. There is no order between partitions. Each engine records its
+// place in the set, and a set opened otherwise than it was made is
+// refused (ErrPartitionMismatch).
 package table
