@@ -1,3 +1,5 @@
+//go:build !nojetstream
+
 package jetstream
 
 import (
