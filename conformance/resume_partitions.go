@@ -3,6 +3,7 @@ package conformance
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -20,6 +21,7 @@ func init() {
 	register("resume",
 		Case{Name: "C25_partitioned_writers_and_resuming_subscribers", Run: casePartitionedWritersAndResumingSubscribers},
 		Case{Name: "C26_partition_layout_is_kept", Run: casePartitionLayoutIsKept},
+		Case{Name: "C27_partitioned_fanout", Run: casePartitionedFanout},
 	)
 }
 
@@ -246,5 +248,129 @@ func casePartitionLayoutIsKept(t T, tg Target) {
 		if err != nil || string(r.Value) != id {
 			t.Fatalf("%s in partition %d after reopening: %q, %v", id, p.Of(id), r.Value, err)
 		}
+	}
+}
+
+// A fanout over three partitions, its route delivering every event to
+// every member, while transactions of one to three records land in all
+// partitions: a member joined at the start of the logs (catching up, then
+// on the route), one joined at the head, and one closed midway and
+// rejoined from its checkpoint each receive every record once per
+// version, in each partition's log order, nothing the checkpoint covered
+// again.
+func casePartitionedFanout(t T, tg Target) {
+	p, _, _ := openPartitions(t, tg, nil, 3)
+	commit := func(from, to int) {
+		for g := from; g < to; g++ {
+			gid := fmt.Sprintf("g%d", g)
+			tx := p.For(gid).Begin()
+			for k := range 1 + g%3 {
+				_ = tx.Put("t", fmt.Sprintf("%s/%d", gid, k), nil)
+			}
+			if err := tx.Commit(t.Context()); err != nil {
+				t.Errorf("commit: %v", err)
+				return
+			}
+		}
+	}
+	commit(0, 60)
+	head, err := p.Head(t.Context())
+	if err != nil {
+		t.Fatalf("head: %v", err)
+	}
+	var mu sync.Mutex
+	var members []*table.PartitionMember
+	pf, err := p.NewFanout(t.Context(), table.PartitionFanoutOptions{Table: "t", Start: head,
+		Route: func(_ table.Event, deliver func(*table.PartitionMember)) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, m := range members {
+				deliver(m)
+			}
+		}})
+	if err != nil {
+		t.Fatalf("fanout: %v", err)
+	}
+	defer pf.Close()
+	join := func(start table.Cursors) *table.PartitionMember {
+		m, err := pf.Join(start, nil)
+		if err != nil {
+			t.Fatalf("join: %v", err)
+		}
+		mu.Lock()
+		members = append(members, m)
+		mu.Unlock()
+		return m
+	}
+	want := func(from, to int) map[string]bool {
+		out := map[string]bool{}
+		for g := from; g < to; g++ {
+			for k := range 1 + g%3 {
+				out[fmt.Sprintf("g%d/%d", g, k)] = true
+			}
+		}
+		return out
+	}
+	// receive takes n events, acking them, checking partition, order and
+	// that none is covered by start or came twice.
+	receive := func(name string, m *table.PartitionMember, start table.Cursors, n int) map[string]bool {
+		got := map[string]bool{}
+		last := slices.Clone(start)
+		deadline := time.Now().Add(20 * time.Second)
+		for len(got) < n {
+			ev, ok, err := m.Next(t.Context())
+			switch {
+			case err != nil:
+				t.Fatalf("%s: next: %v", name, err)
+			case !ok:
+				if time.Now().After(deadline) {
+					t.Fatalf("%s: received %d of %d", name, len(got), n)
+				}
+				select {
+				case <-m.Ready():
+				case <-time.After(10 * time.Millisecond):
+				}
+				continue
+			}
+			i := m.Partition(ev)
+			g, _, _ := strings.Cut(ev.ID, "/")
+			switch {
+			case i != p.Of(g):
+				t.Fatalf("%s: %s from partition %d, its group is in %d", name, ev.ID, i, p.Of(g))
+			case !last[i].Less(ev.Cursor()):
+				t.Fatalf("%s: partition %d delivered %s after %s", name, i, ev.Cursor(), last[i])
+			case got[ev.ID]:
+				t.Fatalf("%s: %s twice", name, ev.ID)
+			}
+			last[i] = ev.Cursor()
+			got[ev.ID] = true
+			if err := m.Ack(ev); err != nil {
+				t.Fatalf("%s: ack: %v", name, err)
+			}
+		}
+		return got
+	}
+	old, live, mid := join(make(table.Cursors, 3)), join(head), join(head)
+	done := make(chan struct{})
+	go func() { defer close(done); commit(60, 120) }()
+	half := receive("mid", mid, head, len(want(60, 90)))
+	cp := mid.Checkpoint()
+	mid.Close()
+	<-done
+	if got := receive("from the start", old, make(table.Cursors, 3), len(want(0, 120))); !maps.Equal(got, want(0, 120)) {
+		t.Fatalf("from the start: %d records, want %d", len(got), len(want(0, 120)))
+	}
+	if got := receive("from the head", live, head, len(want(60, 120))); !maps.Equal(got, want(60, 120)) {
+		t.Fatalf("from the head: %d records, want %d", len(got), len(want(60, 120)))
+	}
+	rest := receive("rejoined", join(cp), cp, len(want(60, 120))-len(half))
+	for id := range rest {
+		if half[id] {
+			t.Fatalf("rejoined from its checkpoint: %s again", id)
+		}
+	}
+	maps.Copy(rest, half)
+	if !maps.Equal(rest, want(60, 120)) {
+		t.Fatalf("closed and rejoined: %d records, want %d", len(rest), len(want(60, 120)))
 	}
 }
