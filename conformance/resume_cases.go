@@ -13,7 +13,7 @@ import (
 )
 
 // The resume suite: the table layer's storage, cursor and subscription cases
-// C01..C26 of the semantics note (docs/semantics.md, section 4; C25 and C26,
+// C01..C27 of the semantics note (docs/semantics.md, section 4; C25 to C27,
 // on partitions, are in resume_partitions.go), on every
 // engine. Counts are scaled down from the note where it asks for minutes of
 // load (each case says where), so the suite stays well under a minute per
