@@ -154,7 +154,8 @@ func checkUnpartitioned(ctx context.Context, e engine.Engine) error {
 	return fmt.Errorf("%w: the engine holds partition %d of %d: open all of them with OpenPartitions", ErrPartitionMismatch, i, n)
 }
 
-// emptyStore reports whether e holds no key and no log.
+// emptyStore reports whether e holds no log and no key but the table
+// layer's metadata.
 func emptyStore(ctx context.Context, e engine.Engine) (bool, error) {
 	st, err := e.LogStats(ctx)
 	if err != nil {
@@ -173,8 +174,12 @@ func emptyStore(ctx context.Context, e engine.Engine) (bool, error) {
 		return false, err
 	}
 	defer it.Close()
-	if it.Next() {
-		return false, nil
+	for it.Next() {
+		// A DB opened and closed without a write leaves only metadata
+		// (the head hint): no record a partition could misplace.
+		if k := it.Key(); len(k) == 0 || k[0] != kindMeta {
+			return false, nil
+		}
 	}
 	return true, it.Err()
 }

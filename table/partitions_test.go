@@ -159,6 +159,18 @@ func TestPartitionsOfExistingStore(t *testing.T) {
 	if r, err := p.For("a").Get(ctx, "t", "a"); err != nil || string(r.Value) != "1" {
 		t.Fatalf("get: %v %v", r, err)
 	}
+	// A store opened and closed without a write holds nothing to misplace.
+	unused := openDBEngine(t)
+	db2, err := table.Open(ctx, unused, table.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = db2.Close()
+	p2, err := table.OpenPartitions(ctx, []engine.Engine{unused, openDBEngine(t)}, table.Options{})
+	if err != nil {
+		t.Fatalf("a store opened without a write, as partition 0 of 2: %v", err)
+	}
+	_ = p2.Close()
 }
 
 func openDBEngine(t *testing.T) engine.Engine {
