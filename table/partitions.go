@@ -207,6 +207,34 @@ func (p *Partitions) DB(i int) *DB { return p.dbs[i] }
 // For returns the partition of key.
 func (p *Partitions) For(key string) *DB { return p.dbs[p.Of(key)] }
 
+// GetLatest returns the newest state of table/id among all partitions, by
+// version, and the partition holding it: for a record that more than one
+// partition may write (a retained message written in its publisher's
+// partition, say). A deletion newer than every write hides them, with an
+// error wrapping ErrNotFound as Get's does. It reads the partitions one
+// after the other, not one snapshot: a write landing meanwhile may or may
+// not be seen, as with a Get just before or after it.
+func (p *Partitions) GetLatest(ctx context.Context, table, id string) (Record, int, error) {
+	var best Record
+	at, bestErr := -1, error(nil)
+	for i, db := range p.dbs {
+		r, err := db.Get(ctx, table, id)
+		if err != nil && !errors.Is(err, ErrNotFound) {
+			return Record{}, i, fmt.Errorf("partition %d: %w", i, err)
+		}
+		if r.Version == 0 { // never written here
+			if at < 0 {
+				best, bestErr = r, err
+			}
+			continue
+		}
+		if at < 0 || best.Version < r.Version {
+			best, at, bestErr = r, i, err
+		}
+	}
+	return best, at, bestErr
+}
+
 // Head returns each partition's Head: a subscription from it delivers
 // exactly the entries committed after Head returned.
 func (p *Partitions) Head(ctx context.Context) (Cursors, error) {

@@ -294,3 +294,43 @@ func TestPartitionsSubscribeEndsWithAPartition(t *testing.T) {
 		t.Fatal("ack of an event the subscription did not deliver succeeded")
 	}
 }
+
+// The newest state of a record several partitions write wins, a deletion
+// included.
+func TestPartitionsGetLatest(t *testing.T) {
+	ctx := context.Background()
+	es, _ := openEngines(t, nil, 3)
+	p := openParts(t, es)
+	defer p.Close()
+	if _, at, err := p.GetLatest(ctx, "r", "x"); !errors.Is(err, table.ErrNotFound) || at != -1 {
+		t.Fatalf("never written: partition %d, %v", at, err)
+	}
+	for _, c := range []struct {
+		part int
+		del  bool
+		val  string
+	}{{1, false, "a"}, {0, false, "b"}, {2, false, "c"}, {0, true, ""}, {1, false, "d"}} {
+		tx := p.DB(c.part).Begin()
+		if c.del {
+			_ = tx.Delete("r", "x")
+		} else {
+			_ = tx.Put("r", "x", []byte(c.val))
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r, at, err := p.GetLatest(ctx, "r", "x")
+		if at != c.part {
+			t.Fatalf("after a write to partition %d, the newest is in %d", c.part, at)
+		}
+		if c.del {
+			if !errors.Is(err, table.ErrNotFound) || !r.Deleted {
+				t.Fatalf("after the deletion: %q, %v", r.Value, err)
+			}
+			continue
+		}
+		if err != nil || string(r.Value) != c.val {
+			t.Fatalf("after writing %q to partition %d: %q, %v", c.val, c.part, r.Value, err)
+		}
+	}
+}
