@@ -24,8 +24,11 @@
 //     replicas of 2 or more. Opening asks the current leader to step down
 //     in its favour and waits until it leads, so that the streams of
 //     several partitions (table.OpenPartitions) can lead on different
-//     servers. JetStream keeps no preference: after a later election the
-//     leader is wherever the election put it, until the next open.
+//     servers. JetStream keeps no preference, so the engine looks every
+//     leader_check (30s by default, at least 100ms) and moves the leader
+//     back once an election moved it away and the server is a current
+//     replica again. Every node sharing a stream should ask for the same
+//     server, or they move its leader back and forth.
 //   - commit: "wal" (the default with the embedded server) or "batch"
 //     (the default, and the only choice, with "url"); see below. A stream
 //     records the protocol it was created with and refuses the other.

@@ -34,7 +34,8 @@ func init() {
 			{Name: "url", Default: "", Doc: "NATS server URL(s), comma-separated; empty starts an embedded server on 127.0.0.1 storing under Options.Dir"},
 			{Name: "stream", Default: "tidemark", Doc: "stream name and subject prefix; letters, digits, '-' and '_'"},
 			{Name: "replicas", Default: "1", Doc: "stream replicas (use 3 on a cluster)"},
-			{Name: "leader", Default: "", Doc: "server name to lead the stream, moved there at open (url and replicas of 2 or more); empty leaves the leader where it is"},
+			{Name: "leader", Default: "", Doc: "server name to lead the stream, moved there at open and back after an election moved it away (url and replicas of 2 or more); empty leaves the leader where it is"},
+			{Name: "leader_check", Default: "30s", Doc: "with leader: how often the engine checks that the stream's leader is that server (at least 100ms)"},
 			{Name: "max_batch", Default: "16384 embedded, 1000 with url", Doc: "most messages per atomic batch (commit=batch); lowered when the server reports a smaller limit"},
 			{Name: "tombstone_ttl", Default: "60s", Doc: "how long a deleted key's delete marker stays in the stream (at least 1s)"},
 			{Name: "start_timeout", Default: "2m", Doc: "how long opening waits for the NATS servers, a JetStream leader and the stream when the caller sets no deadline"},
@@ -105,6 +106,11 @@ type db struct {
 	// leader is the server the stream's leader is moved to at open
 	// (parameter leader; see preferLeader); empty leaves it where it is.
 	leader string
+	// leaderCheck is how often keepLeader looks (parameter leader_check);
+	// closing leaderStop ends it, and leaderDone is closed when it ended
+	// (at once without a leader).
+	leaderCheck            time.Duration
+	leaderStop, leaderDone chan struct{}
 
 	// startTimeout bounds opening when the caller's context has no
 	// deadline (parameter start_timeout).
@@ -219,6 +225,12 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 		return nil, err
 	}
 	leader := strings.TrimSpace(opts.Params["leader"])
+	leaderCheck := defaultLeaderCheck
+	if v := opts.Params["leader_check"]; v != "" {
+		if leaderCheck, err = time.ParseDuration(v); err != nil || leaderCheck < 100*time.Millisecond {
+			return nil, fmt.Errorf("%w: jetstream parameter leader_check=%q: use a duration of at least 100ms, such as 30s", driver.ErrInvalidOption, v)
+		}
+	}
 	if leader != "" && (url == "" || replicas < 2) {
 		return nil, fmt.Errorf("%w: jetstream parameter leader=%q: a leader is chosen among the servers of a replicated stream; give url and replicas=2 or more", driver.ErrInvalidOption, leader)
 	}
@@ -250,6 +262,9 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 		committerDone: make(chan struct{}),
 		engineID:      newEngineID(),
 		leader:        leader,
+		leaderCheck:   leaderCheck,
+		leaderStop:    make(chan struct{}),
+		leaderDone:    make(chan struct{}),
 		reserveBytes:  int64(reserveMB) << 20,
 		pages:         make(chan struct{}, pageReads),
 	}
@@ -287,6 +302,11 @@ func open(ctx context.Context, opts driver.Options) (driver.Engine, error) {
 		d.view.close()
 		d.shutdownTransport()
 		return nil, err
+	}
+	if d.leader != "" {
+		go d.keepLeader()
+	} else {
+		close(d.leaderDone)
 	}
 	if d.wal {
 		applied, _ := d.view.state()
@@ -472,6 +492,8 @@ func (d *db) Close() error {
 	}
 	d.closed = true
 	d.mu.Unlock()
+	close(d.leaderStop)
+	<-d.leaderDone
 	d.queue.Close()
 	<-d.committerDone
 	if d.mat != nil {

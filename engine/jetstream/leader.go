@@ -10,8 +10,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/tidemark-io/tidemark/engine/driver"
 )
+
+// defaultLeaderCheck is how often keepLeader looks by default.
+const defaultLeaderCheck = 30 * time.Second
 
 // leaderMoveTimeout bounds waiting for the stream's new leader after a
 // step-down, beyond the request itself.
@@ -40,9 +45,14 @@ type stepDownResponse struct {
 // no preference: after a later election (a server restarting, say) the
 // leader is wherever the election put it, until the next open.
 func (d *db) preferLeader(ctx context.Context, server string) error {
-	info, err := d.st.Info(ctx)
+	var info *jetstream.StreamInfo
+	err := d.request(ctx, "stream info "+d.name, attemptTimeout, func(ctx context.Context) error {
+		var err error
+		info, err = d.st.Info(ctx)
+		return err
+	})
 	if err != nil {
-		return fmt.Errorf("jetstream: stream %s info: %w", d.name, err)
+		return err
 	}
 	if info.Cluster == nil {
 		return fmt.Errorf("%w: jetstream parameter leader=%q: stream %s is not on a cluster", driver.ErrInvalidOption, server, d.name)
@@ -94,7 +104,11 @@ func (d *db) preferLeader(ctx context.Context, server string) error {
 				return fmt.Errorf("jetstream: stream %s: %s did not take the lead in %v (%d step-downs; the leader is %q)", d.name, server, leaderMoveTimeout, attempt, leader)
 			case <-time.After(100 * time.Millisecond):
 			}
-			info, err := d.st.Info(wctx)
+			// A request sent while the leader changes may go unanswered:
+			// each has a deadline of its own.
+			ictx, icancel := context.WithTimeout(wctx, time.Second)
+			info, err := d.st.Info(ictx)
+			icancel()
 			if err != nil || info.Cluster == nil {
 				continue
 			}
@@ -102,6 +116,48 @@ func (d *db) preferLeader(ctx context.Context, server string) error {
 				d.log.Info("stream leader moved", "stream", d.name, "leader", server, "step_downs", attempt)
 				return nil
 			}
+		}
+	}
+}
+
+// keepLeader moves the stream's leader back to the server asked for
+// (parameter leader) when an election moved it away (that server
+// restarting, say), once the server is a current replica again, looking
+// every leaderCheck until Close. Every node sharing the stream should ask
+// for the same server: nodes asking for different ones would move the
+// leader back and forth.
+func (d *db) keepLeader() {
+	defer close(d.leaderDone)
+	tick := time.NewTicker(d.leaderCheck)
+	defer tick.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-d.leaderStop
+		cancel()
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		ictx, icancel := context.WithTimeout(ctx, attemptTimeout)
+		info, err := d.st.Info(ictx)
+		icancel()
+		if err != nil || info.Cluster == nil || info.Cluster.Leader == "" || info.Cluster.Leader == d.leader {
+			continue
+		}
+		current := false
+		for _, r := range info.Cluster.Replicas {
+			current = current || (r.Name == d.leader && r.Current && !r.Offline)
+		}
+		if !current {
+			continue
+		}
+		d.log.Info("the stream's leader is not the server asked for; moving it back", "stream", d.name, "leader", info.Cluster.Leader, "asked", d.leader)
+		if err := d.preferLeader(ctx, d.leader); err != nil && ctx.Err() == nil {
+			d.log.Warn("moving the stream's leader back failed; trying again later", "stream", d.name, "asked", d.leader, "err", err)
 		}
 	}
 }

@@ -3,9 +3,11 @@
 package jetstream
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
 )
@@ -45,5 +47,44 @@ func TestStreamsLeadWhereAsked(t *testing.T) {
 	_, err = engine.Open(t.Context(), Name, engine.Options{Dir: t.TempDir(), Params: map[string]string{"leader": "n1"}})
 	if !errors.Is(err, engine.ErrInvalidOption) || !strings.Contains(err.Error(), "replicas=2 or more") {
 		t.Fatalf("leader without url: %v", err)
+	}
+}
+
+// An election that moves the leader away from the server asked for is
+// undone at the next check.
+func TestLeaderMovedBack(t *testing.T) {
+	servers := startCluster(t)
+	e := openEngine(t, map[string]string{"url": clientURLs(servers), "replicas": "3", "stream": "kept",
+		"leader": servers[0].Name(), "leader_check": "200ms"})
+	leader := func() string {
+		// A request sent while the leader changes may go unanswered.
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		info, err := e.st.Info(ctx)
+		if err != nil || info.Cluster == nil {
+			return ""
+		}
+		return info.Cluster.Leader
+	}
+	if got := leader(); got != servers[0].Name() {
+		t.Fatalf("opened with leader %s, leads on %s", servers[0].Name(), got)
+	}
+	// Move it away as an election would, without the engine's help.
+	body := []byte(`{"placement":{"preferred":"` + servers[1].Name() + `"}}`)
+	waitFor(t, 15*time.Second, "the leader moved away", func() bool {
+		if leader() == servers[1].Name() {
+			return true
+		}
+		_, _ = e.nc.Request("$JS.API.STREAM.LEADER.STEPDOWN.kept", body, time.Second)
+		return false
+	})
+	waitFor(t, 15*time.Second, "the leader moved back", func() bool { return leader() == servers[0].Name() })
+	if _, err := engine.Commit(t.Context(), e, new(engine.Batch).Put([]byte("k"), []byte("v")).Append([]byte("x"))); err != nil {
+		t.Fatalf("commit after the moves: %v", err)
+	}
+	_, err := engine.Open(t.Context(), Name, engine.Options{Dir: t.TempDir(), Params: map[string]string{"url": clientURLs(servers), "replicas": "3",
+		"leader": servers[0].Name(), "leader_check": "1ms"}})
+	if !errors.Is(err, engine.ErrInvalidOption) || !strings.Contains(err.Error(), "leader_check") {
+		t.Fatalf("leader_check=1ms: %v", err)
 	}
 }
