@@ -208,7 +208,8 @@ func (p *Partitions) DB(i int) *DB { return p.dbs[i] }
 func (p *Partitions) For(key string) *DB { return p.dbs[p.Of(key)] }
 
 // GetLatest returns the newest state of table/id among all partitions, by
-// version, and the partition holding it: for a record that more than one
+// version, and the partition holding it (-1 when none ever held it): for
+// a record that more than one
 // partition may write (a retained message written in its publisher's
 // partition, say). A deletion newer than every write hides them, with an
 // error wrapping ErrNotFound as Get's does. It reads the partitions one

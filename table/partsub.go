@@ -40,7 +40,8 @@ type PartitionSubscription struct {
 // from its cursor in start, which must hold one per partition; o.Start and
 // o.Inclusive must be unset. The subscription runs until Close, the end of
 // ctx, Close of the partitions, or an error in one partition, which ends
-// it in every partition and is reported by Err.
+// it in every partition and is reported by Err. Each partition has its
+// own reader: o.Filter and o.Hooks are called from all of them, at once.
 func (p *Partitions) Subscribe(ctx context.Context, start Cursors, o SubscribeOptions) (*PartitionSubscription, error) {
 	if err := p.checkCursors(start); err != nil {
 		return nil, err
