@@ -270,24 +270,38 @@ func casePropertyWritersAndResumingSubscribers(t T, tg Target) {
 			for _, ev := range evs {
 				per[ev.ID] = append(per[ev.ID], ev.Version)
 			}
-			for id, vs := range per {
-				j := slices.Index(canon[id], vs[0])
-				if j < 0 || len(canon[id]) < j+len(vs) || !slices.Equal(canon[id][j:j+len(vs)], vs) {
-					t.Fatalf("subscriber %d, instance %d: versions of %s %v are not a gap-free run of %v (seed %d)", i, n, id, vs, canon[id], seed)
-				}
-				for _, v := range vs {
-					if !slices.Contains(have[id], v) {
-						have[id] = append(have[id], v)
-					}
-				}
+			checkVersionRuns(t, fmt.Sprintf("subscriber %d, instance %d", i, n), per, canon, have, seed)
+		}
+		checkHoldsAll(t, fmt.Sprintf("subscriber %d", i), have, canon, seed)
+	}
+}
+
+// checkVersionRuns checks that the versions one subscription instance
+// received of each record (per) are a gap-free run of the record's
+// versions in log order (canon), and adds them to have.
+func checkVersionRuns(t T, who string, per, canon, have map[string][]table.Version, seed uint64) {
+	t.Helper()
+	for id, vs := range per {
+		j := slices.Index(canon[id], vs[0])
+		if j < 0 || len(canon[id]) < j+len(vs) || !slices.Equal(canon[id][j:j+len(vs)], vs) {
+			t.Fatalf("%s: versions of %s %v are not a gap-free run of %v (seed %d)", who, id, vs, canon[id], seed)
+		}
+		for _, v := range vs {
+			if !slices.Contains(have[id], v) {
+				have[id] = append(have[id], v)
 			}
 		}
-		for id, vs := range canon {
-			got := slices.Clone(have[id])
-			slices.Sort(got)
-			if !slices.Equal(got, vs) {
-				t.Fatalf("subscriber %d holds %d of %d versions of %s after its catch-up (seed %d)", i, len(got), len(vs), id, seed)
-			}
+	}
+}
+
+// checkHoldsAll checks that have holds every version of every record.
+func checkHoldsAll(t T, who string, have, canon map[string][]table.Version, seed uint64) {
+	t.Helper()
+	for id, vs := range canon {
+		got := slices.Clone(have[id])
+		slices.Sort(got)
+		if !slices.Equal(got, vs) {
+			t.Fatalf("%s holds %d of %d versions of %s after its catch-up (seed %d)", who, len(got), len(vs), id, seed)
 		}
 	}
 }

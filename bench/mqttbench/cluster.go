@@ -116,10 +116,52 @@ func (t *runTB) close() {
 
 func clusterPoint(ctx context.Context, cfg ClusterConfig, nodes, q int) (r ClusterResult) {
 	r = ClusterResult{Nodes: nodes, QoS: q}
-	dir, err := os.MkdirTemp(cfg.Dir, fmt.Sprintf("cluster-%d-qos%d-", nodes, q))
+	r.Err = onCluster(cfg.Dir, fmt.Sprintf("cluster-%d-qos%d-", nodes, q), cfg.Servers, func(tb *runTB, dir, urls string) error {
+		var addrs []string
+		var pids []int
+		for k := range nodes {
+			addr, err := freeport.Addr()
+			if err != nil {
+				return err
+			}
+			ndir := filepath.Join(dir, fmt.Sprintf("node%d", k+1))
+			if err := os.MkdirAll(ndir, 0o755); err != nil {
+				return err
+			}
+			args := []string{"serve", "--engine", "jetstream", "--nats-url", urls, "--replicas", strconv.Itoa(cfg.Replicas),
+				"--node-id", fmt.Sprintf("node%d", k+1), "--data", filepath.Join(ndir, "data"), "--mqtt", addr,
+				"--log-level", "warn", "--max-queued", "0", "--session-expiry", "0"}
+			if cfg.Sync != "" {
+				args = append(args, "--sync", cfg.Sync)
+			}
+			logf, err := os.Create(filepath.Join(ndir, "serve.log"))
+			if err != nil {
+				return err
+			}
+			p, err := proc.Start(proc.Spec{Bin: cfg.Bin, Args: args, Dir: ndir, Log: logf})
+			if err != nil {
+				logf.Close()
+				return err
+			}
+			tb.Cleanup(func() { _ = p.Stop(30 * time.Second); logf.Close() })
+			if err := p.WaitListen(ctx, addr, 60*time.Second, nil); err != nil {
+				return fmt.Errorf("node %d: %w: %s", k+1, err, p.LogTail(5))
+			}
+			addrs, pids = append(addrs, addr), append(pids, p.Pid())
+		}
+		return loadCluster(ctx, cfg, addrs, q, &r, pids)
+	})
+	return r
+}
+
+// onCluster starts a NATS cluster of servers, its data in a new directory
+// under parent (named after pattern), runs fn on it, then stops the
+// cluster, runs tb's cleanups and removes the directory. A Fatalf of the
+// cluster's helpers becomes the error.
+func onCluster(parent, pattern string, servers int, fn func(tb *runTB, dir, urls string) error) (err error) {
+	dir, err := os.MkdirTemp(parent, pattern)
 	if err != nil {
-		r.Err = err
-		return r
+		return err
 	}
 	defer os.RemoveAll(dir)
 	tb := &runTB{dir: dir}
@@ -130,56 +172,14 @@ func clusterPoint(ctx context.Context, cfg ClusterConfig, nodes, q int) (r Clust
 			if !ok {
 				panic(p)
 			}
-			r.Err = f.err
+			err = f.err
 		}
 	}()
-	urls, err := startNATSCluster(tb, cfg.Servers)
+	urls, err := startNATSCluster(tb, servers)
 	if err != nil {
-		r.Err = err
-		return r
+		return err
 	}
-
-	var addrs []string
-	var pids []int
-	for k := range nodes {
-		addr, err := freeport.Addr()
-		if err != nil {
-			r.Err = err
-			return r
-		}
-		ndir := filepath.Join(dir, fmt.Sprintf("node%d", k+1))
-		if err := os.MkdirAll(ndir, 0o755); err != nil {
-			r.Err = err
-			return r
-		}
-		args := []string{"serve", "--engine", "jetstream", "--nats-url", urls, "--replicas", strconv.Itoa(cfg.Replicas),
-			"--node-id", fmt.Sprintf("node%d", k+1), "--data", filepath.Join(ndir, "data"), "--mqtt", addr,
-			"--log-level", "warn", "--max-queued", "0", "--session-expiry", "0"}
-		if cfg.Sync != "" {
-			args = append(args, "--sync", cfg.Sync)
-		}
-		logf, err := os.Create(filepath.Join(ndir, "serve.log"))
-		if err != nil {
-			r.Err = err
-			return r
-		}
-		p, err := proc.Start(proc.Spec{Bin: cfg.Bin, Args: args, Dir: ndir, Log: logf})
-		if err != nil {
-			logf.Close()
-			r.Err = err
-			return r
-		}
-		tb.Cleanup(func() { _ = p.Stop(30 * time.Second); logf.Close() })
-		if err := p.WaitListen(ctx, addr, 60*time.Second, nil); err != nil {
-			r.Err = fmt.Errorf("node %d: %w: %s", k+1, err, p.LogTail(5))
-			return r
-		}
-		addrs, pids = append(addrs, addr), append(pids, p.Pid())
-	}
-	if err := loadCluster(ctx, cfg, addrs, q, &r, pids); err != nil {
-		r.Err = err
-	}
-	return r
+	return fn(tb, dir, urls)
 }
 
 // loadCluster runs the publishers and subscribers of one point.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -80,58 +79,33 @@ func partitionsPoint(ctx context.Context, cfg PartitionsConfig, k int) (r Partit
 		r.Err = err
 		return r
 	}
-	dir, err := os.MkdirTemp(cfg.Dir, fmt.Sprintf("partitions-%d-", k))
-	if err != nil {
-		r.Err = err
-		return r
-	}
-	defer os.RemoveAll(dir)
-	tb := &runTB{dir: dir}
-	defer tb.close()
-	defer func() {
-		if p := recover(); p != nil {
-			f, ok := p.(tbFatal)
-			if !ok {
-				panic(p)
+	r.Err = onCluster(cfg.Dir, fmt.Sprintf("partitions-%d-", k), cfg.Servers, func(tb *runTB, _, urls string) error {
+		var es []engine.Engine
+		defer func() {
+			for _, e := range es {
+				_ = e.Close()
 			}
-			r.Err = f.err
+		}()
+		for i := range k {
+			params := map[string]string{"url": urls, "replicas": strconv.Itoa(cfg.Replicas), "stream": fmt.Sprintf("part%d", i)}
+			leader := fmt.Sprintf("n%d", i%cfg.Servers+1) // the cluster's server names
+			if cfg.Replicas > 1 {
+				params["leader"] = leader
+				r.Leaders = append(r.Leaders, leader)
+			}
+			e, err := engine.Open(ctx, "jetstream", engine.Options{Dir: tb.TempDir(), Params: params})
+			if err != nil {
+				return fmt.Errorf("open partition %d: %w", i, err)
+			}
+			es = append(es, e)
 		}
-	}()
-	urls, err := startNATSCluster(tb, cfg.Servers)
-	if err != nil {
-		r.Err = err
-		return r
-	}
-	var es []engine.Engine
-	defer func() {
-		for _, e := range es {
-			_ = e.Close()
-		}
-	}()
-	for i := range k {
-		params := map[string]string{"url": urls, "replicas": strconv.Itoa(cfg.Replicas), "stream": fmt.Sprintf("part%d", i)}
-		leader := fmt.Sprintf("n%d", i%cfg.Servers+1) // the cluster's server names
-		if cfg.Replicas > 1 {
-			params["leader"] = leader
-		}
-		e, err := engine.Open(ctx, "jetstream", engine.Options{Dir: tb.TempDir(), Params: params})
+		p, err := table.OpenPartitions(ctx, es, table.Options{})
 		if err != nil {
-			r.Err = fmt.Errorf("open partition %d: %w", i, err)
-			return r
+			return err
 		}
-		es = append(es, e)
-		r.Leaders = append(r.Leaders, leader)
-	}
-	if cfg.Replicas == 1 {
-		r.Leaders = nil // wherever JetStream placed them
-	}
-	p, err := table.OpenPartitions(ctx, es, table.Options{})
-	if err != nil {
-		r.Err = err
-		return r
-	}
-	defer p.Close()
-	r.Err = loadPartitions(ctx, cfg, p, &r)
+		defer p.Close()
+		return loadPartitions(ctx, cfg, p, &r)
+	})
 	return r
 }
 
