@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 )
 
 // PartitionError is an error of one partition, from a PartitionMember's
@@ -171,14 +172,7 @@ func (pm *PartitionMember) Next(ctx context.Context) (Event, bool, error) {
 
 // Partition returns the partition ev came from, or -1 when this member
 // did not receive it.
-func (pm *PartitionMember) Partition(ev Event) int {
-	for i, m := range pm.ms {
-		if ev.mem == m {
-			return i
-		}
-	}
-	return -1
-}
+func (pm *PartitionMember) Partition(ev Event) int { return slices.Index(pm.ms, ev.mem) }
 
 // Ack acknowledges a received event (see Member.Ack).
 func (pm *PartitionMember) Ack(ev Event) error {
@@ -191,13 +185,7 @@ func (pm *PartitionMember) Ack(ev Event) error {
 
 // Checkpoint returns the acknowledged frontier of every partition (see
 // Member.Checkpoint).
-func (pm *PartitionMember) Checkpoint() Cursors {
-	cs := make(Cursors, len(pm.ms))
-	for i, m := range pm.ms {
-		cs[i] = m.Checkpoint()
-	}
-	return cs
-}
+func (pm *PartitionMember) Checkpoint() Cursors { return checkpointsOf(pm.ms) }
 
 // RestartPartition has partition i's member catch up from from (see
 // Member.Restart), after a *PartitionError for i.

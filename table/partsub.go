@@ -3,6 +3,7 @@ package table
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -113,14 +114,7 @@ func (ps *PartitionSubscription) Events() <-chan Event { return ps.events }
 
 // Partition returns the partition ev came from, or -1 when this
 // subscription did not deliver it.
-func (ps *PartitionSubscription) Partition(ev Event) int {
-	for i, s := range ps.subs {
-		if ev.sub == s {
-			return i
-		}
-	}
-	return -1
-}
+func (ps *PartitionSubscription) Partition(ev Event) int { return slices.Index(ps.subs, ev.sub) }
 
 // Ack acknowledges a received event (see Subscription.Ack); an event this
 // subscription did not deliver is an error.
@@ -134,10 +128,14 @@ func (ps *PartitionSubscription) Ack(ev Event) error {
 
 // Checkpoint returns the acknowledged frontier of every partition, the
 // position a durable consumer persists and later resumes from.
-func (ps *PartitionSubscription) Checkpoint() Cursors {
-	cs := make(Cursors, len(ps.subs))
-	for i, s := range ps.subs {
-		cs[i] = s.Checkpoint()
+func (ps *PartitionSubscription) Checkpoint() Cursors { return checkpointsOf(ps.subs) }
+
+// checkpointsOf returns the checkpoint of each partition's consumer, in
+// partition order.
+func checkpointsOf[C interface{ Checkpoint() Cursor }](consumers []C) Cursors {
+	cs := make(Cursors, len(consumers))
+	for i, c := range consumers {
+		cs[i] = c.Checkpoint()
 	}
 	return cs
 }
