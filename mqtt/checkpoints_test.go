@@ -54,7 +54,7 @@ func wantCheckpointIndex(t *testing.T, db *table.DB) []string {
 	}
 	var out []string
 	for _, s := range ss {
-		out = append(out, cpEntry(s.Checkpoint, s.ClientID))
+		out = append(out, cpEntry(s.Checkpoint[0], s.ClientID))
 	}
 	slices.Sort(out)
 	return out
@@ -124,7 +124,7 @@ func TestCheckpointIndexFollowsSessions(t *testing.T) {
 	}
 	cps := map[string]table.Cursor{}
 	for _, si := range ss {
-		cps[si.ClientID] = si.Checkpoint
+		cps[si.ClientID] = si.Checkpoint[0]
 	}
 	if !cps["cpi-0"].Less(cps["cpi-1"]) {
 		t.Fatalf("the checkpoint of a session that caught up (%v) is not above one that did not (%v)", cps["cpi-1"], cps["cpi-0"])
@@ -338,7 +338,7 @@ func TestCheckpointIndexLazyWhileOnline(t *testing.T) {
 				t.Fatal(err)
 			}
 			waitFor(t, "the checkpoint past the messages written", func() bool {
-				return st.Last <= storedSession(t, s.DB(), "lz").Checkpoint.Key
+				return st.Last <= storedSession(t, s.DB(), "lz").Checkpoint[0].Key
 			})
 			if node == "" {
 				if got := ids(t, s.DB(), "mqtt.checkpoints"); !slices.Equal(got, before) {

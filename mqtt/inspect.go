@@ -16,12 +16,14 @@ type SessionInfo struct {
 	ClientID string `json:"client_id"`
 	// Online is true when the session was connected when last persisted (a
 	// stopped broker leaves none online after a clean shutdown).
-	Online         bool         `json:"online"`
-	Protocol       string       `json:"protocol"`
-	ExpirySeconds  uint32       `json:"expiry_seconds"`
-	DisconnectedAt time.Time    `json:"disconnected_at,omitzero"`
-	Checkpoint     table.Cursor `json:"checkpoint"`
-	Subscriptions  []string     `json:"subscriptions"`
+	Online         bool      `json:"online"`
+	Protocol       string    `json:"protocol"`
+	ExpirySeconds  uint32    `json:"expiry_seconds"`
+	DisconnectedAt time.Time `json:"disconnected_at,omitzero"`
+	// Checkpoint is the session's acknowledged position, one cursor per
+	// partition of the message log (one, unless the log is split).
+	Checkpoint    table.Cursors `json:"checkpoint"`
+	Subscriptions []string      `json:"subscriptions"`
 	// OutboundQoS2 counts QoS 2 messages sent to the client and not yet
 	// completed; StagedQoS2 counts inbound QoS 2 messages received and not
 	// yet released.
@@ -74,7 +76,7 @@ func SessionOf(ctx context.Context, db *table.DB, client string) (_ SessionInfo,
 // its QoS 2 counts.
 func infoOf(r table.Record, s *session.Record) SessionInfo {
 	si := SessionInfo{ClientID: r.ID, Online: s.Online, Protocol: s.Version.String(), ExpirySeconds: s.Expiry,
-		Checkpoint: s.Checkpoint, HasWill: s.Will != nil, Rowless: s.Rowless, Node: s.Node, Conn: s.Conn, Version: r.Version}
+		Checkpoint: s.Checkpoint.Cursors(), HasWill: s.Will != nil, Rowless: s.Rowless, Node: s.Node, Conn: s.Conn, Version: r.Version}
 	if s.Will != nil {
 		var m Message
 		if m.UnmarshalBinary(s.Will.Msg) == nil {

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
@@ -84,7 +85,7 @@ func AddOfflineSessions(ctx context.Context, db *table.DB, sessions []OfflineSes
 		now := time.Now().UnixMilli()
 		tx := db.Begin()
 		for _, s := range sessions[:n] {
-			rec := session.Record{Version: s.Version, Expiry: s.ExpirySeconds, DisconnectedAt: now, Checkpoint: head, SentHigh: head}
+			rec := session.Record{Version: s.Version, Expiry: s.ExpirySeconds, DisconnectedAt: now, Checkpoint: logpos.One(head), SentHigh: logpos.One(head)}
 			for _, sub := range s.Subscriptions {
 				rec.Subs = append(rec.Subs, session.SubOf(sub))
 			}

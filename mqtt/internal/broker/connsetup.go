@@ -10,6 +10,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/internal/delivery"
+	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -138,7 +139,7 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 	if present {
 		restored = &rows
 	}
-	out := delivery.New(c.b.deliv, (*sessionConn)(c), c.client, &c.rec, window, head, restored)
+	out := delivery.New(c.b.deliv, (*sessionConn)(c), c.client, &c.rec, window, logpos.One(head), restored)
 	return sessionSetup{present: present, settled: settled, h: h, out: out, head: head}, nil
 }
 
@@ -182,9 +183,11 @@ func (c *conn) loadRows(ctx context.Context, ver table.Version) (rows delivery.R
 			return err
 		}
 		return v.Range(tableDone, prefix, func(r table.Record) bool {
-			var cur table.Cursor
-			if !r.Deleted && cur.UnmarshalText([]byte(r.ID[len(prefix):])) == nil {
-				rows.Done = append(rows.Done, cur)
+			if r.Deleted {
+				return true
+			}
+			if pos, err := logpos.ParsePos(r.ID[len(prefix):]); err == nil {
+				rows.Done = append(rows.Done, pos)
 			}
 			return true
 		})
@@ -200,7 +203,7 @@ func (c *conn) loadRows(ctx context.Context, ver table.Version) (rows delivery.R
 func (c *conn) stampRecord(head table.Cursor, present bool) {
 	if !present {
 		// A new session receives what is published after its CONNACK.
-		c.rec = session.Record{Checkpoint: head, SentHigh: head}
+		c.rec = session.Record{Checkpoint: logpos.One(head), SentHigh: logpos.One(head)}
 	}
 	c.rec.Version = c.version
 	c.rec.Expiry = c.expiry

@@ -66,7 +66,7 @@ func (b *Broker) Retain(ctx context.Context) error {
 	if err := b.dropOrphanQueues(ctx); err != nil {
 		return fmt.Errorf("mqtt: shared groups' queues: %w", err)
 	}
-	low, ok, err := b.sessions.LowestCheckpoint(ctx, head)
+	low, ok, err := b.sessions.LowestCheckpoint(ctx, 0, head)
 	if err != nil || !ok {
 		return err
 	}
@@ -99,22 +99,23 @@ func (b *Broker) Retain(ctx context.Context) error {
 	return nil
 }
 
-// onlineCheckpoint returns the acknowledged checkpoint of client when it
-// is online on this node (see liveCheckpoint), at least persisted.
-func (b *Broker) onlineCheckpoint(client string, persisted table.Cursor) (table.Cursor, bool) {
+// onlineCheckpoint returns the acknowledged checkpoint of client in
+// partition part of the log when it is online on this node (see
+// liveCheckpoint), at least persisted.
+func (b *Broker) onlineCheckpoint(client string, part int, persisted table.Cursor) (table.Cursor, bool) {
 	b.mu.Lock()
 	_, on := b.conns[client]
 	b.mu.Unlock()
 	if !on {
 		return persisted, false
 	}
-	return b.liveCheckpoint(client, persisted), true
+	return b.liveCheckpoint(client, part, persisted), true
 }
 
 // liveCheckpoint returns an online session's acknowledged checkpoint, which
 // is newer than the persisted one: what lies between them the client has
 // acknowledged, so a resume after a crash may skip it without loss.
-func (b *Broker) liveCheckpoint(client string, persisted table.Cursor) table.Cursor {
+func (b *Broker) liveCheckpoint(client string, part int, persisted table.Cursor) table.Cursor {
 	var out *delivery.Session
 	b.mu.Lock()
 	if c := b.conns[client]; c != nil {
@@ -124,8 +125,8 @@ func (b *Broker) liveCheckpoint(client string, persisted table.Cursor) table.Cur
 	if out == nil {
 		return persisted
 	}
-	if cp, ok := out.CheckpointNow(); ok {
-		if persisted.Less(cp) {
+	if all, ok := out.CheckpointNow(); ok {
+		if cp := all.Of(part); persisted.Less(cp) {
 			// An idle session writes its checkpoint only when asked, so
 			// its index entry moves up out of the way of the next passes
 			// and a resume after a crash scans less. Not at every pass:

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	paho3 "github.com/eclipse/paho.mqtt.golang"
-
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
@@ -40,7 +40,7 @@ func TestSessionRowsMatchRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := session.Record{Version: packet.V311, Expiry: session.NeverExpires, Checkpoint: head, SentHigh: mark}
+	rec := session.Record{Version: packet.V311, Expiry: session.NeverExpires, Checkpoint: logpos.One(head), SentHigh: logpos.One(mark)}
 	tx := db.Begin()
 	_ = tx.PutStateUnchecked(tableDone, "s"+slotSep+mark.String(), nil)
 	if err := session.Put(tx, "s", &rec); err != nil {
@@ -56,7 +56,7 @@ func TestSessionRowsMatchRecord(t *testing.T) {
 			return
 		}
 		moved := rec
-		moved.Checkpoint = mark
+		moved.Checkpoint = logpos.One(mark)
 		tx := db.Begin()
 		_ = tx.DeleteStateUnchecked(tableDone, "s"+slotSep+mark.String())
 		if err := session.Put(tx, "s", &moved); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/internal/delivery"
+	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
@@ -88,7 +89,7 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 		reqs = append(reqs, delivery.NewSubscription{Sub: s, Replay: replays[i]})
 		at = append(at, i)
 	}
-	existed, ok := o.AddSubscriptions(reqs, head, c.b.subscriptionAllowed)
+	existed, ok := o.AddSubscriptions(reqs, logpos.One(head), c.b.subscriptionAllowed)
 	for k, ns := range reqs {
 		i := at[k]
 		if !ok[k] {

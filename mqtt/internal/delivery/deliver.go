@@ -17,7 +17,7 @@ import (
 // deliverEvent sends one message from the log, or acknowledges it at once
 // when nothing is owed to the client.
 func (o *Session) deliverEvent(ev table.Event) {
-	pos := ev.Cursor()
+	pos := o.posOf(ev)
 	o.mu.Lock()
 	if om := o.resumed[pos]; om != nil {
 		delete(o.resumed, pos)
@@ -45,7 +45,7 @@ func (o *Session) deliverEvent(ev table.Event) {
 	// What the session may no longer read (an ACL reloaded since it
 	// subscribed) is passed over like a message it does not match.
 	ok = ok && o.conn.MayRead(m.Topic)
-	if ok && qos == 0 && o.liveFrom.Covers(ev.Key, ev.Index) {
+	if ok && qos == 0 && o.liveFrom.Covers(pos) {
 		// At most once: a QoS 0 subscription gets no message published
 		// before this connection came online, neither what it missed
 		// offline nor, after a crash, what an earlier connection may
@@ -62,9 +62,9 @@ func (o *Session) deliverEvent(ev table.Event) {
 	}
 	o.mu.Lock()
 	// Sent before (by an earlier connection): a re-send carries DUP.
-	dup := !o.sentHigh.Less(pos)
-	if o.sentHigh.Less(pos) {
-		o.sentHigh = pos
+	dup := o.sentHigh.Covers(pos)
+	if !dup {
+		o.sentHigh.Advance(pos)
 	}
 	o.mu.Unlock()
 	o.send(delivery{msg: &m, qos: qos, ids: ids, retain: m.Retain && rap, dup: dup, ev: ev, hasEv: true})
@@ -172,7 +172,7 @@ func (o *Session) send(d delivery) {
 	}
 	o.mu.Lock()
 	pi := o.packetIDLocked(d)
-	om := &outMsg{o: o, pi: pi, qos: qos, ev: ev, hasEv: hasEv, pos: ev.Cursor(), msg: m, state: outSent, rp: rp, gauged: true, share: d.share, at: d.at}
+	om := &outMsg{o: o, pi: pi, qos: qos, ev: ev, hasEv: hasEv, pos: o.posOf(ev), msg: m, state: outSent, rp: rp, gauged: true, share: d.share, at: d.at}
 	o.track(om)
 	o.mu.Unlock()
 	o.env.Counters.InflightOut.Add(1)

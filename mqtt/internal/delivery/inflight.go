@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/internal/message"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
@@ -23,7 +24,7 @@ type outMsg struct {
 	qos   byte
 	ev    table.Event
 	hasEv bool
-	pos   table.Cursor
+	pos   logpos.Pos
 	msg   *message.Message
 	rec   bool // a session.OutTable record exists
 	// slot is the record's id, with rec: set before the record is
@@ -175,7 +176,7 @@ func (o *Session) finishQoS2(om *outMsg, inLoop bool) bool {
 	if !inLoop {
 		o.mu.Lock()
 		if o.ending == nil {
-			o.ending = map[uint16]table.Cursor{}
+			o.ending = map[uint16]logpos.Pos{}
 		}
 		o.ending[om.pi] = om.pos
 		o.mu.Unlock()

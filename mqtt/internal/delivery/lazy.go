@@ -3,6 +3,7 @@ package delivery
 import (
 	"sync"
 
+	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -38,13 +39,13 @@ type lazyEnds struct {
 type lazyEnd struct {
 	pi   uint16
 	slot string // the exchange's record id
-	pos  table.Cursor
+	pos  logpos.Pos
 }
 
 // add holds back the ending of the exchange on pi (its record slot) at
 // log position pos and returns how many are held; zero when limit endings
 // are held already.
-func (l *lazyEnds) add(pi uint16, slot string, pos table.Cursor, limit int) int {
+func (l *lazyEnds) add(pi uint16, slot string, pos logpos.Pos, limit int) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if len(l.ends) >= limit {
@@ -83,7 +84,7 @@ func groupAt(limit int) int   { return max(1, limit/2) }
 // slot, at log position pos, into tx: its record goes and, with mark (the
 // exchange is above the checkpoint tx writes, or tx writes none), a
 // completion mark comes.
-func (o *Session) endWrite(tx *table.Tx, slot string, pos table.Cursor, mark bool) error {
+func (o *Session) endWrite(tx *table.Tx, slot string, pos logpos.Pos, mark bool) error {
 	if err := tx.DeleteStateUnchecked(session.OutTable, slot); err != nil || !mark {
 		return err
 	}
@@ -94,11 +95,11 @@ func (o *Session) endWrite(tx *table.Tx, slot string, pos table.Cursor, mark boo
 // once tx committed. cp, when set, is the checkpoint tx writes: an ending
 // at or below it is the record's delete alone, and its completion mark
 // leaves memory too (the checkpoint covers it, as sweepDoneLocked has it).
-func (o *Session) writeLazy(tx *table.Tx, cp *table.Cursor) ([]lazyEnd, error) {
+func (o *Session) writeLazy(tx *table.Tx, cp *logpos.Vec) ([]lazyEnd, error) {
 	ends := o.lazy.take()
 	covered := 0
 	for _, e := range ends {
-		mark := cp == nil || cp.Less(e.pos)
+		mark := cp == nil || !cp.Covers(e.pos)
 		if !mark {
 			covered++
 		}
@@ -109,7 +110,7 @@ func (o *Session) writeLazy(tx *table.Tx, cp *table.Cursor) ([]lazyEnd, error) {
 	if covered > 0 {
 		o.mu.Lock()
 		for _, e := range ends {
-			if !cp.Less(e.pos) {
+			if cp.Covers(e.pos) {
 				delete(o.done, e.pos)
 			}
 		}

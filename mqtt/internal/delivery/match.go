@@ -3,9 +3,9 @@ package delivery
 import (
 	"slices"
 
+	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/internal/message"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
-	"github.com/tidemark-io/tidemark/table"
 )
 
 // Matching a message from the log against the session's plain
@@ -15,15 +15,15 @@ import (
 // match returns the delivery QoS, subscription identifiers and retain-as-
 // published of the session's plain subscriptions matching m, at log
 // position pos; o.mu held.
-func (o *Session) match(m *message.Message, pos table.Cursor) (qos byte, ids []uint32, rap, ok bool) {
+func (o *Session) match(m *message.Message, pos logpos.Pos) (qos byte, ids []uint32, rap, ok bool) {
 	for _, s := range o.subs {
 		if s.Group != "" || !topic.Match(s.Filter, m.Topic) || (s.NoLocal && m.From == o.client) {
 			continue
 		}
-		if since, ok := o.since.get(s.Filter); ok && !since.Less(pos) {
+		if since, ok := o.since.get(s.Filter); ok && since.Covers(pos) {
 			continue
 		}
-		if len(o.replays) > 0 && o.heldLocked(s.Filter, pos) {
+		if len(o.replays) > 0 && o.heldLocked(s.Filter, pos.C) {
 			continue // the replay delivers it
 		}
 		ok = true
@@ -51,7 +51,7 @@ func (o *Session) wantsPosLocked(name string) bool {
 // after log position pos.
 type sinceMark struct {
 	filter string
-	pos    table.Cursor
+	pos    logpos.Vec
 }
 
 // sinceMarks holds a session's since positions. A session has few
@@ -59,16 +59,16 @@ type sinceMark struct {
 // a slice searched in order costs less than a map.
 type sinceMarks []sinceMark
 
-func (s sinceMarks) get(filter string) (table.Cursor, bool) {
+func (s sinceMarks) get(filter string) (logpos.Vec, bool) {
 	for _, m := range s {
 		if m.filter == filter {
 			return m.pos, true
 		}
 	}
-	return table.Cursor{}, false
+	return logpos.Vec{}, false
 }
 
-func (s *sinceMarks) set(filter string, pos table.Cursor) {
+func (s *sinceMarks) set(filter string, pos logpos.Vec) {
 	for i := range *s {
 		if (*s)[i].filter == filter {
 			(*s)[i].pos = pos

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -45,7 +46,7 @@ func (o *Session) persist(ctx context.Context, final, posted bool) error {
 	}
 	// Without a sender (the connection ended before its CONNACK went
 	// out) the final write keeps the record's checkpoint.
-	if !final && !o.due(sub.Checkpoint()) && !o.garbage() && !o.lazy.pending() {
+	if !final && !o.due(checkpointOf(sub)) && !o.garbage() && !o.lazy.pending() {
 		return nil
 	}
 	if posted {
@@ -154,7 +155,7 @@ func (o *Session) PersistLast(ctx context.Context, connRowless bool) error {
 // Both the sender and the read loop (a burst of PUBCOMPs, see finishQoS2)
 // ask, so what the last write recorded is read under mu, where
 // sessionSweepTx writes it.
-func (o *Session) due(cp table.Cursor) bool {
+func (o *Session) due(cp logpos.Vec) bool {
 	o.mu.Lock()
 	persisted, persistedAt := o.persisted, o.persistedAt
 	o.mu.Unlock()
@@ -187,10 +188,10 @@ func (o *Session) SessionTx() (*table.Tx, error) {
 // reporting whether covered completion marks are left for another commit.
 // lazy says the write is a checkpoint of the connected session, which
 // may leave the record's index entries as they are (Env.IndexEvery).
-func (o *Session) sessionSweepTx(lazy bool) (*table.Tx, table.Cursor, bool, error) {
-	var cp table.Cursor
+func (o *Session) sessionSweepTx(lazy bool) (*table.Tx, logpos.Vec, bool, error) {
+	var cp logpos.Vec
 	if sub := o.currentSub(); sub != nil {
-		cp = sub.Checkpoint()
+		cp = checkpointOf(sub)
 	} else {
 		cp = o.rec.Checkpoint
 	}
@@ -215,7 +216,7 @@ func (o *Session) sessionSweepTx(lazy bool) (*table.Tx, table.Cursor, bool, erro
 		}
 	}
 	for pos, pi := range o.q1ids { // restored, not re-sent yet
-		if cp.Less(pos) {
+		if !cp.Covers(pos) {
 			o.rec.Q1 = append(o.rec.Q1, session.Q1Slot{Pos: pos, PI: pi})
 		}
 	}
@@ -224,18 +225,21 @@ func (o *Session) sessionSweepTx(lazy bool) (*table.Tx, table.Cursor, bool, erro
 		r := session.SubOf(s)
 		r.Pos = s.Group == "" && o.posFilters[s.Filter]
 		if since, ok := o.since.get(s.Filter); ok && s.Group == "" {
-			if memberCP.Less(since) {
+			if memberCP.Below(since) {
 				r.Since = &since
 			} else {
 				o.since.del(s.Filter) // the checkpoint passed it: no message left to hold back
 			}
 		}
-		if s.Group == "" && cp.Less(memberCP) {
+		if s.Group == "" && cp.Below(memberCP) {
 			if rp := o.replays[s.Filter]; rp != nil && (rp.active || rp.inflight > 0) {
-				rcp := rp.checkpointLocked()
+				rcp := logpos.One(rp.checkpointLocked())
 				r.Since = &rcp
-			} else if r.Since == nil || r.Since.Less(memberCP) {
+			} else if r.Since == nil {
 				r.Since = &memberCP
+			} else if r.Since.Below(memberCP) {
+				up := r.Since.Max(memberCP)
+				r.Since = &up
 			}
 		}
 		o.rec.Subs = append(o.rec.Subs, r)

@@ -9,7 +9,7 @@ package delivery
 // restored id is used once, and only when no open exchange holds it.
 // Everything else takes the next free id.
 func (o *Session) packetIDLocked(d delivery) uint16 {
-	pos := d.ev.Cursor()
+	pos := o.posOf(d.ev)
 	pi, ok := o.q1ids[pos]
 	if ok {
 		delete(o.q1ids, pos)

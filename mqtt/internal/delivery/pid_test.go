@@ -3,6 +3,7 @@ package delivery
 import (
 	"testing"
 
+	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/table"
 )
 
@@ -10,10 +11,10 @@ import (
 // record delete is not stored yet is not handed out again, so the delete
 // can never land on a newer exchange's record.
 func TestAllocPISkipsHeldEndings(t *testing.T) {
-	o := &Session{inflight: map[uint16]*outMsg{}, ending: map[uint16]table.Cursor{}}
+	o := &Session{inflight: map[uint16]*outMsg{}, ending: map[uint16]logpos.Pos{}}
 	o.nextPI = 65534
-	o.ending[65535] = table.Cursor{Key: 7}
-	o.ending[1] = table.Cursor{Key: 8}
+	o.ending[65535] = logpos.At(0, table.Cursor{Key: 7})
+	o.ending[1] = logpos.At(0, table.Cursor{Key: 8})
 	o.inflight[2] = &outMsg{}
 	if pi := o.allocPI(); pi != 3 {
 		t.Fatalf("allocPI = %d, want 3 (65535 and 1 held, 2 in flight)", pi)

@@ -1,9 +1,9 @@
 package delivery
 
 import (
+	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/internal/message"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
-	"github.com/tidemark-io/tidemark/table"
 )
 
 // A session's outbound QoS 2 exchanges in the store: one record
@@ -84,7 +84,7 @@ func (o *Session) restoreRecords(recs [][]byte) {
 		om := &outMsg{o: o, pi: or.PI, qos: 2, pos: or.Pos, msg: &m, rec: true, state: or.State, slot: session.SlotID(o.client, or.PI)}
 		o.track(om)
 		if o.resumed == nil {
-			o.resumed = map[table.Cursor]*outMsg{}
+			o.resumed = map[logpos.Pos]*outMsg{}
 		}
 		o.resumed[or.Pos] = om
 	}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/internal/message"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
@@ -228,7 +229,7 @@ func (o *Session) handover(rp *Replay, at table.Cursor) {
 	if at.Less(rp.last) {
 		at = rp.last
 	}
-	o.since.set(rp.filter, at)
+	o.since.set(rp.filter, logpos.One(at))
 	rp.active, rp.at = false, at
 	o.mu.Unlock()
 	rp.End()
@@ -317,13 +318,13 @@ func (o *Session) endReplays() {
 // lowCheckpointLocked returns the lowest of cp and the acknowledged
 // checkpoints of the replays still running or with deliveries in
 // flight; o.mu held.
-func (o *Session) lowCheckpointLocked(cp table.Cursor) table.Cursor {
+func (o *Session) lowCheckpointLocked(cp logpos.Vec) logpos.Vec {
 	for _, rp := range o.replays {
 		if !rp.active && rp.inflight <= 0 {
 			continue
 		}
-		if rcp := rp.checkpointLocked(); rcp.Less(cp) {
-			cp = rcp
+		if rcp := rp.checkpointLocked(); rcp.Less(cp.Of(0)) {
+			cp.Set(0, rcp)
 		}
 	}
 	return cp
@@ -342,12 +343,12 @@ func (rp *Replay) checkpointLocked() table.Cursor {
 
 // CheckpointNow returns the checkpoint a crash now would resume from: the
 // session member's, or lower while a replay is behind it.
-func (o *Session) CheckpointNow() (table.Cursor, bool) {
+func (o *Session) CheckpointNow() (logpos.Vec, bool) {
 	sub := o.currentSub()
 	if sub == nil {
-		return table.Cursor{}, false
+		return logpos.Vec{}, false
 	}
-	cp := sub.Checkpoint()
+	cp := checkpointOf(sub)
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.lowCheckpointLocked(cp), true

@@ -15,15 +15,15 @@
 package delivery
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"context"
-
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/internal/counters"
+	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/internal/route"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/internal/tabletopic"
@@ -251,20 +251,20 @@ type Session struct {
 	// inflightBytes sums the payload bytes of inflight, for
 	// Env.MaxInflightBytes.
 	inflightBytes int64
-	resumed       map[table.Cursor]*outMsg // restored QoS 2 state awaiting its log event
-	done          map[table.Cursor]bool    // QoS 2 completed above the checkpoint
+	resumed       map[logpos.Pos]*outMsg // restored QoS 2 state awaiting its log event
+	done          map[logpos.Pos]bool    // QoS 2 completed above the checkpoint
 	// ending holds the packet ids of ended QoS 2 exchanges whose record
 	// delete is held back (see lazyEnds), with their log positions: the
 	// ids are not reused and the marks not dropped until it commits.
-	ending   map[uint16]table.Cursor
+	ending   map[uint16]logpos.Pos
 	nextPI   uint16
-	sentHigh table.Cursor // the furthest log position ever sent
+	sentHigh logpos.Vec // the furthest log position ever sent
 	// q1ids holds the packet ids of QoS 1 deliveries unacknowledged when
 	// the session was last persisted, by log position, for their re-send.
-	q1ids map[table.Cursor]uint16
+	q1ids map[logpos.Pos]uint16
 	// liveFrom is the log head when this connection came online: QoS 0
 	// deliveries come only from messages after it.
-	liveFrom table.Cursor
+	liveFrom logpos.Vec
 	freed    chan struct{}
 	// wroteRows says the session may hold rows this connection wrote or
 	// restored (an outbound QoS 2 record, and so maybe a completion
@@ -280,7 +280,7 @@ type Session struct {
 	// last looked at; sender only.
 	sinceBehind int
 	direct      directQueue
-	persisted   table.Cursor
+	persisted   logpos.Vec
 
 	// replays holds the subscriptions replaying history, by filter (see
 	// replay.go); their forwarders hand events over on replayCh, made
@@ -335,7 +335,7 @@ type pendingGroup struct {
 // and the log positions of its completion marks in DoneTable.
 type Restored struct {
 	Out  [][]byte
-	Done []table.Cursor
+	Done []logpos.Pos
 }
 
 // New restores the sending side of the session of client, whose record
@@ -343,7 +343,7 @@ type Restored struct {
 // head read once the connection was registered (QoS 0 deliveries come
 // only from messages after it), and restored the rest of a present
 // session's state (nil for a new session). Start begins sending.
-func New(env *Env, conn Conn, client string, rec *session.Record, window int, head table.Cursor, restored *Restored) *Session {
+func New(env *Env, conn Conn, client string, rec *session.Record, window int, head logpos.Vec, restored *Restored) *Session {
 	// The in-flight maps are made on first use: an idle session holds none.
 	o := &Session{
 		env: env, conn: conn, ctx: conn.Context(), log: conn.Logger(), client: client, v5: conn.V5(),
@@ -366,7 +366,7 @@ func New(env *Env, conn Conn, client string, rec *session.Record, window int, he
 	}
 	for _, q := range o.rec.Q1 {
 		if o.q1ids == nil {
-			o.q1ids = map[table.Cursor]uint16{}
+			o.q1ids = map[logpos.Pos]uint16{}
 		}
 		o.q1ids[q.Pos] = q.PI
 	}
@@ -426,8 +426,8 @@ func (o *Session) Start() {
 
 // subscribe starts the session's member of the router: it catches up
 // from from, then joins the route.
-func (o *Session) subscribe(from table.Cursor) error {
-	m := o.env.Router.Member(from, func(ev table.Event) bool { return o.wants(ev.ID) }, o.wake)
+func (o *Session) subscribe(from logpos.Vec) error {
+	m := o.env.Router.Member(from.Of(0), func(ev table.Event) bool { return o.wants(ev.ID) }, o.wake)
 	o.mu.Lock()
 	o.sub = m
 	o.mu.Unlock()
@@ -462,6 +462,14 @@ func (o *Session) skipTruncated(cause error) bool {
 	o.sub.Restart(table.Cursor{Key: st.Floor - 1})
 	return true
 }
+
+// posOf returns the position of ev, an event of the session's member or
+// of a replay: the log has one partition.
+func (o *Session) posOf(ev table.Event) logpos.Pos { return logpos.At(0, ev.Cursor()) }
+
+// checkpointOf returns the acknowledged checkpoint of sub, the
+// session's member.
+func checkpointOf(sub *table.Member) logpos.Vec { return logpos.One(sub.Checkpoint()) }
 
 // currentSub returns the session's member of the router.
 func (o *Session) currentSub() *table.Member {

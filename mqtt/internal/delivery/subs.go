@@ -1,8 +1,8 @@
 package delivery
 
 import (
+	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
-	"github.com/tidemark-io/tidemark/table"
 )
 
 // A session's subscriptions, as SUBSCRIBE and UNSUBSCRIBE change them: the
@@ -29,7 +29,7 @@ type NewSubscription struct {
 //
 // A new shared subscription of a session on the route is told to
 // Env.Joined, which hands the group's queue over.
-func (o *Session) AddSubscriptions(subs []NewSubscription, since table.Cursor, mayAdd func(have int) bool) (existed, added []bool) {
+func (o *Session) AddSubscriptions(subs []NewSubscription, since logpos.Vec, mayAdd func(have int) bool) (existed, added []bool) {
 	existed, added = make([]bool, len(subs)), make([]bool, len(subs))
 	if o.env.Joined != nil {
 		var shares []topic.Subscription
@@ -53,7 +53,7 @@ func (o *Session) AddSubscriptions(subs []NewSubscription, since table.Cursor, m
 	return existed, added
 }
 
-func (o *Session) addSubscriptionLocked(s topic.Subscription, since table.Cursor, rp *Replay, mayAdd func(have int) bool) (existed, added bool) {
+func (o *Session) addSubscriptionLocked(s topic.Subscription, since logpos.Vec, rp *Replay, mayAdd func(have int) bool) (existed, added bool) {
 	for j := range o.subs {
 		if o.subs[j].Filter == s.Filter && o.subs[j].Group == s.Group {
 			o.subs[j], existed = s, true

@@ -1,6 +1,7 @@
 package delivery
 
 import (
+	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -13,16 +14,16 @@ import (
 
 // markDone records that the QoS 2 delivery at pos completed above the
 // checkpoint; o.mu held.
-func (o *Session) markDone(pos table.Cursor) {
+func (o *Session) markDone(pos logpos.Pos) {
 	if o.done == nil {
-		o.done = map[table.Cursor]bool{}
+		o.done = map[logpos.Pos]bool{}
 	}
 	o.done[pos] = true
 }
 
 // restoreDone puts the session's stored completion marks (see Restored)
 // back. Run by New before the sender starts.
-func (o *Session) restoreDone(marks []table.Cursor) {
+func (o *Session) restoreDone(marks []logpos.Pos) {
 	for _, cur := range marks {
 		o.markDone(cur)
 	}
@@ -34,7 +35,7 @@ func (o *Session) garbage() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for pos := range o.done {
-		if !o.persisted.Less(pos) {
+		if o.persisted.Covers(pos) {
 			return true
 		}
 	}
@@ -48,20 +49,20 @@ func (o *Session) garbage() bool {
 // the transaction stays within the engine's batch limit. The mark of an
 // exchange whose ending is held back (o.ending) stays: it may not be
 // written yet.
-func (o *Session) sweepDoneLocked(tx *table.Tx, cp table.Cursor) (more bool) {
+func (o *Session) sweepDoneLocked(tx *table.Tx, cp logpos.Vec) (more bool) {
 	if len(o.done) == 0 {
 		return false // most checkpoints: no QoS 2 delivery ended since the last
 	}
 	n, chunk := 0, o.env.MaxStateDeletes
-	var held map[table.Cursor]bool
+	var held map[logpos.Pos]bool
 	if len(o.ending) > 0 {
-		held = make(map[table.Cursor]bool, len(o.ending))
+		held = make(map[logpos.Pos]bool, len(o.ending))
 		for _, pos := range o.ending {
 			held[pos] = true // its mark may not be written yet
 		}
 	}
 	for pos := range o.done {
-		if cp.Less(pos) || held[pos] {
+		if !cp.Covers(pos) || held[pos] {
 			continue
 		}
 		if n == chunk {

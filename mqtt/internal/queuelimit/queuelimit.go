@@ -14,6 +14,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/internal/counters"
+	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/internal/message"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
@@ -95,7 +96,7 @@ type Limiter struct {
 	MaxBytes    int64
 	// Online reports whether client is online on this node; such a
 	// session is not cut.
-	Online func(client string, persisted table.Cursor) (table.Cursor, bool)
+	Online func(client string, part int, persisted table.Cursor) (table.Cursor, bool)
 	// BeginCut registers a move of client's checkpoint, unless client
 	// is online on this node (ok false), atomically with the broker's
 	// registration of connections: a connection of client registered
@@ -109,6 +110,10 @@ type Limiter struct {
 
 // queueBatch is how many sessions one log read of a pass counts.
 const queueBatch = 1024
+
+// part is the partition of the message log the limiter counts: the
+// broker's log has one.
+const part = 0
 
 // queueLimits are the limits a pass enforces; 0 is no limit.
 type queueLimits struct {
@@ -249,12 +254,12 @@ func (q *queued) owns(ev table.Event) bool {
 		return false
 	}
 	var m *message.Message
-	pos := ev.Cursor()
+	pos := logpos.At(part, ev.Cursor())
 	for _, s := range q.subs {
 		if s.Group != "" || s.QoS == 0 || !topic.Match(s.Filter, ev.ID) {
 			continue
 		}
-		if s.Since != nil && !s.Since.Less(pos) {
+		if s.Since != nil && s.Since.Covers(pos) {
 			continue // published before the subscription was made
 		}
 		if s.NL {
@@ -392,7 +397,7 @@ func (l *Limiter) queueBatch(ctx context.Context, from string, stop, floor table
 	var entries []entry
 	next := "\xff"
 	err := l.DB.RangeFrom(ctx, session.CheckpointTable, from, func(r table.Record) bool {
-		cp, client, ok := session.ParseCheckpointID(r.ID)
+		cp, client, ok := session.ParseCheckpointID(part, r.ID)
 		if !ok || !cp.Less(stop) {
 			return false
 		}
@@ -403,7 +408,7 @@ func (l *Limiter) queueBatch(ctx context.Context, from string, stop, floor table
 		// An online session is passed over; one idle since its checkpoint
 		// was written is asked to write it again (see Limiter.Online), so
 		// its entry moves up out of the way of the next passes.
-		if _, on := l.Online(client, cp); !on && !seen[client] {
+		if _, on := l.Online(client, part, cp); !on && !seen[client] {
 			entries = append(entries, entry{client, cp})
 		}
 		return true
@@ -421,7 +426,7 @@ func (l *Limiter) queueBatch(ctx context.Context, from string, stop, floor table
 			return nil, "", err
 		}
 		var s session.Record
-		if session.Decode(r.Value, &s) != nil || s.Online || s.Will != nil || s.Checkpoint != e.cp {
+		if session.Decode(r.Value, &s) != nil || s.Online || s.Will != nil || s.Checkpoint.Of(part) != e.cp {
 			continue
 		}
 		seen[e.client] = true
@@ -430,7 +435,7 @@ func (l *Limiter) queueBatch(ctx context.Context, from string, stop, floor table
 		if n == nil || n.key != key || n.from.Less(floor) {
 			// New, changed, or the log was truncated above where it was
 			// counted from: count it from the start.
-			start := s.Checkpoint
+			start := s.Checkpoint.Of(part)
 			if start.Less(floor) {
 				start = floor
 			}
@@ -627,15 +632,15 @@ func (l *Limiter) moveCheckpoint(ctx context.Context, client, key string, cp tab
 		return "", nil
 	}
 	s.Loaded()
-	s.Checkpoint = cp
+	s.Checkpoint.Set(part, cp)
 	for i, sub := range s.Subs {
-		if sub.Since != nil && !cp.Less(*sub.Since) {
+		if sub.Since != nil && !s.Checkpoint.Below(*sub.Since) {
 			s.Subs[i].Since = nil // the checkpoint passed it
 		}
 	}
 	q1 := s.Q1[:0]
 	for _, slot := range s.Q1 {
-		if cp.Less(slot.Pos) {
+		if !s.Checkpoint.Covers(slot.Pos) {
 			q1 = append(q1, slot)
 		}
 	}

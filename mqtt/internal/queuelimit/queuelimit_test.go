@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/tidemark-io/tidemark/mqtt/internal/counters"
+	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/internal/message"
 	"github.com/tidemark-io/tidemark/mqtt/internal/queuelimit"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
@@ -56,10 +57,10 @@ func TestLimitKeepsNewestOwn(t *testing.T) {
 	}
 	subs := func(f string) []session.Sub { return []session.Sub{{Filter: f, QoS: 1}} }
 	for client, s := range map[string]*session.Record{
-		"behind": {Version: packet.V311, Expiry: session.NeverExpires, Checkpoint: head, Subs: subs("a/#")},
-		"other":  {Version: packet.V311, Expiry: session.NeverExpires, Checkpoint: head, Subs: subs("b/#")},
-		"online": {Version: packet.V311, Expiry: session.NeverExpires, Checkpoint: head, Subs: subs("a/#")},
-		"held":   {Version: packet.V311, Expiry: session.NeverExpires, Checkpoint: head, Subs: subs("a/#")},
+		"behind": {Version: packet.V311, Expiry: session.NeverExpires, Checkpoint: logpos.One(head), Subs: subs("a/#")},
+		"other":  {Version: packet.V311, Expiry: session.NeverExpires, Checkpoint: logpos.One(head), Subs: subs("b/#")},
+		"online": {Version: packet.V311, Expiry: session.NeverExpires, Checkpoint: logpos.One(head), Subs: subs("a/#")},
+		"held":   {Version: packet.V311, Expiry: session.NeverExpires, Checkpoint: logpos.One(head), Subs: subs("a/#")},
 	} {
 		tx := db.Begin()
 		if err := session.Put(tx, client, s); err != nil {
@@ -77,7 +78,7 @@ func TestLimitKeepsNewestOwn(t *testing.T) {
 	cuts := 0
 	l := &queuelimit.Limiter{
 		DB: db, Log: slog.New(slog.DiscardHandler), Counters: &c, MaxMessages: 3,
-		Online: func(client string, cp table.Cursor) (table.Cursor, bool) { return cp, client == "online" },
+		Online: func(client string, _ int, cp table.Cursor) (table.Cursor, bool) { return cp, client == "online" },
 		BeginCut: func(client string) (func(), bool) {
 			if client == "held" {
 				return nil, false // connected meanwhile
@@ -99,7 +100,7 @@ func TestLimitKeepsNewestOwn(t *testing.T) {
 	// "behind" resumes with its three newest: exactly three own messages
 	// lie after its checkpoint.
 	own := 0
-	cp := record(t, db, "behind").Checkpoint
+	cp := record(t, db, "behind").Checkpoint.Of(0)
 	if _, err := db.Follow(ctx, table.SubscribeOptions{Table: message.LogTable, Start: cp, IncludeSuperseded: true, Composite: true,
 		Hooks: table.Hooks{Live: func() bool { return false }}}, func(table.Event) error { own++; return nil }); err != nil {
 		t.Fatal(err)
@@ -107,11 +108,11 @@ func TestLimitKeepsNewestOwn(t *testing.T) {
 	if own != 3 {
 		t.Fatalf("%d messages after the moved checkpoint, want 3", own)
 	}
-	if got := record(t, db, "other").Checkpoint; got != head {
+	if got := record(t, db, "other").Checkpoint.Of(0); got != head {
 		t.Fatalf("a session with no message of its own left at %v, want moved up to the head %v", got, head)
 	}
 	for _, client := range []string{"online", "held"} {
-		if got := record(t, db, client).Checkpoint; got == head || !got.Less(cp) {
+		if got := record(t, db, client).Checkpoint.Of(0); got == head || !got.Less(cp) {
 			t.Fatalf("%s moved to %v", client, got)
 		}
 	}

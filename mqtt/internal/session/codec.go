@@ -7,6 +7,7 @@ import (
 	"math"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/internal/wire"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
@@ -36,7 +37,17 @@ import (
 // sfRowless came after the format: a version that does not know it reads
 // the record as one that may hold rows, which is always safe, and writes
 // it without the flag.
-const sessionFormat1 = 0xB1
+//
+// Format sessionFormat2 is the same, for a log split over partitions:
+// each checkpoint, sent-high and since is a vector (uvarint count of
+// partitions, then that many cursors) and each QoS 1 slot's position a
+// uvarint partition before its cursor. A record whose positions are all
+// in a log of one partition is written in sessionFormat1, so a store
+// that never had more than one partition keeps the bytes it always had.
+const (
+	sessionFormat1 = 0xB1
+	sessionFormat2 = 0xB3
+)
 
 const (
 	sfOnline = 1 << iota
@@ -62,6 +73,10 @@ var errForm = fmt.Errorf("mqtt: session record: %w", engine.ErrCorrupt)
 // written by earlier versions still opens.
 func Encode(s *Record) []byte {
 	n := 48 + len(s.Node) + len(s.Conn) + 16*len(s.Q1)
+	split := s.split()
+	if split {
+		n += 2 * 16 * s.Checkpoint.Len()
+	}
 	for _, r := range s.Subs {
 		n += 24 + len(r.Filter) + len(r.Group)
 	}
@@ -82,13 +97,18 @@ func Encode(s *Record) []byte {
 	if s.Rowless {
 		flags |= sfRowless
 	}
-	b = append(b, sessionFormat1, flags, byte(s.Version))
+	format := byte(sessionFormat1)
+	if split {
+		format = sessionFormat2
+	}
+	e := encoder{split: split}
+	b = append(b, format, flags, byte(s.Version))
 	b = binary.AppendUvarint(b, uint64(s.Expiry))
 	b = binary.AppendVarint(b, s.DisconnectedAt)
 	b = appendString(b, s.Node)
 	b = appendString(b, s.Conn)
-	b = appendCursor(b, s.Checkpoint)
-	b = appendCursor(b, s.SentHigh)
+	b = e.vec(b, s.Checkpoint)
+	b = e.vec(b, s.SentHigh)
 	b = binary.AppendUvarint(b, uint64(s.NextPI))
 	b = binary.AppendUvarint(b, uint64(len(s.Subs)))
 	for _, r := range s.Subs {
@@ -110,7 +130,7 @@ func Encode(s *Record) []byte {
 		b = append(b, r.QoS, sf, r.RH)
 		b = binary.AppendUvarint(b, uint64(r.ID))
 		if r.Since != nil {
-			b = appendCursor(b, *r.Since)
+			b = e.vec(b, *r.Since)
 		}
 	}
 	if s.Will != nil {
@@ -119,10 +139,51 @@ func Encode(s *Record) []byte {
 	}
 	b = binary.AppendUvarint(b, uint64(len(s.Q1)))
 	for _, q := range s.Q1 {
-		b = appendCursor(b, q.Pos)
+		b = e.pos(b, q.Pos)
 		b = binary.AppendUvarint(b, uint64(q.PI))
 	}
 	return b
+}
+
+// split reports whether some position of s is in a log of more than one
+// partition, which sessionFormat1 cannot hold.
+func (s *Record) split() bool {
+	if s.Checkpoint.Len() > 1 || s.SentHigh.Len() > 1 {
+		return true
+	}
+	for _, r := range s.Subs {
+		if r.Since != nil && r.Since.Len() > 1 {
+			return true
+		}
+	}
+	for _, q := range s.Q1 {
+		if q.Pos.Part != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// encoder writes positions in the form of the record's format: split for
+// sessionFormat2.
+type encoder struct{ split bool }
+
+func (e encoder) vec(b []byte, v logpos.Vec) []byte {
+	if !e.split {
+		return appendCursor(b, v.Of(0))
+	}
+	b = binary.AppendUvarint(b, uint64(v.Len()))
+	for i := range v.Len() {
+		b = appendCursor(b, v.Of(i))
+	}
+	return b
+}
+
+func (e encoder) pos(b []byte, p logpos.Pos) []byte {
+	if e.split {
+		b = binary.AppendUvarint(b, uint64(p.Part))
+	}
+	return appendCursor(b, p.C)
 }
 
 func appendString(b []byte, s string) []byte {
@@ -142,8 +203,12 @@ func Decode(v []byte, s *Record) error {
 	if len(v) > 0 && v[0] == '{' {
 		return json.Unmarshal(v, s)
 	}
-	d := decoder{wire.Decoder{B: v, Corrupt: errForm}}
-	if d.Byte("length") != sessionFormat1 {
+	d := decoder{Decoder: wire.Decoder{B: v, Corrupt: errForm}}
+	switch d.Byte("length") {
+	case sessionFormat1:
+	case sessionFormat2:
+		d.split = true
+	default:
 		return fmt.Errorf("%w: unknown format", errForm)
 	}
 	flags := d.Byte("length")
@@ -153,8 +218,8 @@ func Decode(v []byte, s *Record) error {
 	s.Online, s.Claimed, s.Rowless = flags&sfOnline != 0, flags&sfClaimed != 0, flags&sfRowless != 0
 	s.Node = d.string()
 	s.Conn = d.string()
-	s.Checkpoint = d.cursor()
-	s.SentHigh = d.cursor()
+	s.Checkpoint = d.vec()
+	s.SentHigh = d.vec()
 	s.NextPI = d.uint16()
 	s.Subs = nil
 	if n := d.count(4); n > 0 {
@@ -169,7 +234,7 @@ func Decode(v []byte, s *Record) error {
 			r.ID = d.uint32()
 			r.NL, r.RAP, r.Pos = sf&subNL != 0, sf&subRAP != 0, sf&subPos != 0
 			if sf&subSince != 0 {
-				c := d.cursor()
+				c := d.vec()
 				r.Since = &c
 			}
 		}
@@ -183,7 +248,7 @@ func Decode(v []byte, s *Record) error {
 	if n := d.count(2); n > 0 {
 		s.Q1 = make([]Q1Slot, n)
 		for i := range s.Q1 {
-			s.Q1[i] = Q1Slot{Pos: d.cursor(), PI: d.uint16()}
+			s.Q1[i] = Q1Slot{Pos: d.pos(), PI: d.uint16()}
 		}
 	}
 	switch {
@@ -196,8 +261,12 @@ func Decode(v []byte, s *Record) error {
 }
 
 // decoder reads the binary forms (see wire.Decoder) with the session
-// record's own fields on top.
-type decoder struct{ wire.Decoder }
+// record's own fields on top; split says positions are in their form
+// for a log of several partitions.
+type decoder struct {
+	wire.Decoder
+	split bool
+}
 
 func (d *decoder) uint32() uint32 { return uint32(d.Uvarint(math.MaxUint32, "number")) }
 func (d *decoder) uint16() uint16 { return uint16(d.Uvarint(math.MaxUint16, "packet id")) }
@@ -231,10 +300,41 @@ func (d *decoder) cursor() table.Cursor {
 	return table.Cursor{Key: engine.LogKey(k), Next: n}
 }
 
+func (d *decoder) vec() logpos.Vec {
+	if !d.split {
+		return logpos.One(d.cursor())
+	}
+	n := d.Uvarint(logpos.Max, "partitions")
+	if n == 0 {
+		d.Fail("partitions")
+	}
+	if d.Err != nil {
+		return logpos.Vec{}
+	}
+	v := logpos.Start(int(n))
+	for i := range int(n) {
+		v.Set(i, d.cursor())
+	}
+	return v
+}
+
+func (d *decoder) pos() logpos.Pos {
+	var p uint64
+	if d.split {
+		p = d.Uvarint(logpos.Max-1, "partition")
+	}
+	return logpos.At(int(p), d.cursor())
+}
+
 // The outbound QoS 2 record's stored form: the format byte outFormat1,
 // uvarint packet id, state byte, cursor position, then the message's
 // stored form to the end. JSON records of earlier versions are still read.
-const outFormat1 = 0xB2
+// A message in a partition other than the first takes outFormat2, with
+// the partition (uvarint) before the cursor.
+const (
+	outFormat1 = 0xB2
+	outFormat2 = 0xB4
+)
 
 // Encode returns the binary stored form of r (outFormat1, which, like
 // the session record's form, never changes).
@@ -244,17 +344,22 @@ func (r *OutRecord) Encode() []byte {
 }
 
 // OutHeaderMax bounds what AppendOutHeader appends.
-const OutHeaderMax = 1 + binary.MaxVarintLen16 + 1 + 2*binary.MaxVarintLen64
+const OutHeaderMax = 1 + binary.MaxVarintLen16 + 1 + 1 + 2*binary.MaxVarintLen64
 
 // AppendOutHeader appends to b what Encode writes of an outbound record
 // before its message: the record whose message is appended to that (in
 // its stored form) is the one Encode returns, without the message
 // encoded twice.
-func AppendOutHeader(b []byte, pi uint16, state byte, pos table.Cursor) []byte {
-	b = append(b, outFormat1)
+func AppendOutHeader(b []byte, pi uint16, state byte, pos logpos.Pos) []byte {
+	split := pos.Part != 0
+	if split {
+		b = append(b, outFormat2)
+	} else {
+		b = append(b, outFormat1)
+	}
 	b = binary.AppendUvarint(b, uint64(pi))
 	b = append(b, state)
-	return appendCursor(b, pos)
+	return encoder{split: split}.pos(b, pos)
 }
 
 // Decode decodes a stored outbound record, binary or JSON, into r; a
@@ -264,13 +369,17 @@ func (r *OutRecord) Decode(v []byte) error {
 	if len(v) > 0 && v[0] == '{' {
 		return json.Unmarshal(v, r)
 	}
-	d := decoder{wire.Decoder{B: v, Corrupt: errForm}}
-	if d.Byte("length") != outFormat1 {
+	d := decoder{Decoder: wire.Decoder{B: v, Corrupt: errForm}}
+	switch d.Byte("length") {
+	case outFormat1:
+	case outFormat2:
+		d.split = true
+	default:
 		return fmt.Errorf("%w: unknown outbound record format", errForm)
 	}
 	r.PI = d.uint16()
 	r.State = d.Byte("length")
-	r.Pos = d.cursor()
+	r.Pos = d.pos()
 	if d.Err != nil {
 		return d.Err
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
@@ -22,7 +23,22 @@ func drawCursor(t *rapid.T, label string) table.Cursor {
 	}
 }
 
+// drawVec draws a position in a log of k partitions.
+func drawVec(t *rapid.T, label string, k int) logpos.Vec {
+	v := logpos.Start(k)
+	for i := range k {
+		v.Set(i, drawCursor(t, label))
+	}
+	return v
+}
+
+// drawPos draws a message's position in a log of k partitions.
+func drawPos(t *rapid.T, label string, k int) logpos.Pos {
+	return logpos.At(rapid.IntRange(0, k-1).Draw(t, label+".part"), drawCursor(t, label))
+}
+
 func drawSession(t *rapid.T) session.Record {
+	k := rapid.SampledFrom([]int{1, 1, 2, 3, logpos.Max}).Draw(t, "partitions")
 	s := session.Record{
 		Version:        packet.Version(rapid.SampledFrom([]byte{3, 4, 5}).Draw(t, "version")),
 		Expiry:         rapid.Uint32().Draw(t, "expiry"),
@@ -32,8 +48,8 @@ func drawSession(t *rapid.T) session.Record {
 		Node:           rapid.String().Draw(t, "node"),
 		Conn:           rapid.String().Draw(t, "conn"),
 		DisconnectedAt: rapid.Int64().Draw(t, "disc"),
-		Checkpoint:     drawCursor(t, "cp"),
-		SentHigh:       drawCursor(t, "sent"),
+		Checkpoint:     drawVec(t, "cp", k),
+		SentHigh:       drawVec(t, "sent", k),
 		NextPI:         rapid.Uint16().Draw(t, "pi"),
 	}
 	for i := range rapid.IntRange(0, 4).Draw(t, "subs") {
@@ -49,7 +65,7 @@ func drawSession(t *rapid.T) session.Record {
 			Pos:    rapid.Bool().Draw(t, "pos"),
 		}
 		if rapid.Bool().Draw(t, "since") {
-			c := drawCursor(t, "since")
+			c := drawVec(t, "since", k)
 			r.Since = &c
 		}
 		s.Subs = append(s.Subs, r)
@@ -61,7 +77,7 @@ func drawSession(t *rapid.T) session.Record {
 		}
 	}
 	for range rapid.IntRange(0, 5).Draw(t, "q1") {
-		s.Q1 = append(s.Q1, session.Q1Slot{Pos: drawCursor(t, "q1pos"), PI: rapid.Uint16().Draw(t, "q1pi")})
+		s.Q1 = append(s.Q1, session.Q1Slot{Pos: drawPos(t, "q1pos", k), PI: rapid.Uint16().Draw(t, "q1pi")})
 	}
 	return s
 }
@@ -134,13 +150,18 @@ func TestSessionCodecReadsJSON(t *testing.T) {
 // FuzzSessionCodec checks that no input panics the decoder, and that a
 // record it accepts encodes back to the same bytes.
 func FuzzSessionCodec(f *testing.F) {
-	since := table.Cursor{Key: 9, Next: 2}
+	since := logpos.One(table.Cursor{Key: 9, Next: 2})
+	split := logpos.Start(3)
+	split.Set(2, table.Cursor{Key: 7, Next: 1})
+	f.Add(session.Encode(&session.Record{Version: packet.V5, Checkpoint: split, SentHigh: split,
+		Subs: []session.Sub{{Filter: "x/#", QoS: 1, Since: &split}},
+		Q1:   []session.Q1Slot{{Pos: logpos.At(2, table.Cursor{Key: 7}), PI: 4}}}))
 	f.Add(session.Encode(&session.Record{Version: packet.V311, Expiry: session.NeverExpires}))
 	f.Add(session.Encode(&session.Record{Version: packet.V5, Online: true, Node: "a", Conn: "c1",
 		Subs:       []session.Sub{{Filter: "x/#", QoS: 2, Since: &since}, {Filter: "y", Group: "g", ID: 7}},
 		Will:       &session.Will{Msg: []byte("will"), Delay: 5},
-		Q1:         []session.Q1Slot{{Pos: since, PI: 4}},
-		Checkpoint: table.Cursor{Key: 8}, NextPI: 5}))
+		Q1:         []session.Q1Slot{{Pos: logpos.At(0, since.Of(0)), PI: 4}},
+		Checkpoint: logpos.One(table.Cursor{Key: 8}), NextPI: 5}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var s session.Record
 		if len(b) > 0 && b[0] == '{' {
@@ -166,9 +187,9 @@ func FuzzSessionCodec(f *testing.F) {
 func TestOutRecordCodec(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		r := session.OutRecord{PI: rapid.Uint16().Draw(t, "pi"), State: rapid.Byte().Draw(t, "state"),
-			Pos: drawCursor(t, "pos"), Msg: rapid.SliceOf(rapid.Byte()).Draw(t, "msg")}
-		if r.Pos.Next == 0 || rapid.Bool().Draw(t, "coarse") {
-			r.Pos.Next = 0 // JSON's text form has no composite cursor with Next 0
+			Pos: drawPos(t, "pos", logpos.Max), Msg: rapid.SliceOf(rapid.Byte()).Draw(t, "msg")}
+		if r.Pos.C.Next == 0 || rapid.Bool().Draw(t, "coarse") {
+			r.Pos.C.Next = 0 // JSON's text form has no composite cursor with Next 0
 		}
 		js, err := json.Marshal(r)
 		if err != nil {
@@ -200,13 +221,13 @@ func TestOutRecordCodec(t *testing.T) {
 // shared one with every option, a delayed will and two QoS 1 deliveries
 // in flight.
 func stored() session.Record {
-	since := table.Cursor{Key: 4660, Next: 3}
+	since := logpos.One(table.Cursor{Key: 4660, Next: 3})
 	return session.Record{Version: packet.V5, Expiry: 3600, Node: "node-a", Conn: "c-17", DisconnectedAt: 1767225600000,
 		Subs: []session.Sub{{Filter: "sensors/+/temp", QoS: 1, Since: &since},
 			{Filter: "jobs/#", Group: "workers", QoS: 2, NL: true, RAP: true, RH: 2, ID: 7, Pos: true}},
-		Checkpoint: table.Cursor{Key: 4660, Next: 1}, SentHigh: table.Cursor{Key: 4700},
+		Checkpoint: logpos.One(table.Cursor{Key: 4660, Next: 1}), SentHigh: logpos.One(table.Cursor{Key: 4700}),
 		Will: &session.Will{Msg: []byte("will: node-a gone"), Delay: 30}, NextPI: 12,
-		Q1: []session.Q1Slot{{Pos: table.Cursor{Key: 4661, Next: 2}, PI: 10}, {Pos: table.Cursor{Key: 4700}, PI: 11}}}
+		Q1: []session.Q1Slot{{Pos: logpos.At(0, table.Cursor{Key: 4661, Next: 2}), PI: 10}, {Pos: logpos.At(0, table.Cursor{Key: 4700}), PI: 11}}}
 }
 
 // The stored forms as the broker has written them since the binary form
@@ -246,7 +267,7 @@ func TestStoredFormUnchanged(t *testing.T) {
 		}
 	}
 
-	out := session.OutRecord{PI: 513, State: 2, Pos: table.Cursor{Key: 4661, Next: 2}, Msg: []byte("msg")}
+	out := session.OutRecord{PI: 513, State: 2, Pos: logpos.At(0, table.Cursor{Key: 4661, Next: 2}), Msg: []byte("msg")}
 	if got := hex.EncodeToString(out.Encode()); got != storedOutBinary {
 		t.Fatalf("outbound stored form changed:\n got %s\nwant %s", got, storedOutBinary)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -19,8 +20,9 @@ import (
 // sessions. All are written in the commit that writes the record (Put).
 //
 // The checkpoint index (CheckpointTable) holds one entry per stored
-// session under its persisted checkpoint, with ids that sort as the
-// checkpoints do. Retention reads it from the bottom: the entries of the
+// session and partition of the log under its persisted checkpoint in
+// that partition, with ids that sort as the checkpoints do (and a
+// partition's after the first's: see CheckpointID). Retention reads it from the bottom: the entries of the
 // sessions online on its node, whose acknowledged checkpoint is in
 // memory, and the first offline one, instead of decoding every session
 // record. Every stored session has an entry at or below its persisted
@@ -50,7 +52,7 @@ import (
 // session record.
 const (
 	Table           = "mqtt.sessions"     // id = client id
-	CheckpointTable = "mqtt.checkpoints"  // id = checkpoint (hex key, hex index), Sep, client id (unchecked state)
+	CheckpointTable = "mqtt.checkpoints"  // id = [partition,] checkpoint (hex key, hex index), Sep, client id (unchecked state)
 	RecoverTable    = "mqtt.recover"      // id = client id of a session online or holding a will (unchecked state)
 	ExpiryTable     = "mqtt.expiry"       // id = deadline (hex Unix ms), Sep, client id: offline sessions that expire (unchecked state)
 	SharesTable     = "mqtt.sharemembers" // id = ShareMemberID(group, filter, client) (unchecked state)
@@ -109,18 +111,23 @@ func SlotID(client string, pi uint16) string {
 }
 
 // DoneID is the completion mark's id in DoneTable of client's delivery at
-// log position pos: client, Sep, and pos as table.Cursor.String writes
-// it, built in one allocation.
-func DoneID(client string, pos table.Cursor) string {
+// log position pos: client, Sep, and pos as logpos.Pos.String writes it
+// (for the first partition, as table.Cursor.String does), built in one
+// allocation.
+func DoneID(client string, pos logpos.Pos) string {
 	var b strings.Builder
-	b.Grow(len(client) + len(Sep) + 2*20 + 1)
+	b.Grow(len(client) + len(Sep) + 2*20 + 4)
 	b.WriteString(client)
 	b.WriteString(Sep)
 	var num [20]byte
-	b.Write(strconv.AppendUint(num[:0], uint64(pos.Key), 10))
-	if pos.Next != 0 {
+	if pos.Part != 0 {
+		b.Write(strconv.AppendUint(num[:0], uint64(pos.Part), 10))
+		b.WriteByte('/')
+	}
+	b.Write(strconv.AppendUint(num[:0], uint64(pos.C.Key), 10))
+	if pos.C.Next != 0 {
 		b.WriteByte('.')
-		b.Write(strconv.AppendUint(num[:0], uint64(pos.Next), 10))
+		b.Write(strconv.AppendUint(num[:0], uint64(pos.C.Next), 10))
 	}
 	return b.String()
 }
@@ -169,10 +176,13 @@ func ExpiryClient(id string) string {
 	return client
 }
 
-// CheckpointID is the checkpoint index's id of client at cp. The 24 hex
-// digits are the log key and the entry index cp stands for, the index of
-// a whole-key cursor being all ones, so ids sort as table.Cursor.Less.
-func CheckpointID(cp table.Cursor, client string) string {
+// CheckpointID is the checkpoint index's id of client at cp in partition
+// part of the log. The 24 hex digits are the log key and the entry index
+// cp stands for, the index of a whole-key cursor being all ones, so ids
+// sort as table.Cursor.Less. In a partition other than the first they
+// follow CheckpointPartition(part), which sorts after every id of the
+// first partition and before the marker.
+func CheckpointID(part int, cp table.Cursor, client string) string {
 	idx := uint32(math.MaxUint32)
 	if cp.Next > 0 {
 		idx = cp.Next - 1
@@ -180,7 +190,20 @@ func CheckpointID(cp table.Cursor, client string) string {
 	var b [24]byte
 	hexPad(b[:16], uint64(cp.Key))
 	hexPad(b[16:], uint64(idx))
-	return string(b[:]) + Sep + client
+	return CheckpointPartition(part) + string(b[:]) + Sep + client
+}
+
+// CheckpointPartition is the prefix of the checkpoint index's ids in
+// partition part of the log: none for the first, so a store of one
+// partition keeps its ids; "p" and two hex digits for the others.
+func CheckpointPartition(part int) string {
+	if part == 0 {
+		return ""
+	}
+	var b [3]byte
+	b[0] = 'p'
+	hexPad(b[1:], uint64(part))
+	return string(b[:])
 }
 
 // hexPad writes v in lower-case hex into all of b, zero-padded.
@@ -192,9 +215,14 @@ func hexPad(b []byte, v uint64) {
 	}
 }
 
-// ParseCheckpointID reverses CheckpointID; false for any other id (the
-// marker).
-func ParseCheckpointID(id string) (table.Cursor, string, bool) {
+// ParseCheckpointID reverses CheckpointID of partition part; false for
+// any other id (another partition's, the marker).
+func ParseCheckpointID(part int, id string) (table.Cursor, string, bool) {
+	pre := CheckpointPartition(part)
+	if !strings.HasPrefix(id, pre) {
+		return table.Cursor{}, "", false
+	}
+	id = id[len(pre):]
 	if len(id) < 25 || id[24] != Sep[0] {
 		return table.Cursor{}, "", false
 	}
@@ -293,16 +321,23 @@ func (s *Record) IndexLazily(maxAge time.Duration) { s.lazyIndex = maxAge }
 func Index(tx *table.Tx, client string, s *Record) error {
 	// Lazy: the entry may stay where it is (never above the checkpoint),
 	// and the period since the last full write has not passed.
-	lazy := s.hasIndexed && !s.Checkpoint.Less(s.indexed) && s.lazyIndex > 0 && time.Since(s.indexedAt) < s.lazyIndex
+	lazy := s.hasIndexed && !s.Checkpoint.Below(s.indexed) && s.lazyIndex > 0 && time.Since(s.indexedAt) < s.lazyIndex
 	s.lazyIndex = 0
 	if !lazy && (!s.hasIndexed || s.indexed != s.Checkpoint) {
-		if s.hasIndexed {
-			if err := tx.DeleteStateUnchecked(CheckpointTable, CheckpointID(s.indexed, client)); err != nil {
+		for p := range s.Checkpoint.Len() {
+			cp := s.Checkpoint.Of(p)
+			had := s.hasIndexed && p < s.indexed.Len()
+			if had && s.indexed.Of(p) == cp {
+				continue
+			}
+			if had {
+				if err := tx.DeleteStateUnchecked(CheckpointTable, CheckpointID(p, s.indexed.Of(p), client)); err != nil {
+					return err
+				}
+			}
+			if err := tx.PutStateUnchecked(CheckpointTable, CheckpointID(p, cp, client), nil); err != nil {
 				return err
 			}
-		}
-		if err := tx.PutStateUnchecked(CheckpointTable, CheckpointID(s.Checkpoint, client), nil); err != nil {
-			return err
 		}
 		s.indexed, s.hasIndexed = s.Checkpoint, true
 	}
@@ -329,7 +364,9 @@ func Index(tx *table.Tx, client string, s *Record) error {
 // read from the store (Loaded) that tx deletes.
 func Unindex(tx *table.Tx, client string, s *Record) {
 	if s.hasIndexed {
-		_ = tx.DeleteStateUnchecked(CheckpointTable, CheckpointID(s.indexed, client))
+		for p := range s.indexed.Len() {
+			_ = tx.DeleteStateUnchecked(CheckpointTable, CheckpointID(p, s.indexed.Of(p), client))
+		}
 	}
 	if s.flagged {
 		_ = tx.DeleteStateUnchecked(RecoverTable, client)

@@ -7,36 +7,44 @@ import (
 	"testing"
 	"time"
 
-	"pgregory.net/rapid"
-
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/table"
 	"github.com/tidemark-io/tidemark/table/tabletest"
+	"pgregory.net/rapid"
 )
 
 // TestCheckpointIDs checks that checkpoint index ids sort as their
-// cursors do, parse back to cursor and client, and that the marker is no
-// entry and sorts after every one.
+// partitions and then their cursors do, parse back to cursor and client
+// in their own partition only, and that the marker is no entry and sorts
+// after every one.
 func TestCheckpointIDs(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		a, b := drawCursor(t, "a"), drawCursor(t, "b")
+		a, b := drawPos(t, "a", logpos.Max), drawPos(t, "b", logpos.Max)
 		client := rapid.StringMatching(`[a-z0-9/-]{1,12}`).Draw(t, "client")
-		ia, ib := session.CheckpointID(a, client), session.CheckpointID(b, client)
+		ia, ib := session.CheckpointID(int(a.Part), a.C, client), session.CheckpointID(int(b.Part), b.C, client)
 		if (ia < ib) != a.Less(b) || (ia == ib) != (a == b) {
-			t.Fatalf("ids %q, %q sort unlike cursors %v, %v", ia, ib, a, b)
+			t.Fatalf("ids %q, %q sort unlike positions %v, %v", ia, ib, a, b)
 		}
-		cp, c, ok := session.ParseCheckpointID(ia)
-		if !ok || cp != a || c != client {
+		cp, c, ok := session.ParseCheckpointID(int(a.Part), ia)
+		if !ok || cp != a.C || c != client {
 			t.Fatalf("%q parsed as %v %q %v, want %v %q", ia, cp, c, ok, a, client)
+		}
+		if a.Part != b.Part {
+			if _, _, ok := session.ParseCheckpointID(int(b.Part), ia); ok {
+				t.Fatalf("%q parsed in partition %d", ia, b.Part)
+			}
 		}
 		if ia >= session.CheckpointsIndexed {
 			t.Fatalf("id %q sorts after the marker", ia)
 		}
 	})
-	if _, _, ok := session.ParseCheckpointID(session.CheckpointsIndexed); ok {
-		t.Fatal("the marker parsed as an entry")
+	for p := range logpos.Max {
+		if _, _, ok := session.ParseCheckpointID(p, session.CheckpointsIndexed); ok {
+			t.Fatal("the marker parsed as an entry")
+		}
 	}
 }
 
@@ -118,20 +126,20 @@ func TestPutKeepsIndexes(t *testing.T) {
 
 	// Connected, with a will.
 	cp1 := table.Cursor{Key: 100, Next: 2}
-	s := session.Record{Version: packet.V5, Expiry: 60, Online: true, Node: "n1", Conn: "c1", Checkpoint: cp1, SentHigh: cp1,
+	s := session.Record{Version: packet.V5, Expiry: 60, Online: true, Node: "n1", Conn: "c1", Checkpoint: logpos.One(cp1), SentHigh: logpos.One(cp1),
 		Will: &session.Will{Msg: []byte("gone"), Delay: 5}}
 	tx := db.Begin()
 	if err := session.Put(tx, client, &s); err != nil {
 		t.Fatal(err)
 	}
 	commit(t, tx)
-	check("online", []string{session.CheckpointID(cp1, client)}, []string{client}, nil)
+	check("online", []string{session.CheckpointID(0, cp1, client)}, []string{client}, nil)
 
 	// Gone offline after its will was published, the checkpoint moved on.
 	s = load(t, db, client)
 	cp2 := table.Cursor{Key: 140}
 	disc := time.UnixMilli(1767225600000)
-	s.Online, s.Will, s.Checkpoint, s.DisconnectedAt = false, nil, cp2, disc.UnixMilli()
+	s.Online, s.Will, s.Checkpoint, s.DisconnectedAt = false, nil, logpos.One(cp2), disc.UnixMilli()
 	tx = db.Begin()
 	if err := session.Put(tx, client, &s); err != nil {
 		t.Fatal(err)
@@ -144,7 +152,7 @@ func TestPutKeepsIndexes(t *testing.T) {
 	if s.Expired(disc.Add(59*time.Second)) || !s.Expired(disc.Add(60*time.Second)) {
 		t.Fatal("expiry judged away from the deadline")
 	}
-	check("offline", []string{session.CheckpointID(cp2, client)}, nil, []string{session.ExpiryID(deadline, client)})
+	check("offline", []string{session.CheckpointID(0, cp2, client)}, nil, []string{session.ExpiryID(deadline, client)})
 
 	// Deleted: the checkpoint and recovery entries go in the same commit;
 	// the expiry entry stays for the expirer, which finds no record.
@@ -159,7 +167,7 @@ func TestPutKeepsIndexes(t *testing.T) {
 
 	// A record of a store written before the indexes existed, indexed
 	// once from its decoded form.
-	old := session.Record{Version: packet.V311, Expiry: session.NeverExpires, Online: true, Checkpoint: cp1}
+	old := session.Record{Version: packet.V311, Expiry: session.NeverExpires, Online: true, Checkpoint: logpos.One(cp1)}
 	tx = db.Begin()
 	if err := tx.PutState(session.Table, client, session.Encode(&old)); err != nil {
 		t.Fatal(err)
@@ -178,7 +186,7 @@ func TestPutKeepsIndexes(t *testing.T) {
 		t.Fatal(err)
 	}
 	commit(t, tx)
-	check("indexed on upgrade", []string{session.CheckpointID(cp1, client)}, []string{client}, []string{session.ExpiryID(deadline, client)})
+	check("indexed on upgrade", []string{session.CheckpointID(0, cp1, client)}, []string{client}, []string{session.ExpiryID(deadline, client)})
 }
 
 // TestIndexLazily checks the lazy writes of an online session's record:
@@ -189,7 +197,7 @@ func TestPutKeepsIndexes(t *testing.T) {
 func TestIndexLazily(t *testing.T) {
 	db := tabletest.Open(t)
 	const client = "meter-3"
-	put := func(step string, s *session.Record, lazy time.Duration, wantWrites int, wantCP table.Cursor) {
+	put := func(step string, s *session.Record, lazy time.Duration, wantWrites int, wantCP logpos.Vec) {
 		t.Helper()
 		tx := db.Begin()
 		if lazy > 0 {
@@ -202,14 +210,14 @@ func TestIndexLazily(t *testing.T) {
 			t.Fatalf("%s: %d writes, want %d", step, w, wantWrites)
 		}
 		commit(t, tx)
-		if got, want := ids(t, db, session.CheckpointTable), []string{session.CheckpointID(wantCP, client)}; !slices.Equal(got, want) {
+		if got, want := ids(t, db, session.CheckpointTable), []string{session.CheckpointID(0, wantCP.Of(0), client)}; !slices.Equal(got, want) {
 			t.Fatalf("%s: checkpoint index %q, want %q", step, got, want)
 		}
 		if got := ids(t, db, session.RecoverTable); !slices.Equal(got, []string{client}) {
 			t.Fatalf("%s: recovery index %q", step, got)
 		}
 	}
-	cp := func(k int) table.Cursor { return table.Cursor{Key: engine.LogKey(k)} }
+	cp := func(k int) logpos.Vec { return logpos.One(table.Cursor{Key: engine.LogKey(k)}) }
 	s := session.Record{Version: packet.V311, Expiry: session.NeverExpires, Online: true, Checkpoint: cp(100)}
 	put("connect", &s, 0, 3, cp(100)) // record, checkpoint and recovery entries
 
@@ -248,13 +256,22 @@ func TestSlotIDFormat(t *testing.T) {
 }
 
 // TestDoneIDFormat checks that completion mark ids are the client, Sep
-// and the cursor's text form, as stored marks have always been named.
+// and the position's text form: in the first partition the cursor's, as
+// stored marks have always been named.
 func TestDoneIDFormat(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		client := rapid.String().Draw(t, "client")
-		pos := table.Cursor{Key: engine.LogKey(rapid.Uint64().Draw(t, "key")), Next: rapid.Uint32().Draw(t, "next")}
-		if want, got := client+session.Sep+pos.String(), session.DoneID(client, pos); got != want {
+		pos := drawPos(t, "pos", logpos.Max)
+		want := client + session.Sep + pos.String()
+		if got := session.DoneID(client, pos); got != want {
 			t.Fatalf("DoneID(%q, %v) = %q, want %q", client, pos, got, want)
+		}
+		if pos.Part == 0 && want != client+session.Sep+pos.C.String() {
+			t.Fatalf("first partition's mark %q is not named by its cursor", want)
+		}
+		back, err := logpos.ParsePos(want[len(client)+len(session.Sep):])
+		if err != nil || back != pos {
+			t.Fatalf("mark %q parsed as %v, %v", want, back, err)
 		}
 	})
 }

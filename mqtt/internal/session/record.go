@@ -21,9 +21,9 @@ package session
 import (
 	"time"
 
+	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
-	"github.com/tidemark-io/tidemark/table"
 )
 
 // NeverExpires is the 5.0 session expiry that means "never"; 3.1.1
@@ -59,11 +59,11 @@ type Record struct {
 	// Subs are the session's subscriptions.
 	Subs []Sub `json:"subs,omitempty"`
 	// Checkpoint is the session's acknowledged position in the message
-	// log: a resume replays what is above it.
-	Checkpoint table.Cursor `json:"cp"`
-	// SentHigh is the furthest log position ever sent to the session: a
-	// re-send at or below it carries the DUP flag.
-	SentHigh table.Cursor `json:"sent"`
+	// log, per partition: a resume replays what is above it.
+	Checkpoint logpos.Vec `json:"cp"`
+	// SentHigh is the furthest log position ever sent to the session,
+	// per partition: a re-send at or below it carries the DUP flag.
+	SentHigh logpos.Vec `json:"sent"`
 	// Will is the session's will, nil when it has none.
 	Will *Will `json:"will,omitempty"`
 	// NextPI is the next packet id the session's sender hands out.
@@ -78,7 +78,7 @@ type Record struct {
 	// as far as this copy knows (hasIndexed), and flagged whether the
 	// recovery index may hold one: Put moves the entries along (see
 	// Index).
-	indexed    table.Cursor
+	indexed    logpos.Vec
 	hasIndexed bool
 	flagged    bool
 	// indexedAt is when Index last wrote the entries in full (zero for a
@@ -94,8 +94,8 @@ type Record struct {
 // Q1Slot is one unacknowledged QoS 1 delivery: its log position and
 // packet id.
 type Q1Slot struct {
-	Pos table.Cursor `json:"pos"`
-	PI  uint16       `json:"pi"`
+	Pos logpos.Pos `json:"pos"`
+	PI  uint16     `json:"pi"`
 }
 
 // Sub is the stored form of one subscription of a session.
@@ -110,7 +110,7 @@ type Sub struct {
 	// Since is the log position a plain subscription was made at, kept
 	// while the checkpoint is below it: messages below it are not the
 	// subscription's to deliver.
-	Since *table.Cursor `json:"s,omitempty"`
+	Since *logpos.Vec `json:"s,omitempty"`
 	// Pos says its deliveries carry their log position (PropPosition):
 	// it was made with a replay.
 	Pos bool `json:"pos,omitempty"`
@@ -158,8 +158,8 @@ func (s *Record) NeedsRecovery() bool { return s.Online || s.Will != nil }
 // one record per exchange, written before its PUBLISH and again after its
 // PUBREC, so a reconnect or restart resumes it where it stood.
 type OutRecord struct {
-	PI    uint16       `json:"pi"`
-	State byte         `json:"state"` // the exchange's state, as package mqtt numbers it
-	Pos   table.Cursor `json:"pos"`
-	Msg   []byte       `json:"msg"` // the message's stored form (mqtt.Message)
+	PI    uint16     `json:"pi"`
+	State byte       `json:"state"` // the exchange's state, as package mqtt numbers it
+	Pos   logpos.Pos `json:"pos"`
+	Msg   []byte     `json:"msg"` // the message's stored form (mqtt.Message)
 }

@@ -25,9 +25,10 @@ type Store struct {
 	// while it runs.
 	MaxDeletes func() int
 	// Online reports whether client is online on this node and, if so,
-	// its acknowledged checkpoint, at least persisted: newer than the
-	// persisted one, which retention may then pass.
-	Online func(client string, persisted table.Cursor) (table.Cursor, bool)
+	// its acknowledged checkpoint in partition part of the log, at least
+	// persisted: newer than the persisted one, which retention may then
+	// pass.
+	Online func(client string, part int, persisted table.Cursor) (table.Cursor, bool)
 	// Gone, if set, is told of a session discarded (expired, or
 	// replaced by a clean start) once the discard committed.
 	Gone func(client string)
@@ -222,7 +223,7 @@ func (st *Store) ExpireDue(ctx context.Context, now time.Time) error {
 	tx := st.DB.Begin()
 	for _, id := range ids {
 		client := ExpiryClient(id)
-		if _, online := st.Online(client, table.Cursor{}); !online {
+		if _, online := st.Online(client, 0, table.Cursor{}); !online {
 			// Load discards a session whose expiry passed.
 			if _, _, _, err := st.LoadAt(ctx, client, now); err != nil {
 				return fmt.Errorf("expire session %q: %w", client, err)
@@ -356,15 +357,15 @@ func (st *Store) IndexCheckpoints(ctx context.Context) error {
 	return nil
 }
 
-// LowestCheckpoint returns the lowest checkpoint a retention pass must
-// keep the log for: the lowest persisted checkpoint of the sessions
-// offline or online elsewhere, and the acknowledged one of this node's
-// online sessions (Online), or head when all are at or above it.
-// False means stale entries kept it from finding out this time; the pass
-// then truncates nothing.
-func (st *Store) LowestCheckpoint(ctx context.Context, head table.Cursor) (table.Cursor, bool, error) {
+// LowestCheckpoint returns the lowest checkpoint in partition part of
+// the log that a retention pass must keep that partition for: the lowest
+// persisted checkpoint of the sessions offline or online elsewhere, and
+// the acknowledged one of this node's online sessions (Online), or head
+// when all are at or above it. False means stale entries kept it from
+// finding out this time; the pass then truncates nothing.
+func (st *Store) LowestCheckpoint(ctx context.Context, part int, head table.Cursor) (table.Cursor, bool, error) {
 	for range 8 {
-		low, done, err := st.lowestRound(ctx, head)
+		low, done, err := st.lowestRound(ctx, part, head)
 		if err != nil || done {
 			return low, done, err
 		}
@@ -379,7 +380,7 @@ const checkBatch = 64
 // lowestRound reads the checkpoint index from the bottom, up to the first
 // entry that its record confirms; false when checkBatch stale entries came
 // first (they are replaced, and the caller goes round again).
-func (st *Store) lowestRound(ctx context.Context, head table.Cursor) (table.Cursor, bool, error) {
+func (st *Store) lowestRound(ctx context.Context, part int, head table.Cursor) (table.Cursor, bool, error) {
 	type entry struct {
 		id, client string
 		cp         table.Cursor
@@ -387,15 +388,17 @@ func (st *Store) lowestRound(ctx context.Context, head table.Cursor) (table.Curs
 	low := head
 	var check []entry
 	full := false
-	err := st.DB.Range(ctx, CheckpointTable, "", func(r table.Record) bool {
-		cp, client, ok := ParseCheckpointID(r.ID)
+	err := st.DB.Range(ctx, CheckpointTable, CheckpointPartition(part), func(r table.Record) bool {
+		cp, client, ok := ParseCheckpointID(part, r.ID)
 		if !ok {
-			return true
+			// The first partition's ids sort before the others' (and
+			// the marker's), which end its part of the index.
+			return part > 0 || r.ID < CheckpointPartition(1)
 		}
 		if !cp.Less(low) {
 			return false // every session further up is at or above low
 		}
-		if live, on := st.Online(client, cp); on {
+		if live, on := st.Online(client, part, cp); on {
 			if live.Less(low) {
 				low = live
 			}
@@ -429,7 +432,7 @@ func (st *Store) lowestRound(ctx context.Context, head table.Cursor) (table.Curs
 		if Decode(r.Value, &s) != nil {
 			continue // a record no resume can read holds nothing back
 		}
-		if s.Checkpoint == e.cp {
+		if s.Checkpoint.Of(part) == e.cp {
 			if e.cp.Less(low) {
 				low = e.cp
 			}
@@ -438,15 +441,15 @@ func (st *Store) lowestRound(ctx context.Context, head table.Cursor) (table.Curs
 		}
 		// Stale: the record moved on, possibly to an entry this snapshot
 		// does not show; its own checkpoint bounds the pass.
-		if s.Checkpoint.Less(low) {
-			low = s.Checkpoint
+		if s.Checkpoint.Of(part).Less(low) {
+			low = s.Checkpoint.Of(part)
 		}
 		if fix == nil {
 			fix = st.DB.Begin()
 		}
 		_ = fix.ExpectVersion(Table, e.client, r.Version)
 		_ = fix.DeleteStateUnchecked(CheckpointTable, e.id)
-		_ = fix.PutStateUnchecked(CheckpointTable, CheckpointID(s.Checkpoint, e.client), nil)
+		_ = fix.PutStateUnchecked(CheckpointTable, CheckpointID(part, s.Checkpoint.Of(part), e.client), nil)
 	}
 	if fix != nil {
 		// A conflict means a session was written meanwhile: the next pass
