@@ -269,7 +269,7 @@ func casePartitionedFanout(t T, tg Target) {
 	var mu sync.Mutex
 	var members []*table.PartitionMember
 	pf, err := p.NewFanout(t.Context(), table.PartitionFanoutOptions{Table: "t", Start: head,
-		Route: func(_ table.Event, deliver func(*table.PartitionMember)) {
+		Route: func(_ int, _ table.Event, deliver func(*table.PartitionMember)) {
 			mu.Lock()
 			defer mu.Unlock()
 			for _, m := range members {

@@ -43,11 +43,11 @@ type PartitionFanoutOptions struct {
 	Table string
 	// Start is where each partition's follower starts (usually Head).
 	Start Cursors
-	// Route is called for each event of Table, in each partition's log
-	// order, on that partition's routing path (partitions route
-	// concurrently); it calls deliver for each member the event goes to.
-	// It must not block (see FanoutOptions.Route).
-	Route func(ev Event, deliver func(*PartitionMember))
+	// Route is called for each event of Table with the partition it is
+	// in, in each partition's log order, on that partition's routing path
+	// (partitions route concurrently); it calls deliver for each member
+	// the event goes to. It must not block (see FanoutOptions.Route).
+	Route func(part int, ev Event, deliver func(*PartitionMember))
 	// MaxQueue is FanoutOptions.MaxQueue, per partition.
 	MaxQueue int
 	// Logger receives the followers' warnings; slog.Default() when nil.
@@ -70,7 +70,7 @@ func (p *Partitions) NewFanout(ctx context.Context, o PartitionFanoutOptions) (*
 		f, err := db.NewFanout(ctx, FanoutOptions{Table: o.Table, Start: o.Start[i], MaxQueue: o.MaxQueue,
 			Logger: o.Logger, Route: func(ev Event, deliver func(*Member)) {
 				pf.deliver[i] = deliver
-				o.Route(ev, pf.adapt[i])
+				o.Route(i, ev, pf.adapt[i])
 			}})
 		if err != nil {
 			_ = pf.Close()

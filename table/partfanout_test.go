@@ -75,7 +75,7 @@ func TestPartitionFanoutRoutesEveryPartition(t *testing.T) {
 	var mu sync.Mutex
 	var members []*table.PartitionMember
 	pf, err := p.NewFanout(ctx, table.PartitionFanoutOptions{Table: "t", Start: head,
-		Route: func(ev table.Event, deliver func(*table.PartitionMember)) {
+		Route: func(_ int, ev table.Event, deliver func(*table.PartitionMember)) {
 			mu.Lock()
 			defer mu.Unlock()
 			for _, m := range members {
@@ -148,7 +148,7 @@ func TestPartitionFanoutHistoryUnavailable(t *testing.T) {
 	if err := p.DB(1).TruncateBelow(ctx, head[1]); err != nil {
 		t.Fatal(err)
 	}
-	pf, err := p.NewFanout(ctx, table.PartitionFanoutOptions{Table: "t", Start: head, Route: func(table.Event, func(*table.PartitionMember)) {}})
+	pf, err := p.NewFanout(ctx, table.PartitionFanoutOptions{Table: "t", Start: head, Route: func(int, table.Event, func(*table.PartitionMember)) {}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -131,9 +131,12 @@ func (o *Options) norm() {
 
 // Broker is the broker behind mqtt.Broker. It is safe for concurrent use.
 type Broker struct {
-	db   *table.DB
-	opts Options
-	log  *slog.Logger
+	db *table.DB
+	// parts is the store as partitions of the message log: db alone
+	// unless the log is split.
+	parts *table.Partitions
+	opts  Options
+	log   *slog.Logger
 	// group is how many packets' writes may share one commit: maxGroup,
 	// or 1 on an engine that prefers separate commits.
 	group int
@@ -237,7 +240,7 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Broker{
-		db: db, opts: opts, log: opts.Logger.With("component", "mqtt"), group: maxGroup,
+		db: db, parts: table.OnePartition(db), opts: opts, log: opts.Logger.With("component", "mqtt"), group: maxGroup,
 		conns: map[string]*conn{}, wills: map[string]*pendingWill{},
 		gate: admit.New(opts.MaxConnections, opts.MaxConnRate), runners: workers.NewPool(ctx),
 		tables: tabletopic.Space{Prefix: opts.TablesPrefix},
@@ -255,7 +258,7 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 		b.group = 1
 	}
 	b.deliv = &delivery.Env{
-		DB: db, Router: b.router, Runners: b.runners, Counters: &b.metrics, Tables: b.tables, Group: b.group,
+		Parts: b.parts, Router: b.router, Runners: b.runners, Counters: &b.metrics, Tables: b.tables, Group: b.group,
 		CheckpointEvery: opts.CheckpointEvery, RetentionEvery: opts.RetentionEvery, MaxInflightBytes: opts.MaxInflightBytes,
 		MaxLazy: b.maxLazy(), MaxStateDeletes: b.maxStateDeletes(), IndexEvery: b.indexEvery(),
 		OnStore: b.onStore, PostStore: b.postStore, BeforeCheckpoint: func(client string) { b.beforeSubmit(KindCheckpoint, client) },

@@ -8,6 +8,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/mqtt/auth"
 	"github.com/tidemark-io/tidemark/mqtt/internal/delivery"
+	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/internal/route"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
@@ -24,13 +25,13 @@ func (b *Broker) startRouter(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("mqtt: start the router: %w", err)
 	}
-	var observe func(table.Event)
+	var observe func(int, table.Event)
 	if b.rules != nil {
 		b.rules.Start(head) // the router reads what follows
-		observe = b.rules.Observe
+		observe = func(_ int, ev table.Event) { b.rules.Observe(ev) }
 	}
-	b.router, err = route.Start(b.ctx, b.db, route.Options{
-		Table: tableMsgs, Start: head, MaxQueue: b.opts.RouteQueue,
+	b.router, err = route.Start(b.ctx, b.parts, route.Options{
+		Table: tableMsgs, Start: logpos.One(head), MaxQueue: b.opts.RouteQueue,
 		Observe: observe, Shared: b.routeShared, Offline: b.offline.match, Logger: b.log,
 	})
 	if err != nil {
@@ -41,7 +42,7 @@ func (b *Broker) startRouter(ctx context.Context) error {
 
 // routeShared offers a log message to the sessions the router chose for
 // its shared subscription groups. On the router's goroutine.
-func (b *Broker) routeShared(ev table.Event, subs []topic.Subscription) {
+func (b *Broker) routeShared(part int, ev table.Event, subs []topic.Subscription) {
 	var m Message
 	if m.DecodeEvent(ev.Value, ev.ID) != nil {
 		return
@@ -51,7 +52,7 @@ func (b *Broker) routeShared(ev table.Event, subs []topic.Subscription) {
 		if (s.NoLocal && s.Client == m.From) || !b.servesShare(ev, s) {
 			continue
 		}
-		b.offerShareLocked(&m, s, "", false, delivery.LogPos{Key: ev.Key, Index: ev.Index, Set: true})
+		b.offerShareLocked(&m, s, "", false, delivery.LogPos{Key: ev.Key, Index: ev.Index, Part: uint8(part), Set: true})
 	}
 	queued := len(b.shareQ) > 0
 	b.mu.Unlock()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/internal/delivery"
+	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
@@ -195,10 +196,14 @@ func (b *Broker) loadOfflineShares(ctx context.Context) error {
 // its share's prefix, is suffix; unset for a node-local id.
 func queuedPos(suffix string) delivery.LogPos {
 	p, err := hex.DecodeString(suffix)
+	var part uint8
+	if err == nil && len(p) == 13 && p[0] > 0 {
+		part, p = p[0], p[1:]
+	}
 	if err != nil || len(p) != 12 {
 		return delivery.LogPos{}
 	}
-	return delivery.LogPos{Key: engine.LogKey(binary.BigEndian.Uint64(p[:8])), Index: binary.BigEndian.Uint32(p[8:]), Set: true}
+	return delivery.LogPos{Key: engine.LogKey(binary.BigEndian.Uint64(p[:8])), Index: binary.BigEndian.Uint32(p[8:]), Part: part, Set: true}
 }
 
 // queuedShare is a message for a group's queue, written once b.mu is let
@@ -231,10 +236,20 @@ func (b *Broker) queueShareLocked(m *Message, sh topic.Share, pos delivery.LogPo
 	}
 	id := []byte(session.ShareMembers(sh.Group, sh.Filter))
 	if pos.Set {
-		var p [12]byte
-		binary.BigEndian.PutUint64(p[:8], uint64(pos.Key))
-		binary.BigEndian.PutUint32(p[8:], pos.Index)
-		id = hex.AppendEncode(id, p[:])
+		// Log key and index; in a partition other than the first, after
+		// the partition's number, so a message's id is the same on every
+		// node and ids of different partitions never meet.
+		var p [13]byte
+		if pos.Part > 0 {
+			p[0] = pos.Part
+		}
+		binary.BigEndian.PutUint64(p[1:9], uint64(pos.Key))
+		binary.BigEndian.PutUint32(p[9:], pos.Index)
+		if pos.Part == 0 {
+			id = hex.AppendEncode(id, p[1:])
+		} else {
+			id = hex.AppendEncode(id, p[:])
+		}
 	} else {
 		var p [16]byte
 		binary.BigEndian.PutUint64(p[:8], uint64(time.Now().UnixNano()))
@@ -521,7 +536,7 @@ func (b *Broker) settleRouter(d time.Duration) {
 	if err != nil {
 		return
 	}
-	for b.router.Frontier().Less(head) && ctx.Err() == nil {
+	for b.router.Frontier().Below(logpos.One(head)) && ctx.Err() == nil {
 		time.Sleep(time.Millisecond)
 	}
 	b.flushShareQueue()

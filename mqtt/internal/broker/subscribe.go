@@ -119,7 +119,7 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 	// message, and the replay delivers until then.
 	var until table.Cursor
 	if len(started) > 0 {
-		until = c.b.router.Frontier()
+		until = c.b.router.Frontier().Of(0) // replays read the first partition
 	}
 	if len(tableWhy) > 0 && c.version == packet.V5 {
 		addReason(&ack.Properties, strings.Join(tableWhy, "; "))

@@ -35,10 +35,11 @@ type Direct struct {
 }
 
 // LogPos is a message's place in the log: entry Index of the entries
-// under log key Key, when Set.
+// under log key Key in partition Part, when Set.
 type LogPos struct {
 	Key   engine.LogKey
 	Index uint32
+	Part  uint8
 	Set   bool
 }
 

@@ -193,7 +193,7 @@ func (o *Session) finishQoS2(om *outMsg, inLoop bool) bool {
 		o.ended([]lazyEnd{{pi: om.pi}})
 		return o.conn.LaterDelivery(end, Pending{Notify: end})
 	}
-	tx := o.env.DB.Begin()
+	tx := o.db.Begin()
 	if err := end.WriteState(tx); err != nil {
 		o.conn.Fail(err)
 		return false

@@ -244,7 +244,7 @@ func (o *Session) sessionSweepTx(lazy bool) (*table.Tx, logpos.Vec, bool, error)
 		}
 		o.rec.Subs = append(o.rec.Subs, r)
 	}
-	tx := o.env.DB.Begin()
+	tx := o.db.Begin()
 	more := o.sweepDoneLocked(tx, cp)
 	if lazy {
 		o.rec.IndexLazily(o.env.IndexEvery)

@@ -16,7 +16,7 @@ import (
 // sender's pending group.
 func (o *Session) addRecord(om *outMsg) error {
 	if o.grp.tx == nil {
-		o.grp.tx = o.env.DB.Begin()
+		o.grp.tx = o.db.Begin()
 	}
 	om.rec, om.slot = true, session.SlotID(o.client, om.pi)
 	o.wroteRows.Store(true)

@@ -52,7 +52,7 @@ type replayItem struct {
 // after since. The subscription is not yet the session's: AddSubscriptions
 // makes it so, and RunReplay starts it once the SUBACK is on its way.
 func (o *Session) StartReplay(filter string, after table.Cursor, since time.Time) (*Replay, error) {
-	sub, err := o.env.DB.Subscribe(o.ctx, table.SubscribeOptions{
+	sub, err := o.env.Parts.DB(0).Subscribe(o.ctx, table.SubscribeOptions{
 		Table: message.LogTable, Start: after, IncludeSuperseded: true, Composite: true, Buffer: 64,
 		Filter: func(ev table.Event) bool {
 			// QoS 0 messages (in the log where nodes share the store)

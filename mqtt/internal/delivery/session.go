@@ -16,6 +16,7 @@ package delivery
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -137,7 +138,11 @@ type StateWrite interface {
 // and the settings of delivery. Set its fields before the first New; an
 // Env is used by pointer and never copied.
 type Env struct {
-	DB      *table.DB
+	// Parts is the store: a session's state is in its client id's
+	// partition, and the message log in every partition. Replays and
+	// table subscriptions read the first partition, which is the whole
+	// store unless the log is split (the broker refuses them then).
+	Parts   *table.Partitions
 	Router  *route.Router
 	Runners *workers.Pool
 	// Counters counts deliveries, drops and the in-flight gauge.
@@ -206,7 +211,9 @@ func (e *Env) Behind() bool { return e.behind.Load() > 0 }
 // Session is one online session's sending side (see the package doc). A
 // Session lives as long as its connection.
 type Session struct {
-	env    *Env
+	env *Env
+	// db is the partition holding the session's state.
+	db     *table.DB
 	conn   Conn
 	ctx    context.Context
 	log    Logger
@@ -273,7 +280,7 @@ type Session struct {
 	// PersistLast was told (see session.Record.Rowless).
 	wroteRows, leaving atomic.Bool
 
-	sub *table.Member
+	sub *table.PartitionMember
 	// isBehind says the session counts in Env.behind; sender only.
 	isBehind bool
 	// sinceBehind counts the log messages sent since the backlog was
@@ -346,7 +353,7 @@ type Restored struct {
 func New(env *Env, conn Conn, client string, rec *session.Record, window int, head logpos.Vec, restored *Restored) *Session {
 	// The in-flight maps are made on first use: an idle session holds none.
 	o := &Session{
-		env: env, conn: conn, ctx: conn.Context(), log: conn.Logger(), client: client, v5: conn.V5(),
+		env: env, db: env.Parts.For(client), conn: conn, ctx: conn.Context(), log: conn.Logger(), client: client, v5: conn.V5(),
 		rec: rec, window: window,
 		freed:     make(chan struct{}, 1),
 		persisted: rec.Checkpoint, nextPI: rec.NextPI, sentHigh: rec.SentHigh,
@@ -427,7 +434,10 @@ func (o *Session) Start() {
 // subscribe starts the session's member of the router: it catches up
 // from from, then joins the route.
 func (o *Session) subscribe(from logpos.Vec) error {
-	m := o.env.Router.Member(from.Of(0), func(ev table.Event) bool { return o.wants(ev.ID) }, o.wake)
+	m, err := o.env.Router.Member(from, func(ev table.Event) bool { return o.wants(ev.ID) }, o.wake)
+	if err != nil {
+		return err
+	}
 	o.mu.Lock()
 	o.sub = m
 	o.mu.Unlock()
@@ -450,29 +460,43 @@ func (o *Session) subscribe(from logpos.Vec) error {
 	return nil
 }
 
-// skipTruncated moves the member to the oldest retained message after
+// skipTruncated moves the member, in the partition cause (a
+// *table.PartitionError) names, to the oldest retained message after
 // retention removed messages the session had not received yet.
 func (o *Session) skipTruncated(cause error) bool {
-	st, err := o.env.DB.LogStats(o.ctx)
+	var pe *table.PartitionError
+	if !errors.As(cause, &pe) {
+		return false
+	}
+	st, err := o.env.Parts.DB(pe.Partition).LogStats(o.ctx)
 	if err != nil || st.Floor == 0 {
 		return false
 	}
-	o.log.Warn("retention removed queued messages before the session received them", "err", cause)
+	o.log.Warn("retention removed queued messages before the session received them", "partition", pe.Partition, "err", cause)
 	o.env.Counters.DroppedRetention.Add(1)
-	o.sub.Restart(table.Cursor{Key: st.Floor - 1})
+	o.sub.RestartPartition(pe.Partition, table.Cursor{Key: st.Floor - 1})
 	return true
 }
 
 // posOf returns the position of ev, an event of the session's member or
-// of a replay: the log has one partition.
-func (o *Session) posOf(ev table.Event) logpos.Pos { return logpos.At(0, ev.Cursor()) }
+// of a replay (which reads the first partition).
+func (o *Session) posOf(ev table.Event) logpos.Pos {
+	part := 0
+	if o.sub != nil { // set before the sender starts, never changed
+		part = max(o.sub.Partition(ev), 0)
+	}
+	return logpos.At(part, ev.Cursor())
+}
 
 // checkpointOf returns the acknowledged checkpoint of sub, the
 // session's member.
-func checkpointOf(sub *table.Member) logpos.Vec { return logpos.One(sub.Checkpoint()) }
+func checkpointOf(sub *table.PartitionMember) logpos.Vec {
+	v, _ := logpos.FromCursors(sub.Checkpoint()) // the router's count of partitions
+	return v
+}
 
 // currentSub returns the session's member of the router.
-func (o *Session) currentSub() *table.Member {
+func (o *Session) currentSub() *table.PartitionMember {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.sub

@@ -128,11 +128,11 @@ func (f *tableFeed) run(ctx context.Context, o *Session, ch chan<- tableItem, sn
 // one the view saw, and the view's versions are let go.
 func (f *tableFeed) read(ctx context.Context, o *Session, ch chan<- tableItem, snapshot bool) error {
 	prefix := o.env.Tables.Prefix
-	from, err := o.env.DB.Head(ctx)
+	from, err := o.env.Parts.DB(0).Head(ctx)
 	if err != nil {
 		return err
 	}
-	sub, err := o.env.DB.Subscribe(ctx, table.SubscribeOptions{
+	sub, err := o.env.Parts.DB(0).Subscribe(ctx, table.SubscribeOptions{
 		Table: f.Table, Prefix: f.IDs, Start: from, IncludeSuperseded: true, Buffer: 64,
 		Filter: func(ev table.Event) bool { return topic.Match(f.Filter.Filter, f.TopicOf(prefix, ev.ID)) },
 	})
@@ -156,7 +156,7 @@ func (f *tableFeed) read(ctx context.Context, o *Session, ch chan<- tableItem, s
 	var newest table.Version // the newest version in the view
 	if snapshot {
 		seen = map[string]table.Version{}
-		err = o.env.DB.View(ctx, func(v *table.View) error {
+		err = o.env.Parts.DB(0).View(ctx, func(v *table.View) error {
 			var get func(string) (table.Record, error)
 			if v5 {
 				get = func(id string) (table.Record, error) { return v.Get(tabletopic.MetaTable, id) }
@@ -179,7 +179,7 @@ func (f *tableFeed) read(ctx context.Context, o *Session, ch chan<- tableItem, s
 	}
 	var get func(string) (table.Record, error)
 	if v5 {
-		get = func(id string) (table.Record, error) { return o.env.DB.Get(ctx, tabletopic.MetaTable, id) }
+		get = func(id string) (table.Record, error) { return o.env.Parts.DB(0).Get(ctx, tabletopic.MetaTable, id) }
 	}
 	for ev := range sub.Events() {
 		_ = sub.Ack(ev)

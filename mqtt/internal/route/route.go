@@ -4,11 +4,14 @@
 // the sessions it matches. Routing a message costs what its matches cost,
 // whatever the number of sessions.
 //
-// A session on the route is a table.Member of the router's Fanout. A
-// session behind the log (it just reconnected, or it is too slow for the
-// route's queue) reads the log itself from its checkpoint and joins the
-// route once it has caught up; table.Fanout keeps that switch free of gaps
-// and duplicates. Messages for shared subscription groups are not
+// The log may be split over partitions (table.Partitions): the router then
+// follows every partition's log, each on its own routing path, and a
+// session on the route is a table.PartitionMember of the router's
+// PartitionFanout, one member per partition. A session behind the log (it
+// just reconnected, or it is too slow for the route's queue) reads each
+// partition's log itself from its checkpoint and joins the route once it
+// has caught up; table.Fanout keeps that switch free of gaps and
+// duplicates in each partition. Messages for shared subscription groups are not
 // delivered through members: the router hands the matching subscriptions
 // (one per group, as the index picks them) to the broker, which offers the
 // message to the chosen session's queue.
@@ -21,6 +24,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -29,20 +33,22 @@ import (
 type Options struct {
 	// Table is the message log's table: a record id is its topic.
 	Table string
-	// Start is where the router starts reading (the log head, usually).
-	Start table.Cursor
+	// Start is where the router starts reading, per partition (the log
+	// head, usually).
+	Start logpos.Vec
 	// MaxQueue is how many routed messages a session may hold unreceived
 	// before it leaves the route to catch up on its own (see
 	// table.FanoutOptions).
 	MaxQueue int
-	// Observe, if set, sees every message first, on the router's
-	// goroutine; it must not block.
-	Observe func(table.Event)
+	// Observe, if set, sees every message first, with its partition, on
+	// that partition's routing goroutine; it must not block. Partitions
+	// route concurrently.
+	Observe func(part int, ev table.Event)
 	// Shared receives a message's matching shared subscriptions, once
-	// Router.StartShared was called, on the router's goroutine and with no
-	// lock of the router held; it must not block. subs is reused after it
-	// returns.
-	Shared func(ev table.Event, subs []topic.Subscription)
+	// Router.StartShared was called, with the message's partition, on the
+	// partition's routing goroutine and with no lock of the router held;
+	// it must not block. subs is reused after it returns.
+	Shared func(part int, ev table.Event, subs []topic.Subscription)
 	// Offline, if set, calls fn with one offline member of each shared
 	// subscription whose filter matches topic (see Router.route): its
 	// groups get their messages through Shared too while no member of
@@ -59,29 +65,40 @@ type Options struct {
 // A Router is safe for concurrent use.
 type Router struct {
 	index    topic.Index
-	fan      *table.Fanout
-	observe  func(table.Event)
-	onShared func(table.Event, []topic.Subscription)
+	fan      *table.PartitionFanout
+	observe  func(int, table.Event)
+	onShared func(int, table.Event, []topic.Subscription)
 	offline  func(string, func(topic.Subscription))
 
 	mu      sync.Mutex
-	members map[string]*table.Member // online session -> its member
+	members map[string]*table.PartitionMember // online session -> its member
 
 	// sharedOn is set once any shared subscription exists: until then no
 	// message has a shared subscriber, and routing collects none.
 	sharedOn atomic.Bool
 
-	// plain and shared are the router goroutine's scratch space.
+	// scratch holds each partition's routing space: partitions route
+	// concurrently, each on its own goroutine.
+	scratch []scratch
+}
+
+// scratch is one partition's routing goroutine's scratch space.
+type scratch struct {
 	plain  []string
 	shared []topic.Subscription
 }
 
-// Start starts a router on db until ctx ends or Close.
-func Start(ctx context.Context, db *table.DB, o Options) (*Router, error) {
-	r := &Router{observe: o.Observe, onShared: o.Shared, offline: o.Offline, members: map[string]*table.Member{}}
+// Start starts a router on the message log of parts until ctx ends or
+// Close.
+func Start(ctx context.Context, parts *table.Partitions, o Options) (*Router, error) {
+	if o.Start.Len() != parts.Count() {
+		return nil, fmt.Errorf("route: start at %v: %d partitions, the log has %d: %w", o.Start, o.Start.Len(), parts.Count(), table.ErrBadCursor)
+	}
+	r := &Router{observe: o.Observe, onShared: o.Shared, offline: o.Offline, members: map[string]*table.PartitionMember{},
+		scratch: make([]scratch, parts.Count())}
 	var err error
-	r.fan, err = db.NewFanout(ctx, table.FanoutOptions{
-		Table: o.Table, Start: o.Start, Route: r.route, MaxQueue: o.MaxQueue, Logger: o.Logger,
+	r.fan, err = parts.NewFanout(ctx, table.PartitionFanoutOptions{
+		Table: o.Table, Start: o.Start.Cursors(), Route: r.route, MaxQueue: o.MaxQueue, Logger: o.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("route: start: %w", err)
@@ -102,20 +119,25 @@ func (r *Router) Index() *topic.Index { return &r.index }
 // subscription to the index, or the messages routed in between miss it.
 func (r *Router) StartShared() { r.sharedOn.Store(true) }
 
-// Frontier is a cursor every message the router has routed is covered by.
-func (r *Router) Frontier() table.Cursor { return r.fan.Frontier() }
+// Frontier holds, per partition, a cursor every message the router has
+// routed from that partition is covered by.
+func (r *Router) Frontier() logpos.Vec {
+	v, _ := logpos.FromCursors(r.fan.Frontier()) // one cursor per partition, as Start checked
+	return v
+}
 
 // Member makes a member for a session that catches up from the log from
-// from, taking the messages wants accepts, and then receives them as the
-// router routes them; wake is called when it has something to receive.
-// It gets routed messages once Join put it on the route.
-func (r *Router) Member(from table.Cursor, wants func(table.Event) bool, wake func()) *table.Member {
-	return r.fan.JoinFunc(from, wants, wake)
+// from (per partition), taking the messages wants accepts, and then
+// receives them as the router routes them; wake is called when it has
+// something to receive. It gets routed messages once Join put it on the
+// route.
+func (r *Router) Member(from logpos.Vec, wants func(table.Event) bool, wake func()) (*table.PartitionMember, error) {
+	return r.fan.JoinFunc(from.Cursors(), wants, wake)
 }
 
 // Join puts m, a member of client's session, on the route, in place of
 // the member of an earlier connection of client.
-func (r *Router) Join(client string, m *table.Member) {
+func (r *Router) Join(client string, m *table.PartitionMember) {
 	r.mu.Lock()
 	r.members[client] = m
 	r.mu.Unlock()
@@ -123,7 +145,7 @@ func (r *Router) Join(client string, m *table.Member) {
 
 // Leave takes m, client's member, off the route, unless another
 // connection of client replaced it already. The caller closes m.
-func (r *Router) Leave(client string, m *table.Member) {
+func (r *Router) Leave(client string, m *table.PartitionMember) {
 	r.mu.Lock()
 	if r.members[client] == m {
 		delete(r.members, client)
@@ -138,49 +160,50 @@ func (r *Router) Online(client string) bool {
 	return r.members[client] != nil
 }
 
-// route hands one log message to the members it matches and its shared
-// subscriptions to Options.Shared. Router goroutine only: the scratch
-// slices are its own.
-func (r *Router) route(ev table.Event, deliver func(*table.Member)) {
+// route hands one log message of partition part to the members it
+// matches and its shared subscriptions to Options.Shared. On the
+// partition's routing goroutine only: its scratch slices are its own.
+func (r *Router) route(part int, ev table.Event, deliver func(*table.PartitionMember)) {
 	if r.observe != nil {
-		r.observe(ev)
+		r.observe(part, ev)
 	}
-	r.plain, r.shared = r.plain[:0], r.shared[:0]
+	sc := &r.scratch[part]
+	sc.plain, sc.shared = sc.plain[:0], sc.shared[:0]
 	sharedOn := r.sharedOn.Load() && r.onShared != nil
 	// The record id of a log message is its topic: plain routing needs
 	// no decoding.
 	r.index.Match(ev.ID, func(s topic.Subscription) {
 		switch {
 		case s.Group == "":
-			r.plain = append(r.plain, s.Client)
+			sc.plain = append(sc.plain, s.Client)
 		case sharedOn:
-			r.shared = append(r.shared, s)
+			sc.shared = append(sc.shared, s)
 		}
 	})
 	if sharedOn && r.offline != nil {
 		// Groups with no member online here: their offline member
 		// stands for them, so the broker can keep the message for the
 		// group.
-		online := len(r.shared)
+		online := len(sc.shared)
 		r.offline(ev.ID, func(s topic.Subscription) {
-			for _, o := range r.shared[:online] {
+			for _, o := range sc.shared[:online] {
 				if o.Group == s.Group && o.Filter == s.Filter {
 					return
 				}
 			}
-			r.shared = append(r.shared, s)
+			sc.shared = append(sc.shared, s)
 		})
 	}
-	if len(r.plain) > 0 {
+	if len(sc.plain) > 0 {
 		r.mu.Lock()
-		for _, client := range r.plain {
+		for _, client := range sc.plain {
 			if m := r.members[client]; m != nil {
 				deliver(m)
 			}
 		}
 		r.mu.Unlock()
 	}
-	if len(r.shared) > 0 {
-		r.onShared(ev, r.shared)
+	if len(sc.shared) > 0 {
+		r.onShared(part, ev, sc.shared)
 	}
 }

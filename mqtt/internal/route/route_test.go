@@ -2,6 +2,7 @@ package route
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -9,42 +10,57 @@ import (
 
 	"github.com/tidemark-io/tidemark/engine"
 	_ "github.com/tidemark-io/tidemark/engine/pebble"
+	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
 )
 
 const msgs = "msgs"
 
-func openDB(t *testing.T) *table.DB {
+// openParts opens n fresh Pebble stores as the partitions of one log.
+func openParts(t *testing.T, n int) *table.Partitions {
 	t.Helper()
-	e, err := engine.Open(context.Background(), "pebble", engine.Options{Dir: t.TempDir(), Sync: engine.SyncNone})
+	var es []engine.Engine
+	for range n {
+		e, err := engine.Open(context.Background(), "pebble", engine.Options{Dir: t.TempDir(), Sync: engine.SyncNone})
+		if err != nil {
+			t.Fatal(err)
+		}
+		es = append(es, e)
+	}
+	p, err := table.OpenPartitions(context.Background(), es, table.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	db, err := table.Open(context.Background(), e, table.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = db.Close(); _ = e.Close() })
-	return db
+	t.Cleanup(func() {
+		_ = p.Close()
+		for _, e := range es {
+			_ = e.Close()
+		}
+	})
+	return p
 }
 
-// startRouter starts a router on a fresh database at its log head, with
-// o's callbacks, and returns it with that head.
-func startRouter(t *testing.T, o Options) (*Router, *table.DB, table.Cursor) {
+// startRouter starts a router on a fresh log of n partitions at its
+// head, with o's callbacks, and returns it with that head.
+func startRouter(t *testing.T, n int, o Options) (*Router, *table.Partitions, logpos.Vec) {
 	t.Helper()
-	db := openDB(t)
-	head, err := db.Head(context.Background())
+	p := openParts(t, n)
+	cs, err := p.Head(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, err := logpos.FromCursors(cs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	o.Table, o.Start = msgs, head
-	r, err := Start(context.Background(), db, o)
+	r, err := Start(context.Background(), p, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = r.Close() })
-	return r, db, head
+	return r, p, head
 }
 
 func publish(t *testing.T, db *table.DB, topics ...string) {
@@ -72,18 +88,23 @@ func matching(filter string) func(table.Event) bool {
 
 // session is a member on the route and the topics it received.
 type session struct {
-	m    *table.Member
+	m    *table.PartitionMember
 	wake chan struct{}
 }
 
-func join(r *Router, client string, from table.Cursor, wants func(table.Event) bool) *session {
+func join(t *testing.T, r *Router, client string, from logpos.Vec, wants func(table.Event) bool) *session {
+	t.Helper()
 	s := &session{wake: make(chan struct{}, 1)}
-	s.m = r.Member(from, wants, func() {
+	var err error
+	s.m, err = r.Member(from, wants, func() {
 		select {
 		case s.wake <- struct{}{}:
 		default:
 		}
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	r.Join(client, s.m)
 	return s
 }
@@ -131,9 +152,9 @@ func (s *session) receive(t *testing.T, n int) []string {
 func TestRouterRoutesByIndex(t *testing.T) {
 	var mu sync.Mutex
 	var observed, shared []string
-	r, db, head := startRouter(t, Options{
-		Observe: func(ev table.Event) { mu.Lock(); observed = append(observed, ev.ID); mu.Unlock() },
-		Shared: func(ev table.Event, subs []topic.Subscription) {
+	r, p, head := startRouter(t, 1, Options{
+		Observe: func(_ int, ev table.Event) { mu.Lock(); observed = append(observed, ev.ID); mu.Unlock() },
+		Shared: func(_ int, ev table.Event, subs []topic.Subscription) {
 			mu.Lock()
 			defer mu.Unlock()
 			for _, s := range subs {
@@ -150,8 +171,9 @@ func TestRouterRoutesByIndex(t *testing.T) {
 	ix.Add(topic.Subscription{Client: "g2", Group: "grp", Filter: "dev/#", QoS: 1})
 	// A member catching up reads the log itself and takes what its
 	// session's subscriptions match, as the broker's sessions do.
-	a := join(r, "a", head, matching("dev/a/#"))
-	b := join(r, "b", head, matching("dev/+/cmd"))
+	a := join(t, r, "a", head, matching("dev/a/#"))
+	b := join(t, r, "b", head, matching("dev/+/cmd"))
+	db := p.DB(0)
 
 	publish(t, db, "dev/a/cmd", "dev/b/cmd", "dev/a/x", "other")
 	if got, want := a.receive(t, 2), []string{"dev/a/cmd", "dev/a/x"}; !slices.Equal(got, want) {
@@ -188,10 +210,11 @@ func TestRouterRoutesByIndex(t *testing.T) {
 // the route from its earlier one, and that the earlier one's Leave does
 // not take the new one off.
 func TestJoinReplacesEarlierMember(t *testing.T) {
-	r, db, head := startRouter(t, Options{})
+	r, p, head := startRouter(t, 1, Options{})
+	db := p.DB(0)
 	r.Index().Add(topic.Subscription{Client: "c", Filter: "t", QoS: 1})
-	old := join(r, "c", head, matching("t"))
-	cur := join(r, "c", head, matching("t"))
+	old := join(t, r, "c", head, matching("t"))
+	cur := join(t, r, "c", head, matching("t"))
 	r.Leave("c", old.m)
 	old.m.Close()
 	if !r.Online("c") {
@@ -200,5 +223,80 @@ func TestJoinReplacesEarlierMember(t *testing.T) {
 	publish(t, db, "t")
 	if got := cur.receive(t, 1); !slices.Equal(got, []string{"t"}) {
 		t.Fatalf("new member received %v", got)
+	}
+}
+
+// TestRouterPartitions checks routing over a log of three partitions:
+// a member receives every matching message of every partition, each
+// partition's in its log order, and Observe and Shared are told the
+// partition each message is in.
+func TestRouterPartitions(t *testing.T) {
+	var mu sync.Mutex
+	observed := map[string]int{}
+	shared := map[string]int{}
+	r, p, head := startRouter(t, 3, Options{
+		Observe: func(part int, ev table.Event) { mu.Lock(); observed[ev.ID] = part; mu.Unlock() },
+		Shared: func(part int, ev table.Event, subs []topic.Subscription) {
+			mu.Lock()
+			defer mu.Unlock()
+			shared[ev.ID] = part
+		},
+	})
+	r.Index().Add(topic.Subscription{Client: "a", Filter: "dev/#", QoS: 1})
+	r.Index().Add(topic.Subscription{Client: "g", Group: "grp", Filter: "dev/#", QoS: 1})
+	r.StartShared()
+	// "late" catches up from the start of every partition's log.
+	late := join(t, r, "late", logpos.Start(3), matching("dev/#"))
+	a := join(t, r, "a", head, matching("dev/#"))
+	var want [3][]string
+	for i := range 30 {
+		name := fmt.Sprintf("dev/%d", i)
+		part := i % 3
+		publish(t, p.DB(part), name)
+		want[part] = append(want[part], name)
+	}
+	for name, s := range map[string]*session{"a": a, "late": late} {
+		var got [3][]string
+		ctx := context.Background()
+		deadline := time.After(5 * time.Second)
+		for n := 0; n < 30; {
+			ev, ok, err := s.m.Next(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				select {
+				case <-s.wake:
+				case <-deadline:
+					t.Fatalf("%s received %d of 30", name, n)
+				}
+				continue
+			}
+			part := s.m.Partition(ev)
+			got[part] = append(got[part], ev.ID)
+			if err := s.m.Ack(ev); err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+		for part := range 3 {
+			if !slices.Equal(got[part], want[part]) {
+				t.Fatalf("%s received from partition %d %v, want %v", name, part, got[part], want[part])
+			}
+		}
+		if cp := s.m.Checkpoint(); len(cp) != 3 {
+			t.Fatalf("%s checkpoint %v", name, cp)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range 30 {
+		name := fmt.Sprintf("dev/%d", i)
+		if observed[name] != i%3 || shared[name] != i%3 {
+			t.Fatalf("%s observed in partition %d, shared from %d, written to %d", name, observed[name], shared[name], i%3)
+		}
+	}
+	if f := r.Frontier(); f.Len() != 3 {
+		t.Fatalf("frontier %v", f)
 	}
 }
