@@ -89,7 +89,7 @@ func startBroker(t T, tg Target, opts mqtt.Options) *mqtttest.Server {
 		opts.CheckpointEvery = 100 * time.Millisecond
 	}
 	unbounded(&opts)
-	return mqtttest.Start(t, tg.Engine, maps.Clone(tg.Params), opts)
+	return mqtttest.StartServer(t, &mqtttest.Server{Engine: tg.Engine, Dir: t.TempDir(), Params: maps.Clone(tg.Params), Opts: opts, Partitions: tg.Partitions})
 }
 
 // sharer is implemented by engines whose store another engine instance
@@ -116,26 +116,36 @@ func secondNode(t T, tg Target, s *mqtttest.Server, opts mqtt.Options) brokerNod
 		opts.CheckpointEvery = 100 * time.Millisecond
 	}
 	unbounded(&opts)
-	db := s.DB()
+	parts := s.Parts()
 	var closers []func() error
 	if sh, ok := s.DB().Engine().(sharer); ok && sh.ClientURL() != "" {
-		params := maps.Clone(tg.Params)
-		if params == nil {
-			params = map[string]string{}
+		// One engine per partition, each on its partition's server.
+		var es []engine.Engine
+		for i := range parts.Count() {
+			params := maps.Clone(tg.Params)
+			if params == nil {
+				params = map[string]string{}
+			}
+			params["url"] = parts.DB(i).Engine().(sharer).ClientURL()
+			e, err := engine.Open(t.Context(), tg.Engine, engine.Options{Dir: t.TempDir(), Params: params})
+			if err != nil {
+				t.Fatalf("open node B's engine of partition %d: %v", i, err)
+			}
+			es = append(es, e)
+			closers = append(closers, e.Close)
 		}
-		params["url"] = sh.ClientURL()
-		e, err := engine.Open(t.Context(), tg.Engine, engine.Options{Dir: t.TempDir(), Params: params})
+		var err error
+		parts, err = table.OpenPartitions(t.Context(), es, table.Options{})
 		if err != nil {
-			t.Fatalf("open node B's engine: %v", err)
-		}
-		db, err = table.Open(t.Context(), e, table.Options{})
-		if err != nil {
-			e.Close()
+			for _, c := range closers {
+				_ = c()
+			}
 			t.Fatalf("open node B's tables: %v", err)
 		}
-		closers = append(closers, e.Close, db.Close)
+		closers = append(closers, parts.Close)
 	}
-	b, err := mqtt.New(db, opts)
+	db := parts.DB(0)
+	b, err := mqtt.NewPartitioned(parts, opts)
 	if err != nil {
 		t.Fatalf("node B: %v", err)
 	}
@@ -263,6 +273,9 @@ type brokerArgs struct {
 	KillNth    int        `json:"kill_nth,omitempty"`
 	// CheckpointEvery is the broker's checkpoint period in milliseconds.
 	CheckpointEvery int `json:"checkpoint_every,omitempty"`
+	// Partitions splits the store over that many engines, in the
+	// directories mqtttest.PartitionDir names (Target.Partitions).
+	Partitions int `json:"partitions,omitempty"`
 }
 
 func brokerArgsPath(dir string) string { return strings.TrimRight(dir, "/") + ".broker.json" }
@@ -277,11 +290,16 @@ func childMQTTBroker(spec childSpec) error {
 		return err
 	}
 	ctx := context.Background()
-	e, err := engine.Open(ctx, spec.Engine, engine.Options{Dir: spec.Dir, Params: spec.Params})
-	if err != nil {
-		return err
+	n := max(a.Partitions, 1)
+	var es []engine.Engine
+	for i := range n {
+		e, err := engine.Open(ctx, spec.Engine, engine.Options{Dir: mqtttest.PartitionDir(spec.Dir, i, n), Params: spec.Params})
+		if err != nil {
+			return err
+		}
+		es = append(es, e)
 	}
-	db, err := table.Open(ctx, e, table.Options{})
+	parts, err := table.OpenPartitions(ctx, es, table.Options{})
 	if err != nil {
 		return err
 	}
@@ -299,7 +317,7 @@ func childMQTTBroker(spec childSpec) error {
 			}
 		}
 	}
-	b, err := mqtt.New(db, opts)
+	b, err := mqtt.NewPartitioned(parts, opts)
 	if err != nil {
 		return err
 	}
@@ -342,6 +360,7 @@ func startBrokerChild(t T, tg Target, dir string, a brokerArgs) *brokerChild {
 	if a.CheckpointEvery == 0 {
 		a.CheckpointEvery = 100
 	}
+	a.Partitions = tg.Partitions
 	raw, _ := json.Marshal(a)
 	if err := os.WriteFile(brokerArgsPath(dir), raw, 0o644); err != nil {
 		t.Fatalf("write broker args: %v", err)

@@ -41,6 +41,10 @@ type Target struct {
 	Engine string
 	// Params are engine parameters every case opens the engine with.
 	Params map[string]string
+	// Partitions, when above 1, splits the brokers' stores over that
+	// many engines (mqtt.NewPartitioned); the cases registered with
+	// onPartitions set it.
+	Partitions int
 }
 
 // Case is one conformance case.

@@ -49,7 +49,23 @@ type Broker struct{ b *broker.Broker }
 // New returns a broker storing its state in db. Call Serve to accept
 // connections and Close to stop.
 func New(db *table.DB, opts Options) (*Broker, error) {
-	b, err := broker.New(db, broker.Options(opts))
+	if db == nil {
+		return nil, errors.New("mqtt: New: nil table.DB")
+	}
+	return NewPartitioned(table.OnePartition(db), opts)
+}
+
+// NewPartitioned returns a broker storing its state in the partitions of
+// parts (at most 16), so that commits spread over their engines: a
+// client's session state and the messages it publishes go to its client
+// id's partition (table.PartitionOf), and every node routes the messages
+// of every partition. A session's checkpoint is then a cursor per
+// partition. The options that read one log as a whole (MaxQueuedMessages,
+// MaxQueuedBytes, History, Retention, TablesPrefix) and replay
+// subscriptions need a store of one partition and are refused on one of
+// several. Close does not close parts.
+func NewPartitioned(parts *table.Partitions, opts Options) (*Broker, error) {
+	b, err := broker.New(parts, broker.Options(opts))
 	if err != nil {
 		return nil, err
 	}

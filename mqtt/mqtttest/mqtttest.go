@@ -6,7 +6,9 @@ package mqtttest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"path/filepath"
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
@@ -43,9 +45,14 @@ type Server struct {
 	// engine offers beyond engine.Engine (engine.CommitLimit, for one)
 	// the broker sees only if the wrapper has it too.
 	Wrap func(engine.Engine) engine.Engine
+	// Partitions, when above 1, splits the store over that many engines
+	// (mqtt.NewPartitioned), each in a directory of its own under Dir:
+	// p0, p1, ... Set before the first Start.
+	Partitions int
 
-	e      engine.Engine
+	es     []engine.Engine
 	db     *table.DB
+	parts  *table.Partitions
 	b      *mqtt.Broker
 	ln     net.Listener
 	served chan error
@@ -79,25 +86,77 @@ func start(t TB, s *Server) *Server {
 	return s
 }
 
+// StartPartitioned is Start with the store split over n partitions.
+func StartPartitioned(t TB, name string, n int, opts mqtt.Options) *Server {
+	t.Helper()
+	return start(t, &Server{Engine: name, Dir: t.TempDir(), Opts: opts, Partitions: n})
+}
+
+// StartServer starts s, set up by the caller (Dir among the rest); it is
+// stopped when the test ends.
+func StartServer(t TB, s *Server) *Server {
+	t.Helper()
+	return start(t, s)
+}
+
+// PartitionDir is the directory of partition i of a store split over n
+// partitions in dir (dir itself when n is 1).
+func PartitionDir(dir string, i, n int) string {
+	if n <= 1 {
+		return dir
+	}
+	return filepath.Join(dir, fmt.Sprintf("p%d", i))
+}
+
+// openEngines opens the server's engine, or one per partition.
+func (s *Server) openEngines(ctx context.Context) ([]engine.Engine, error) {
+	if s.Partitions <= 1 {
+		e, err := engine.Open(ctx, s.Engine, engine.Options{Dir: s.Dir, Params: s.Params, Sync: s.Sync})
+		if err != nil {
+			return nil, err
+		}
+		return []engine.Engine{e}, nil
+	}
+	var es []engine.Engine
+	for i := range s.Partitions {
+		e, err := engine.Open(ctx, s.Engine, engine.Options{Dir: PartitionDir(s.Dir, i, s.Partitions), Params: s.Params, Sync: s.Sync})
+		if err != nil {
+			closeAll(es)
+			return nil, fmt.Errorf("partition %d: %w", i, err)
+		}
+		es = append(es, e)
+	}
+	return es, nil
+}
+
+func closeAll(es []engine.Engine) {
+	for _, e := range es {
+		_ = e.Close()
+	}
+}
+
 // Start (re)starts the broker on the server's directory and address.
 func (s *Server) Start() error {
 	ctx := context.Background()
-	e, err := engine.Open(ctx, s.Engine, engine.Options{Dir: s.Dir, Params: s.Params, Sync: s.Sync})
+	es, err := s.openEngines(ctx)
 	if err != nil {
 		return err
 	}
 	if s.Wrap != nil {
-		e = s.Wrap(e)
+		for i := range es {
+			es[i] = s.Wrap(es[i])
+		}
 	}
-	db, err := table.Open(ctx, e, table.Options{})
+	parts, err := table.OpenPartitions(ctx, es, table.Options{})
 	if err != nil {
-		e.Close()
+		closeAll(es)
 		return err
 	}
-	b, err := mqtt.New(db, s.Opts)
+	db := parts.DB(0)
+	b, err := mqtt.NewPartitioned(parts, s.Opts)
 	if err != nil {
-		db.Close()
-		e.Close()
+		parts.Close()
+		closeAll(es)
 		return err
 	}
 	addr := s.Addr
@@ -106,8 +165,8 @@ func (s *Server) Start() error {
 		// address never finds a client's local port on it.
 		if addr, err = freeport.Addr(); err != nil {
 			b.Close()
-			db.Close()
-			e.Close()
+			parts.Close()
+			closeAll(es)
 			return err
 		}
 	}
@@ -124,12 +183,12 @@ func (s *Server) Start() error {
 	}
 	if err != nil {
 		b.Close()
-		db.Close()
-		e.Close()
+		parts.Close()
+		closeAll(es)
 		return err
 	}
 	s.Addr = ln.Addr().String()
-	s.e, s.db, s.b, s.ln = e, db, b, ln
+	s.es, s.db, s.parts, s.b, s.ln = es, db, parts, b, ln
 	s.served = make(chan error, 1)
 	go func() { s.served <- b.Serve(ln) }()
 	return nil
@@ -144,8 +203,11 @@ func (s *Server) Stop() error {
 	if serr := <-s.served; serr != nil && !errors.Is(serr, net.ErrClosed) {
 		err = errors.Join(err, serr)
 	}
-	err = errors.Join(err, s.db.Close(), s.e.Close())
-	s.b, s.db, s.e = nil, nil, nil
+	err = errors.Join(err, s.parts.Close())
+	for _, e := range s.es {
+		err = errors.Join(err, e.Close())
+	}
+	s.b, s.db, s.parts, s.es = nil, nil, nil, nil
 	return err
 }
 
@@ -160,5 +222,10 @@ func (s *Server) Restart() error {
 // Broker returns the running broker.
 func (s *Server) Broker() *mqtt.Broker { return s.b }
 
-// DB returns the running broker's tables.
+// DB returns the running broker's tables (its first partition's, when
+// the store is split).
 func (s *Server) DB() *table.DB { return s.db }
+
+// Parts returns the running broker's partitions (one, unless the store
+// is split).
+func (s *Server) Parts() *table.Partitions { return s.parts }

@@ -131,9 +131,10 @@ func (o *Options) norm() {
 
 // Broker is the broker behind mqtt.Broker. It is safe for concurrent use.
 type Broker struct {
-	db *table.DB
-	// parts is the store as partitions of the message log: db alone
-	// unless the log is split.
+	// db is the first partition of the store, which holds what concerns
+	// the whole broker (see partitions.go); parts all of them, db alone
+	// unless the store is split.
+	db    *table.DB
 	parts *table.Partitions
 	opts  Options
 	log   *slog.Logger
@@ -193,8 +194,9 @@ type Broker struct {
 	rules *retention.Set
 	// overBudget is set while the heap exceeds Options.MaxMemory.
 	overBudget atomic.Bool
-	// sessions keeps the session records and their indexes.
-	sessions *session.Store
+	// stores keep the session records and their indexes, one per
+	// partition of the store (see storeFor).
+	stores []*session.Store
 	// deliv is what the sessions' sending sides share.
 	deliv *delivery.Env
 	// yields counts the read loops' yields to senders behind the log
@@ -211,10 +213,15 @@ type Broker struct {
 	cancel context.CancelFunc
 }
 
-// New returns a broker storing its state in db (mqtt.New).
-func New(db *table.DB, opts Options) (*Broker, error) {
-	if db == nil {
+// New returns a broker storing its state in parts (mqtt.New, with the
+// one partition of a DB, and mqtt.NewPartitioned).
+func New(parts *table.Partitions, opts Options) (*Broker, error) {
+	if parts == nil {
 		return nil, errors.New("mqtt: New: nil table.DB")
+	}
+	db := parts.DB(0)
+	if err := checkPartitioned(parts, &opts); err != nil {
+		return nil, err
 	}
 	if opts.MaxPacketSize > MaxPacketSizeLimit {
 		return nil, fmt.Errorf("mqtt: New: MaxPacketSize %d: at most %d, so that what a packet stores fits one engine value (%d bytes): %w",
@@ -240,7 +247,7 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Broker{
-		db: db, parts: table.OnePartition(db), opts: opts, log: opts.Logger.With("component", "mqtt"), group: maxGroup,
+		db: db, parts: parts, opts: opts, log: opts.Logger.With("component", "mqtt"), group: maxGroup,
 		conns: map[string]*conn{}, wills: map[string]*pendingWill{},
 		gate: admit.New(opts.MaxConnections, opts.MaxConnRate), runners: workers.NewPool(ctx),
 		tables: tabletopic.Space{Prefix: opts.TablesPrefix},
@@ -249,7 +256,9 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 	b.guard = access.New(opts.Authenticator, opts.Authorizer, opts.AuthConcurrency, &b.metrics)
 	b.queues = &queuelimit.Limiter{DB: db, Log: b.log, Counters: &b.metrics, MaxMessages: opts.MaxQueuedMessages, MaxBytes: opts.MaxQueuedBytes,
 		Online: b.onlineCheckpoint, BeginCut: b.beginQueueCut, BeforeCut: func(client string) { b.beforeSubmit(KindQueueCut, client) }}
-	b.sessions = &session.Store{DB: db, Log: b.log, MaxDeletes: b.maxStateDeletes, Online: b.onlineCheckpoint, Gone: b.offline.remove}
+	for i := range parts.Count() {
+		b.stores = append(b.stores, &session.Store{DB: parts.DB(i), Log: b.log, MaxDeletes: b.maxStateDeletes, Online: b.onlineCheckpoint, Gone: b.offline.remove})
+	}
 	if err := b.startRouter(ctx); err != nil {
 		cancel()
 		return nil, err
@@ -264,10 +273,12 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 		OnStore: b.onStore, PostStore: b.postStore, BeforeCheckpoint: func(client string) { b.beforeSubmit(KindCheckpoint, client) },
 		Joined: b.sharesOnline,
 	}
-	if err := b.sessions.IndexCheckpoints(ctx); err != nil {
-		cancel()
-		b.router.Close()
-		return nil, err
+	for _, st := range b.stores {
+		if err := st.IndexCheckpoints(ctx); err != nil {
+			cancel()
+			b.router.Close()
+			return nil, err
+		}
 	}
 	if err := b.loadOfflineShares(ctx); err != nil {
 		cancel()

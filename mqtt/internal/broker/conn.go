@@ -19,6 +19,7 @@ import (
 	"github.com/tidemark-io/tidemark/mqtt/internal/admit"
 	"github.com/tidemark-io/tidemark/mqtt/internal/counters"
 	"github.com/tidemark-io/tidemark/mqtt/internal/delivery"
+	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/internal/netio"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/internal/topicalias"
@@ -57,8 +58,11 @@ type conn struct {
 	w        *packet.Writer
 	nwriters atomic.Int32
 
-	version   packet.Version
-	client    string
+	version packet.Version
+	client  string
+	// db is the partition of the store holding the client's state (see
+	// partitions.go), set once the client id is known.
+	db        *table.DB
 	id        auth.Identity // who the client authenticated as
 	keepAlive time.Duration
 
@@ -133,7 +137,7 @@ type conn struct {
 	// connectHead is the log head the CONNECT read, with the SUBSCRIBE
 	// behind it already received; that SUBSCRIBE's subscriptions start
 	// there (see handleSubscribe). Valid while pendingConnack is set.
-	connectHead table.Cursor
+	connectHead logpos.Vec
 
 	// token names this connection in the session record; handoff is the
 	// token of a connection on another node that claimed the session.
@@ -570,7 +574,7 @@ func (c *conn) readLoop(resumed bool) (parkedNow bool) {
 				// reach the subscribers' senders from here, not after
 				// the table's follower goroutines are woken.
 				c.pumpDue = false
-				c.b.db.Pump()
+				c.db.Pump()
 			}
 		}
 	}

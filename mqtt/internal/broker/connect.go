@@ -94,6 +94,7 @@ func (c *conn) admit(t *connectTerms) (packet.ReasonCode, bool) {
 		}
 		c.client, t.assigned = assignClientID(), true
 	}
+	c.db = c.b.dbFor(c.client)
 	return c.authenticate(cp, t.assigned)
 }
 
@@ -260,7 +261,7 @@ func (c *conn) flushConnack() bool {
 	c.pendingConnack = nil
 	var err error
 	c.b.onStore(func() {
-		tx := c.b.db.Begin()
+		tx := c.db.Begin()
 		if err = session.Put(tx, c.client, &c.rec); err == nil {
 			e.h, err = c.submit(tx)
 		}

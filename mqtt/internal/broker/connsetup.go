@@ -29,7 +29,7 @@ type sessionSetup struct {
 	h   *engine.Handle
 	out *delivery.Session
 	// head is the log head read for the CONNECT.
-	head table.Cursor
+	head logpos.Vec
 }
 
 // setupSession discards the previous session (clean start) or loads it,
@@ -52,7 +52,7 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 	// over.
 	settled := c.will == nil && c.b.opts.NodeID == ""
 	if cleanStart {
-		dtx, err := c.b.sessions.DiscardTx(ctx, c.client, session.DiscardOptions{Overwrite: true})
+		dtx, err := c.b.storeFor(c.client).DiscardTx(ctx, c.client, session.DiscardOptions{Overwrite: true})
 		if err != nil {
 			return fail("discard session", err)
 		}
@@ -70,7 +70,7 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 		// deliver again QoS 2 messages the subscriber completed.
 		settledAbsent := settled
 		for attempt := 1; ; attempt++ {
-			rec, ver, ok, err := c.b.sessions.Load(ctx, c.client)
+			rec, ver, ok, err := c.b.storeFor(c.client).Load(ctx, c.client)
 			if err != nil {
 				return fail("load session", err)
 			}
@@ -115,7 +115,7 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 	// packet behind the CONNECT can write one: the SUBSCRIBE that would
 	// write it instead commits on a store goroutine of its own.
 	follows := tx == nil && !c.rec.Rowless && c.subscribeFollows()
-	head, err := c.b.db.Head(ctx)
+	head, err := c.b.head(ctx)
 	if err != nil {
 		return fail("connect: log head", err)
 	}
@@ -123,7 +123,7 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 	var h *engine.Handle
 	if !follows {
 		if tx == nil {
-			tx = c.b.db.Begin()
+			tx = c.db.Begin()
 		}
 		if err := session.Put(tx, c.client, &c.rec); err != nil {
 			return fail("persist session", err)
@@ -139,7 +139,7 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 	if present {
 		restored = &rows
 	}
-	out := delivery.New(c.b.deliv, (*sessionConn)(c), c.client, &c.rec, window, logpos.One(head), restored)
+	out := delivery.New(c.b.deliv, (*sessionConn)(c), c.client, &c.rec, window, head, restored)
 	return sessionSetup{present: present, settled: settled, h: h, out: out, head: head}, nil
 }
 
@@ -151,7 +151,7 @@ func (c *conn) setupSession(ctx context.Context, cleanStart bool, window int) (s
 // taken, so its staging must not share a commit with others (see group).
 func (c *conn) loadRows(ctx context.Context, ver table.Version) (rows delivery.Restored, same bool, err error) {
 	prefix := c.client + slotSep
-	err = c.b.db.View(ctx, func(v *table.View) error {
+	err = c.db.View(ctx, func(v *table.View) error {
 		r, err := v.Get(session.Table, c.client)
 		if err != nil || r.Version != ver {
 			// Gone or rewritten since it was read: read both again.
@@ -200,10 +200,10 @@ func (c *conn) loadRows(ctx context.Context, ver table.Version) (rows delivery.R
 // this connection's token (what a takeover from another node looks for),
 // with the connection's version, expiry and will. A session that was not
 // present starts at head, the log head read for the CONNECT.
-func (c *conn) stampRecord(head table.Cursor, present bool) {
+func (c *conn) stampRecord(head logpos.Vec, present bool) {
 	if !present {
 		// A new session receives what is published after its CONNACK.
-		c.rec = session.Record{Checkpoint: logpos.One(head), SentHigh: logpos.One(head)}
+		c.rec = session.Record{Checkpoint: head, SentHigh: head}
 	}
 	c.rec.Version = c.version
 	c.rec.Expiry = c.expiry

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -42,7 +44,7 @@ func (b *Broker) Publish(ctx context.Context, m Message) error {
 		b.publishQoS0(ctx, &m, true)
 		return nil
 	}
-	tx := b.db.Begin()
+	tx := b.dbFor(m.From).Begin()
 	if err := b.addMessage(tx, &m); err != nil {
 		return fmt.Errorf("mqtt: publish %q: %w", m.Topic, err)
 	}
@@ -67,9 +69,19 @@ type SubscribeOptions struct {
 
 // Subscription is an in-process subscription (mqtt.Subscription).
 type Subscription struct {
-	sub  *table.Subscription
+	sub  logSubscription
 	done chan struct{}
 	err  error
+}
+
+// logSubscription is a subscription to the message log: of its one
+// partition (*table.Subscription) or of all of them
+// (*table.PartitionSubscription).
+type logSubscription interface {
+	Events() <-chan table.Event
+	Ack(table.Event) error
+	Close() error
+	Err() error
 }
 
 // Subscribe follows the message log for filter in process
@@ -80,6 +92,22 @@ func (b *Broker) Subscribe(ctx context.Context, filter string, o SubscribeOption
 	}
 	if b.tables.Contains(filter) {
 		return nil, fmt.Errorf("%w: filter %q is under the tables prefix %q: subscribe to the table with table.DB.Subscribe", ErrTableTopic, filter, b.opts.TablesPrefix)
+	}
+	filterFn := func(ev table.Event) bool { return topic.Match(filter, ev.ID) }
+	if b.split() {
+		if o.From != "" {
+			return nil, fmt.Errorf("mqtt: subscribe %q from %q: replay is not available on a broker whose message log is split over partitions: %w",
+				filter, o.From, engine.ErrInvalidOption)
+		}
+		head, err := b.parts.Head(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("mqtt: subscribe %q: %w", filter, err)
+		}
+		ps, err := b.parts.Subscribe(ctx, head, table.SubscribeOptions{Table: tableMsgs, IncludeSuperseded: true, Composite: true, Filter: filterFn})
+		if err != nil {
+			return nil, fmt.Errorf("mqtt: subscribe %q: %w", filter, err)
+		}
+		return b.runSubscription(ps, func(ev table.Event) string { return logpos.At(ps.Partition(ev), ev.Cursor()).String() }, handler), nil
 	}
 	start := replayStart{}
 	if o.From == "" {
@@ -102,12 +130,18 @@ func (b *Broker) Subscribe(ctx context.Context, filter string, o SubscribeOption
 	sub, err := b.db.Subscribe(ctx, table.SubscribeOptions{
 		Table: tableMsgs, Start: start.after, IncludeSuperseded: true, Composite: true,
 		Filter: func(ev table.Event) bool {
-			return topic.Match(filter, ev.ID) && (since.IsZero() || !ev.Version.Time().Before(since))
+			return filterFn(ev) && (since.IsZero() || !ev.Version.Time().Before(since))
 		},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("mqtt: subscribe %q: %w", filter, err)
 	}
+	return b.runSubscription(sub, func(ev table.Event) string { return ev.Cursor().String() }, handler), nil
+}
+
+// runSubscription hands sub's messages to handler, each with the
+// position pos gives it, on a goroutine of its own.
+func (b *Broker) runSubscription(sub logSubscription, pos func(table.Event) string, handler func(Delivery) error) *Subscription {
 	s := &Subscription{sub: sub, done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
@@ -121,7 +155,7 @@ func (b *Broker) Subscribe(ctx context.Context, filter string, o SubscribeOption
 				_ = sub.Ack(ev)
 				continue
 			}
-			d.Position = ev.Cursor().String()
+			d.Position = pos(ev)
 			if err := handler(d); err != nil {
 				s.err = err
 				go func() { _ = sub.Close() }()
@@ -135,7 +169,7 @@ func (b *Broker) Subscribe(ctx context.Context, filter string, o SubscribeOption
 			s.err = sub.Err()
 		}
 	}()
-	return s, nil
+	return s
 }
 
 // Close stops the subscription and waits for its handler

@@ -138,7 +138,7 @@ func (r *redo) run(c *conn) {
 	defer r.end()
 	r.errs = make([]error, len(r.parts))
 	for i := range r.parts {
-		tx := c.b.db.Begin()
+		tx := c.db.Begin()
 		if err := r.parts[i].apply(c.b, tx); err != nil {
 			r.errs[i] = err
 			continue
@@ -218,7 +218,7 @@ func (c *conn) laterChecked(part checkedPart, e ackEntry) bool {
 // per doubling.
 func (c *conn) beginGroup(checked bool) *table.Tx {
 	s := c.lastGroupSize(checked)
-	return c.b.db.BeginSized(int(s.writes), int(s.checks))
+	return c.db.BeginSized(int(s.writes), int(s.checks))
 }
 
 // groupSize is how many writes and checks a group's transaction held.

@@ -214,7 +214,7 @@ func (c *conn) publishQoS2(p *packet.Publish, m *Message) bool {
 	}
 	// A DUP, or an id an earlier connection staged, usually finds its
 	// slot taken: a commit of its own.
-	tx := c.b.db.Begin()
+	tx := c.db.Begin()
 	if err := stageWrite(tx, ex.slot, enc); err != nil {
 		c.disconnect(packet.UnspecifiedError, err.Error())
 		return false
@@ -286,7 +286,7 @@ func (c *conn) handlePubrel(p *packet.Pubrel) bool {
 	if ex != nil {
 		id = ex.slot
 	}
-	rec, err := c.b.db.Get(c.ctx, tableStaged, id)
+	rec, err := c.db.Get(c.ctx, tableStaged, id)
 	if errors.Is(err, table.ErrNotFound) {
 		c.forget(pi)
 		comp := &packet.Pubcomp{PacketID: pi}
@@ -304,7 +304,7 @@ func (c *conn) handlePubrel(p *packet.Pubrel) bool {
 	if err := m.UnmarshalBinary(rec.Value); err != nil {
 		// Discard the corrupt copy so the PUBREL the client retries
 		// converges to a clean PUBCOMP; fail this connection without one.
-		tx := c.b.db.Begin()
+		tx := c.db.Begin()
 		tx.DeleteState(tableStaged, id)
 		if cerr := tx.Commit(c.ctx); cerr != nil {
 			c.log.Warn("discard corrupt staged message", "err", cerr)
@@ -346,7 +346,7 @@ func (c *conn) release(pi uint16, id string, m *Message, st staged) bool {
 		c.exchanges[pi] = releasedExchange
 		return c.laterChecked(checkedPart{release: rel}, entry)
 	}
-	tx := c.b.db.Begin()
+	tx := c.db.Begin()
 	if err := rel.write(c.b, tx); err != nil {
 		c.disconnect(packet.UnspecifiedError, err.Error())
 		return false
@@ -447,6 +447,13 @@ func (b *Broker) addRetained(tx *table.Tx, m *Message, enc []byte) error {
 	// log), and a logged write put a second log entry beside every
 	// retained message, for every session's catch-up to read past.
 	if len(m.Payload) == 0 {
+		if b.split() {
+			// Other partitions may hold copies from other publishers,
+			// which a deletion here would not hide: a marker newer than
+			// them does (readers take the newest copy, see
+			// retainedPageSplit), and readers pass over a marker.
+			return tx.PutState(tableRetained, m.Topic, enc)
+		}
 		return tx.DeleteState(tableRetained, m.Topic) // [MQTT-3.3.1-6]
 	}
 	return tx.PutState(tableRetained, m.Topic, enc)
@@ -469,7 +476,7 @@ func (b *Broker) publishQoS0(ctx context.Context, m *Message, now bool) {
 		return
 	}
 	if b.sharedStore() {
-		tx := b.db.Begin()
+		tx := b.dbFor(m.From).Begin()
 		err := b.addMessage(tx, m)
 		var h *engine.Handle
 		if err == nil {
@@ -486,7 +493,7 @@ func (b *Broker) publishQoS0(ctx context.Context, m *Message, now bool) {
 	if m.Retain {
 		enc, err := m.MarshalBinary()
 		if err == nil {
-			tx := b.db.Begin()
+			tx := b.dbFor(m.From).Begin()
 			if err = b.addRetained(tx, m, enc); err == nil {
 				var h *engine.Handle
 				switch h, err = tx.Submit(ctx); {

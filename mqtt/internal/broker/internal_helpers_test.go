@@ -47,7 +47,7 @@ func hookedTestDB(t *testing.T) (context.Context, *table.DB) {
 // when the test ends, before the store.
 func serveTestBroker(t *testing.T, db *table.DB, opts Options) (string, *Broker) {
 	t.Helper()
-	b, err := New(db, opts)
+	b, err := New(table.OnePartition(db), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -88,7 +88,7 @@ func (b *Broker) SessionCounts(ctx context.Context) (online, offline int, err er
 	online = len(b.conns)
 	b.mu.Unlock()
 	total := 0
-	err = b.db.Range(ctx, session.Table, "", func(r table.Record) bool {
+	err = b.rangeAll(ctx, session.Table, "", func(_ int, r table.Record) bool {
 		if !r.Deleted {
 			total++
 		}

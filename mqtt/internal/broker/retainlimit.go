@@ -30,7 +30,9 @@ func (b *Broker) countRetained(ctx context.Context) error {
 		return nil
 	}
 	n := 0
-	err := b.db.Range(ctx, tableRetained, "", func(table.Record) bool { n++; return true })
+	// On a split store a topic may have a copy, or a cleared marker, in
+	// several partitions: the count is then an upper bound.
+	err := b.rangeAll(ctx, tableRetained, "", func(int, table.Record) bool { n++; return true })
 	if err != nil {
 		return fmt.Errorf("mqtt: counting retained messages: %w", err)
 	}
@@ -51,7 +53,7 @@ func (b *Broker) admitRetained(m *Message) bool {
 	if max <= 0 {
 		return true
 	}
-	_, err := b.db.Get(b.ctx, tableRetained, m.Topic)
+	_, _, err := b.parts.GetLatest(b.ctx, tableRetained, m.Topic)
 	exists := err == nil
 	if err != nil && !errors.Is(err, table.ErrNotFound) {
 		return true // the commit will meet the store's trouble itself

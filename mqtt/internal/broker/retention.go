@@ -54,23 +54,45 @@ func (b *Broker) retentionLoop() {
 // of every stored session; with the queue limits, what the sessions
 // further behind than a limit cost (package queuelimit).
 func (b *Broker) Retain(ctx context.Context) error {
-	head, err := b.db.Head(ctx)
+	heads, err := b.head(ctx)
 	if err != nil {
 		return err
 	}
 	if b.opts.MaxQueuedMessages > 0 || b.opts.MaxQueuedBytes > 0 {
-		if err := b.queues.Limit(ctx, head); err != nil {
+		// A store of one partition (see checkPartitioned).
+		if err := b.queues.Limit(ctx, heads.Of(0)); err != nil {
 			return fmt.Errorf("mqtt: queued-message limit: %w", err)
 		}
 	}
 	if err := b.dropOrphanQueues(ctx); err != nil {
 		return fmt.Errorf("mqtt: shared groups' queues: %w", err)
 	}
-	low, ok, err := b.sessions.LowestCheckpoint(ctx, 0, head)
-	if err != nil || !ok {
-		return err
+	for p := range b.parts.Count() {
+		if err := b.retainPartition(ctx, p, heads.Of(p)); err != nil {
+			return fmt.Errorf("mqtt: retention of partition %d: %w", p, err)
+		}
 	}
-	st, err := b.db.LogStats(ctx)
+	return nil
+}
+
+// retainPartition truncates the log of partition p, whose head is head,
+// below what every session and rule still needs of it. A session's
+// record may be in any partition: each one's index is read for p.
+// History and retention rules are a store of one partition's (see
+// checkPartitioned).
+func (b *Broker) retainPartition(ctx context.Context, p int, head table.Cursor) error {
+	low := head
+	for _, st := range b.stores {
+		l, ok, err := st.LowestCheckpoint(ctx, p, head)
+		if err != nil || !ok {
+			return err
+		}
+		if l.Less(low) {
+			low = l
+		}
+	}
+	db := b.parts.DB(p)
+	st, err := db.LogStats(ctx)
 	if err != nil {
 		return err
 	}
@@ -92,7 +114,7 @@ func (b *Broker) Retain(ctx context.Context) error {
 	if st.Entries == 0 || low.Key < st.First {
 		return nil
 	}
-	if err := b.db.TruncateBelow(ctx, low.Coarse()); err != nil {
+	if err := db.TruncateBelow(ctx, low.Coarse()); err != nil {
 		return err
 	}
 	b.metrics.Truncations.Add(1)

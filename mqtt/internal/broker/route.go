@@ -8,7 +8,6 @@ import (
 
 	"github.com/tidemark-io/tidemark/mqtt/auth"
 	"github.com/tidemark-io/tidemark/mqtt/internal/delivery"
-	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/internal/route"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
@@ -21,17 +20,18 @@ import (
 
 // startRouter starts the router at the log's head.
 func (b *Broker) startRouter(ctx context.Context) error {
-	head, err := b.db.Head(ctx)
+	head, err := b.head(ctx)
 	if err != nil {
 		return fmt.Errorf("mqtt: start the router: %w", err)
 	}
 	var observe func(int, table.Event)
 	if b.rules != nil {
-		b.rules.Start(head) // the router reads what follows
+		// A store of one partition (see checkPartitioned).
+		b.rules.Start(head.Of(0)) // the router reads what follows
 		observe = func(_ int, ev table.Event) { b.rules.Observe(ev) }
 	}
 	b.router, err = route.Start(b.ctx, b.parts, route.Options{
-		Table: tableMsgs, Start: logpos.One(head), MaxQueue: b.opts.RouteQueue,
+		Table: tableMsgs, Start: head, MaxQueue: b.opts.RouteQueue,
 		Observe: observe, Shared: b.routeShared, Offline: b.offline.match, Logger: b.log,
 	})
 	if err != nil {

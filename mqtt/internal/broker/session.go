@@ -31,8 +31,10 @@ func (b *Broker) maxLazy() int {
 // the number of sessions.
 func (b *Broker) expireSessions() {
 	defer b.wg.Done()
-	if err := b.sessions.IndexExpiries(b.ctx); err != nil && b.ctx.Err() == nil {
-		b.log.Warn("building the session expiry index", "err", err)
+	for _, st := range b.stores {
+		if err := st.IndexExpiries(b.ctx); err != nil && b.ctx.Err() == nil {
+			b.log.Warn("building the session expiry index", "err", err)
+		}
 	}
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -42,7 +44,7 @@ func (b *Broker) expireSessions() {
 			return
 		case <-t.C:
 		}
-		if err := b.sessions.ExpireDue(b.ctx, time.Now()); err != nil && b.ctx.Err() == nil {
+		if err := b.ExpireSessionsAt(b.ctx, time.Now()); err != nil && b.ctx.Err() == nil {
 			b.log.Warn("session expiry failed", "err", err)
 		}
 	}
@@ -51,5 +53,10 @@ func (b *Broker) expireSessions() {
 // ExpireSessionsAt runs the session expirer as it would run at now, for
 // tests of what expiry frees without waiting for it.
 func (b *Broker) ExpireSessionsAt(ctx context.Context, now time.Time) error {
-	return b.sessions.ExpireDue(ctx, now)
+	for _, st := range b.stores {
+		if err := st.ExpireDue(ctx, now); err != nil {
+			return err
+		}
+	}
+	return nil
 }

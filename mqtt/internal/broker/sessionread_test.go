@@ -92,7 +92,7 @@ func TestStaleDiscardDeletesNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	db := openTestDB(t, ctx)
-	b, err := New(db, Options{})
+	b, err := New(table.OnePartition(db), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestStaleDiscardDeletesNothing(t *testing.T) {
 	stale := put(session.Record{Version: packet.V311, Expiry: session.NeverExpires})
 	current := put(session.Record{Version: packet.V311, Expiry: session.NeverExpires, Online: true})
 
-	if err := b.sessions.DiscardIfAt(ctx, "s", stale); !errors.Is(err, engine.ErrConflict) {
+	if err := b.storeFor("s").DiscardIfAt(ctx, "s", stale); !errors.Is(err, engine.ErrConflict) {
 		t.Fatalf("discard on a stale read: %v, want a conflict", err)
 	}
 	if n := count(); n != rows {
@@ -138,7 +138,7 @@ func TestStaleDiscardDeletesNothing(t *testing.T) {
 		t.Fatalf("session record after a stale discard: %v", err)
 	}
 
-	if err := b.sessions.DiscardIfAt(ctx, "s", current); err != nil {
+	if err := b.storeFor("s").DiscardIfAt(ctx, "s", current); err != nil {
 		t.Fatalf("discard on a current read: %v", err)
 	}
 	if n := count(); n != 0 {

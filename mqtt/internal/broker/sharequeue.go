@@ -13,7 +13,6 @@ import (
 
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/internal/delivery"
-	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/internal/session"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
@@ -159,11 +158,13 @@ func (o *offlineShares) match(name string, fn func(topic.Subscription)) {
 // sessions, none online yet, as offline; it builds the share-members
 // index first on a store written before it existed.
 func (b *Broker) loadOfflineShares(ctx context.Context) error {
-	if err := b.sessions.IndexShares(ctx); err != nil {
-		return err
+	for _, st := range b.stores {
+		if err := st.IndexShares(ctx); err != nil {
+			return err
+		}
 	}
 	byClient := map[string][]topic.Share{}
-	err := b.db.Range(ctx, session.SharesTable, "", func(r table.Record) bool {
+	err := b.rangeAll(ctx, session.SharesTable, "", func(_ int, r table.Record) bool {
 		if group, filter, client, ok := session.ParseShareMemberID(r.ID); ok && !r.Deleted {
 			byClient[client] = append(byClient[client], topic.Share{Group: group, Filter: filter})
 		}
@@ -532,11 +533,11 @@ func (b *Broker) settleRouter(d time.Duration) {
 	}
 	ctx, cancel := context.WithTimeout(b.ctx, d)
 	defer cancel()
-	head, err := b.db.Head(ctx)
+	head, err := b.head(ctx)
 	if err != nil {
 		return
 	}
-	for b.router.Frontier().Below(logpos.One(head)) && ctx.Err() == nil {
+	for b.router.Frontier().Below(head) && ctx.Err() == nil {
 		time.Sleep(time.Millisecond)
 	}
 	b.flushShareQueue()
@@ -563,7 +564,7 @@ func (b *Broker) dropOrphanQueues(ctx context.Context) error {
 			continue
 		}
 		members := false
-		err := b.db.Range(ctx, session.SharesTable, session.ShareMembers(sh.Group, sh.Filter), func(r table.Record) bool {
+		err := b.rangeAll(ctx, session.SharesTable, session.ShareMembers(sh.Group, sh.Filter), func(_ int, r table.Record) bool {
 			members = !r.Deleted
 			return !members
 		})

@@ -3,12 +3,12 @@ package broker
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/internal/delivery"
-	"github.com/tidemark-io/tidemark/mqtt/internal/logpos"
 	"github.com/tidemark-io/tidemark/mqtt/packet"
 	"github.com/tidemark-io/tidemark/mqtt/topic"
 	"github.com/tidemark-io/tidemark/table"
@@ -35,7 +35,7 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 	head := c.connectHead
 	var err error
 	if c.pendingConnack == nil {
-		c.b.onStore(func() { head, err = c.b.db.Head(c.ctx) })
+		c.b.onStore(func() { head, err = c.b.head(c.ctx) })
 	}
 	if err != nil {
 		c.flushConnack()
@@ -89,7 +89,7 @@ func (c *conn) handleSubscribe(p *packet.Subscribe) bool {
 		reqs = append(reqs, delivery.NewSubscription{Sub: s, Replay: replays[i]})
 		at = append(at, i)
 	}
-	existed, ok := o.AddSubscriptions(reqs, logpos.One(head), c.b.subscriptionAllowed)
+	existed, ok := o.AddSubscriptions(reqs, head, c.b.subscriptionAllowed)
 	for k, ns := range reqs {
 		i := at[k]
 		if !ok[k] {
@@ -234,6 +234,10 @@ func (c *conn) replayRequests(p *packet.Subscribe, ack *packet.Suback) ([]*deliv
 			refuse(i, packet.ImplementationSpecificError, fmt.Errorf("replay is not available under the tables prefix %q: a table subscription starts with the current records", c.b.opts.TablesPrefix))
 			continue
 		}
+		if c.b.split() {
+			refuse(i, packet.ImplementationSpecificError, errors.New("replay is not available on a broker whose message log is split over partitions: subscribe without a replay"))
+			continue
+		}
 		rs, err := parseReplayFrom(from, now)
 		if err == nil {
 			err = c.b.resolveReplay(c.ctx, from, rs)
@@ -330,7 +334,7 @@ func (c *conn) readRetained(added []newSub, wants []bool) []retainedOffer {
 		}
 		s := a.s
 		if !strings.ContainsAny(s.Filter, "+#") {
-			if r, err := c.b.db.Get(c.ctx, tableRetained, s.Filter); err == nil {
+			if r, _, err := c.b.parts.GetLatest(c.ctx, tableRetained, s.Filter); err == nil {
 				if d, ok := c.retainedDirect(s, r); ok {
 					out[i].ds = []delivery.Direct{d}
 				}
@@ -373,6 +377,9 @@ func (c *conn) retainedPages(s topic.Subscription, last string) delivery.Retaine
 // under the filter's prefix that match it, the last record read, and
 // whether more may follow.
 func (c *conn) retainedPage(s topic.Subscription, after string) (ds []delivery.Direct, last string, more bool, err error) {
+	if c.b.split() {
+		return c.retainedPageSplit(s, after)
+	}
 	n := 0
 	err = c.b.db.RangeAfter(c.ctx, tableRetained, retainedPrefix(s.Filter), after, func(r table.Record) bool {
 		n++
@@ -385,6 +392,48 @@ func (c *conn) retainedPage(s topic.Subscription, after string) (ds []delivery.D
 	return ds, last, n == retainedPageSize, err
 }
 
+// retainedPageSplit is retainedPage on a split store, where a topic may
+// have a retained record in several partitions (each publisher's): it
+// reads a page from each and takes, per topic, the newest record, up to
+// the lowest last id of a partition whose page was full, so no topic of
+// the page misses a partition's copy.
+func (c *conn) retainedPageSplit(s topic.Subscription, after string) (ds []delivery.Direct, last string, more bool, err error) {
+	newest := map[string]table.Record{}
+	var ids []string
+	upTo := ""
+	for i := range c.b.parts.Count() {
+		n, lastHere := 0, ""
+		err = c.b.parts.DB(i).RangeAfter(c.ctx, tableRetained, retainedPrefix(s.Filter), after, func(r table.Record) bool {
+			n++
+			lastHere = r.ID
+			if have, ok := newest[r.ID]; !ok || have.Version < r.Version {
+				if !ok {
+					ids = append(ids, r.ID)
+				}
+				newest[r.ID] = r
+			}
+			return n < retainedPageSize
+		})
+		if err != nil {
+			return nil, "", false, err
+		}
+		if n == retainedPageSize && (upTo == "" || lastHere < upTo) {
+			upTo, more = lastHere, true
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		if more && id > upTo {
+			break
+		}
+		last = id
+		if d, ok := c.retainedDirect(s, newest[id]); ok {
+			ds = append(ds, d)
+		}
+	}
+	return ds, last, more, nil
+}
+
 // retainedDirect is retained record r as a delivery to s, unless r does
 // not match s or the client may not read its topic.
 func (c *conn) retainedDirect(s topic.Subscription, r table.Record) (delivery.Direct, bool) {
@@ -392,7 +441,8 @@ func (c *conn) retainedDirect(s topic.Subscription, r table.Record) (delivery.Di
 		return delivery.Direct{}, false
 	}
 	var m Message
-	if m.UnmarshalBinary(r.Value) != nil || !c.b.guard.MayRead(c.ctx, c.client, c.id.Username, r.ID) {
+	if m.UnmarshalBinary(r.Value) != nil || len(m.Payload) == 0 || !c.b.guard.MayRead(c.ctx, c.client, c.id.Username, r.ID) {
+		// An empty payload is a cleared topic's marker (see addRetained).
 		return delivery.Direct{}, false
 	}
 	var ids []uint32

@@ -85,7 +85,7 @@ func (c *conn) claimSession(ctx context.Context) {
 	claimed := false
 	var holder nodeWatch
 	for {
-		rec, ver, ok, err := b.sessions.Load(ctx, c.client)
+		rec, ver, ok, err := b.storeFor(c.client).Load(ctx, c.client)
 		switch {
 		case err != nil:
 			return
@@ -102,7 +102,7 @@ func (c *conn) claimSession(ctx context.Context) {
 			// over, as far as this node has seen. Another node's commit
 			// may not have reached this one yet, so confirm what was read
 			// with the store before relying on it.
-			tx := b.db.Begin()
+			tx := c.db.Begin()
 			if ok {
 				tx.ExpectVersion(session.Table, c.client, ver)
 			} else {
@@ -122,7 +122,7 @@ func (c *conn) claimSession(ctx context.Context) {
 			claim := rec
 			claim.Node, claim.Conn, claim.Claimed, claim.Online = b.opts.NodeID, c.token, true, true
 			claim.Rowless = false
-			tx := b.db.Begin()
+			tx := c.db.Begin()
 			tx.ExpectVersion(session.Table, c.client, ver)
 			if err := session.Put(tx, c.client, &claim); err != nil {
 				return
@@ -163,13 +163,26 @@ func (b *Broker) onOtherNode(s session.Record) bool {
 }
 
 // followTakeovers closes this node's connections whose session another
-// node claimed.
+// node claimed: a claim is in the partition of the session it claims,
+// and one follower reads each partition.
 func (b *Broker) followTakeovers() {
 	defer b.wg.Done()
+	for i := 1; i < b.parts.Count(); i++ {
+		b.wg.Add(1)
+		go func(db *table.DB) {
+			defer b.wg.Done()
+			b.followTakeoversIn(db)
+		}(b.parts.DB(i))
+	}
+	b.followTakeoversIn(b.db)
+}
+
+// followTakeoversIn is followTakeovers on one partition, db.
+func (b *Broker) followTakeoversIn(db *table.DB) {
 	for b.ctx.Err() == nil {
-		head, err := b.db.Head(b.ctx)
+		head, err := db.Head(b.ctx)
 		if err == nil {
-			_, err = b.db.Follow(b.ctx, table.SubscribeOptions{Table: tableTakeover, Start: head, IncludeSuperseded: true},
+			_, err = db.Follow(b.ctx, table.SubscribeOptions{Table: tableTakeover, Start: head, IncludeSuperseded: true},
 				func(ev table.Event) error {
 					claimer, victim := parseClaim(ev.Value)
 					b.mu.Lock()
@@ -203,7 +216,7 @@ func (c *conn) takeoverRemote(token string) {
 func (c *conn) handOff(ctx context.Context, token string) error {
 	b := c.b
 	for range 5 {
-		rec, ver, ok, err := b.sessions.Load(ctx, c.client)
+		rec, ver, ok, err := b.storeFor(c.client).Load(ctx, c.client)
 		if err != nil {
 			return err
 		}
@@ -216,7 +229,7 @@ func (c *conn) handOff(ctx context.Context, token string) error {
 		}
 		var tx *table.Tx
 		if c.expiry == 0 {
-			tx, err = b.sessions.DiscardTx(ctx, c.client, session.DiscardOptions{IfVersion: ver})
+			tx, err = b.storeFor(c.client).DiscardTx(ctx, c.client, session.DiscardOptions{IfVersion: ver})
 			if err == nil && tx == nil {
 				return nil // gone since the read above: nothing to hand over
 			}
@@ -259,7 +272,7 @@ func (c *conn) publishWillNow(ctx context.Context) error {
 	// publishQoS0).
 	logged := m.QoS > 0 || c.b.sharedStore()
 	if logged || m.Retain {
-		tx := c.b.db.Begin()
+		tx := c.db.Begin()
 		var err error
 		if logged {
 			err = c.b.addMessage(tx, m)

@@ -33,7 +33,7 @@ func (c *conn) teardown() {
 			c.log.Warn("hand session over", "err", err)
 		}
 	case c.expiry == 0:
-		if err := b.sessions.Discard(ctx, c.client); err != nil {
+		if err := b.storeFor(c.client).Discard(ctx, c.client); err != nil {
 			c.log.Warn("discard session", "err", err)
 		}
 	default:

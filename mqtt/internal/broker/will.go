@@ -62,7 +62,7 @@ func (b *Broker) cancelWill(client string) {
 // meantime rewrote the record: the commit then fails its version check and
 // the will is not published, as the reconnect cancels it.
 func (b *Broker) publishWill(ctx context.Context, client string, m *Message) error {
-	rec, ver, ok, err := b.sessions.Load(ctx, client)
+	rec, ver, ok, err := b.storeFor(client).Load(ctx, client)
 	if err != nil {
 		return err
 	}
@@ -75,7 +75,8 @@ func (b *Broker) publishWill(ctx context.Context, client string, m *Message) err
 		// it is published.
 		return nil
 	}
-	tx := b.db.Begin()
+	// The will's owner's partition: the message is its publisher's.
+	tx := b.dbFor(client).Begin()
 	writes := false
 	if ok && rec.Will != nil {
 		writes = true
@@ -143,13 +144,13 @@ func (b *Broker) recoverSessions(take func(*session.Record) bool) int {
 		ver table.Version
 	}
 	var ids []string
-	_ = b.db.Range(b.ctx, session.RecoverTable, "", func(r table.Record) bool {
+	_ = b.rangeAll(b.ctx, session.RecoverTable, "", func(_ int, r table.Record) bool {
 		ids = append(ids, r.ID)
 		return true
 	})
 	var recs []found
 	for _, id := range ids {
-		r, err := b.db.Get(b.ctx, session.Table, id)
+		r, err := b.dbFor(id).Get(b.ctx, session.Table, id)
 		if err != nil {
 			continue
 		}
@@ -167,7 +168,7 @@ func (b *Broker) recoverSessions(take func(*session.Record) bool) int {
 			// written by a connection that holds the session now (on
 			// another node, or on this one already), and writing back
 			// what was read would put its state back to an older one.
-			tx := b.db.Begin()
+			tx := b.dbFor(r.id).Begin()
 			tx.ExpectVersion(session.Table, r.id, r.ver)
 			if r.rec.Expiry == 0 {
 				tx.DeleteState(session.Table, r.id)

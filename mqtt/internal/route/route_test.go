@@ -243,6 +243,7 @@ func TestRouterPartitions(t *testing.T) {
 		},
 	})
 	r.Index().Add(topic.Subscription{Client: "a", Filter: "dev/#", QoS: 1})
+	r.Index().Add(topic.Subscription{Client: "late", Filter: "dev/#", QoS: 1})
 	r.Index().Add(topic.Subscription{Client: "g", Group: "grp", Filter: "dev/#", QoS: 1})
 	r.StartShared()
 	// "late" catches up from the start of every partition's log.
@@ -286,6 +287,18 @@ func TestRouterPartitions(t *testing.T) {
 		}
 		if cp := s.m.Checkpoint(); len(cp) != 3 {
 			t.Fatalf("%s checkpoint %v", name, cp)
+		}
+	}
+	// Shared runs after the members got a message: wait for the last.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		mu.Lock()
+		n := len(shared)
+		mu.Unlock()
+		if n == 30 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Shared told of %d of 30 messages", n)
 		}
 	}
 	mu.Lock()

@@ -1,0 +1,239 @@
+package mqtt_test
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/mqtt"
+	"github.com/tidemark-io/tidemark/mqtt/mqtttest"
+	"github.com/tidemark-io/tidemark/table"
+)
+
+// partitionedClients returns one client id per partition of n, in
+// partition order, each starting with prefix.
+func partitionedClients(t *testing.T, prefix string, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := 0; slices.Contains(ids, ""); i++ {
+		id := fmt.Sprintf("%s%d", prefix, i)
+		if p := table.PartitionOf(id, n); ids[p] == "" {
+			ids[p] = id
+		}
+		if i > 1000 {
+			t.Fatal("no client id for some partition")
+		}
+	}
+	return ids
+}
+
+// TestPartitionedBrokerDelivers: on a store split over three
+// partitions, publishers whose sessions are in different partitions
+// write their messages to their own partition's log, and a subscriber
+// receives every one exactly once, each publisher's in order, live and
+// after resuming its session, across a restart of the broker too.
+func TestPartitionedBrokerDelivers(t *testing.T) {
+	const parts = 3
+	s := mqtttest.StartPartitioned(t, testEngine, parts, mqtt.Options{})
+	pubs := partitionedClients(t, "pub-", parts)
+	live := connect5(t, s.Addr, "live-sub", true, 0)
+	live.sub("p/#", 2)
+	away := connect5(t, s.Addr, "away-sub", true, 3600)
+	away.sub("p/#", 1)
+	away.close()
+
+	const each = 20
+	send := func(round string) {
+		for _, id := range pubs {
+			c := connect5(t, s.Addr, id, true, 0)
+			for i := range each {
+				c.pub("p/"+id, byte(1+i%2), false, fmt.Sprintf("%s-%d", round, i))
+			}
+			c.close()
+		}
+	}
+	check := func(who string, c *client5, round string) {
+		t.Helper()
+		got := map[string][]string{}
+		for _, m := range c.expect(parts * each) {
+			got[m.Topic] = append(got[m.Topic], string(m.Payload))
+		}
+		for _, id := range pubs {
+			var want []string
+			for i := range each {
+				want = append(want, fmt.Sprintf("%s-%d", round, i))
+			}
+			if !slices.Equal(got["p/"+id], want) {
+				t.Fatalf("%s, %s: from %s got %v, want %v", who, round, id, got["p/"+id], want)
+			}
+		}
+		c.expectNone(200 * time.Millisecond)
+	}
+
+	send("a")
+	check("live", live, "a")
+	// Each publisher's messages are in its own partition's log.
+	for i := range parts {
+		st, err := s.Parts().DB(i).LogStats(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Entries < each {
+			t.Fatalf("partition %d's log holds %d entries, want at least the %d of %s", i, st.Entries, each, pubs[i])
+		}
+	}
+	away = connect5(t, s.Addr, "away-sub", false, 3600)
+	check("resumed", away, "a")
+	away.close()
+
+	send("b")
+	check("live", live, "b")
+	live.close()
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	away = connect5(t, s.Addr, "away-sub", false, 3600)
+	check("resumed after a restart", away, "b")
+	away.close()
+}
+
+// TestPartitionedRetained: a topic's retained message may be written in
+// several partitions (by publishers of each); a new subscription gets
+// the newest, and a clear in any partition hides the copies in the
+// others, for a plain filter and a wildcard alike.
+func TestPartitionedRetained(t *testing.T) {
+	const parts = 3
+	s := mqtttest.StartPartitioned(t, testEngine, parts, mqtt.Options{})
+	pubs := partitionedClients(t, "ret-", parts)
+	retain := func(pub, topic, payload string) {
+		c := connect5(t, s.Addr, pub, true, 0)
+		c.pub(topic, 1, true, payload)
+		c.close()
+	}
+	read := func(filter string, n int) map[string]string {
+		t.Helper()
+		c := connect5(t, s.Addr, "reader", true, 0)
+		defer c.close()
+		c.sub(filter, 1)
+		got := map[string]string{}
+		for _, m := range c.expect(n) {
+			got[m.Topic] = string(m.Payload)
+		}
+		c.expectNone(200 * time.Millisecond)
+		return got
+	}
+	retain(pubs[0], "r/a", "1")
+	retain(pubs[1], "r/a", "2")
+	retain(pubs[2], "r/b", "3")
+	retain(pubs[0], "r/c", "4")
+	retain(pubs[2], "r/c", "") // cleared from another partition
+	if got := read("r/a", 1); got["r/a"] != "2" {
+		t.Fatalf("r/a: %v, want the newest, 2", got)
+	}
+	if got, want := read("r/#", 2), map[string]string{"r/a": "2", "r/b": "3"}; !mapsEqual(got, want) {
+		t.Fatalf("r/#: %v, want %v", got, want)
+	}
+	retain(pubs[1], "r/a", "5")
+	retain(pubs[0], "r/a", "6")
+	if got, want := read("r/+", 2), map[string]string{"r/a": "6", "r/b": "3"}; !mapsEqual(got, want) {
+		t.Fatalf("r/+: %v, want %v", got, want)
+	}
+	c := connect5(t, s.Addr, "reader2", true, 0)
+	c.sub("r/c", 1)
+	c.expectNone(200 * time.Millisecond)
+	c.close()
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// TestPartitionedRefusals: what needs a store of one partition is
+// refused on a split one, by name, and a replay subscription gets a
+// reason code saying why.
+func TestPartitionedRefusals(t *testing.T) {
+	for name, edit := range map[string]func(*mqtt.Options){
+		"MaxQueuedMessages": func(o *mqtt.Options) { o.MaxQueuedMessages = 10 },
+		"History":           func(o *mqtt.Options) { o.History = time.Hour },
+		"TablesPrefix":      func(o *mqtt.Options) { o.TablesPrefix = "tables/" },
+	} {
+		var o mqtt.Options
+		edit(&o)
+		srv := &mqtttest.Server{Engine: testEngine, Dir: t.TempDir(), Opts: o, Partitions: 2}
+		err := srv.Start()
+		if err == nil {
+			_ = srv.Stop()
+			t.Fatalf("%s on a split store: started", name)
+		}
+		if !strings.Contains(err.Error(), name) || !errors.Is(err, engine.ErrInvalidOption) {
+			t.Fatalf("%s on a split store: %v", name, err)
+		}
+	}
+
+	s := mqtttest.StartPartitioned(t, testEngine, 2, mqtt.Options{})
+	c := connect5(t, s.Addr, "replayer", true, 0)
+	sa, err := c.Subscribe(ctxT(t), &paho.Subscribe{Subscriptions: []paho.SubscribeOptions{{Topic: mqtt.ReplayPrefix + "-1h/x/#", QoS: 1}}})
+	// paho reports a refused subscription as an error with the reason
+	// string, beside the SUBACK.
+	if err == nil || !strings.Contains(err.Error(), "split over partitions") || sa == nil || sa.Reasons[0] != 0x83 {
+		t.Fatalf("replay on a split store: %v, %+v", err, sa)
+	}
+	if _, err := s.Broker().Subscribe(ctxT(t), "x/#", mqtt.SubscribeOptions{From: "-1h"}, func(mqtt.Delivery) error { return nil }); err == nil {
+		t.Fatal("an in-process replay on a split store started")
+	}
+}
+
+// TestPartitionedInProcess: the in-process API publishes into the log of
+// a split store and subscribes to every partition's, with positions that
+// name their partition.
+func TestPartitionedInProcess(t *testing.T) {
+	const parts = 3
+	s := mqtttest.StartPartitioned(t, testEngine, parts, mqtt.Options{})
+	got := make(chan mqtt.Delivery, 100)
+	sub, err := s.Broker().Subscribe(ctxT(t), "ip/#", mqtt.SubscribeOptions{}, func(d mqtt.Delivery) error { got <- d; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	pubs := partitionedClients(t, "ip-", parts)
+	for _, id := range pubs {
+		c := connect5(t, s.Addr, id, true, 0)
+		c.pub("ip/"+id, 1, false, id)
+		c.close()
+	}
+	if err := s.Broker().Publish(ctxT(t), mqtt.Message{Topic: "ip/app", QoS: 1, Payload: []byte("app")}); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	for range parts + 1 {
+		select {
+		case d := <-got:
+			seen[string(d.Payload)] = d.Position
+		case <-time.After(wait):
+			t.Fatalf("in-process subscriber got %v", seen)
+		}
+	}
+	for i, id := range pubs {
+		pos, ok := seen[id]
+		if !ok {
+			t.Fatalf("no delivery of %s: %v", id, seen)
+		}
+		if named := strings.Contains(pos, "/"); named != (i > 0) {
+			t.Fatalf("%s (partition %d) delivered at position %q", id, i, pos)
+		}
+	}
+}
