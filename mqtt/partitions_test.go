@@ -36,14 +36,31 @@ func partitionedClients(t *testing.T, prefix string, n int) []string {
 // TestPartitionedBrokerDelivers: on a store split over three
 // partitions, publishers whose sessions are in different partitions
 // write their messages to their own partition's log, and a subscriber
-// receives every one exactly once, each publisher's in order, live and
-// after resuming its session, across a restart of the broker too.
+// receives every one exactly once, each publisher's in order and none
+// marked DUP, live (QoS 0 too) and after resuming its session, across a
+// restart of the broker too. On JetStream the partitions' log keys are
+// stream sequences, which overlap: a position taken for another
+// partition's would drop or mark messages.
 func TestPartitionedBrokerDelivers(t *testing.T) {
+	for _, eng := range []string{testEngine, "jetstream"} {
+		t.Run(eng, func(t *testing.T) { partitionedBrokerDelivers(t, eng) })
+	}
+}
+
+func partitionedBrokerDelivers(t *testing.T, eng string) {
 	const parts = 3
-	s := mqtttest.StartPartitioned(t, testEngine, parts, mqtt.Options{})
+	s := mqtttest.StartPartitioned(t, eng, parts, mqtt.Options{})
 	pubs := partitionedClients(t, "pub-", parts)
+	// The first partition's log runs ahead of the others'.
+	first := connect5(t, s.Addr, pubs[0], true, 0)
+	for i := range 30 {
+		first.pub("ahead", 1, false, fmt.Sprint(i))
+	}
+	first.close()
 	live := connect5(t, s.Addr, "live-sub", true, 0)
 	live.sub("p/#", 2)
+	live0 := connect5(t, s.Addr, "live-sub-qos0", true, 0)
+	live0.sub("p/#", 0)
 	away := connect5(t, s.Addr, "away-sub", true, 3600)
 	away.sub("p/#", 1)
 	away.close()
@@ -58,11 +75,14 @@ func TestPartitionedBrokerDelivers(t *testing.T) {
 			c.close()
 		}
 	}
-	check := func(who string, c *client5, round string) {
+	check := func(who string, c *client5, round string, dupOK bool) {
 		t.Helper()
 		got := map[string][]string{}
 		for _, m := range c.expect(parts * each) {
 			got[m.Topic] = append(got[m.Topic], string(m.Payload))
+			if m.Duplicate() && !dupOK {
+				t.Fatalf("%s, %s: %s %q delivered once, marked DUP", who, round, m.Topic, m.Payload)
+			}
 		}
 		for _, id := range pubs {
 			var want []string
@@ -77,7 +97,8 @@ func TestPartitionedBrokerDelivers(t *testing.T) {
 	}
 
 	send("a")
-	check("live", live, "a")
+	check("live", live, "a", false)
+	check("live at QoS 0", live0, "a", false)
 	// Each publisher's messages are in its own partition's log.
 	for i := range parts {
 		st, err := s.Parts().DB(i).LogStats(ctxT(t))
@@ -89,17 +110,18 @@ func TestPartitionedBrokerDelivers(t *testing.T) {
 		}
 	}
 	away = connect5(t, s.Addr, "away-sub", false, 3600)
-	check("resumed", away, "a")
+	check("resumed", away, "a", false)
 	away.close()
 
 	send("b")
-	check("live", live, "b")
+	check("live", live, "b", false)
 	live.close()
+	live0.close()
 	if err := s.Restart(); err != nil {
 		t.Fatal(err)
 	}
 	away = connect5(t, s.Addr, "away-sub", false, 3600)
-	check("resumed after a restart", away, "b")
+	check("resumed after a restart", away, "b", false)
 	away.close()
 }
 
