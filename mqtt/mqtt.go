@@ -60,10 +60,11 @@ func New(db *table.DB, opts Options) (*Broker, error) {
 // client's session state and the messages it publishes go to its client
 // id's partition (table.PartitionOf), and every node routes the messages
 // of every partition. A session's checkpoint is then a cursor per
-// partition. The options that read one log as a whole (MaxQueuedMessages,
-// MaxQueuedBytes, History, Retention, TablesPrefix) and replay
-// subscriptions need a store of one partition and are refused on one of
-// several. Close does not close parts.
+// partition, and MaxQueuedMessages and MaxQueuedBytes hold in each
+// partition of the log. The options that read one log as a whole
+// (History, Retention, TablesPrefix) and replay subscriptions need a
+// store of one partition and are refused on one of several. Close does
+// not close parts.
 func NewPartitioned(parts *table.Partitions, opts Options) (*Broker, error) {
 	b, err := broker.New(parts, broker.Options(opts))
 	if err != nil {

@@ -189,7 +189,6 @@ func mapsEqual(a, b map[string]string) bool {
 // reason code saying why.
 func TestPartitionedRefusals(t *testing.T) {
 	for name, edit := range map[string]func(*mqtt.Options){
-		"MaxQueuedMessages": func(o *mqtt.Options) { o.MaxQueuedMessages = 10 },
 		"History":           func(o *mqtt.Options) { o.History = time.Hour },
 		"TablesPrefix":      func(o *mqtt.Options) { o.TablesPrefix = "tables/" },
 	} {
@@ -258,4 +257,57 @@ func TestPartitionedInProcess(t *testing.T) {
 			t.Fatalf("%s (partition %d) delivered at position %q", id, i, pos)
 		}
 	}
+}
+
+// TestPartitionedRetentionAndQueueLimit: on a split store, retention
+// truncates each partition's log below what every session still needs
+// of that partition, and the queue limit holds in each partition: an
+// offline session keeps its newest messages of each publisher's
+// partition, and the rest of each log goes.
+func TestPartitionedRetentionAndQueueLimit(t *testing.T) {
+	const parts, limit, each = 3, 5, 30
+	s := mqtttest.StartPartitioned(t, testEngine, parts, mqtt.Options{MaxQueuedMessages: limit})
+	pubs := partitionedClients(t, "q-", parts)
+	away := connect5(t, s.Addr, "q-away", true, 3600)
+	away.sub("q/#", 1)
+	away.close()
+	for _, id := range pubs {
+		c := connect5(t, s.Addr, id, true, 0)
+		for i := range each {
+			c.pub("q/"+id, 1, false, fmt.Sprint(i))
+		}
+		c.close()
+	}
+	// Each partition's log is cut just below the limit's newest
+	// messages: the publisher's session, gone with its connection, may
+	// hold its log for a moment after the DISCONNECT.
+	waitFor(t, "every partition's log cut to the queue limit", func() bool {
+		retainOnce(t, s)
+		for i := range parts {
+			st, err := s.Parts().DB(i).LogStats(ctxT(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Entries > limit {
+				return false
+			}
+		}
+		return true
+	})
+	away = connect5(t, s.Addr, "q-away", false, 3600)
+	got := map[string][]string{}
+	for _, m := range away.expect(parts * limit) {
+		got[m.Topic] = append(got[m.Topic], string(m.Payload))
+	}
+	away.expectNone(200 * time.Millisecond)
+	for _, id := range pubs {
+		var want []string
+		for i := each - limit; i < each; i++ {
+			want = append(want, fmt.Sprint(i))
+		}
+		if !slices.Equal(got["q/"+id], want) {
+			t.Fatalf("from %s: %v, want the newest %d, %v", id, got["q/"+id], limit, want)
+		}
+	}
+	away.close()
 }

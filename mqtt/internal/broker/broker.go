@@ -187,7 +187,7 @@ type Broker struct {
 	// queues keeps Options.MaxQueuedMessages and MaxQueuedBytes;
 	// cutting holds, under mu, the clients whose checkpoint it is moving
 	// (see beginQueueCut).
-	queues  *queuelimit.Limiter
+	queues  []*queuelimit.Limiter
 	cutting map[string]chan struct{}
 	// rules locates the messages of Options.Retention's rules (nil
 	// without rules).
@@ -254,8 +254,15 @@ func New(parts *table.Partitions, opts Options) (*Broker, error) {
 		ctx:    ctx, cancel: cancel, rules: retention.NewSet(tableMsgs, opts.Retention),
 	}
 	b.guard = access.New(opts.Authenticator, opts.Authorizer, opts.AuthConcurrency, &b.metrics)
-	b.queues = &queuelimit.Limiter{DB: db, Log: b.log, Counters: &b.metrics, MaxMessages: opts.MaxQueuedMessages, MaxBytes: opts.MaxQueuedBytes,
-		Online: b.onlineCheckpoint, BeginCut: b.beginQueueCut, BeforeCut: func(client string) { b.beforeSubmit(KindQueueCut, client) }}
+	// One limiter per pair of a partition's sessions and a partition's
+	// log: a session's limits hold in each partition of the log.
+	for s := range parts.Count() {
+		for p := range parts.Count() {
+			b.queues = append(b.queues, &queuelimit.Limiter{DB: parts.DB(s), MessageLog: parts.DB(p), Part: p,
+				Log: b.log, Counters: &b.metrics, MaxMessages: opts.MaxQueuedMessages, MaxBytes: opts.MaxQueuedBytes,
+				Online: b.onlineCheckpoint, BeginCut: b.beginQueueCut, BeforeCut: func(client string) { b.beforeSubmit(KindQueueCut, client) }})
+		}
+	}
 	for i := range parts.Count() {
 		b.stores = append(b.stores, &session.Store{DB: parts.DB(i), Log: b.log, MaxDeletes: b.maxStateDeletes, Online: b.onlineCheckpoint, Gone: b.offline.remove})
 	}

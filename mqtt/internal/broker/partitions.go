@@ -82,8 +82,6 @@ func checkPartitioned(parts *table.Partitions, o *Options) error {
 		name string
 		set  bool
 	}{
-		{"MaxQueuedMessages", o.MaxQueuedMessages > 0},
-		{"MaxQueuedBytes", o.MaxQueuedBytes > 0},
 		{"History", o.History > 0},
 		{"Retention", len(o.Retention) > 0},
 		{"TablesPrefix", o.TablesPrefix != ""},

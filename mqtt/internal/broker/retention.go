@@ -59,9 +59,10 @@ func (b *Broker) Retain(ctx context.Context) error {
 		return err
 	}
 	if b.opts.MaxQueuedMessages > 0 || b.opts.MaxQueuedBytes > 0 {
-		// A store of one partition (see checkPartitioned).
-		if err := b.queues.Limit(ctx, heads.Of(0)); err != nil {
-			return fmt.Errorf("mqtt: queued-message limit: %w", err)
+		for _, l := range b.queues {
+			if err := l.Limit(ctx, heads.Of(l.Part)); err != nil {
+				return fmt.Errorf("mqtt: queued-message limit: %w", err)
+			}
 		}
 	}
 	if err := b.dropOrphanQueues(ctx); err != nil {

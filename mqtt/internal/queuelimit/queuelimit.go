@@ -87,9 +87,16 @@ import (
 // Limit. Limit is safe to call from several goroutines: passes run one
 // at a time.
 type Limiter struct {
-	DB       *table.DB
-	Log      *slog.Logger
-	Counters *counters.Counters
+	// DB holds the session records and their checkpoint index the
+	// limiter reads and moves; MessageLog, when set, the message log it
+	// counts, partition Part of a split store (DB's own log when nil).
+	// On a split store one limiter runs per pair of them, and a
+	// session's limits hold in each partition of the log.
+	DB         *table.DB
+	MessageLog *table.DB
+	Part       int
+	Log        *slog.Logger
+	Counters   *counters.Counters
 	// MaxMessages and MaxBytes are the limits, in messages and payload
 	// bytes of a session's own; 0 is no limit.
 	MaxMessages int
@@ -111,9 +118,13 @@ type Limiter struct {
 // queueBatch is how many sessions one log read of a pass counts.
 const queueBatch = 1024
 
-// part is the partition of the message log the limiter counts: the
-// broker's log has one.
-const part = 0
+// msgLog returns the message log the limiter counts.
+func (l *Limiter) msgLog() *table.DB {
+	if l.MessageLog != nil {
+		return l.MessageLog
+	}
+	return l.DB
+}
 
 // queueLimits are the limits a pass enforces; 0 is no limit.
 type queueLimits struct {
@@ -225,6 +236,7 @@ type queued struct {
 	subs   []session.Sub
 	n      *queueCount
 	at     uint64 // the last message countQueues counted it for
+	part   int    // the partition of the log it is counted in
 }
 
 // queueKey identifies what a count depends on: the checkpoint and every
@@ -254,7 +266,7 @@ func (q *queued) owns(ev table.Event) bool {
 		return false
 	}
 	var m *message.Message
-	pos := logpos.At(part, ev.Cursor())
+	pos := logpos.At(q.part, ev.Cursor())
 	for _, s := range q.subs {
 		if s.Group != "" || s.QoS == 0 || !topic.Match(s.Filter, ev.ID) {
 			continue
@@ -287,7 +299,7 @@ func (l *Limiter) scanMessages(ctx context.Context, from, upTo table.Cursor, fn 
 	if !from.Less(upTo) {
 		return nil
 	}
-	_, err := l.DB.Follow(ctx, table.SubscribeOptions{Table: message.LogTable, Start: from, IncludeSuperseded: true, Composite: true,
+	_, err := l.msgLog().Follow(ctx, table.SubscribeOptions{Table: message.LogTable, Start: from, IncludeSuperseded: true, Composite: true,
 		Hooks: table.Hooks{Live: func() bool { return false }}}, func(ev table.Event) error {
 		if !upTo.Covers(ev.Key, ev.Index) || !fn(ev) {
 			return errScanned
@@ -321,7 +333,7 @@ func (l *Limiter) Limit(ctx context.Context, head table.Cursor) error {
 	q := &l.counts
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	st, err := l.DB.LogStats(ctx)
+	st, err := l.msgLog().LogStats(ctx)
 	if err != nil {
 		return err
 	}
@@ -348,7 +360,7 @@ func (l *Limiter) Limit(ctx context.Context, head table.Cursor) error {
 				"sessions", cuts.sessions, "dropped", cuts.dropped, "limit", limit.msgs, "limit_bytes", limit.bytes)
 		}
 	}()
-	from := ""
+	from := session.CheckpointPartition(l.Part) // where the partition's part of the index starts
 	for from != "\xff" {
 		var batch []*queued
 		batch, from, err = l.queueBatch(ctx, from, stop, floor, seen)
@@ -397,7 +409,7 @@ func (l *Limiter) queueBatch(ctx context.Context, from string, stop, floor table
 	var entries []entry
 	next := "\xff"
 	err := l.DB.RangeFrom(ctx, session.CheckpointTable, from, func(r table.Record) bool {
-		cp, client, ok := session.ParseCheckpointID(part, r.ID)
+		cp, client, ok := session.ParseCheckpointID(l.Part, r.ID)
 		if !ok || !cp.Less(stop) {
 			return false
 		}
@@ -408,7 +420,7 @@ func (l *Limiter) queueBatch(ctx context.Context, from string, stop, floor table
 		// An online session is passed over; one idle since its checkpoint
 		// was written is asked to write it again (see Limiter.Online), so
 		// its entry moves up out of the way of the next passes.
-		if _, on := l.Online(client, part, cp); !on && !seen[client] {
+		if _, on := l.Online(client, l.Part, cp); !on && !seen[client] {
 			entries = append(entries, entry{client, cp})
 		}
 		return true
@@ -426,7 +438,7 @@ func (l *Limiter) queueBatch(ctx context.Context, from string, stop, floor table
 			return nil, "", err
 		}
 		var s session.Record
-		if session.Decode(r.Value, &s) != nil || s.Online || s.Will != nil || s.Checkpoint.Of(part) != e.cp {
+		if session.Decode(r.Value, &s) != nil || s.Online || s.Will != nil || s.Checkpoint.Of(l.Part) != e.cp {
 			continue
 		}
 		seen[e.client] = true
@@ -435,14 +447,14 @@ func (l *Limiter) queueBatch(ctx context.Context, from string, stop, floor table
 		if n == nil || n.key != key || n.from.Less(floor) {
 			// New, changed, or the log was truncated above where it was
 			// counted from: count it from the start.
-			start := s.Checkpoint.Of(part)
+			start := s.Checkpoint.Of(l.Part)
 			if start.Less(floor) {
 				start = floor
 			}
 			n = &queueCount{key: key, from: start, upTo: start}
 			l.counts.m[e.client] = n
 		}
-		batch = append(batch, &queued{client: e.client, subs: s.Subs, n: n})
+		batch = append(batch, &queued{client: e.client, subs: s.Subs, n: n, part: l.Part})
 	}
 	return batch, next, nil
 }
@@ -632,7 +644,7 @@ func (l *Limiter) moveCheckpoint(ctx context.Context, client, key string, cp tab
 		return "", nil
 	}
 	s.Loaded()
-	s.Checkpoint.Set(part, cp)
+	s.Checkpoint.Set(l.Part, cp)
 	for i, sub := range s.Subs {
 		if sub.Since != nil && !s.Checkpoint.Below(*sub.Since) {
 			s.Subs[i].Since = nil // the checkpoint passed it
