@@ -15,7 +15,7 @@ import (
 // close connections (every acknowledged message is already durable),
 // persist sessions, close the tables. SIGHUP reloads the password, ACL
 // and TLS files. The caller closes the engine.
-func runBroker(ctx context.Context, log *slog.Logger, e engine.Engine, mqttAddr, metricsAddr string, sec *securityFlags, opts mqtt.Options) error {
+func runBroker(ctx context.Context, log *slog.Logger, es []engine.Engine, mqttAddr, metricsAddr string, sec *securityFlags, opts mqtt.Options) error {
 	files, err := sec.access(&opts)
 	if err != nil {
 		return err
@@ -24,12 +24,13 @@ func runBroker(ctx context.Context, log *slog.Logger, e engine.Engine, mqttAddr,
 	if err != nil {
 		return err
 	}
-	db, err := table.Open(ctx, e, table.Options{Logger: log})
+	parts, err := table.OpenPartitions(ctx, es, table.Options{Logger: log})
 	if err != nil {
 		return fmt.Errorf("open tables: %w", err)
 	}
-	defer db.Close()
-	b, err := mqtt.New(db, opts)
+	defer parts.Close()
+	db := parts.DB(0)
+	b, err := mqtt.NewPartitioned(parts, opts)
 	if err != nil {
 		return err
 	}
@@ -41,7 +42,7 @@ func runBroker(ctx context.Context, log *slog.Logger, e engine.Engine, mqttAddr,
 	logAccess(log, sec, files)
 	log.Debug("connection cap", "max_connections", b.Options().MaxConnections)
 	if metricsAddr != "" {
-		stop, err := serveMetrics(ctx, log, metricsAddr, b, db, e.Name())
+		stop, err := serveMetrics(ctx, log, metricsAddr, b, db, es[0].Name())
 		if err != nil {
 			for _, l := range lns {
 				l.ln.Close()

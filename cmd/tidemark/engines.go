@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -53,7 +55,11 @@ func (f *engineFlags) fromDirectory(fs *pflag.FlagSet) bool {
 	if fs.Changed("engine") || f.natsURL != "" || f.data == "" {
 		return false
 	}
-	owner, err := engine.DirEngine(f.data)
+	dir := f.data
+	if st, err := os.Stat(filepath.Join(dir, "p0")); err == nil && st.IsDir() {
+		dir = filepath.Join(dir, "p0") // a store split over partitions
+	}
+	owner, err := engine.DirEngine(dir)
 	if err != nil || owner == "" || owner == f.name {
 		return false
 	}

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -21,6 +23,10 @@ type inspectReport struct {
 	Granularity string             `json:"granularity"`
 	Log         engine.LogStats    `json:"log"`
 	Tables      []table.TableStats `json:"tables"`
+	// PartitionLogs are the logs of a store split over partitions, in
+	// partition order (Log is the first's); Tables then sums the
+	// partitions' counts.
+	PartitionLogs []engine.LogStats `json:"partition_logs,omitempty"`
 	// SessionCount counts every stored session; Sessions lists the first
 	// of them by client id, up to --sessions.
 	SessionCount int                `json:"session_count"`
@@ -32,6 +38,7 @@ type inspectReport struct {
 
 func inspectCmd() *cobra.Command {
 	var ef engineFlags
+	var pf partitionFlags
 	var asJSON bool
 	var listMax int
 	cmd := &cobra.Command{
@@ -53,6 +60,9 @@ Without --engine, the directory is opened with the engine that wrote it.`,
 			if err != nil {
 				return err
 			}
+			if err := pf.validate(ef.name); err != nil {
+				return err
+			}
 			// Opening an engine creates its store: a mistyped --data
 			// would leave an empty store there and print it as empty.
 			if ef.natsURL == "" {
@@ -61,22 +71,36 @@ Without --engine, the directory is opened with the engine that wrote it.`,
 				}
 			}
 			ctx := cmd.Context()
-			e, err := engine.Open(ctx, ef.name, opts)
+			es, err := pf.openPartitions(ctx, ef.name, opts, engine.Open)
 			if err != nil {
 				return fmt.Errorf("open engine %s in %s: %w", ef.name, ef.data, err)
 			}
-			defer e.Close()
-			db, err := table.Open(ctx, e, table.Options{})
+			defer func() {
+				for _, e := range es {
+					_ = e.Close()
+				}
+			}()
+			parts, err := table.OpenPartitions(ctx, es, table.Options{})
 			if err != nil {
 				return err
 			}
-			defer db.Close()
-			r := inspectReport{Engine: ef.name, Data: ef.data, Granularity: e.Granularity().String()}
-			if r.Log, err = e.LogStats(ctx); err != nil {
+			defer parts.Close()
+			db := parts.DB(0)
+			r := inspectReport{Engine: ef.name, Data: ef.data, Granularity: es[0].Granularity().String()}
+			if r.Log, err = es[0].LogStats(ctx); err != nil {
 				return err
 			}
-			if r.Tables, err = db.Tables(ctx); err != nil {
+			if r.Tables, err = tablesOf(ctx, parts); err != nil {
 				return err
+			}
+			if len(es) > 1 {
+				for _, e := range es {
+					st, err := e.LogStats(ctx)
+					if err != nil {
+						return err
+					}
+					r.PartitionLogs = append(r.PartitionLogs, st)
+				}
 			}
 			if r.Retention, err = mqtt.RetentionInfo(ctx, db); err != nil {
 				return err
@@ -86,13 +110,15 @@ Without --engine, the directory is opened with the engine that wrote it.`,
 			}
 			// A store may hold millions of sessions: count them all, hold
 			// only those listed.
-			if err := mqtt.EachSession(ctx, db, func(si mqtt.SessionInfo) bool {
-				if r.SessionCount++; listMax == 0 || len(r.Sessions) < listMax {
-					r.Sessions = append(r.Sessions, si)
+			for i := range parts.Count() {
+				if err := mqtt.EachSession(ctx, parts.DB(i), func(si mqtt.SessionInfo) bool {
+					if r.SessionCount++; listMax == 0 || len(r.Sessions) < listMax {
+						r.Sessions = append(r.Sessions, si)
+					}
+					return true
+				}); err != nil {
+					return err
 				}
-				return true
-			}); err != nil {
-				return err
 			}
 			w := cmd.OutOrStdout()
 			if asJSON {
@@ -101,7 +127,14 @@ Without --engine, the directory is opened with the engine that wrote it.`,
 				return enc.Encode(r)
 			}
 			fmt.Fprintf(w, "engine %s (%s log keys), data %s\n", r.Engine, r.Granularity, r.Data)
-			fmt.Fprintf(w, "log: %d entries, %d bytes, keys %d..%d, truncated below %d\n\n", r.Log.Entries, r.Log.Bytes, r.Log.First, r.Log.Last, r.Log.Floor)
+			if len(r.PartitionLogs) == 0 {
+				fmt.Fprintf(w, "log: %d entries, %d bytes, keys %d..%d, truncated below %d\n\n", r.Log.Entries, r.Log.Bytes, r.Log.First, r.Log.Last, r.Log.Floor)
+			} else {
+				for i, l := range r.PartitionLogs {
+					fmt.Fprintf(w, "partition %d log: %d entries, %d bytes, keys %d..%d, truncated below %d\n", i, l.Entries, l.Bytes, l.First, l.Last, l.Floor)
+				}
+				fmt.Fprintln(w)
+			}
 			tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 			fmt.Fprintln(tw, "table\trecords\tdeleted")
 			for _, t := range r.Tables {
@@ -139,7 +172,33 @@ Without --engine, the directory is opened with the engine that wrote it.`,
 		},
 	}
 	ef.register(cmd.Flags())
+	cmd.Flags().IntVar(&pf.partitions, "partitions", 1, "the number of partitions the store is split over (serve --partitions)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().IntVar(&listMax, "sessions", 1000, "list at most this many sessions, by client id (0: all); all are counted")
 	return cmd
+}
+
+// tablesOf returns the tables of every partition, their counts summed
+// by name.
+func tablesOf(ctx context.Context, parts *table.Partitions) ([]table.TableStats, error) {
+	var out []table.TableStats
+	at := map[string]int{}
+	for i := range parts.Count() {
+		ts, err := parts.DB(i).Tables(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range ts {
+			j, ok := at[t.Name]
+			if !ok {
+				at[t.Name] = len(out)
+				out = append(out, t)
+				continue
+			}
+			out[j].Live += t.Live
+			out[j].Deleted += t.Deleted
+		}
+	}
+	slices.SortFunc(out, func(a, b table.TableStats) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
 }

@@ -19,6 +19,7 @@ import (
 // serveFlags are the broker settings of `tidemark serve`.
 type serveFlags struct {
 	engineFlags
+	partitionFlags
 	securityFlags
 	config      string
 	printConfig bool
@@ -122,17 +123,24 @@ a flag wins over the environment, which wins over the file.`,
 				go quietgc.Run(gctx, quietgc.Options{Logger: log})
 			}
 			ctx := cmd.Context()
-			e, err := engine.Open(ctx, f.name, opts)
+			es, err := f.openPartitions(ctx, f.name, opts, engine.Open)
 			if err != nil {
 				return fmt.Errorf("open engine %s in %s: %w", f.name, f.data, err)
 			}
 			if fromDir {
 				log.Info("no --engine given: opening the data directory with the engine that wrote it", "engine", f.name, "data", f.data)
 			}
-			log.Info("engine open", "engine", f.name, "data", f.data, "sync", opts.Sync.String(), "defer", opts.Deferral().String(), "granularity", e.Granularity().String(), "shared", f.sharedStore())
-			err = runBroker(ctx, log, instrument(e), f.mqttAddr, f.metrics, &f.securityFlags, bopts)
-			if cerr := e.Close(); cerr != nil && err == nil {
-				err = fmt.Errorf("close engine: %w", cerr)
+			log.Info("engine open", "engine", f.name, "data", f.data, "sync", opts.Sync.String(), "defer", opts.Deferral().String(),
+				"granularity", es[0].Granularity().String(), "shared", f.sharedStore(), "partitions", len(es))
+			instrumented := make([]engine.Engine, len(es))
+			for i, e := range es {
+				instrumented[i] = instrument(e)
+			}
+			err = runBroker(ctx, log, instrumented, f.mqttAddr, f.metrics, &f.securityFlags, bopts)
+			for _, e := range es {
+				if cerr := e.Close(); cerr != nil && err == nil {
+					err = fmt.Errorf("close engine: %w", cerr)
+				}
 			}
 			log.Info("stopped")
 			return err
@@ -140,6 +148,7 @@ a flag wins over the environment, which wins over the file.`,
 	}
 	fs := cmd.Flags()
 	f.engineFlags.register(fs)
+	f.partitionFlags.register(fs)
 	f.securityFlags.register(fs)
 	fs.StringVar(&f.config, "config", "", "YAML config file (env TIDEMARK_CONFIG)")
 	fs.BoolVar(&f.printConfig, "print-config", false, "print the effective configuration and exit")
@@ -200,6 +209,9 @@ func (f *serveFlags) validate() (engine.Options, mqtt.Options, *slog.Logger, err
 	var bo mqtt.Options
 	opts, err := f.options()
 	if err != nil {
+		return opts, bo, nil, err
+	}
+	if err := f.partitionFlags.validate(f.name); err != nil {
 		return opts, bo, nil, err
 	}
 	if err := f.securityFlags.validate(f.mqttAddr); err != nil {
