@@ -189,8 +189,8 @@ func mapsEqual(a, b map[string]string) bool {
 // reason code saying why.
 func TestPartitionedRefusals(t *testing.T) {
 	for name, edit := range map[string]func(*mqtt.Options){
-		"History":           func(o *mqtt.Options) { o.History = time.Hour },
-		"TablesPrefix":      func(o *mqtt.Options) { o.TablesPrefix = "tables/" },
+		"History":      func(o *mqtt.Options) { o.History = time.Hour },
+		"TablesPrefix": func(o *mqtt.Options) { o.TablesPrefix = "tables/" },
 	} {
 		var o mqtt.Options
 		edit(&o)
