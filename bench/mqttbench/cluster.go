@@ -26,6 +26,10 @@ type ClusterConfig struct {
 	// Nodes are the node counts to measure, e.g. 1, 2, 3; each gets a
 	// fresh NATS cluster.
 	Nodes []int
+	// Partitions are the partition counts of the nodes' store to measure
+	// (serve --partitions; none: 1), partition i's stream led by server
+	// i mod Servers when Replicas is 2 or more.
+	Partitions []int
 	// Servers is the NATS cluster's size and Replicas the stream's.
 	Servers, Replicas int
 	// QoS are the levels to measure (0, 1, 2). On a cluster QoS 0 goes
@@ -47,7 +51,7 @@ type ClusterConfig struct {
 
 // ClusterResult is one point of ClusterRun.
 type ClusterResult struct {
-	Nodes, QoS int
+	Nodes, Partitions, QoS int
 	// PerSecond is the publishers' acknowledged messages per second, all
 	// nodes together, over the measured time.
 	PerSecond        float64
@@ -69,16 +73,22 @@ type ClusterResult struct {
 // is checked: delivered, once, to its subscriber.
 func ClusterRun(ctx context.Context, cfg ClusterConfig) []ClusterResult {
 	var out []ClusterResult
-	for _, n := range cfg.Nodes {
-		for _, q := range cfg.QoS {
-			if cfg.Progress != nil {
-				cfg.Progress(fmt.Sprintf("%d node(s) on %d NATS servers (R%d), QoS %d, %d publishers at window %d",
-					n, cfg.Servers, cfg.Replicas, q, cfg.Conns, cfg.Window))
-			}
-			r := clusterPoint(ctx, cfg, n, q)
-			out = append(out, r)
-			if ctx.Err() != nil {
-				return out
+	ks := cfg.Partitions
+	if len(ks) == 0 {
+		ks = []int{1}
+	}
+	for _, k := range ks {
+		for _, n := range cfg.Nodes {
+			for _, q := range cfg.QoS {
+				if cfg.Progress != nil {
+					cfg.Progress(fmt.Sprintf("%d node(s), %d partition(s), on %d NATS servers (R%d), QoS %d, %d publishers at window %d",
+						n, k, cfg.Servers, cfg.Replicas, q, cfg.Conns, cfg.Window))
+				}
+				r := clusterPoint(ctx, cfg, n, k, q)
+				out = append(out, r)
+				if ctx.Err() != nil {
+					return out
+				}
 			}
 		}
 	}
@@ -114,9 +124,9 @@ func (t *runTB) close() {
 	}
 }
 
-func clusterPoint(ctx context.Context, cfg ClusterConfig, nodes, q int) (r ClusterResult) {
-	r = ClusterResult{Nodes: nodes, QoS: q}
-	r.Err = onCluster(cfg.Dir, fmt.Sprintf("cluster-%d-qos%d-", nodes, q), cfg.Servers, func(tb *runTB, dir, urls string) error {
+func clusterPoint(ctx context.Context, cfg ClusterConfig, nodes, parts, q int) (r ClusterResult) {
+	r = ClusterResult{Nodes: nodes, Partitions: parts, QoS: q}
+	r.Err = onCluster(cfg.Dir, fmt.Sprintf("cluster-%d-p%d-qos%d-", nodes, parts, q), cfg.Servers, func(tb *runTB, dir, urls string) error {
 		var addrs []string
 		var pids []int
 		for k := range nodes {
@@ -133,6 +143,16 @@ func clusterPoint(ctx context.Context, cfg ClusterConfig, nodes, q int) (r Clust
 				"--log-level", "warn", "--max-queued", "0", "--session-expiry", "0"}
 			if cfg.Sync != "" {
 				args = append(args, "--sync", cfg.Sync)
+			}
+			if parts > 1 {
+				args = append(args, "--partitions", strconv.Itoa(parts))
+				if cfg.Replicas > 1 {
+					var leaders []string
+					for i := range parts {
+						leaders = append(leaders, fmt.Sprintf("n%d", i%cfg.Servers+1)) // the cluster's server names
+					}
+					args = append(args, "--partition-leaders", strings.Join(leaders, ","))
+				}
 			}
 			logf, err := os.Create(filepath.Join(ndir, "serve.log"))
 			if err != nil {
@@ -285,24 +305,29 @@ func loadCluster(ctx context.Context, cfg ClusterConfig, addrs []string, q int, 
 // WriteClusterTable writes rs as a table, with each rate's ratio to the
 // one node rate of its QoS.
 func WriteClusterTable(w io.Writer, rs []ClusterResult) error {
-	one := map[int]float64{}
+	// The baseline of each QoS: one node on the fewest partitions.
+	type base struct {
+		parts int
+		rate  float64
+	}
+	one := map[int]base{}
 	for _, r := range rs {
-		if r.Nodes == 1 && r.Err == nil {
-			one[r.QoS] = r.PerSecond
+		if b, ok := one[r.QoS]; r.Nodes == 1 && r.Err == nil && (!ok || r.Partitions < b.parts) {
+			one[r.QoS] = base{r.Partitions, r.PerSecond}
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "nodes\tQoS\tmsgs/s\tx 1 node\tp50 ms\tp99 ms\tmessages\tlost\tdup\tnodes µs/msg\tload+NATS µs/msg\t")
+	fmt.Fprintln(tw, "nodes\tpartitions\tQoS\tmsgs/s\tx 1 node\tp50 ms\tp99 ms\tmessages\tlost\tdup\tnodes µs/msg\tload+NATS µs/msg\t")
 	for _, r := range rs {
 		if r.Err != nil {
-			fmt.Fprintf(tw, "%d\t%d\terror: %s\t\t\t\t\t\t\t\t\t\n", r.Nodes, r.QoS, strings.ReplaceAll(r.Err.Error(), "\t", " "))
+			fmt.Fprintf(tw, "%d\t%d\t%d\terror: %s\t\t\t\t\t\t\t\t\t\n", r.Nodes, r.Partitions, r.QoS, strings.ReplaceAll(r.Err.Error(), "\t", " "))
 			continue
 		}
 		x := "-"
-		if b := one[r.QoS]; b > 0 {
-			x = fmt.Sprintf("%.2f", r.PerSecond/b)
+		if b := one[r.QoS]; b.rate > 0 {
+			x = fmt.Sprintf("%.2f", r.PerSecond/b.rate)
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%.0f\t%s\t%.2f\t%.2f\t%d\t%d\t%d\t%.1f\t%.1f\t\n", r.Nodes, r.QoS, r.PerSecond, x,
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%.0f\t%s\t%.2f\t%.2f\t%d\t%d\t%d\t%.1f\t%.1f\t\n", r.Nodes, r.Partitions, r.QoS, r.PerSecond, x,
 			r.P50Ms, r.P99Ms, r.Messages, r.Lost, r.Duplicates, r.NodeMicros, r.LocalMicros)
 	}
 	return tw.Flush()

@@ -14,7 +14,7 @@ import (
 )
 
 func clusterBenchCmd() *cobra.Command {
-	var nodes, qos []string
+	var nodes, qos, partitions []string
 	var servers, replicas, conns, window int
 	var dur time.Duration
 	var syncMode, dir string
@@ -45,6 +45,15 @@ starts on a fresh cluster and stops it after.`,
 			if err != nil {
 				return err
 			}
+			ks, err := positiveInts("--partitions", "1,3", partitions)
+			if err != nil {
+				return err
+			}
+			for _, k := range ks {
+				if k > 16 {
+					return fmt.Errorf("--partitions %d: at most 16", k)
+				}
+			}
 			var qs []int
 			for _, v := range qos {
 				q, err := strconv.Atoi(strings.TrimSpace(v))
@@ -70,7 +79,7 @@ starts on a fresh cluster and stops it after.`,
 				}
 				defer os.RemoveAll(dir)
 			}
-			rs := mqttbench.ClusterRun(cmd.Context(), mqttbench.ClusterConfig{Bin: self, Nodes: ns, Servers: servers,
+			rs := mqttbench.ClusterRun(cmd.Context(), mqttbench.ClusterConfig{Bin: self, Nodes: ns, Partitions: ks, Servers: servers,
 				Replicas: replicas, QoS: qs, Conns: conns, Window: window, Duration: dur, Sync: syncMode, Dir: dir,
 				Progress: func(s string) { fmt.Fprintln(cmd.ErrOrStderr(), s) }})
 			if err := mqttbench.WriteClusterTable(cmd.OutOrStdout(), rs); err != nil {
@@ -80,9 +89,9 @@ starts on a fresh cluster and stops it after.`,
 			for _, r := range rs {
 				switch {
 				case r.Err != nil:
-					errs = append(errs, fmt.Errorf("%d node(s), QoS %d: %w", r.Nodes, r.QoS, r.Err))
+					errs = append(errs, fmt.Errorf("%d node(s), %d partition(s), QoS %d: %w", r.Nodes, r.Partitions, r.QoS, r.Err))
 				case r.Lost > 0 || (r.QoS == 2 && r.Duplicates > 0):
-					errs = append(errs, fmt.Errorf("%d node(s), QoS %d: %d lost, %d duplicated", r.Nodes, r.QoS, r.Lost, r.Duplicates))
+					errs = append(errs, fmt.Errorf("%d node(s), %d partition(s), QoS %d: %d lost, %d duplicated", r.Nodes, r.Partitions, r.QoS, r.Lost, r.Duplicates))
 				}
 			}
 			return errors.Join(errs...)
@@ -90,6 +99,7 @@ starts on a fresh cluster and stops it after.`,
 	}
 	fs := cmd.Flags()
 	fs.StringSliceVar(&nodes, "nodes", []string{"1", "2", "3"}, "Tidemark node counts to measure")
+	fs.StringSliceVar(&partitions, "partitions", []string{"1"}, "partition counts of the nodes' store to measure (serve --partitions), each partition's stream led by another server, e.g. 1,3")
 	fs.StringSliceVar(&qos, "qos", []string{"1", "2"}, "QoS levels to measure")
 	fs.IntVar(&servers, "servers", 3, "NATS servers in the cluster")
 	fs.IntVar(&replicas, "replicas", 3, "stream replicas")

@@ -9,20 +9,21 @@ import (
 
 // TestBenchClusterSmall runs `tidemark bench cluster` with two nodes on a
 // three-server NATS cluster at QoS 0 and 2, where every message crosses
-// from one node to the other through the stream, and checks the table: a
-// row for two nodes at each QoS with messages, none lost or duplicated,
-// and exit 0. A bad flag is refused naming the fix.
+// from one node to the other through the streams, the nodes' store split
+// over three partitions, each stream led by another server, and checks
+// the table: a row for two nodes at each QoS with messages, none lost or
+// duplicated, and exit 0. A bad flag is refused naming the fix.
 func TestBenchClusterSmall(t *testing.T) {
 	bin := tidemarkBinary(t)
-	out, err := exec.Command(bin, "bench", "cluster", "--nodes", "2", "--qos", "0,2", "--conns", "4", "--window", "8",
+	out, err := exec.Command(bin, "bench", "cluster", "--nodes", "2", "--partitions", "3", "--qos", "0,2", "--conns", "4", "--window", "8",
 		"--duration", "500ms").CombinedOutput()
 	if err != nil {
 		t.Fatalf("bench cluster: %v\n%s", err, out)
 	}
 	for _, q := range []string{"0", "2"} {
-		row := regexp.MustCompile(`(?m)^\s+2\s+` + q + `\s+\d+\s+-\s+[\d.]+\s+[\d.]+\s+([1-9]\d*)\s+0\s+0\s`)
+		row := regexp.MustCompile(`(?m)^\s+2\s+3\s+` + q + `\s+\d+\s+-\s+[\d.]+\s+[\d.]+\s+([1-9]\d*)\s+0\s+0\s`)
 		if !row.Match(out) {
-			t.Fatalf("no row for 2 nodes at QoS %s with messages, none lost or duplicated:\n%s", q, out)
+			t.Fatalf("no row for 2 nodes on 3 partitions at QoS %s with messages, none lost or duplicated:\n%s", q, out)
 		}
 	}
 	out, err = exec.Command(bin, "bench", "cluster", "--qos", "3").CombinedOutput()
