@@ -20,7 +20,16 @@ import (
 // four times; in between, the stream's leader server is stopped, brought
 // back, and then a server that does not lead is stopped. Every
 // acknowledged message must reach every subscriber, QoS 2 exactly once.
-func TestServeClusterFailover(t *testing.T) {
+func TestServeClusterFailover(t *testing.T) { clusterFailover(t, 1) }
+
+// TestServeClusterFailoverPartitioned is TestServeClusterFailover with
+// the nodes' store split over three streams, each led by another server
+// (serve --partitions 3 --partition-leaders n1,n2,n3): a publisher's
+// messages and a subscriber's state are in different streams, and the
+// server stopped leads one of them.
+func TestServeClusterFailoverPartitioned(t *testing.T) { clusterFailover(t, 3) }
+
+func clusterFailover(t *testing.T, partitions int) {
 	bin := tidemarkBinary(t)
 	cluster := jetstreamtest.StartCluster(t, 3)
 	jetstreamtest.WaitMetaLeader(t, cluster.Servers)
@@ -68,8 +77,11 @@ func TestServeClusterFailover(t *testing.T) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatalf("%v", err)
 		}
-		kill := startKillable(t, bin, "jetstream", dir, addr, logs,
-			"nats-url: "+cluster.URLs(), "replicas: 3", "node-id: "+node, "log-level: info")
+		cfg := []string{"nats-url: " + cluster.URLs(), "replicas: 3", "node-id: " + node, "log-level: info"}
+		if partitions > 1 {
+			cfg = append(cfg, fmt.Sprintf("partitions: %d", partitions), "partition-leaders: n1,n2,n3")
+		}
+		kill := startKillable(t, bin, "jetstream", dir, addr, logs, cfg...)
 		if starts > 1 {
 			t.Logf("failover %d: node %s serving %v after the previous node was killed%s", starts-1, node, time.Since(began).Round(time.Millisecond), step)
 		}

@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/spf13/pflag"
 	"github.com/tidemark-io/tidemark/engine"
@@ -122,33 +123,49 @@ func checkLayout(engineName, data string, n int) error {
 }
 
 // openPartitions opens the engines of the store, one per partition,
-// each as open would (closing those it opened when one fails).
+// each as open would (closing those it opened when one fails): the
+// first, then the others at once, so that a stream waiting for its
+// leader's election does not hold up the others'.
 func (f *partitionFlags) openPartitions(ctx context.Context, engineName string, opts engine.Options,
 	open func(context.Context, string, engine.Options) (engine.Engine, error)) ([]engine.Engine, error) {
 	if err := checkLayout(engineName, opts.Dir, f.partitions); err != nil {
 		return nil, err
 	}
-	var es []engine.Engine
-	fail := func(err error) ([]engine.Engine, error) {
-		for _, e := range es {
-			_ = e.Close()
+	n := f.partitions
+	es := make([]engine.Engine, n)
+	errs := make([]error, n)
+	openOne := func(i int, serverURL string) {
+		e, err := open(ctx, engineName, f.partitionOptions(engineName, opts, i, serverURL))
+		if err != nil && n > 1 {
+			err = fmt.Errorf("partition %d of %d: %w", i, n, err)
 		}
-		return nil, err
+		es[i], errs[i] = e, err
 	}
-	serverURL := ""
-	for i := range f.partitions {
-		o := f.partitionOptions(engineName, opts, i, serverURL)
-		e, err := open(ctx, engineName, o)
-		if err != nil {
-			if f.partitions > 1 {
-				err = fmt.Errorf("partition %d of %d: %w", i, f.partitions, err)
-			}
-			return fail(err)
-		}
-		es = append(es, e)
-		if sh, ok := e.(interface{ ClientURL() string }); ok && i == 0 {
+	// An embedded server is the first partition's, which the others
+	// connect to.
+	openOne(0, "")
+	if errs[0] == nil {
+		serverURL := ""
+		if sh, ok := es[0].(interface{ ClientURL() string }); ok {
 			serverURL = sh.ClientURL()
 		}
+		var wg sync.WaitGroup
+		for i := 1; i < n; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				openOne(i, serverURL)
+			}()
+		}
+		wg.Wait()
+	}
+	if err := errors.Join(errs...); err != nil {
+		for _, e := range es {
+			if e != nil {
+				_ = e.Close()
+			}
+		}
+		return nil, err
 	}
 	return es, nil
 }

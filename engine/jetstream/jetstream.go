@@ -443,8 +443,15 @@ func (d *db) connect(ctx context.Context, url string, replicas int, secure ...na
 		return err
 	}
 	if d.leader != "" {
-		if err := d.preferLeader(ctx, d.leader); err != nil {
+		// A server asked for that is down or behind does not keep the
+		// node from starting: the stream keeps its leader, and
+		// keepLeader moves it once the server is current again. Only a
+		// request that cannot be met (no cluster, no such server) fails.
+		if err := d.preferLeader(ctx, d.leader); errors.Is(err, driver.ErrInvalidOption) {
 			return err
+		} else if err != nil {
+			d.log.Warn("the stream's leader stays where it is for now; it moves to the server asked for once that server is a current replica",
+				"stream", d.name, "asked", d.leader, "err", err)
 		}
 	}
 	cctx := ctx

@@ -68,6 +68,13 @@ func (d *db) preferLeader(ctx context.Context, server string) error {
 		return fmt.Errorf("%w: jetstream parameter leader=%q: not a server of stream %s (its servers: %s)",
 			driver.ErrInvalidOption, server, d.name, strings.Join(peers, ", "))
 	}
+	for _, r := range info.Cluster.Replicas {
+		if r.Name == server && (!r.Current || r.Offline) {
+			// A step-down in its favour would elect another server, or
+			// none: wait until it is back.
+			return fmt.Errorf("jetstream: stream %s: %s is not a current replica (offline %v, current %v)", d.name, server, r.Offline, r.Current)
+		}
+	}
 	var req stepDownRequest
 	req.Placement.Preferred = server
 	body, _ := json.Marshal(req)

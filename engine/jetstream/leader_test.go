@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tidemark-io/tidemark/engine"
+	"github.com/tidemark-io/tidemark/engine/jetstream/jetstreamtest"
 )
 
 // Three streams, each opened with another server as its leader, lead on
@@ -86,5 +87,33 @@ func TestLeaderMovedBack(t *testing.T) {
 		"leader": servers[0].Name(), "leader_check": "1ms"}})
 	if !errors.Is(err, engine.ErrInvalidOption) || !strings.Contains(err.Error(), "leader_check") {
 		t.Fatalf("leader_check=1ms: %v", err)
+	}
+}
+
+// A node opened with leader= a server that is down starts anyway, the
+// stream led elsewhere, and moves the leader there once the server is
+// back and current: a stopped server must not keep a node from serving.
+func TestLeaderAskedWhileDown(t *testing.T) {
+	c := jetstreamtest.StartCluster(t, 3)
+	jetstreamtest.WaitMetaLeader(t, c.Servers)
+	params := map[string]string{"url": c.URLs(), "replicas": "3", "stream": "down", "leader_check": "200ms"}
+	first := openEngine(t, params)
+	_ = first.Close() // the stream exists, with a replica on every server
+	c.Stop(0)
+	params["url"], params["leader"] = c.URLs(), c.Servers[0].Name()
+	start := time.Now()
+	e := openEngine(t, params)
+	if took := time.Since(start); took > leaderMoveTimeout {
+		t.Fatalf("open took %v with the server asked for down", took)
+	}
+	if _, err := engine.Commit(t.Context(), e, new(engine.Batch).Put([]byte("k"), []byte("v")).Append([]byte("x"))); err != nil {
+		t.Fatalf("commit with the server asked for down: %v", err)
+	}
+	c.Restart(0)
+	waitFor(t, 30*time.Second, "the leader moved to the restarted server", func() bool {
+		return c.StreamLeader("down") == 0
+	})
+	if _, err := engine.Commit(t.Context(), e, new(engine.Batch).Put([]byte("k"), []byte("v2")).Append([]byte("x"))); err != nil {
+		t.Fatalf("commit after the move: %v", err)
 	}
 }
