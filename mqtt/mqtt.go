@@ -27,6 +27,11 @@
 //     connected, and a QoS 0 delivery is never repeated after a
 //     reconnect or a crash (at most once). QoS 1 and 2 subscriptions of a
 //     persistent session receive what was published while offline.
+//   - The store may be split over partitions (NewPartitioned), one engine
+//     each, so that commits spread over several logs: a client's session
+//     state and the messages it publishes live in its client id's
+//     partition, a session's checkpoint is a cursor per partition, and
+//     one publisher's messages stay in one log, in order.
 //
 // The package is the broker's public face; its machinery is in the
 // packages under mqtt/internal (the connections and the broker's core in
