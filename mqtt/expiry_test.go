@@ -24,7 +24,7 @@ func TestSessionExpiryIndex(t *testing.T) {
 	back := connect5(t, s.Addr, "exp-back", false, 1) // online again: never expires while so
 	defer back.close()
 	present := func(id string) bool {
-		_, err := s.DB().Get(ctxT(t), "mqtt.sessions", id)
+		_, err := s.Parts().For(id).Get(ctxT(t), "mqtt.sessions", id)
 		return err == nil
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -47,13 +47,15 @@ func TestSessionExpiryIndex(t *testing.T) {
 	}
 	var due []string
 	now := fmt.Sprintf("%016x", time.Now().UnixMilli())
-	if err := s.DB().Range(ctxT(t), "mqtt.expiry", "", func(r table.Record) bool {
-		if !r.Deleted && r.ID < now {
-			due = append(due, strings.ReplaceAll(r.ID, "\x00", "/"))
+	for i := range s.Parts().Count() {
+		if err := s.Parts().DB(i).Range(ctxT(t), "mqtt.expiry", "", func(r table.Record) bool {
+			if !r.Deleted && r.ID < now {
+				due = append(due, strings.ReplaceAll(r.ID, "\x00", "/"))
+			}
+			return true
+		}); err != nil {
+			t.Fatal(err)
 		}
-		return true
-	}); err != nil {
-		t.Fatal(err)
 	}
 	if len(due) > 0 {
 		t.Fatalf("expiry index entries left past their deadline: %v", due)

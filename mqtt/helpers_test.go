@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -40,6 +41,12 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// testPartitions splits the store of the brokers startBroker starts over
+// that many partitions, when TIDEMARK_MQTT_PARTITIONS sets it above 1: a
+// way to run the tests on a split store. Tests that read the store
+// directly, or use what a split store refuses, then fail for that.
+var testPartitions, _ = strconv.Atoi(os.Getenv("TIDEMARK_MQTT_PARTITIONS"))
+
 // startBroker starts a broker on testEngine; edit adjusts its options.
 func startBroker(t *testing.T, edit ...func(*mqtt.Options)) *mqtttest.Server {
 	t.Helper()
@@ -47,7 +54,7 @@ func startBroker(t *testing.T, edit ...func(*mqtt.Options)) *mqtttest.Server {
 	for _, f := range edit {
 		f(&o)
 	}
-	return mqtttest.Start(t, testEngine, nil, o)
+	return mqtttest.StartServer(t, &mqtttest.Server{Engine: testEngine, Dir: t.TempDir(), Opts: o, Partitions: testPartitions})
 }
 
 func ctxT(t *testing.T) context.Context {

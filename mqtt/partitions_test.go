@@ -311,3 +311,62 @@ func TestPartitionedRetentionAndQueueLimit(t *testing.T) {
 	}
 	away.close()
 }
+
+// TestPartitionedRetainedPages: a wildcard subscription's retained
+// messages are read in pages from each partition in turn, ids too long
+// for the engine's key order included, and each topic is offered once,
+// from the partition holding its newest copy, however the publishers of
+// its copies are spread.
+func TestPartitionedRetainedPages(t *testing.T) {
+	const parts = 3
+	s := mqtttest.StartPartitioned(t, testEngine, parts, mqtt.Options{})
+	pubs := partitionedClients(t, "rpp-", parts)
+	long := strings.Repeat("long", 200)
+	want := map[string]string{}
+	retain := func(from, topic, payload string) {
+		t.Helper()
+		if err := s.Broker().Publish(ctxT(t), mqtt.Message{Topic: topic, Payload: []byte(payload), QoS: 1, Retain: true, From: from}); err != nil {
+			t.Fatal(err)
+		}
+		if payload == "" {
+			delete(want, topic)
+		} else {
+			want[topic] = payload
+		}
+	}
+	// More than a page in every partition, each topic first written in
+	// one partition and then, for some, again or cleared in another.
+	for i := range 400 {
+		topic := fmt.Sprintf("rpp/%d", i)
+		if i%4 == 0 {
+			topic = fmt.Sprintf("rpp/%s%d", long, i)
+		}
+		first := pubs[i%parts]
+		retain(first, topic, first)
+		switch i % 5 {
+		case 1:
+			again := pubs[(i+1)%parts]
+			retain(again, topic, again)
+		case 2:
+			retain(pubs[(i+2)%parts], topic, "")
+		}
+	}
+	c := connect5(t, s.Addr, "rpp-sub", true, 0)
+	c.sub("rpp/#", 1)
+	got := map[string]string{}
+	for _, m := range c.expect(len(want)) {
+		if _, twice := got[m.Topic]; twice {
+			t.Fatalf("retained %.40q offered twice", m.Topic)
+		}
+		got[m.Topic] = string(m.Payload)
+	}
+	c.expectNone(200 * time.Millisecond)
+	if !mapsEqual(got, want) {
+		for topic, p := range want {
+			if got[topic] != p {
+				t.Fatalf("retained %.40q: got %q, want the newest, %q", topic, got[topic], p)
+			}
+		}
+		t.Fatalf("got %d retained messages, want %d", len(got), len(want))
+	}
+}

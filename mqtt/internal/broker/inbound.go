@@ -451,7 +451,7 @@ func (b *Broker) addRetained(tx *table.Tx, m *Message, enc []byte) error {
 			// Other partitions may hold copies from other publishers,
 			// which a deletion here would not hide: a marker newer than
 			// them does (readers take the newest copy, see
-			// retainedPageSplit), and readers pass over a marker.
+			// retainedPage), and readers pass over a marker.
 			return tx.PutState(tableRetained, m.Topic, enc)
 		}
 		return tx.DeleteState(tableRetained, m.Topic) // [MQTT-3.3.1-6]

@@ -3,7 +3,6 @@ package broker
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -341,26 +340,34 @@ func (c *conn) readRetained(added []newSub, wants []bool) []retainedOffer {
 			}
 			continue
 		}
-		ds, last, more, err := c.retainedPage(s, "")
+		ds, at, more, err := c.retainedPage(s, retainedAt{})
 		if err != nil {
 			continue
 		}
 		out[i].ds = ds
 		if more {
-			out[i].more = c.retainedPages(s, last)
+			out[i].more = c.retainedPages(s, at)
 		}
 	}
 	return out
 }
 
-// retainedPages reads the pages of s's retained messages after the
-// record last, each as a store call on the session's sender.
-func (c *conn) retainedPages(s topic.Subscription, last string) delivery.RetainedPages {
+// retainedAt is where a wildcard subscription's read of the retained
+// messages stands: after the record last of partition part (from the
+// first record when last is empty).
+type retainedAt struct {
+	part int
+	last string
+}
+
+// retainedPages reads the pages of s's retained messages after at, each
+// as a store call on the session's sender.
+func (c *conn) retainedPages(s topic.Subscription, at retainedAt) delivery.RetainedPages {
 	return func() ([]delivery.Direct, bool) {
 		var ds []delivery.Direct
 		more := false
 		var err error
-		c.b.onStore(func() { ds, last, more, err = c.retainedPage(s, last) })
+		c.b.onStore(func() { ds, at, more, err = c.retainedPage(s, at) })
 		if err != nil {
 			if c.ctx.Err() == nil {
 				c.b.log.Warn("reading retained messages failed; the rest of the filter's are not sent",
@@ -372,66 +379,63 @@ func (c *conn) retainedPages(s topic.Subscription, last string) delivery.Retaine
 	}
 }
 
-// retainedPage reads the page of s's retained messages after the record
-// after ("": from the first): those of the next retainedPageSize records
-// under the filter's prefix that match it, the last record read, and
-// whether more may follow.
-func (c *conn) retainedPage(s topic.Subscription, after string) (ds []delivery.Direct, last string, more bool, err error) {
-	if c.b.split() {
-		return c.retainedPageSplit(s, after)
-	}
-	n := 0
-	err = c.b.db.RangeAfter(c.ctx, tableRetained, retainedPrefix(s.Filter), after, func(r table.Record) bool {
-		n++
-		last = r.ID
-		if d, ok := c.retainedDirect(s, r); ok {
-			ds = append(ds, d)
-		}
-		return n < retainedPageSize
-	})
-	return ds, last, n == retainedPageSize, err
-}
-
-// retainedPageSplit is retainedPage on a split store, where a topic may
-// have a retained record in several partitions (each publisher's): it
-// reads a page from each and takes, per topic, the newest record, up to
-// the lowest last id of a partition whose page was full, so no topic of
-// the page misses a partition's copy.
-func (c *conn) retainedPageSplit(s topic.Subscription, after string) (ds []delivery.Direct, last string, more bool, err error) {
-	newest := map[string]table.Record{}
-	var ids []string
-	upTo := ""
-	for i := range c.b.parts.Count() {
-		n, lastHere := 0, ""
-		err = c.b.parts.DB(i).RangeAfter(c.ctx, tableRetained, retainedPrefix(s.Filter), after, func(r table.Record) bool {
+// retainedPage reads the page of s's retained messages after at: those
+// of the next retainedPageSize records under the filter's prefix that
+// match it, where the next page starts, and whether more may follow.
+//
+// On a split store each partition is read in turn, in its engine's
+// order (ids too long for the key sort only by their first bytes, see
+// table.DB.Range, so pages of several partitions cannot be merged by
+// id), and a topic is offered from the partition holding its newest copy
+// only: a record with a newer copy in another partition (a retained
+// message of a publisher of another partition, or a clear's marker) is
+// passed over, that partition's read offering the topic.
+func (c *conn) retainedPage(s topic.Subscription, at retainedAt) (ds []delivery.Direct, next retainedAt, more bool, err error) {
+	for {
+		n := 0
+		next = at
+		err = c.b.parts.DB(at.part).RangeAfter(c.ctx, tableRetained, retainedPrefix(s.Filter), at.last, func(r table.Record) bool {
 			n++
-			lastHere = r.ID
-			if have, ok := newest[r.ID]; !ok || have.Version < r.Version {
-				if !ok {
-					ids = append(ids, r.ID)
-				}
-				newest[r.ID] = r
+			next.last = r.ID
+			if c.b.split() && c.newerElsewhere(at.part, r) {
+				return n < retainedPageSize
+			}
+			if d, ok := c.retainedDirect(s, r); ok {
+				ds = append(ds, d)
 			}
 			return n < retainedPageSize
 		})
-		if err != nil {
-			return nil, "", false, err
+		switch {
+		case err != nil:
+			return nil, at, false, err
+		case n == retainedPageSize:
+			return ds, next, true, nil
+		case at.part+1 == c.b.parts.Count():
+			return ds, next, false, nil
 		}
-		if n == retainedPageSize && (upTo == "" || lastHere < upTo) {
-			upTo, more = lastHere, true
-		}
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
-		if more && id > upTo {
-			break
-		}
-		last = id
-		if d, ok := c.retainedDirect(s, newest[id]); ok {
-			ds = append(ds, d)
+		// This partition is read: on to the next, in this page while
+		// it has nothing to offer yet.
+		at = retainedAt{part: at.part + 1}
+		if len(ds) > 0 {
+			return ds, at, true, nil
 		}
 	}
-	return ds, last, more, nil
+}
+
+// newerElsewhere reports whether a partition other than part holds a
+// newer copy of the retained record r (see retainedPage). A failed read
+// counts as none: this copy is offered.
+func (c *conn) newerElsewhere(part int, r table.Record) bool {
+	for i := range c.b.parts.Count() {
+		if i == part {
+			continue
+		}
+		o, err := c.b.parts.DB(i).Get(c.ctx, tableRetained, r.ID)
+		if err == nil && o.Version > r.Version {
+			return true
+		}
+	}
+	return false
 }
 
 // retainedDirect is retained record r as a delivery to s, unless r does
