@@ -42,8 +42,10 @@ package mqtt
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 
+	"github.com/tidemark-io/tidemark/engine"
 	"github.com/tidemark-io/tidemark/mqtt/internal/broker"
 	"github.com/tidemark-io/tidemark/table"
 )
@@ -56,6 +58,13 @@ type Broker struct{ b *broker.Broker }
 func New(db *table.DB, opts Options) (*Broker, error) {
 	if db == nil {
 		return nil, errors.New("mqtt: New: nil table.DB")
+	}
+	if i, n := db.Partition(); n > 1 {
+		// A broker on one partition of a split store would put the
+		// state of every client there, where the brokers on the whole
+		// store do not look for it.
+		return nil, fmt.Errorf("mqtt: New: the table.DB is partition %d of %d: open the broker on all of them with NewPartitioned: %w",
+			i, n, engine.ErrInvalidOption)
 	}
 	return NewPartitioned(table.OnePartition(db), opts)
 }

@@ -370,3 +370,18 @@ func TestPartitionedRetainedPages(t *testing.T) {
 		t.Fatalf("got %d retained messages, want %d", len(got), len(want))
 	}
 }
+
+// TestPartitionOfSplitStoreRefused: a broker is not opened on one
+// partition of a split store, where it would write every client's state
+// to the one partition the brokers on the whole store look in for that
+// client's only.
+func TestPartitionOfSplitStoreRefused(t *testing.T) {
+	s := mqtttest.StartPartitioned(t, testEngine, 3, mqtt.Options{})
+	_, err := mqtt.New(s.Parts().DB(1), mqtt.Options{})
+	if !errors.Is(err, engine.ErrInvalidOption) || !strings.Contains(err.Error(), "partition 1 of 3") || !strings.Contains(err.Error(), "NewPartitioned") {
+		t.Fatalf("broker on partition 1 of 3: %v", err)
+	}
+	if i, n := s.Parts().DB(2).Partition(); i != 2 || n != 3 {
+		t.Fatalf("partition 2 of 3 says %d of %d", i, n)
+	}
+}

@@ -81,12 +81,13 @@ func OpenPartitions(ctx context.Context, engines []engine.Engine, opts Options) 
 		}
 	}
 	p := &Partitions{dbs: make([]*DB, 0, n)}
-	for _, e := range engines {
+	for i, e := range engines {
 		db, err := open(ctx, e, opts)
 		if err != nil {
 			_ = p.Close()
 			return nil, err
 		}
+		db.part, db.parts = i, n
 		p.dbs = append(p.dbs, db)
 	}
 	// One clock, seeded above every partition's floor: Next on each DB's
@@ -186,7 +187,14 @@ func emptyStore(ctx context.Context, e engine.Engine) (bool, error) {
 // OnePartition returns db as the only partition of a Partitions, for code
 // written for partitioned tables to run on a DB that is not split (a
 // single partition records nothing, see OpenPartitions). Close closes db.
+// A DB that is one of several partitions (see DB.Partition) has its own
+// Partitions, which code that writes must use instead.
 func OnePartition(db *DB) *Partitions { return &Partitions{dbs: []*DB{db}} }
+
+// Partition returns db's place among the partitions it was opened with
+// (OpenPartitions): its index and their count, 0 and 1 for a DB opened
+// alone.
+func (db *DB) Partition() (index, count int) { return db.part, max(db.parts, 1) }
 
 // Count returns the number of partitions.
 func (p *Partitions) Count() int { return len(p.dbs) }

@@ -116,6 +116,9 @@ type DB struct {
 	e   engine.Engine
 	log *slog.Logger
 	hlc *hlc.Clock
+	// part and parts are the DB's place in a Partitions (0 and 1 when
+	// it is not one of several).
+	part, parts int
 
 	// mu orders version assignment with engine submission, so a record's
 	// versions increase in log order.
