@@ -29,7 +29,6 @@ func runBroker(ctx context.Context, log *slog.Logger, es []engine.Engine, mqttAd
 		return fmt.Errorf("open tables: %w", err)
 	}
 	defer parts.Close()
-	db := parts.DB(0)
 	b, err := mqtt.NewPartitioned(parts, opts)
 	if err != nil {
 		return err
@@ -42,7 +41,7 @@ func runBroker(ctx context.Context, log *slog.Logger, es []engine.Engine, mqttAd
 	logAccess(log, sec, files)
 	log.Debug("connection cap", "max_connections", b.Options().MaxConnections)
 	if metricsAddr != "" {
-		stop, err := serveMetrics(ctx, log, metricsAddr, b, db, es[0].Name())
+		stop, err := serveMetrics(ctx, log, metricsAddr, b, parts, es[0].Name())
 		if err != nil {
 			for _, l := range lns {
 				l.ln.Close()

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -106,17 +107,17 @@ func (i *instrumented) Close() error {
 }
 
 // serveMetrics serves /metrics and /healthz on addr until ctx ends.
-func serveMetrics(ctx context.Context, log *slog.Logger, addr string, b *mqtt.Broker, db *table.DB, engineName string) (func(), error) {
+func serveMetrics(ctx context.Context, log *slog.Logger, addr string, b *mqtt.Broker, parts *table.Partitions, engineName string) (func(), error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}), commitLatency)
-	reg.MustRegister(&brokerCollector{b: b, db: db, engine: engineName})
+	reg.MustRegister(&brokerCollector{b: b, parts: parts, engine: engineName})
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	// A probe costs one point read, whatever the size of the log.
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		cctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
-		if err := db.Ping(cctx); err != nil {
+		if err := pingAll(cctx, parts); err != nil {
 			http.Error(w, "engine unavailable: "+err.Error(), http.StatusServiceUnavailable)
 			return
 		}
@@ -151,8 +152,9 @@ func serveMetrics(ctx context.Context, log *slog.Logger, addr string, b *mqtt.Br
 // statistics are cached for a few seconds because some engines compute
 // them by scanning.
 type brokerCollector struct {
-	b      *mqtt.Broker
-	db     *table.DB
+	b *mqtt.Broker
+	// parts is the store; the log gauges sum its partitions' logs.
+	parts  *table.Partitions
 	engine string
 
 	mu      sync.Mutex
@@ -298,7 +300,7 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	c.mu.Lock()
 	if time.Since(c.logAt) > 5*time.Second {
-		if st, err := c.db.LogStats(ctx); err == nil {
+		if st, err := logStatsOf(ctx, c.parts); err == nil {
 			c.logStat, c.logAt = st, time.Now()
 		}
 	}
@@ -306,4 +308,37 @@ func (c *brokerCollector) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Unlock()
 	ch <- prometheus.MustNewConstMetric(descLogN, prometheus.GaugeValue, float64(st.Entries), c.engine)
 	ch <- prometheus.MustNewConstMetric(descLogB, prometheus.GaugeValue, float64(st.Bytes), c.engine)
+}
+
+// pingAll pings every partition's engine: a probe fails when any of the
+// logs a node writes to does not answer.
+func pingAll(ctx context.Context, parts *table.Partitions) error {
+	for i := range parts.Count() {
+		if err := parts.DB(i).Ping(ctx); err != nil {
+			if parts.Count() > 1 {
+				return fmt.Errorf("partition %d: %w", i, err)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// logStatsOf returns the entries and bytes of every partition's log
+// together.
+func logStatsOf(ctx context.Context, parts *table.Partitions) (engine.LogStats, error) {
+	var sum engine.LogStats
+	for i := range parts.Count() {
+		st, err := parts.DB(i).LogStats(ctx)
+		if err != nil {
+			return engine.LogStats{}, err
+		}
+		if i == 0 {
+			sum = st
+			continue
+		}
+		sum.Entries += st.Entries
+		sum.Bytes += st.Bytes
+	}
+	return sum, nil
 }

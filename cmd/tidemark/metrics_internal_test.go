@@ -53,7 +53,7 @@ func TestSessionCountsCachedBetweenScrapes(t *testing.T) {
 		}
 	}
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(&brokerCollector{b: b, db: srv.DB(), engine: "pebble"})
+	reg.MustRegister(&brokerCollector{b: b, parts: srv.Parts(), engine: "pebble"})
 	scrapeOffline := func() float64 {
 		t.Helper()
 		mfs, err := reg.Gather()

@@ -2,9 +2,13 @@ package main_test
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,10 +26,10 @@ import (
 func TestServePartitions(t *testing.T) {
 	dir := t.TempDir()
 	bin := tidemarkBinary(t)
-	addr := freeAddr(t)
+	addr, metricsAddr := freeAddr(t), freeAddr(t)
 	data := filepath.Join(dir, "data")
 	cfg := filepath.Join(dir, "tidemark.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("data: %s\nmqtt: %s\npartitions: 3\n", data, addr)), 0o644); err != nil {
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("data: %s\nmqtt: %s\nmetrics: %s\npartitions: 3\n", data, addr, metricsAddr)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	srv := startServe(t, bin, cfg, addr)
@@ -46,6 +50,20 @@ func TestServePartitions(t *testing.T) {
 		c := connect(t, addr, id, true)
 		publish(t, c, "p/"+id, false, "before")
 		c.Disconnect(100)
+	}
+	// The log gauge counts every partition's log: one message each.
+	resp, err := http.Get("http://" + metricsAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	m := regexp.MustCompile(`(?m)^tidemark_log_entries\{engine="pebble"\} (\d+)$`).FindSubmatch(body)
+	if m == nil {
+		t.Fatalf("no tidemark_log_entries:\n%s", body)
+	}
+	if n, _ := strconv.Atoi(string(m[1])); n < len(pubs) {
+		t.Fatalf("tidemark_log_entries %q, want the %d messages of the three partitions:\n%s", m, len(pubs), body)
 	}
 	srv.stop(t)
 	if !strings.Contains(srv.Log(), "partitions=3") {
