@@ -76,12 +76,7 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 	pub.Disconnect(100)
 
-	resp, err := http.Get("http://" + metricsAddr + "/metrics")
-	if err != nil {
-		t.Fatalf("scrape: %v", err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	body := scrapeMetrics(t, metricsAddr)
 	// serve's collector target, unless the environment sets its own.
 	gogc := "go_gc_gogc_percent 200"
 	if v := os.Getenv("GOGC"); v != "" {
@@ -94,7 +89,7 @@ func TestServeEndToEnd(t *testing.T) {
 		}
 	}
 	// Contended locks are sampled, one in --lock-profile-rate.
-	resp, err = http.Get("http://" + metricsAddr + "/debug/pprof/mutex?debug=1")
+	resp, err := http.Get("http://" + metricsAddr + "/debug/pprof/mutex?debug=1")
 	if err != nil {
 		t.Fatalf("mutex profile: %v", err)
 	}
@@ -201,6 +196,22 @@ func (p *serveProc) stop(t *testing.T) {
 	if !strings.Contains(p.Log(), "stopped") {
 		t.Fatalf("no clean stop in the log:\n%s", p.Log())
 	}
+}
+
+// scrapeMetrics returns what a serve child process's /metrics on addr
+// serves.
+func scrapeMetrics(t *testing.T, addr string) []byte {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatalf("scrape: %v", err)
+	}
+	return body
 }
 
 // freeAddr returns a loopback address for a serve child process to bind.

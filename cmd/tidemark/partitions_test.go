@@ -2,8 +2,6 @@ package main_test
 
 import (
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,12 +50,7 @@ func TestServePartitions(t *testing.T) {
 		c.Disconnect(100)
 	}
 	// The log gauge counts every partition's log: one message each.
-	resp, err := http.Get("http://" + metricsAddr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	body := scrapeMetrics(t, metricsAddr)
 	m := regexp.MustCompile(`(?m)^tidemark_log_entries\{engine="pebble"\} (\d+)$`).FindSubmatch(body)
 	if m == nil {
 		t.Fatalf("no tidemark_log_entries:\n%s", body)

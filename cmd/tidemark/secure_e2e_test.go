@@ -2,8 +2,6 @@ package main_test
 
 import (
 	"crypto/tls"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -188,12 +186,7 @@ func TestServeSecured(t *testing.T) {
 		t.Fatal("a reload dropped a connection")
 	}
 
-	resp, err := http.Get("http://" + s.metrics + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	body := scrapeMetrics(t, s.metrics)
 	for _, want := range []string{`tidemark_auth_refused_total{reason="bad_credentials"} 1`, `tidemark_auth_refused_total{reason="not_authorized"} 1`,
 		`tidemark_acl_denied_total{access="subscribe"} 2`, `tidemark_acl_denied_total{access="write"} 1`} {
 		if !strings.Contains(string(body), want) {
